@@ -1,0 +1,89 @@
+"""Controller settings, read once from `TRAINCTL_*` environment variables.
+
+Every field `x` is set by the variable `TRAINCTL_X`; Terraform sets the same names (a test checks).
+Lists are comma-separated; durations take seconds or '30m'/'24h'; an empty allow-list allows anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+from schemas.rules import parse_duration
+
+PREFIX = "TRAINCTL_"
+DEFAULT_REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+
+
+class SettingsError(ValueError):
+    """A TRAINCTL_* variable is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str
+    control_bucket: str
+    events_topic: str
+    trainer_image: str
+    region: str = "us-central1"
+    # JSON object: "gs://bucket/prefix/" → a partial request (object) or a gs:// URI of a YAML/JSON template.
+    trigger_rules: dict[str, Any] = field(default_factory=dict)
+    marker_names: tuple[str, ...] = ("_SUCCESS",)
+    trainer_service_account: str = ""
+    reduction_server_image: str = DEFAULT_REDUCTION_SERVER_IMAGE
+    allowed_machine_types: tuple[str, ...] = ()
+    allowed_image_prefixes: tuple[str, ...] = ()
+    allowed_data_buckets: tuple[str, ...] = ()
+    allowed_output_buckets: tuple[str, ...] = ()
+    allowed_service_accounts: tuple[str, ...] = ()
+    max_gpus_per_job: int = 64
+    max_nodes: int = 16
+    max_timeout: int = 7 * 86400
+    max_cost_usd: float = 1000.0
+    max_request_bytes: int = 64 * 1024
+    vertex_endpoint: str = ""  # host:port of a JobService to use instead of {region}-aiplatform.googleapis.com
+    lease: int = 600
+    max_event_age: int = 24 * 3600
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name = PREFIX + f.name.upper()
+            raw = env.get(name)
+            if raw is None or raw == "":
+                if f.default is MISSING and f.default_factory is MISSING:
+                    raise SettingsError(f"{name} is required")
+                continue
+            values[f.name] = _convert(name, f.name, raw, None if f.default is MISSING else f.default)
+        return cls(**values)
+
+
+def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
+    try:
+        if attr == "trigger_rules":
+            rules = json.loads(raw)
+            if not isinstance(rules, dict):
+                raise ValueError("must be a JSON object mapping gs:// prefixes to templates")
+            return rules
+        if attr in ("max_timeout", "lease", "max_event_age"):
+            return parse_duration(raw)
+        if isinstance(default, tuple):
+            return tuple(item.strip() for item in raw.split(",") if item.strip())
+        if isinstance(default, bool):
+            return raw.lower() in ("1", "true", "yes")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        return raw
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+
+
+def env_names() -> list[str]:
+    """Every variable the settings read, for Terraform's and the local stack's checks."""
+    return [PREFIX + f.name.upper() for f in fields(Settings)]

@@ -1,0 +1,47 @@
+"""Names of the buckets, topics and subscriptions a deployment has. Terraform's defaults
+(terraform/variables.tf, name_prefix "trainctl") produce the same names; a test checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LOCAL_PROJECT = "trainctl-local"
+LOCAL_REGION = "us-central1"
+
+
+@dataclass(frozen=True)
+class Names:
+    project: str
+    prefix: str = "trainctl"
+
+    @property
+    def data_bucket(self) -> str:
+        return f"{self.project}-{self.prefix}-data"
+
+    @property
+    def control_bucket(self) -> str:
+        return f"{self.project}-{self.prefix}-control"
+
+    @property
+    def requests_topic(self) -> str:
+        return f"{self.prefix}-requests"
+
+    @property
+    def requests_subscription(self) -> str:
+        return f"{self.prefix}-requests-push"
+
+    @property
+    def events_topic(self) -> str:
+        return f"{self.prefix}-events"
+
+    @property
+    def job_state_topic(self) -> str:
+        return f"{self.prefix}-job-state"
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return f"{self.prefix}-dead-letter"
+
+    @property
+    def dead_letter_subscription(self) -> str:
+        return f"{self.prefix}-dead-letter-pull"

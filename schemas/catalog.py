@@ -1,0 +1,233 @@
+"""The GPU catalog: which (machine_type, accelerator_type, accelerator_count) Vertex AI accepts, each
+machine's NIC egress bandwidth, and approximate hourly prices.
+
+Sources (see ../shared/reference/vertex.md): valid counts from Vertex "Configure compute resources"
+(§4.2), egress figures from Compute Engine "GPU machine types" (§3.3). Prices are approximate Vertex AI
+custom-training list prices for us-central1 in USD per node-hour, compiled on PRICES_TAKEN; they feed the
+cost guardrail and the estimates in events, not invoices. Check https://cloud.google.com/vertex-ai/pricing
+before you set a budget by them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+PRICES_TAKEN = "2026-11-22"
+PRICES_REGION = "us-central1"
+
+REDUCER_MACHINE = "n1-highcpu-16"
+REDUCER_EGRESS_GBPS = 32
+
+# Dynamic Workload Scheduler (FLEX_START) accepts only these GPUs (vertex.md §1.4).
+FLEX_START_ACCELERATORS = frozenset(
+    {
+        "NVIDIA_L4",
+        "NVIDIA_TESLA_A100",
+        "NVIDIA_A100_80GB",
+        "NVIDIA_H100_80GB",
+        "NVIDIA_H100_MEGA_80GB",
+        "NVIDIA_H200_141GB",
+        "NVIDIA_B200",
+    }
+)
+
+# Machine families on which Reduction Server helps; A3/A4 use GPUDirect instead (vertex.md §3.3).
+REDUCTION_SERVER_FAMILIES = frozenset({"n1", "a2", "g2"})
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    name: str
+    # Only N1 machines take attachable GPUs, priced per GPU-hour; accelerator-optimized machines have
+    # their GPUs in the machine price.
+    attach_price: float = 0.0
+    attach_spot_price: float = 0.0
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    vcpus: int
+    price: float  # USD per node-hour, built-in GPUs included
+    spot_price: float
+    egress_gbps: int
+    builtin_accelerator: str | None = None
+    builtin_count: int = 0
+
+    @property
+    def family(self) -> str:
+        return self.name.split("-", 1)[0]
+
+    @property
+    def accelerator_optimized(self) -> bool:
+        return self.builtin_accelerator is not None
+
+
+ACCELERATORS: dict[str, Accelerator] = {
+    a.name: a
+    for a in [
+        Accelerator("NVIDIA_TESLA_T4", 0.4025, 0.1400),
+        Accelerator("NVIDIA_TESLA_P4", 0.6900, 0.2400),
+        Accelerator("NVIDIA_TESLA_P100", 1.6790, 0.5800),
+        Accelerator("NVIDIA_TESLA_V100", 2.8520, 0.9900),
+        Accelerator("NVIDIA_TESLA_A100"),
+        Accelerator("NVIDIA_A100_80GB"),
+        Accelerator("NVIDIA_L4"),
+        Accelerator("NVIDIA_H100_80GB"),
+        Accelerator("NVIDIA_H100_MEGA_80GB"),
+        Accelerator("NVIDIA_H200_141GB"),
+        Accelerator("NVIDIA_B200"),
+        Accelerator("NVIDIA_GB200"),
+        Accelerator("NVIDIA_RTX_PRO_6000"),
+    ]
+}
+
+
+def _n1(name: str, vcpus: int, per_vcpu: float) -> Machine:
+    # N1 egress without GPUs: 2 Gbps per vCPU, at most 32 Gbps.
+    price = round(vcpus * per_vcpu, 4)
+    return Machine(name, vcpus, price, round(price * 0.3, 4), min(2 * vcpus, 32))
+
+
+def _gpu(name: str, vcpus: int, price: float, spot: float, gbps: int, accel: str, count: int) -> Machine:
+    return Machine(name, vcpus, price, spot, gbps, accel, count)
+
+
+_N1_STANDARD, _N1_HIGHMEM, _N1_HIGHCPU = 0.0547, 0.0681, 0.0409
+
+MACHINES: dict[str, Machine] = {
+    m.name: m
+    for m in [
+        *(_n1(f"n1-standard-{v}", v, _N1_STANDARD) for v in (4, 8, 16, 32, 64, 96)),
+        *(_n1(f"n1-highmem-{v}", v, _N1_HIGHMEM) for v in (2, 4, 8, 16, 32, 64, 96)),
+        *(_n1(f"n1-highcpu-{v}", v, _N1_HIGHCPU) for v in (16, 32, 64, 96)),
+        _gpu("a2-highgpu-1g", 12, 4.41, 1.54, 24, "NVIDIA_TESLA_A100", 1),
+        _gpu("a2-highgpu-2g", 24, 8.82, 3.08, 32, "NVIDIA_TESLA_A100", 2),
+        _gpu("a2-highgpu-4g", 48, 17.63, 6.17, 50, "NVIDIA_TESLA_A100", 4),
+        _gpu("a2-highgpu-8g", 96, 35.26, 12.34, 100, "NVIDIA_TESLA_A100", 8),
+        _gpu("a2-megagpu-16g", 96, 70.52, 24.68, 100, "NVIDIA_TESLA_A100", 16),
+        _gpu("a2-ultragpu-1g", 12, 5.86, 2.05, 24, "NVIDIA_A100_80GB", 1),
+        _gpu("a2-ultragpu-2g", 24, 11.73, 4.10, 32, "NVIDIA_A100_80GB", 2),
+        _gpu("a2-ultragpu-4g", 48, 23.46, 8.21, 50, "NVIDIA_A100_80GB", 4),
+        _gpu("a2-ultragpu-8g", 96, 46.91, 16.42, 100, "NVIDIA_A100_80GB", 8),
+        _gpu("g2-standard-4", 4, 0.81, 0.32, 10, "NVIDIA_L4", 1),
+        _gpu("g2-standard-8", 8, 0.98, 0.39, 16, "NVIDIA_L4", 1),
+        _gpu("g2-standard-12", 12, 1.16, 0.46, 16, "NVIDIA_L4", 1),
+        _gpu("g2-standard-16", 16, 1.35, 0.54, 32, "NVIDIA_L4", 1),
+        _gpu("g2-standard-24", 24, 2.32, 0.93, 32, "NVIDIA_L4", 2),
+        _gpu("g2-standard-32", 32, 2.07, 0.83, 32, "NVIDIA_L4", 1),
+        _gpu("g2-standard-48", 48, 4.65, 1.86, 50, "NVIDIA_L4", 4),
+        _gpu("g2-standard-96", 96, 9.30, 3.72, 100, "NVIDIA_L4", 8),
+        _gpu("g4-standard-48", 48, 5.12, 2.05, 50, "NVIDIA_RTX_PRO_6000", 1),
+        _gpu("g4-standard-96", 96, 10.24, 4.10, 100, "NVIDIA_RTX_PRO_6000", 2),
+        _gpu("g4-standard-192", 192, 20.48, 8.19, 200, "NVIDIA_RTX_PRO_6000", 4),
+        _gpu("g4-standard-384", 384, 40.96, 16.38, 400, "NVIDIA_RTX_PRO_6000", 8),
+        _gpu("a3-highgpu-1g", 26, 12.63, 4.42, 25, "NVIDIA_H100_80GB", 1),
+        _gpu("a3-highgpu-2g", 52, 25.26, 8.84, 50, "NVIDIA_H100_80GB", 2),
+        _gpu("a3-highgpu-4g", 104, 50.52, 17.68, 100, "NVIDIA_H100_80GB", 4),
+        _gpu("a3-highgpu-8g", 208, 101.01, 35.35, 1000, "NVIDIA_H100_80GB", 8),
+        _gpu("a3-megagpu-8g", 208, 106.50, 37.28, 1800, "NVIDIA_H100_MEGA_80GB", 8),
+        _gpu("a3-ultragpu-8g", 224, 121.00, 42.35, 3600, "NVIDIA_H200_141GB", 8),
+        _gpu("a4-highgpu-8g", 224, 150.00, 52.50, 3600, "NVIDIA_B200", 8),
+        _gpu("a4x-highgpu-4g", 140, 100.00, 35.00, 2400, "NVIDIA_GB200", 4),
+    ]
+}
+
+# Valid counts of attachable GPUs on N1 machines, by machine group (vertex.md §4.2).
+_N1_SMALL = ("n1-standard-4", "n1-standard-8", "n1-highmem-2", "n1-highmem-4", "n1-highmem-8")
+_N1_16 = ("n1-standard-16", "n1-highmem-16", "n1-highcpu-16")
+_N1_32 = ("n1-standard-32", "n1-highmem-32", "n1-highcpu-32")
+_N1_LARGE = ("n1-standard-64", "n1-standard-96", "n1-highmem-64", "n1-highmem-96", "n1-highcpu-96")
+_N1_RULES: dict[tuple[str, ...], dict[str, tuple[int, ...]]] = {
+    _N1_SMALL: {
+        "NVIDIA_TESLA_P4": (1, 2, 4),
+        "NVIDIA_TESLA_P100": (1, 2, 4),
+        "NVIDIA_TESLA_T4": (1, 2, 4),
+        "NVIDIA_TESLA_V100": (1, 2, 4, 8),
+    },
+    _N1_16: {
+        "NVIDIA_TESLA_P4": (1, 2, 4),
+        "NVIDIA_TESLA_P100": (1, 2, 4),
+        "NVIDIA_TESLA_T4": (1, 2, 4),
+        "NVIDIA_TESLA_V100": (2, 4, 8),
+    },
+    _N1_32: {
+        "NVIDIA_TESLA_P4": (2, 4),
+        "NVIDIA_TESLA_P100": (2, 4),
+        "NVIDIA_TESLA_T4": (2, 4),
+        "NVIDIA_TESLA_V100": (4, 8),
+    },
+    _N1_LARGE: {"NVIDIA_TESLA_P4": (4,), "NVIDIA_TESLA_T4": (4,), "NVIDIA_TESLA_V100": (8,)},
+    ("n1-highcpu-64",): {
+        "NVIDIA_TESLA_P4": (4,),
+        "NVIDIA_TESLA_P100": (4,),
+        "NVIDIA_TESLA_T4": (4,),
+        "NVIDIA_TESLA_V100": (8,),
+    },
+}
+N1_ACCELERATORS: dict[str, dict[str, tuple[int, ...]]] = {
+    machine: rules for group, rules in _N1_RULES.items() for machine in group
+}
+
+# N1 egress rises with attached V100/T4 GPUs (Compute Engine "Network bandwidths and GPUs").
+_N1_GPU_EGRESS = {
+    "NVIDIA_TESLA_V100": {1: 24, 2: 32, 4: 50, 8: 100},
+    "NVIDIA_TESLA_T4": {1: 24, 2: 50, 4: 100},
+}
+
+
+def machine(name: str) -> Machine | None:
+    return MACHINES.get(name)
+
+
+def valid_accelerators(machine_type: str) -> dict[str, tuple[int, ...]]:
+    """Accelerator type → the counts Vertex accepts on this machine type (empty when unknown)."""
+    m = MACHINES.get(machine_type)
+    if m is None:
+        return {}
+    if m.builtin_accelerator is not None:
+        return {m.builtin_accelerator: (m.builtin_count,)}
+    return dict(N1_ACCELERATORS.get(machine_type, {}))
+
+
+def accelerator_problem(machine_type: str, accelerator_type: str | None, count: int | None) -> str | None:
+    """Why this combination is not valid on Vertex, in words; None when it is.
+
+    A missing type or count is filled from the machine's built-in GPUs before this is called; here both
+    must be present.
+    """
+    if machine_type not in MACHINES:
+        return f"unknown machine type {machine_type!r}; known GPU machine types: {', '.join(sorted(MACHINES))}"
+    valid = valid_accelerators(machine_type)
+    if accelerator_type not in valid:
+        choices = ", ".join(valid) or "none"
+        return f"{machine_type} does not take {accelerator_type}; valid accelerator types: {choices}"
+    counts = valid[accelerator_type]
+    if count not in counts:
+        if len(counts) == 1 and MACHINES[machine_type].accelerator_optimized:
+            return f"{machine_type} has exactly {counts[0]} {accelerator_type}, got {count}"
+        return f"{machine_type} takes {', '.join(map(str, counts))} × {accelerator_type}, got {count}"
+    return None
+
+
+def node_egress_gbps(machine_type: str, accelerator_type: str | None = None, count: int = 0) -> int:
+    m = MACHINES[machine_type]
+    if m.accelerator_optimized or accelerator_type is None:
+        return m.egress_gbps
+    return max(m.egress_gbps, _N1_GPU_EGRESS.get(accelerator_type, {}).get(count, 0))
+
+
+def node_hourly_price(machine_type: str, accelerator_type: str | None, count: int, spot: bool) -> float:
+    """USD per node-hour: the machine plus any attached GPUs."""
+    m = MACHINES[machine_type]
+    price = m.spot_price if spot else m.price
+    if not m.accelerator_optimized and accelerator_type is not None:
+        a = ACCELERATORS[accelerator_type]
+        price += (a.attach_spot_price if spot else a.attach_price) * count
+    return round(price, 4)
+
+
+def reducers_needed(total_worker_egress_gbps: float) -> int:
+    """Reduction Server sizing: reducer egress must match the workers' (vertex.md §3.3)."""
+    return max(1, math.ceil(total_worker_egress_gbps / REDUCER_EGRESS_GBPS))

@@ -1,0 +1,82 @@
+"""Validation errors as a user reads them: one `field.path: what is wrong` line per problem."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from schemas.request import TrainingJobRequest
+
+# Pattern errors name a regex nobody wants to read; say the rule in words instead.
+_PATTERN_RULES = {
+    "request_id": "must be 1-128 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit",
+    "service_account": "must be a service account email such as trainer@my-project.iam.gserviceaccount.com",
+    "image": "must be a container image URI such as us-docker.pkg.dev/my-project/repo/trainer:1.0",
+}
+_MESSAGES = {
+    "missing": "required field is missing",
+    "extra_forbidden": "unknown field (not part of trainctl/v1)",
+}
+
+
+@dataclass(frozen=True)
+class FieldError:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class RequestInvalid(ValueError):
+    """A request broke one or more schema rules; `errors` lists each with its field path."""
+
+    def __init__(self, errors: list[FieldError]):
+        self.errors = errors
+        super().__init__("; ".join(map(str, errors)))
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def _got(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def field_errors(exc: ValidationError) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        if err["type"] == "cross_field":
+            for sub, message in err["ctx"]["problems"]:
+                errors.append(FieldError(_path(loc + ((sub,) if sub else ())), message))
+            continue
+        message = _MESSAGES.get(err["type"], err["msg"])
+        if err["type"] == "string_pattern_mismatch" and loc and loc[-1] in _PATTERN_RULES:
+            message = _PATTERN_RULES[loc[-1]]
+        message = message.removeprefix("Value error, ")
+        value = err.get("input")
+        if err["type"] not in _MESSAGES and isinstance(value, str | int | float) and "got" not in message:
+            message += f", got {_got(value)}"
+        errors.append(FieldError(_path(loc), message[0].lower() + message[1:] if message else message))
+    return errors
+
+
+def parse_request(data: Any) -> TrainingJobRequest:
+    """Validate a decoded document; raises RequestInvalid listing every problem."""
+    if not isinstance(data, dict):
+        raise RequestInvalid([FieldError("", f"a request must be a mapping of fields, got {type(data).__name__}")])
+    try:
+        return TrainingJobRequest.model_validate(data)
+    except ValidationError as exc:
+        raise RequestInvalid(field_errors(exc)) from None

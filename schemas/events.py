@@ -1,0 +1,190 @@
+"""Lifecycle events: what trainctl publishes on the events topic, one model per state.
+
+Every event shares the same envelope fields; `to_pubsub_message` turns one into JSON bytes plus the
+CloudEvents attributes of the Pub/Sub binary binding (`ce-*`) and the plain `request_id` and `state`
+attributes that subscription filters use. `ce-id` is a hash of (request key, state, attempt), so a
+redelivered or re-published event keeps its id and consumers can drop the copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+EVENT_TYPE_PREFIX = "trainctl.job.v1."
+SPEC_VERSION = "1.0"
+
+State = Literal[
+    "accepted", "duplicate", "rejected", "submitted", "running", "retrying", "stuck", "succeeded", "failed", "cancelled"
+]
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+FailureReason = Literal["quota", "capacity", "preemption", "internal", "user", "invalid"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Trigger(_Strict):
+    """What started the request: a Cloud Storage marker, a Pub/Sub message, or an operator."""
+
+    kind: Literal["gcs", "pubsub", "cli"]
+    bucket: str | None = None
+    object: str | None = None
+    generation: str | None = None
+    message_id: str | None = None
+    topic: str | None = None
+
+
+class JobRef(_Strict):
+    name: str = Field(description="projects/{p}/locations/{l}/customJobs/{id}")
+    console_url: str
+
+
+class Artifacts(_Strict):
+    model_dir: str
+    metrics_uri: str
+    checkpoint_dir: str
+    tensorboard_dir: str
+
+
+class CostEstimate(_Strict):
+    """Approximate list price of the job (catalog prices taken on `prices_as_of`)."""
+
+    hourly_usd: float
+    max_usd: float = Field(description="hourly_usd × the scheduling timeout: the most this run can cost.")
+    gpus: int
+    nodes: int
+    reducers: int = 0
+    prices_as_of: str
+
+
+class Timestamps(_Strict):
+    created: datetime | None = None
+    started: datetime | None = None
+    ended: datetime | None = None
+
+
+class _Event(_Strict):
+    request_id: str
+    request_key: str = Field(description="The idempotency key: gcs:<bucket>/<object>#<generation> or request:<id>.")
+    attempt: int = Field(1, ge=1, description="Submission attempt; resubmissions after capacity/preemption add one.")
+    time: datetime
+    message: str = Field(description="What happened, in a sentence.")
+    trigger: Trigger | None = None
+    job: JobRef | None = None
+    timestamps: Timestamps | None = None
+
+    @property
+    def ce_type(self) -> str:
+        return EVENT_TYPE_PREFIX + self.state  # type: ignore[attr-defined]
+
+    @property
+    def ce_id(self) -> str:
+        return event_id(self.request_key, self.state, self.attempt)  # type: ignore[attr-defined]
+
+
+class Accepted(_Event):
+    state: Literal["accepted"] = "accepted"
+    cost: CostEstimate
+
+
+class Duplicate(_Event):
+    state: Literal["duplicate"] = "duplicate"
+    existing_state: str = Field(description="Where the first copy of this request stands.")
+
+
+class Rejected(_Event):
+    state: Literal["rejected"] = "rejected"
+    reason: FailureReason
+    errors: list[str] = Field(default_factory=list, description="One `field.path: rule` line per problem.")
+
+
+class Submitted(_Event):
+    state: Literal["submitted"] = "submitted"
+    cost: CostEstimate
+    artifacts: Artifacts
+    reduction_server_replicas: int = 0
+
+
+class Running(_Event):
+    state: Literal["running"] = "running"
+
+
+class Retrying(_Event):
+    state: Literal["retrying"] = "retrying"
+    reason: FailureReason
+    max_attempts: int
+
+
+class Stuck(_Event):
+    state: Literal["stuck"] = "stuck"
+    pending_seconds: int
+    max_pending_seconds: int
+
+
+class Succeeded(_Event):
+    state: Literal["succeeded"] = "succeeded"
+    artifacts: Artifacts
+    metrics: dict[str, Any] = Field(default_factory=dict, description="From the model dir's metrics.json.")
+    duration_seconds: float | None = None
+    cost: CostEstimate | None = None
+
+
+class Failed(_Event):
+    state: Literal["failed"] = "failed"
+    reason: FailureReason
+    artifacts: Artifacts | None = None
+    duration_seconds: float | None = None
+
+
+class Cancelled(_Event):
+    state: Literal["cancelled"] = "cancelled"
+    duration_seconds: float | None = None
+
+
+JobEvent = Annotated[
+    Accepted | Duplicate | Rejected | Submitted | Running | Retrying | Stuck | Succeeded | Failed | Cancelled,
+    Field(discriminator="state"),
+]
+EVENT_ADAPTER: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)
+
+
+def event_id(request_key: str, state: str, attempt: int) -> str:
+    return hashlib.sha256(f"{request_key}\n{state}\n{attempt}".encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class PubsubMessage:
+    data: bytes
+    attributes: dict[str, str]
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def to_pubsub_message(event: JobEvent, source: str) -> PubsubMessage:
+    """The event as Pub/Sub sends it: JSON data, CloudEvents binary-mode attributes, filter attributes."""
+    return PubsubMessage(
+        data=event.model_dump_json(exclude_none=True).encode(),
+        attributes={
+            "ce-specversion": SPEC_VERSION,
+            "ce-type": event.ce_type,
+            "ce-source": source,
+            "ce-id": event.ce_id,
+            "ce-time": _rfc3339(event.time),
+            "content-type": "application/json",
+            "request_id": event.request_id,
+            "state": event.state,
+        },
+    )
+
+
+def parse_event(data: bytes | str) -> JobEvent:
+    """A published event's data back into its model (the state in the data picks the model)."""
+    return EVENT_ADAPTER.validate_json(data)

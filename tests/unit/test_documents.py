@@ -1,0 +1,33 @@
+"""Request documents: JSON and YAML accepted, hostile documents refused with a plain reason."""
+
+import pytest
+
+from functions.documents import DocumentInvalid, load_document
+
+
+def test_json_and_yaml_give_the_same_value():
+    assert load_document('{"a": [1, 2], "b": "x"}') == load_document("a: [1, 2]\nb: x\n") == {"a": [1, 2], "b": "x"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("[" * 10_000 + "]" * 10_000, "nested more than"),
+        ("a:\n" + "".join("  " * i + "b:\n" for i in range(1, 60)), "nested more than"),
+        ("a: [1, 2]\nb: *x\n", "aliases"),
+        ("a: &x [1, 2]\n", "anchors"),
+        ("a: !!python/object/apply:os.system [true]", "constructor"),
+        (b"\xff\xfe\x00", "not UTF-8"),
+        ("a: 1\x00", "NUL"),
+        ("x" * 70_000, "limit is 65536"),
+        ("a: [1, 2", "not valid JSON or YAML"),
+    ],
+)
+def test_hostile_documents_are_refused_with_a_reason(raw, reason):
+    with pytest.raises(DocumentInvalid, match=reason):
+        load_document(raw)
+
+
+def test_the_size_limit_is_configurable():
+    with pytest.raises(DocumentInvalid, match="limit is 10"):
+        load_document('{"a": "0123456789"}', max_bytes=10)

@@ -1,0 +1,252 @@
+"""TrainingJobRequest: every rule rejects with its field path, defaults fill in, arbitrary input never crashes."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from functions.documents import load_document
+from schemas.errors import RequestInvalid, parse_request
+from schemas.export import request_schema
+
+EXAMPLES = sorted(Path(__file__).parents[2].joinpath("examples").glob("*.*"))
+
+VALID: dict[str, Any] = {
+    "api_version": "trainctl/v1",
+    "request_id": "churn-1",
+    "dataset": {"uri": "gs://data-bucket/churn/", "target": "churned"},
+    "trainer": {"builtin": "tabular"},
+    "resources": {"machine_type": "a2-highgpu-2g"},
+}
+
+
+def with_changes(**changes: Any) -> dict[str, Any]:
+    """VALID with dotted-path changes applied; a value of DELETE removes the key."""
+    request = copy.deepcopy(VALID)
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split("__")
+        node = request
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is DELETE:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    return request
+
+
+DELETE = object()
+
+# (request, the field path that must be named, words the message must contain)
+INVALID = [
+    (with_changes(api_version="trainctl/v2"), "api_version", "trainctl/v1"),
+    (with_changes(request_id=DELETE), "request_id", "required"),
+    (with_changes(request_id="Churn"), "request_id", "lowercase"),
+    (with_changes(request_id="-churn"), "request_id", "starting with a letter or digit"),
+    (with_changes(request_id="a" * 129), "request_id", "1-128"),
+    (with_changes(request_id="churn/1"), "request_id", "lowercase"),
+    (with_changes(display_name="x" * 129), "display_name", "at most 128"),
+    (with_changes(display_name="line\nbreak"), "display_name", "control characters"),
+    (with_changes(surprise=1), "surprise", "unknown field"),
+    (with_changes(dataset__uri="s3://bucket/data"), "dataset.uri", "gs://bucket/path"),
+    (with_changes(dataset__uri="gs://Bad_Bucket/data"), "dataset.uri", "lowercase"),
+    (with_changes(dataset__uri="gs://ab/data"), "dataset.uri", "3-63 characters"),
+    (with_changes(dataset__uri="gs://google-data/x"), "dataset.uri", "google"),
+    (with_changes(dataset__uri="gs://192.168.1.1/x"), "dataset.uri", "IP address"),
+    (with_changes(dataset__uri="gs://data-bucket/a/../b"), "dataset.uri", "'..'"),
+    (with_changes(dataset__uri="gs://data-bucket/a\x00b"), "dataset.uri", "control characters"),
+    (with_changes(dataset__target=DELETE), "dataset.target", "required"),
+    (with_changes(dataset__format="xlsx"), "dataset.format", "'csv'"),
+    (with_changes(dataset__validation_fraction=1.0), "dataset.validation_fraction", "less than 1"),
+    (with_changes(dataset__extra="x"), "dataset.extra", "unknown field"),
+    (with_changes(trainer={}), "trainer", "exactly one of"),
+    (with_changes(trainer={"builtin": "tabular", "image": "gcr.io/p/i:1"}), "trainer", "exactly one of"),
+    (with_changes(trainer={"builtin": "vision"}), "trainer.builtin", "'tabular'"),
+    (with_changes(trainer={"builtin": "tabular", "command": ["x"]}), "trainer.command", "only with a custom"),
+    (with_changes(trainer={"image": "gcr.io/p/i:1", "hyperparameters": {}}), "trainer.hyperparameters", "only"),
+    (with_changes(trainer={"image": "not an image"}), "trainer.image", "container image URI"),
+    (with_changes(trainer={"image": "gcr.io/p/i:1", "env": {"1BAD": "x"}}), "trainer.env", "C identifier"),
+    (with_changes(trainer={"image": "gcr.io/p/i:1", "env": {"MASTER_ADDR": "x"}}), "trainer.env", "set by Vertex"),
+    (
+        with_changes(trainer={"image": "gcr.io/p/i:1", "env": {f"V{i}": "x" for i in range(101)}}),
+        "trainer.env",
+        "at most 100",
+    ),
+    (
+        with_changes(trainer={"builtin": "tabular", "hyperparameters": {"epochs": 0}}),
+        "trainer.hyperparameters.epochs",
+        "greater than or equal to 1",
+    ),
+    (
+        with_changes(trainer={"builtin": "tabular", "hyperparameters": {"learning_rate": "fast"}}),
+        "trainer.hyperparameters.learning_rate",
+        "valid number",
+    ),
+    (
+        with_changes(trainer={"builtin": "tabular", "hyperparameters": {"hidden_sizes": []}}),
+        "trainer.hyperparameters.hidden_sizes",
+        "at least 1",
+    ),
+    (with_changes(resources__machine_type="e2-standard-8"), "resources.machine_type", "unknown machine type"),
+    (
+        with_changes(resources__accelerator_count=4),
+        "resources.accelerator_count",
+        "a2-highgpu-2g has exactly 2 NVIDIA_TESLA_A100, got 4",
+    ),
+    (with_changes(resources__accelerator_type="NVIDIA_L4"), "resources.accelerator_type", "does not take NVIDIA_L4"),
+    (with_changes(resources={"machine_type": "n1-standard-8"}), "resources.accelerator_type", "no built-in GPUs"),
+    (
+        with_changes(resources={"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4"}),
+        "resources.accelerator_count",
+        "valid counts: 1, 2, 4",
+    ),
+    (
+        with_changes(
+            resources={"machine_type": "n1-highcpu-16", "accelerator_type": "NVIDIA_TESLA_V100", "accelerator_count": 1}
+        ),
+        "resources.accelerator_count",
+        "takes 2, 4, 8",
+    ),
+    (with_changes(resources={"machine_type": "g2-standard-8"}), "resources.accelerator_count", "at least 2 GPUs"),
+    (with_changes(resources__replica_count=0), "resources.replica_count", "greater than or equal to 1"),
+    (with_changes(resources__boot_disk={"size_gb": 50}), "resources.boot_disk.size_gb", "100"),
+    (with_changes(reduction_server={"mode": "sometimes"}), "reduction_server.mode", "'auto'"),
+    (
+        with_changes(reduction_server={"mode": "off", "replica_count": 4}),
+        "reduction_server.replica_count",
+        "only with mode",
+    ),
+    (with_changes(reduction_server={"mode": "on"}), "reduction_server.mode", "multi-node"),
+    (
+        with_changes(resources={"machine_type": "a3-highgpu-8g", "replica_count": 2}, reduction_server={"mode": "on"}),
+        "reduction_server.mode",
+        "GPUDirect",
+    ),
+    (with_changes(scheduling={"strategy": "preemptible"}), "scheduling.strategy", "'spot'"),
+    (
+        with_changes(
+            resources={"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 2},
+            scheduling={"strategy": "flex_start"},
+        ),
+        "scheduling.strategy",
+        "flex_start needs",
+    ),
+    (with_changes(scheduling={"timeout": "8d"}), "scheduling.timeout", "at most 7 days"),
+    (with_changes(scheduling={"timeout": 0}), "scheduling.timeout", "positive"),
+    (with_changes(scheduling={"timeout": "soon"}), "scheduling.timeout", "not a duration"),
+    (with_changes(scheduling={"max_pending": -5}), "scheduling.max_pending", "positive"),
+    (with_changes(scheduling={"max_attempts": 11}), "scheduling.max_attempts", "less than or equal to 10"),
+    (with_changes(output_dir="/tmp/out"), "output_dir", "gs://bucket/path"),
+    (with_changes(labels={"Team": "x"}), "labels.Team", "starting with a lowercase letter"),
+    (with_changes(labels={"team": "Growth"}), "labels.team", "value 'Growth'"),
+    (with_changes(labels={"k" * 64: "x"}), "labels." + "k" * 64, "1-63"),
+    (with_changes(labels={"managed-by": "me"}), "labels.managed-by", "set by trainctl"),
+    (with_changes(labels={f"k{i}": "v" for i in range(62)}), "labels", "at most 61"),
+    (with_changes(service_account="root"), "service_account", "service account email"),
+]
+
+
+@pytest.mark.parametrize(("request_doc", "path", "words"), INVALID, ids=[f"{p}:{w}" for _, p, w in INVALID])
+def test_invalid_request_is_rejected_naming_the_field(request_doc, path, words):
+    with pytest.raises(RequestInvalid) as caught:
+        parse_request(request_doc)
+    named = [e for e in caught.value.errors if e.path == path]
+    assert named, f"no error for {path}: {[str(e) for e in caught.value.errors]}"
+    assert any(words in e.message for e in named), [str(e) for e in named]
+
+
+def test_the_invalid_table_has_30_cases_each_built_on_a_valid_request():
+    assert len(INVALID) >= 30
+    parse_request(VALID)  # each case is VALID with one change, so the change is what gets rejected
+
+
+def test_valid_request_gets_defaults_from_the_catalog_and_schema():
+    request = parse_request(VALID)
+    assert request.resources.accelerator_type == "NVIDIA_TESLA_A100"
+    assert request.resources.accelerator_count == 2
+    assert request.resources.total_gpus == 2
+    assert request.reduction_server.mode == "auto"
+    assert request.scheduling.timeout == 24 * 3600
+    assert request.scheduling.restart_job_on_worker_restart is True
+
+
+def test_durations_accept_strings_and_seconds():
+    request = parse_request(with_changes(scheduling={"timeout": "1h30m", "max_pending": 600}))
+    assert request.scheduling.timeout == 5400
+    assert request.scheduling.max_pending == 600
+
+
+def test_multi_node_counts_gpus_across_nodes():
+    request = parse_request(with_changes(resources={"machine_type": "g2-standard-8", "replica_count": 2}))
+    assert request.resources.total_gpus == 2
+
+
+def test_several_problems_are_all_reported():
+    doc = with_changes(request_id="BAD", dataset__uri="http://x", resources__accelerator_count=3)
+    with pytest.raises(RequestInvalid) as caught:
+        parse_request(doc)
+    assert {e.path for e in caught.value.errors} == {"request_id", "dataset.uri", "resources.accelerator_count"}
+
+
+def test_a_non_mapping_document_is_rejected_plainly():
+    with pytest.raises(RequestInvalid, match="mapping"):
+        parse_request(["not", "a", "request"])
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_is_valid_and_matches_the_checked_in_json_schema(path):
+    document = load_document(path.read_bytes())
+    parse_request(document)
+    schema = json.loads(Path(__file__).parents[2].joinpath("schemas/training_job.schema.json").read_text())
+    jsonschema.validate(document, schema)
+
+
+def test_examples_cover_the_documented_kinds():
+    requests = [parse_request(load_document(p.read_bytes())) for p in EXAMPLES]
+    assert any(r.trainer.builtin == "tabular" and r.resources.accelerator_type == "NVIDIA_TESLA_A100" for r in requests)
+    assert any(r.resources.replica_count >= 4 for r in requests)
+    assert any(r.scheduling.strategy == "spot" for r in requests)
+    assert any(r.trainer.image for r in requests)
+    assert {p.suffix for p in EXAMPLES} >= {".yaml", ".json"}
+
+
+def test_json_schema_rejects_what_the_model_rejects_structurally():
+    schema = request_schema()
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(with_changes(surprise=1), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(with_changes(trainer={}), schema)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=30,
+)
+# Mostly-valid requests with one part replaced by arbitrary JSON reach the deeper validators.
+request_keys = st.sampled_from([*sorted(VALID), "labels", "scheduling", "reduction_server", "output_dir"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=json_values)
+def test_arbitrary_json_only_ever_raises_request_invalid(value):
+    try:
+        parse_request(value)
+    except RequestInvalid as exc:
+        assert exc.errors and all(str(e) for e in exc.errors)
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=request_keys, value=json_values)
+def test_one_arbitrary_field_only_ever_raises_request_invalid(key, value):
+    try:
+        parse_request({**VALID, key: value})
+    except RequestInvalid as exc:
+        assert exc.errors and all(str(e) for e in exc.errors)

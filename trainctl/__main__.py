@@ -1,0 +1,5 @@
+import sys
+
+from trainctl.cli import main
+
+sys.exit(main())

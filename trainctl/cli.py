@@ -1,0 +1,27 @@
+"""The `trainctl` command line: one subcommand per verb, each in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainctl import validate
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainctl",
+        description="Event-driven multi-GPU training on Vertex AI: validate, plan and submit training jobs.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    validate.register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""`trainctl validate FILE...` and `trainctl schema [request|event]`: the contract, checked offline."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from functions.documents import DocumentInvalid, load_document
+from schemas.errors import FieldError, RequestInvalid, parse_request
+from schemas.export import event_schema, render, request_schema
+from schemas.request import TrainingJobRequest
+
+EXIT_INVALID = 2
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser("validate", help="check job request files (YAML or JSON) against trainctl/v1")
+    cmd.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    cmd.set_defaults(run=run_validate)
+
+    cmd = commands.add_parser("schema", help="print the JSON Schema of a request or of an event")
+    cmd.add_argument("kind", nargs="?", choices=("request", "event"), default="request")
+    cmd.set_defaults(run=run_schema)
+
+
+def load_request_file(path: Path) -> TrainingJobRequest:
+    """Read and validate one request file; raises RequestInvalid naming every problem."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise RequestInvalid([FieldError("", f"cannot read the file: {exc.strerror}")]) from None
+    try:
+        document = load_document(raw, max_bytes=max(len(raw), 1))
+    except DocumentInvalid as exc:
+        raise RequestInvalid([FieldError("", str(exc))]) from None
+    return parse_request(document)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    status = 0
+    for path in args.files:
+        try:
+            load_request_file(path)
+        except RequestInvalid as exc:
+            status = EXIT_INVALID
+            print(f"{path}: invalid ({len(exc.errors)} error{'s' if len(exc.errors) != 1 else ''})")
+            for error in exc.errors:
+                print(f"  {error}")
+        else:
+            print(f"{path}: ok")
+    return status
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    print(render(request_schema() if args.kind == "request" else event_schema()), end="")
+    return 0

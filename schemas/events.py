@@ -2,8 +2,9 @@
 
 Every event shares the same envelope fields; `to_pubsub_message` turns one into JSON bytes plus the
 CloudEvents attributes of the Pub/Sub binary binding (`ce-*`) and the plain `request_id` and `state`
-attributes that subscription filters use. `ce-id` is a hash of (request key, state, attempt), so a
-redelivered or re-published event keeps its id and consumers can drop the copy.
+attributes that subscription filters use. `ce-id` is a hash of (request key, state, attempt) — and, for
+events about one delivery (duplicate, rejected), of that delivery's id — so a re-published event keeps its id
+and consumers can drop the copy.
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ class _Event(_Strict):
     time: datetime
     message: str = Field(description="What happened, in a sentence.")
     trigger: Trigger | None = None
+    delivery: str | None = Field(
+        None,
+        description="For events about one delivery of a request (duplicate, rejected): that delivery's event id.",
+    )
     job: JobRef | None = None
     timestamps: Timestamps | None = None
 
@@ -85,7 +90,7 @@ class _Event(_Strict):
 
     @property
     def ce_id(self) -> str:
-        return event_id(self.request_key, self.state, self.attempt)  # type: ignore[attr-defined]
+        return event_id(self.request_key, self.state, self.attempt, self.delivery)  # type: ignore[attr-defined]
 
 
 class Accepted(_Event):
@@ -154,8 +159,10 @@ JobEvent = Annotated[
 EVENT_ADAPTER: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)
 
 
-def event_id(request_key: str, state: str, attempt: int) -> str:
-    return hashlib.sha256(f"{request_key}\n{state}\n{attempt}".encode()).hexdigest()[:32]
+def event_id(request_key: str, state: str, attempt: int, delivery: str | None = None) -> str:
+    """Deterministic: the same state change of the same request always gets the same id."""
+    parts = [request_key, state, str(attempt)] + ([delivery] if delivery else [])
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)

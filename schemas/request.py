@@ -29,7 +29,7 @@ API_VERSION = "trainctl/v1"
 MAX_TIMEOUT_SECONDS = 7 * 86400
 MAX_ENV_VARS = 100
 # Labels the controller sets on every CustomJob; a request may not set them itself.
-RESERVED_LABELS = frozenset({"trainctl-key", "managed-by", "trainctl-request"})
+RESERVED_LABELS = frozenset({"trainctl-key", "trainctl-attempt", "trainctl-request", "managed-by"})
 # Variables Vertex or the launcher set on every node; overriding them would break the job.
 RESERVED_ENV = frozenset({"CLUSTER_SPEC", "TF_CONFIG", "WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"})
 RESERVED_ENV_PREFIXES = ("AIP_", "CLOUD_ML_")
@@ -339,7 +339,9 @@ class TrainingJobRequest(_Strict):
         problems = rules.labels_problems(labels)
         problems += [(key, f"label {key!r} is set by trainctl itself") for key in labels if key in RESERVED_LABELS]
         if len(labels) > rules.MAX_LABELS - len(RESERVED_LABELS):
-            problems.append(("", f"at most {rules.MAX_LABELS - len(RESERVED_LABELS)} labels (trainctl adds 3)"))
+            problems.append(
+                ("", f"at most {rules.MAX_LABELS - len(RESERVED_LABELS)} labels (trainctl adds {len(RESERVED_LABELS)})")
+            )
         if problems:
             raise _cross_field(problems)
         return labels

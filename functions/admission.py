@@ -1,0 +1,93 @@
+"""Admission: may this (schema-valid) request run here? The operator's guardrails, checked before any claim.
+
+Pure. Each problem names the guardrail, what the request asks for and the limit, so a rejected event tells the
+requester exactly what to change (or whom to ask).
+"""
+
+from __future__ import annotations
+
+from functions.settings import Settings
+from schemas.errors import FieldError
+from schemas.events import CostEstimate
+from schemas.request import TrainingJobRequest
+from schemas.rules import format_duration, split_gs_uri
+
+
+def _allowed(value: str, allowed: tuple[str, ...]) -> bool:
+    """Machine types and data buckets: an empty allow-list allows any. Images, output buckets and service
+    accounts are stricter: only the defaults unless the operator lists more."""
+    return not allowed or value in allowed
+
+
+def admission_problems(
+    request: TrainingJobRequest, settings: Settings, cost: CostEstimate, output_dir: str
+) -> list[FieldError]:
+    problems: list[FieldError] = []
+    res = request.resources
+
+    def refuse(path: str, guardrail: str, text: str) -> None:
+        problems.append(FieldError(path, f"guardrail {guardrail}: {text}"))
+
+    if not _allowed(res.machine_type, settings.allowed_machine_types):
+        refuse(
+            "resources.machine_type",
+            "allowed_machine_types",
+            f"{res.machine_type} is not allowed here; allowed: {', '.join(settings.allowed_machine_types)}",
+        )
+    if res.total_gpus > settings.max_gpus_per_job:
+        refuse(
+            "resources",
+            "max_gpus_per_job",
+            f"the job asks for {res.total_gpus} GPUs; the limit is {settings.max_gpus_per_job}",
+        )
+    if res.replica_count > settings.max_nodes:
+        refuse(
+            "resources.replica_count",
+            "max_nodes",
+            f"the job asks for {res.replica_count} nodes; the limit is {settings.max_nodes}",
+        )
+    if request.scheduling.timeout > settings.max_timeout:
+        refuse(
+            "scheduling.timeout",
+            "max_timeout",
+            f"{format_duration(request.scheduling.timeout)} is longer than the limit of "
+            f"{format_duration(settings.max_timeout)}",
+        )
+    if cost.max_usd > settings.max_cost_usd:
+        refuse(
+            "scheduling.timeout",
+            "max_cost_usd",
+            f"this job can cost up to ${cost.max_usd:,.2f} (${cost.hourly_usd:,.2f}/h for "
+            f"{format_duration(request.scheduling.timeout)}); the limit is ${settings.max_cost_usd:,.2f}. "
+            "Shorten scheduling.timeout or use fewer GPUs",
+        )
+    image = request.trainer.image
+    allowed_image = image is None or image == settings.trainer_image
+    if not allowed_image and not any(image.startswith(prefix) for prefix in settings.allowed_image_prefixes):
+        allowed = ", ".join(settings.allowed_image_prefixes) or "none (only the built-in trainer)"
+        refuse(
+            "trainer.image",
+            "allowed_image_prefixes",
+            f"{image} is not from an allowed registry; allowed: {allowed}",
+        )
+    data_bucket, _ = split_gs_uri(request.dataset.uri)
+    if not _allowed(data_bucket, settings.allowed_data_buckets):
+        refuse(
+            "dataset.uri",
+            "allowed_data_buckets",
+            f"bucket {data_bucket} is not allowed; allowed: {', '.join(settings.allowed_data_buckets)}",
+        )
+    output_bucket, _ = split_gs_uri(output_dir)
+    allowed_outputs = (settings.control_bucket, *settings.allowed_output_buckets)
+    if output_bucket not in allowed_outputs:
+        refuse(
+            "output_dir",
+            "allowed_output_buckets",
+            f"bucket {output_bucket} is not allowed; allowed: {', '.join(allowed_outputs)}",
+        )
+    account = request.service_account
+    default_account = account is None or account == settings.trainer_service_account
+    if not default_account and account not in settings.allowed_service_accounts:
+        allowed = ", ".join(settings.allowed_service_accounts) or "none (only the default trainer account)"
+        refuse("service_account", "allowed_service_accounts", f"{account} may not be used; allowed: {allowed}")
+    return problems

@@ -1,0 +1,232 @@
+"""What each entry point does with its event: decode, drop what must be dropped, hand the rest to the controller.
+
+Retry or not is decided here, in one place, by exception type: `Transient` propagates (the trigger redelivers);
+input that can never become valid is answered with a `rejected` event and the function returns normally.
+Imports stay light until an event needs more: an upload that is not a marker costs a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from functions import logs, triggers
+from functions.settings import Settings
+
+if TYPE_CHECKING:
+    from functions.controller import Controller, Delivery
+
+
+@cache
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@cache
+def controller() -> Controller:
+    from functions.controller import Controller
+    from functions.gcs import Gcs
+    from functions.ledger import Ledger
+    from functions.publisher import EventPublisher
+    from functions.vertex import VertexJobs
+
+    s = settings()
+    gcs = Gcs(s.project)
+    return Controller(
+        settings=s,
+        ledger=Ledger(gcs, s.control_bucket),
+        gcs=gcs,
+        publisher=EventPublisher(s.project, s.events_topic, f"//trainctl/projects/{s.project}/locations/{s.region}"),
+        vertex_factory=lambda: VertexJobs(s.project, s.region, s.vertex_endpoint),
+    )
+
+
+def _event_time(cloud_event: Any) -> datetime:
+    try:
+        return datetime.fromisoformat(str(cloud_event["time"]).replace("Z", "+00:00")).astimezone(UTC)
+    except (KeyError, ValueError, TypeError):
+        return datetime.now(UTC)
+
+
+def _too_old(cloud_event: Any, when: datetime) -> bool:
+    age = datetime.now(UTC) - when
+    if age > timedelta(seconds=settings().max_event_age):
+        logs.warning(
+            "dropped an event older than max_event_age", event_id=cloud_event["id"], age_s=int(age.total_seconds())
+        )
+        return True
+    return False
+
+
+def _delivery(trigger_fields: dict[str, Any], cloud_event: Any, when: datetime) -> Delivery:
+    from functions.controller import Delivery
+    from schemas.events import Trigger
+
+    return Delivery(Trigger(**trigger_fields), str(cloud_event["id"]), when)
+
+
+def _data(cloud_event: Any) -> dict[str, Any]:
+    data = cloud_event.data
+    if isinstance(data, bytes | str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return {}
+    return data if isinstance(data, dict) else {}
+
+
+# ---- on_dataset_upload ---------------------------------------------------------------------------------
+
+
+def dataset_upload(cloud_event: Any) -> str:
+    data = _data(cloud_event)
+    bucket, name, generation = data.get("bucket"), data.get("name"), data.get("generation")
+    if not isinstance(bucket, str) or not isinstance(name, str):
+        logs.warning("not a Cloud Storage object event; ignored", event_id=cloud_event["id"])
+        return "ignored"
+    s = settings()
+    if not triggers.is_marker(s, name):
+        logs.info("not a marker; ignored", bucket=bucket, object=name)
+        return "ignored"
+    prefix = triggers.matching_rule(s, bucket, name)
+    if prefix is None:
+        logs.info("marker outside every trigger rule; ignored", bucket=bucket, object=name)
+        return "ignored"
+    when = _event_time(cloud_event)
+    if _too_old(cloud_event, when):
+        return "too old"
+    return _marker(cloud_event, bucket, name, str(generation or ""), int(data.get("size") or 0), prefix, when)
+
+
+def _marker(cloud_event: Any, bucket: str, name: str, generation: str, size: int, prefix: str, when: datetime) -> str:
+    from functions.documents import DocumentInvalid, load_document
+    from schemas.errors import RequestInvalid, parse_request
+
+    c = controller()
+    delivery = _delivery({"kind": "gcs", "bucket": bucket, "object": name, "generation": generation}, cloud_event, when)
+    key = f"gcs:{bucket}/{name}#{generation}"
+    request_id = triggers.derive_request_id(name, generation)
+    with logs.request_context(request_id):
+        try:
+            template = _template(prefix)
+            overrides: dict[str, Any] = {}
+            if size > 0:
+                found = c.gcs.read(bucket, name, int(generation) if generation.isdigit() else None)
+                if found is None:
+                    logs.info("marker was overwritten or deleted before it was read; the newer one counts")
+                    return "ignored"
+                overrides = load_document(found[0], settings().max_request_bytes)
+                if not isinstance(overrides, dict):
+                    raise DocumentInvalid("a marker's content must be a mapping of request fields")
+            document, explicit = triggers.marker_request(template, overrides, bucket, name, generation)
+            request = parse_request(document)
+        except DocumentInvalid as exc:
+            return c.reject(request_id, key, delivery, [f"marker: {exc}"], "the marker's overrides are unreadable")
+        except RequestInvalid as exc:
+            return c.reject(request_id, key, delivery, [str(e) for e in exc.errors], "the request is invalid")
+        if explicit:
+            key = f"request:{request.request_id}"
+            logs.set_request_id(request.request_id)
+        return c.handle_request(request, key, explicit, delivery)
+
+
+def _template(prefix: str) -> dict[str, Any]:
+    """A rule's template: inline in the settings, or a gs:// YAML/JSON object (read each time: it may change)."""
+    from functions.documents import DocumentInvalid, load_document
+    from schemas.rules import split_gs_uri
+
+    template = settings().trigger_rules[prefix]
+    if isinstance(template, str):
+        bucket, name = split_gs_uri(template)
+        found = controller().gcs.read(bucket, name)
+        if found is None:
+            raise DocumentInvalid(f"the template {template} of rule {prefix} does not exist")
+        template = load_document(found[0])
+    if not isinstance(template, dict):
+        raise DocumentInvalid(f"the template of rule {prefix} is not a mapping of request fields")
+    return template
+
+
+# ---- on_job_request ------------------------------------------------------------------------------------
+
+
+def _pubsub_payload(cloud_event: Any) -> tuple[dict[str, Any], bytes | None]:
+    """(message, decoded data), data None when it is missing or not base64."""
+    message = _data(cloud_event).get("message")
+    if not isinstance(message, dict) or not isinstance(message.get("data"), str):
+        return (message if isinstance(message, dict) else {}), None
+    try:
+        return message, base64.b64decode(message["data"], validate=True)
+    except (binascii.Error, ValueError):
+        return message, None
+
+
+def _topic(cloud_event: Any) -> str | None:
+    source = str(cloud_event["source"])
+    return source.removeprefix("//pubsub.googleapis.com/") if "/topics/" in source else None
+
+
+def job_request(cloud_event: Any) -> str:
+    from functions.documents import DocumentInvalid, load_document
+    from schemas.errors import RequestInvalid, parse_request
+    from schemas.request import REQUEST_ID_RE
+
+    when = _event_time(cloud_event)
+    if _too_old(cloud_event, when):
+        return "too old"
+    message, raw = _pubsub_payload(cloud_event)
+    message_id = str(message.get("messageId") or cloud_event["id"])
+    c = controller()
+    delivery = _delivery({"kind": "pubsub", "message_id": message_id, "topic": _topic(cloud_event)}, cloud_event, when)
+    key = f"pubsub:{message_id}"
+    with logs.request_context(None):
+        if raw is None:
+            return c.reject("unknown", key, delivery, ["message.data: missing or not base64"], "unreadable message")
+        try:
+            document = load_document(raw, settings().max_request_bytes)
+        except DocumentInvalid as exc:
+            return c.reject("unknown", key, delivery, [f"message.data: {exc}"], "unreadable request document")
+        claimed = document.get("request_id") if isinstance(document, dict) else None
+        request_id = claimed if isinstance(claimed, str) and re.fullmatch(REQUEST_ID_RE, claimed) else "unknown"
+        logs.set_request_id(request_id)
+        try:
+            request = parse_request(document)
+        except RequestInvalid as exc:
+            return c.reject(request_id, key, delivery, [str(e) for e in exc.errors], "the request is invalid")
+        return c.handle_request(request, f"request:{request.request_id}", True, delivery)
+
+
+# ---- on_job_state --------------------------------------------------------------------------------------
+
+LOG_STATE_LABEL = "ml.googleapis.com/job_state"
+
+
+def job_state(cloud_event: Any) -> str:
+    _, raw = _pubsub_payload(cloud_event)
+    try:
+        entry = json.loads(raw) if raw is not None else None
+    except ValueError:
+        entry = None
+    resource = entry.get("resource") if isinstance(entry, dict) else None
+    labels = resource.get("labels") if isinstance(resource, dict) else None
+    job_id = labels.get("job_id") if isinstance(labels, dict) else None
+    if not isinstance(job_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", job_id):
+        logs.warning("not a Vertex job-state log entry; ignored", event_id=cloud_event["id"])
+        return "ignored"
+    state = (entry.get("labels") or {}).get(LOG_STATE_LABEL) if isinstance(entry.get("labels"), dict) else None
+    logs.info("job state changed", job_id=job_id, job_state=state)
+    return controller().observe_job(job_id)
+
+
+# ---- reconcile -----------------------------------------------------------------------------------------
+
+
+def reconcile_tick() -> dict[str, int]:
+    summary = controller().reconcile()
+    logs.info("reconciled", **summary)
+    return summary

@@ -1,0 +1,259 @@
+"""The ledger record and the pure decisions made on it: what to do with a repeated request, and what a
+Vertex job state means for the record and for the events to publish.
+
+A record is one request's whole history. Events to publish are first written into the record's outbox (in the
+same compare-and-swap that changes its state), then published, then moved to `published`: a crash between
+the two leaves the event in the outbox for the next handler, so no state change is lost or published twice
+under two ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from functions.failures import RESUBMITTABLE, classify_job_failure
+from schemas.events import (
+    EVENT_ADAPTER,
+    Artifacts,
+    Cancelled,
+    CostEstimate,
+    Failed,
+    JobEvent,
+    JobRef,
+    Retrying,
+    Running,
+    Stuck,
+    Succeeded,
+    Timestamps,
+    Trigger,
+)
+from schemas.rules import format_duration
+
+RecordState = Literal["claimed", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]
+FINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
+# Vertex states in which a job has not started yet, and those in which it has ended.
+VERTEX_WAITING = frozenset({"JOB_STATE_QUEUED", "JOB_STATE_PENDING"})
+VERTEX_RUNNING = frozenset({"JOB_STATE_RUNNING", "JOB_STATE_UPDATING"})
+MAX_PUBLISHED_IDS = 200
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    key_hash: str
+    request_id: str
+    spec_hash: str
+    explicit_id: bool = Field(description="The requester named the id, so a different spec under it is a conflict.")
+    request: dict[str, Any]
+    trigger: Trigger | None = None
+    state: RecordState = "claimed"
+    attempt: int = 1
+    max_attempts: int = 1
+    lease_until: datetime | None = None
+    owner: str | None = None
+    not_before: datetime | None = None
+    job_name: str | None = None
+    job_state: str | None = None
+    stuck: bool = False
+    failure_reason: str | None = None
+    message: str | None = None
+    cost: CostEstimate
+    artifacts: Artifacts
+    created: datetime
+    updated: datetime
+    outbox: list[dict[str, Any]] = Field(default_factory=list)
+    outbox_since: datetime | None = None
+    published: list[str] = Field(default_factory=list)
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def lease_live(self, now: datetime) -> bool:
+        return self.lease_until is not None and self.lease_until > now
+
+    def add_events(self, events: list[JobEvent], now: datetime) -> None:
+        """Queue events not published or queued before (same ce-id), in order."""
+        known = set(self.published) | {EVENT_ADAPTER.validate_python(e).ce_id for e in self.outbox}
+        fresh = [e for e in events if e.ce_id not in known]
+        if fresh and not self.outbox:
+            self.outbox_since = now
+        self.outbox.extend(e.model_dump(mode="json", exclude_none=True) for e in fresh)
+
+    def outbox_events(self) -> list[JobEvent]:
+        return [EVENT_ADAPTER.validate_python(e) for e in self.outbox]
+
+    def mark_published(self, ids: set[str]) -> None:
+        self.outbox = [e for e in self.outbox if EVENT_ADAPTER.validate_python(e).ce_id not in ids]
+        self.published = (self.published + sorted(ids))[-MAX_PUBLISHED_IDS:]
+        if not self.outbox:
+            self.outbox_since = None
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """What the controller needs to know of a CustomJob, free of proto types."""
+
+    name: str
+    state: str
+    error_code: int = 0
+    error_message: str = ""
+    create_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    labels: dict[str, str] | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self.name.rsplit("/", 1)[-1]
+
+
+# ---- repeated requests ---------------------------------------------------------------------------------
+
+ExistingDecision = Literal["duplicate", "conflict", "wait", "take_over"]
+
+
+def decide_on_existing(record: Record, spec_hash: str, now: datetime) -> ExistingDecision:
+    """DESIGN.md §4 step 2: what a delivery does when the request's record already exists."""
+    if record.explicit_id and record.spec_hash != spec_hash:
+        return "conflict"
+    if record.state != "claimed":
+        return "duplicate"
+    if record.lease_live(now):
+        return "wait"
+    if record.not_before is not None and record.not_before > now:
+        return "duplicate"  # a resubmission is scheduled; reconcile will make it
+    return "take_over"
+
+
+# ---- observing a job -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Transition:
+    """What an observation changes: events to queue and an action for the orchestrator."""
+
+    events: list[JobEvent]
+    action: Literal["none", "cancel", "resubmit", "load_metrics"] = "none"
+
+
+def job_ref(name: str, region: str, project: str) -> JobRef:
+    job_id = name.rsplit("/", 1)[-1]
+    return JobRef(
+        name=name,
+        console_url=f"https://console.cloud.google.com/vertex-ai/locations/{region}/training/{job_id}?project={project}",
+    )
+
+
+def _common(record: Record, job: JobSnapshot, ref: JobRef, now: datetime, message: str) -> dict[str, Any]:
+    return {
+        "request_id": record.request_id,
+        "request_key": record.key,
+        "attempt": record.attempt,
+        "time": now,
+        "message": message,
+        "trigger": record.trigger,
+        "job": ref,
+        "timestamps": Timestamps(created=job.create_time, started=job.start_time, ended=job.end_time),
+    }
+
+
+def _duration(job: JobSnapshot) -> float | None:
+    if job.start_time and job.end_time:
+        return round((job.end_time - job.start_time).total_seconds(), 1)
+    return None
+
+
+def observe(
+    record: Record, job: JobSnapshot, ref: JobRef, now: datetime, max_pending: int, metrics: dict[str, Any] | None
+) -> Transition:
+    """Fold one observation of the record's job into the record; pure apart from mutating `record`.
+
+    `metrics` is None until the orchestrator has loaded metrics.json; a SUCCEEDED job first asks for it.
+    """
+    events: list[JobEvent] = []
+    common = _common(record, job, ref, now, "")
+    record.job_state = job.state
+
+    def running_if_missed() -> None:
+        if record.state == "submitted" and job.start_time is not None:
+            events.append(Running(**common | {"message": f"job {job.job_id} is running"}))
+            record.state = "running"
+
+    if job.state in VERTEX_WAITING:
+        if record.stuck:
+            return Transition(events, "cancel")  # the earlier cancel has not taken effect (or failed): again
+        waited = (now - job.create_time).total_seconds() if job.create_time else 0
+        if waited > max_pending:
+            record.stuck = True
+            text = f"job waited {format_duration(int(waited))} in {job.state}, longer than max_pending"
+            events.append(
+                Stuck(**common | {"message": text}, pending_seconds=int(waited), max_pending_seconds=max_pending)
+            )
+            return Transition(events, "cancel")
+        return Transition(events)
+    if job.state in VERTEX_RUNNING:
+        if record.state == "submitted":
+            events.append(Running(**common | {"message": f"job {job.job_id} is running"}))
+            record.state = "running"
+        return Transition(events)
+    if job.state == "JOB_STATE_SUCCEEDED":
+        if metrics is None:
+            return Transition([], "load_metrics")
+        running_if_missed()
+        record.state = "succeeded"
+        text = f"job {job.job_id} succeeded" + (f" in {format_duration(int(d))}" if (d := _duration(job)) else "")
+        events.append(
+            Succeeded(
+                **common | {"message": text},
+                artifacts=record.artifacts,
+                metrics=metrics,
+                duration_seconds=_duration(job),
+                cost=record.cost,
+            )
+        )
+        return Transition(events)
+    if job.state == "JOB_STATE_FAILED":
+        running_if_missed()
+        reason = classify_job_failure(job.error_code, job.error_message, started=job.start_time is not None)
+        record.failure_reason, record.message = reason, job.error_message
+        if reason in RESUBMITTABLE and record.attempt < record.max_attempts:
+            events.append(
+                Retrying(
+                    **common
+                    | {"message": f"attempt {record.attempt} failed ({reason}): {job.error_message}; resubmitting"},
+                    reason=reason,
+                    max_attempts=record.max_attempts,
+                )
+            )
+            record.state, record.job_name, record.job_state = "claimed", None, None
+            record.attempt += 1
+            record.lease_until, record.not_before, record.stuck = None, now, False
+            return Transition(events, "resubmit")
+        record.state = "failed"
+        events.append(
+            Failed(
+                **common | {"message": f"job {job.job_id} failed ({reason}): {job.error_message}"},
+                reason=reason,
+                artifacts=record.artifacts,
+                duration_seconds=_duration(job),
+            )
+        )
+        return Transition(events)
+    if job.state == "JOB_STATE_CANCELLED":
+        record.state = "cancelled"
+        why = "after waiting longer than max_pending" if record.stuck else "by request"
+        events.append(
+            Cancelled(**common | {"message": f"job {job.job_id} was cancelled {why}"}, duration_seconds=_duration(job))
+        )
+        return Transition(events)
+    return Transition(events)  # CANCELLING and other passing states: wait for the next observation
+
+
+def backoff(attempt: int, base: timedelta = timedelta(minutes=2), cap: timedelta = timedelta(minutes=30)) -> timedelta:
+    return min(cap, base * (2 ** max(0, attempt - 1)))

@@ -1,0 +1,212 @@
+"""Planning: a validated request → the exact Vertex AI CustomJob, its Reduction Server decision and its cost.
+
+Pure: no I/O and no Google client imports. The CustomJob is a dict in the proto3 JSON mapping with the
+proto's own (snake_case) field names, so `aiplatform_v1.CustomJob.from_json(json.dumps(job))` builds the
+request the Vertex adapter sends, and `trainctl plan` can print it as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from functions.settings import Settings
+from schemas import catalog
+from schemas.events import CostEstimate
+from schemas.request import TabularHyperparameters, TrainingJobRequest
+from schemas.rules import sanitize_label_value
+
+REDUCTION_SERVER_BUCKET_CAP_MB = 64
+MANAGED_BY = "trainctl"
+
+
+@dataclass(frozen=True)
+class ReductionServerPlan:
+    enabled: bool
+    replicas: int
+    machine_type: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    custom_job: dict[str, Any]
+    reduction_server: ReductionServerPlan
+    cost: CostEstimate
+    output_dir: str
+
+
+def key_hash(request_key: str) -> str:
+    """The label value that ties a CustomJob to its ledger record (labels allow ≤ 63 of [a-z0-9_-])."""
+    return hashlib.sha256(request_key.encode()).hexdigest()[:40]
+
+
+def output_dir(request: TrainingJobRequest, settings: Settings) -> str:
+    if request.output_dir:
+        return request.output_dir.rstrip("/") + "/"
+    return f"gs://{settings.control_bucket}/runs/{request.request_id}/"
+
+
+def plan_reduction_server(request: TrainingJobRequest) -> ReductionServerPlan:
+    """Decide on worker pool 2 per DESIGN.md §4, and say why in words."""
+    rs, res = request.reduction_server, request.resources
+    machine_type = rs.machine_type or catalog.REDUCER_MACHINE
+    family = res.machine_type.split("-", 1)[0]
+
+    def off(reason: str) -> ReductionServerPlan:
+        return ReductionServerPlan(False, 0, machine_type, reason)
+
+    if rs.mode == "off":
+        return off("off: reduction_server.mode is off")
+    if res.replica_count < 2:
+        return off("off: a single-node job all-reduces over NVLink/PCIe inside the machine; reducers cannot help")
+    if family not in catalog.REDUCTION_SERVER_FAMILIES:
+        return off(f"off: {res.machine_type} uses GPUDirect networking, which outperforms Reduction Server")
+    if request.scheduling.strategy == "flex_start":
+        return off("off: FLEX_START requires every worker pool to use the same machine configuration")
+    node_gbps = catalog.node_egress_gbps(res.machine_type, res.accelerator_type, res.accelerator_count or 0)
+    total_gbps = node_gbps * res.replica_count
+    needed = catalog.reducers_needed(total_gbps)
+    replicas = rs.replica_count or needed
+    sizing = (
+        f"{rs.replica_count} reducers as requested"
+        if rs.replica_count
+        else f"ceil({res.replica_count} nodes × {node_gbps} Gbps / {catalog.REDUCER_EGRESS_GBPS} Gbps) = {needed}"
+    )
+    return ReductionServerPlan(
+        True,
+        replicas,
+        machine_type,
+        f"on ({rs.mode}): {res.replica_count}-node {family.upper()} job; {sizing} × {machine_type}; "
+        f"the trainer gets --bucket-cap-mb {REDUCTION_SERVER_BUCKET_CAP_MB}",
+    )
+
+
+def estimate_cost(request: TrainingJobRequest, reducers: ReductionServerPlan) -> CostEstimate:
+    res = request.resources
+    spot = request.scheduling.strategy == "spot"
+    node = catalog.node_hourly_price(res.machine_type, res.accelerator_type, res.accelerator_count or 0, spot)
+    hourly = node * res.replica_count
+    if reducers.enabled:
+        reducer_machine = catalog.machine(reducers.machine_type) or catalog.MACHINES[catalog.REDUCER_MACHINE]
+        hourly += reducers.replicas * (reducer_machine.spot_price if spot else reducer_machine.price)
+    return CostEstimate(
+        hourly_usd=round(hourly, 2),
+        max_usd=round(hourly * request.scheduling.timeout / 3600, 2),
+        gpus=res.total_gpus,
+        nodes=res.replica_count,
+        reducers=reducers.replicas,
+        prices_as_of=catalog.PRICES_TAKEN,
+    )
+
+
+def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[str]:
+    """Command-line arguments of `python -m trainer.launch` for the built-in tabular trainer."""
+    hp, ds = request.trainer.hyperparameters or TabularHyperparameters(), request.dataset
+    args = [
+        "--data", ds.uri,
+        "--target", ds.target,
+        "--format", ds.format,
+        "--validation-fraction", str(ds.validation_fraction),
+        "--task", hp.task,
+        "--epochs", str(hp.epochs),
+        "--batch-size", str(hp.batch_size),
+        "--learning-rate", str(hp.learning_rate),
+        "--weight-decay", str(hp.weight_decay),
+        "--hidden-sizes", ",".join(map(str, hp.hidden_sizes)),
+        "--dropout", str(hp.dropout),
+        "--seed", str(hp.seed),
+        "--gradient-accumulation-steps", str(hp.gradient_accumulation_steps),
+        "--checkpoint-every-steps", str(hp.checkpoint_every_steps),
+    ]  # fmt: skip
+    if ds.features:
+        args += ["--features", ",".join(ds.features)]
+    if reduction_server:
+        args += ["--bucket-cap-mb", str(REDUCTION_SERVER_BUCKET_CAP_MB)]
+    return args
+
+
+def _container_spec(request: TrainingJobRequest, settings: Settings, reduction_server: bool) -> dict[str, Any]:
+    trainer = request.trainer
+    if trainer.image is None:
+        return {"image_uri": settings.trainer_image, "args": trainer_args(request, reduction_server)}
+    spec: dict[str, Any] = {"image_uri": trainer.image}
+    if trainer.command:
+        spec["command"] = list(trainer.command)
+    if trainer.args:
+        spec["args"] = list(trainer.args)
+    if trainer.env:
+        spec["env"] = [{"name": name, "value": value} for name, value in trainer.env.items()]
+    return spec
+
+
+def labels(request: TrainingJobRequest, request_key: str, attempt: int) -> dict[str, str]:
+    return {
+        **request.labels,
+        "trainctl-key": key_hash(request_key),
+        "trainctl-attempt": str(attempt),
+        "trainctl-request": sanitize_label_value(request.request_id),
+        "managed-by": MANAGED_BY,
+    }
+
+
+def _duration(seconds: int) -> str:
+    return f"{seconds}s"
+
+
+def plan_custom_job(request: TrainingJobRequest, settings: Settings, request_key: str, attempt: int = 1) -> Plan:
+    res, sched = request.resources, request.scheduling
+    reducers = plan_reduction_server(request)
+    machine_spec = {
+        "machine_type": res.machine_type,
+        "accelerator_type": res.accelerator_type,
+        "accelerator_count": res.accelerator_count,
+    }
+    container = _container_spec(request, settings, reducers.enabled)
+    disk = {"boot_disk_type": res.boot_disk.type, "boot_disk_size_gb": res.boot_disk.size_gb}
+
+    def workers(replicas: int) -> dict[str, Any]:
+        return {
+            "machine_spec": machine_spec,
+            "replica_count": str(replicas),
+            "container_spec": container,
+            "disk_spec": disk,
+        }
+
+    pools: list[dict[str, Any]] = [workers(1)]
+    if res.replica_count > 1:
+        pools.append(workers(res.replica_count - 1))
+    if reducers.enabled:
+        pools.append(
+            {
+                "machine_spec": {"machine_type": reducers.machine_type},
+                "replica_count": str(reducers.replicas),
+                "container_spec": {"image_uri": settings.reduction_server_image},
+            }
+        )
+    scheduling: dict[str, Any] = {
+        "timeout": _duration(sched.timeout),
+        "restart_job_on_worker_restart": sched.restart_job_on_worker_restart,
+        "strategy": sched.strategy.upper(),
+    }
+    if sched.strategy == "flex_start":
+        scheduling["max_wait_duration"] = _duration(sched.max_pending)
+    out = output_dir(request, settings)
+    job_spec: dict[str, Any] = {
+        "worker_pool_specs": pools,
+        "scheduling": scheduling,
+        "base_output_directory": {"output_uri_prefix": out},
+    }
+    service_account = request.service_account or settings.trainer_service_account
+    if service_account:
+        job_spec["service_account"] = service_account
+    display_name = request.display_name or request.request_id
+    if attempt > 1:
+        display_name = f"{display_name[: 128 - 12]} (attempt {attempt})"
+    custom_job = {
+        "display_name": display_name,
+        "job_spec": job_spec,
+        "labels": labels(request, request_key, attempt),
+    }
+    return Plan(custom_job, reducers, estimate_cost(request, reducers), out)

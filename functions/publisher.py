@@ -1,0 +1,62 @@
+"""Publishing lifecycle events to the events topic over Pub/Sub's REST API.
+
+One small HTTPS call per event instead of the gRPC publisher client: that client's import and its batching
+threads cost more at cold start than the whole duplicate path (reference/functions.md §8), and a function
+publishes a handful of messages per invocation. Honours PUBSUB_EMULATOR_HOST like the client libraries do.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import random
+import time
+from typing import Any
+
+from functions.errors import Transient
+from schemas.events import JobEvent, to_pubsub_message
+
+_SCOPES = ["https://www.googleapis.com/auth/pubsub"]
+_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def _session() -> tuple[Any, str]:
+    import requests
+
+    emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
+    if emulator:
+        return requests.Session(), f"http://{emulator}"
+    import google.auth
+    from google.auth.transport.requests import AuthorizedSession
+
+    credentials, _ = google.auth.default(scopes=_SCOPES)
+    return AuthorizedSession(credentials), "https://pubsub.googleapis.com"
+
+
+class EventPublisher:
+    def __init__(self, project: str, topic: str, source: str, attempts: int = 4, timeout: float = 10.0):
+        self._session, base = _session()
+        self._url = f"{base}/v1/projects/{project}/topics/{topic}:publish"
+        self.source = source
+        self._attempts = attempts
+        self._timeout = timeout
+
+    def publish(self, event: JobEvent) -> str:
+        """Publish one event; returns its message id. Raises Transient when Pub/Sub stays unreachable."""
+        message = to_pubsub_message(event, self.source)
+        body = {"messages": [{"data": base64.b64encode(message.data).decode(), "attributes": message.attributes}]}
+        problem = ""
+        for attempt in range(self._attempts):
+            if attempt:
+                time.sleep(min(4.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.0))
+            try:
+                response = self._session.post(self._url, json=body, timeout=self._timeout)
+            except OSError as exc:  # requests' ConnectionError and Timeout are OSErrors
+                problem = f"cannot reach Pub/Sub: {exc}"
+                continue
+            if response.status_code == 200:
+                return response.json()["messageIds"][0]
+            problem = f"Pub/Sub answered {response.status_code}: {response.text[:200]}"
+            if response.status_code not in _RETRYABLE_STATUS:
+                break
+        raise Transient(f"could not publish {event.ce_type} for {event.request_id}: {problem}")

@@ -1,0 +1,81 @@
+"""Guardrails: each refusal names the guardrail, what was asked and the limit."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from functions.admission import admission_problems
+from functions.planning import plan_custom_job
+from tests.unit.conftest import make_request
+
+
+def problems(settings, **sections):
+    request = make_request(**sections)
+    plan = plan_custom_job(request, settings, "request:x")
+    return [str(p) for p in admission_problems(request, settings, plan.cost, plan.output_dir)]
+
+
+def test_a_modest_request_passes(settings):
+    assert problems(settings) == []
+
+
+def test_machine_type_allow_list(settings):
+    s = dataclasses.replace(settings, allowed_machine_types=("g2-standard-24",))
+    assert problems(s) == [
+        "resources.machine_type: guardrail allowed_machine_types: a2-highgpu-2g is not allowed here; "
+        "allowed: g2-standard-24"
+    ]
+
+
+def test_gpu_and_node_limits(settings):
+    s = dataclasses.replace(settings, max_gpus_per_job=16, max_nodes=2, max_cost_usd=1e9)
+    found = problems(s, resources={"machine_type": "a2-highgpu-8g", "replica_count": 4})
+    assert "resources: guardrail max_gpus_per_job: the job asks for 32 GPUs; the limit is 16" in found
+    assert "resources.replica_count: guardrail max_nodes: the job asks for 4 nodes; the limit is 2" in found
+
+
+def test_timeout_limit(settings):
+    s = dataclasses.replace(settings, max_timeout=3600)
+    assert problems(s, scheduling={"timeout": "2h"}) == [
+        "scheduling.timeout: guardrail max_timeout: 2h is longer than the limit of 1h"
+    ]
+
+
+def test_cost_ceiling_counts_the_whole_timeout(settings):
+    s = dataclasses.replace(settings, max_cost_usd=100.0)
+    (found,) = problems(s, scheduling={"timeout": "24h"})
+    assert found.startswith("scheduling.timeout: guardrail max_cost_usd: this job can cost up to $211.68")
+    assert "the limit is $100.00" in found
+
+
+def test_custom_images_need_an_allowed_registry(settings):
+    trainer = {"image": "docker.io/evil/miner:latest"}
+    assert problems(settings, trainer=trainer) == [
+        "trainer.image: guardrail allowed_image_prefixes: docker.io/evil/miner:latest is not from an allowed "
+        "registry; allowed: none (only the built-in trainer)"
+    ]
+    s = dataclasses.replace(settings, allowed_image_prefixes=("docker.io/evil/",))
+    assert problems(s, trainer=trainer) == []
+
+
+def test_data_and_output_buckets(settings):
+    s = dataclasses.replace(settings, allowed_data_buckets=("data-bucket",))
+    assert problems(s) == []
+    found = problems(s, dataset={"uri": "gs://other-bucket/x/", "target": "y"}, output_dir="gs://elsewhere/out/")
+    assert (
+        "dataset.uri: guardrail allowed_data_buckets: bucket other-bucket is not allowed; allowed: data-bucket" in found
+    )
+    assert (
+        "output_dir: guardrail allowed_output_buckets: bucket elsewhere is not allowed; allowed: proj-trainctl-control"
+        in found
+    )
+
+
+def test_service_account_override_needs_the_allow_list(settings):
+    found = problems(settings, service_account="admin@proj.iam.gserviceaccount.com")
+    assert found == [
+        "service_account: guardrail allowed_service_accounts: admin@proj.iam.gserviceaccount.com may not be used; "
+        "allowed: none (only the default trainer account)"
+    ]
+    s = dataclasses.replace(settings, allowed_service_accounts=("admin@proj.iam.gserviceaccount.com",))
+    assert problems(s, service_account="admin@proj.iam.gserviceaccount.com") == []

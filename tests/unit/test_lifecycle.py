@@ -1,0 +1,125 @@
+"""The pure decisions on a ledger record: repeated deliveries, and what each Vertex state means."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from functions.controller import artifacts
+from functions.lifecycle import JobSnapshot, Record, decide_on_existing, job_ref, observe
+from schemas.events import CostEstimate
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+JOB = "projects/p/locations/us-central1/customJobs/123"
+REF = job_ref(JOB, "us-central1", "p")
+
+
+def record(**fields) -> Record:
+    base = dict(
+        key="request:r1",
+        key_hash="abc",
+        request_id="r1",
+        spec_hash="s1",
+        explicit_id=True,
+        request={},
+        state="submitted",
+        attempt=1,
+        max_attempts=3,
+        job_name=JOB,
+        cost=CostEstimate(hourly_usd=1, max_usd=24, gpus=2, nodes=1, prices_as_of="2026-11-22"),
+        artifacts=artifacts("gs://c/runs/r1/"),
+        created=NOW,
+        updated=NOW,
+    )
+    return Record(**(base | fields))
+
+
+def job(state: str, **fields) -> JobSnapshot:
+    return JobSnapshot(name=JOB, state=state, create_time=NOW - timedelta(minutes=5), **fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "spec", "decision"),
+    [
+        ({"state": "submitted"}, "s1", "duplicate"),
+        ({"state": "succeeded"}, "s1", "duplicate"),
+        ({"state": "submitted"}, "s2", "conflict"),
+        ({"state": "submitted", "explicit_id": False}, "s2", "duplicate"),
+        ({"state": "claimed", "lease_until": NOW + timedelta(seconds=30)}, "s1", "wait"),
+        ({"state": "claimed", "lease_until": NOW - timedelta(seconds=1)}, "s1", "take_over"),
+        ({"state": "claimed", "lease_until": None, "not_before": NOW + timedelta(minutes=2)}, "s1", "duplicate"),
+    ],
+)
+def test_repeated_delivery_decisions(fields, spec, decision):
+    assert decide_on_existing(record(**fields), spec, NOW) == decision
+
+
+def test_running_is_reported_once():
+    rec = record()
+    first = observe(rec, job("JOB_STATE_RUNNING", start_time=NOW), REF, NOW, 3600, None)
+    assert [e.state for e in first.events] == ["running"] and rec.state == "running"
+    assert observe(rec, job("JOB_STATE_RUNNING", start_time=NOW), REF, NOW, 3600, None).events == []
+
+
+def test_success_asks_for_metrics_then_reports_missed_running_and_success():
+    rec = record()
+    done = job("JOB_STATE_SUCCEEDED", start_time=NOW - timedelta(minutes=4), end_time=NOW)
+    assert observe(rec, done, REF, NOW, 3600, None).action == "load_metrics"
+    assert rec.state == "submitted"
+    transition = observe(rec, done, REF, NOW, 3600, {"val_accuracy": 0.9})
+    assert [e.state for e in transition.events] == ["running", "succeeded"]
+    assert transition.events[1].metrics == {"val_accuracy": 0.9}
+    assert transition.events[1].duration_seconds == 240
+    assert rec.state == "succeeded" and rec.final
+
+
+def test_waiting_longer_than_max_pending_is_stuck_and_cancelled_once():
+    rec = record()
+    waiting = job("JOB_STATE_QUEUED")
+    assert observe(rec, waiting, REF, NOW, 3600, None).events == []
+    transition = observe(rec, waiting, REF, NOW, 60, None)
+    assert [e.state for e in transition.events] == ["stuck"] and transition.action == "cancel"
+    again = observe(rec, waiting, REF, NOW, 60, None)
+    assert again.events == [] and again.action == "cancel"
+    cancelled = observe(rec, job("JOB_STATE_CANCELLED", end_time=NOW), REF, NOW, 60, None)
+    assert [e.state for e in cancelled.events] == ["cancelled"]
+    assert "max_pending" in cancelled.events[0].message
+
+
+def test_preemption_with_attempts_left_is_retried_on_a_new_attempt():
+    rec = record(state="running")
+    preempted = job(
+        "JOB_STATE_FAILED", start_time=NOW, error_code=9, error_message="Resources are insufficient in region: x."
+    )
+    transition = observe(rec, preempted, REF, NOW, 3600, None)
+    assert [(e.state, e.reason, e.attempt) for e in transition.events] == [("retrying", "preemption", 1)]
+    assert transition.action == "resubmit"
+    assert (rec.state, rec.attempt, rec.job_name) == ("claimed", 2, None)
+
+
+def test_user_errors_and_exhausted_attempts_fail():
+    user = job(
+        "JOB_STATE_FAILED",
+        start_time=NOW,
+        error_code=3,
+        error_message="The replica workerpool0-0 exited with a non-zero status of 3.",
+    )
+    rec = record(state="running")
+    assert [(e.state, e.reason) for e in observe(rec, user, REF, NOW, 3600, None).events] == [("failed", "user")]
+    internal = job("JOB_STATE_FAILED", start_time=NOW, error_code=13, error_message="Internal error occurred")
+    last = record(state="running", attempt=3)
+    assert [(e.state, e.reason) for e in observe(last, internal, REF, NOW, 3600, None).events] == [
+        ("failed", "internal")
+    ]
+
+
+def test_outbox_never_queues_the_same_event_twice():
+    rec = record()
+    transition = observe(rec, job("JOB_STATE_RUNNING", start_time=NOW), REF, NOW, 3600, None)
+    rec.add_events(transition.events, NOW)
+    rec.add_events(transition.events, NOW)
+    assert len(rec.outbox) == 1
+    rec.mark_published({transition.events[0].ce_id})
+    rec.add_events(transition.events, NOW)
+    assert rec.outbox == [] and rec.outbox_since is None

@@ -1,0 +1,148 @@
+"""Planning: the CustomJob a request becomes, the Reduction Server decision and the cost estimate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from google.cloud.aiplatform_v1 import CustomJob
+
+from functions.planning import REDUCTION_SERVER_BUCKET_CAP_MB, key_hash, plan_custom_job
+from tests.unit.conftest import make_request
+
+KEY = "request:churn-1"
+
+
+def test_single_node_job_has_one_pool_and_the_trainer_arguments(settings):
+    plan = plan_custom_job(make_request(), settings, KEY)
+    spec = plan.custom_job["job_spec"]
+    assert len(spec["worker_pool_specs"]) == 1
+    pool = spec["worker_pool_specs"][0]
+    assert pool["replica_count"] == "1"
+    assert pool["machine_spec"] == {
+        "machine_type": "a2-highgpu-2g",
+        "accelerator_type": "NVIDIA_TESLA_A100",
+        "accelerator_count": 2,
+    }
+    args = pool["container_spec"]["args"]
+    assert pool["container_spec"]["image_uri"] == settings.trainer_image
+    assert args[args.index("--data") + 1] == "gs://data-bucket/churn/"
+    assert args[args.index("--target") + 1] == "churned"
+    assert "--bucket-cap-mb" not in args
+    assert spec["base_output_directory"] == {"output_uri_prefix": "gs://proj-trainctl-control/runs/churn-1/"}
+    assert spec["service_account"] == settings.trainer_service_account
+    assert spec["scheduling"] == {"timeout": "86400s", "restart_job_on_worker_restart": True, "strategy": "STANDARD"}
+    assert plan.reduction_server.enabled is False
+
+
+def test_the_plan_is_a_valid_vertex_custom_job(settings):
+    plan = plan_custom_job(make_request(resources={"machine_type": "a2-highgpu-8g", "replica_count": 4}), settings, KEY)
+    job = CustomJob.from_json(json.dumps(plan.custom_job))
+    assert [p.replica_count for p in job.job_spec.worker_pool_specs] == [1, 3, 13]
+    assert job.labels["trainctl-key"] == key_hash(KEY)
+    assert job.labels["managed-by"] == "trainctl"
+
+
+def test_four_a2_highgpu_8g_nodes_get_13_reducers(settings):
+    plan = plan_custom_job(make_request(resources={"machine_type": "a2-highgpu-8g", "replica_count": 4}), settings, KEY)
+    pools = plan.custom_job["job_spec"]["worker_pool_specs"]
+    assert [p["replica_count"] for p in pools] == ["1", "3", "13"]
+    assert pools[2]["machine_spec"] == {"machine_type": "n1-highcpu-16"}
+    assert pools[2]["container_spec"]["image_uri"].endswith("/vertex-ai-restricted/training/reductionserver:latest")
+    assert "accelerator_type" not in pools[2]["machine_spec"]
+    for pool in pools[:2]:
+        args = pool["container_spec"]["args"]
+        assert args[args.index("--bucket-cap-mb") + 1] == str(REDUCTION_SERVER_BUCKET_CAP_MB)
+    assert plan.reduction_server.enabled
+    assert "ceil(4 nodes × 100 Gbps / 32 Gbps) = 13" in plan.reduction_server.reason
+
+
+@pytest.mark.parametrize(
+    ("sections", "reason"),
+    [
+        ({"resources": {"machine_type": "a2-highgpu-8g"}}, "single-node"),
+        ({"resources": {"machine_type": "a3-highgpu-8g", "replica_count": 2}}, "GPUDirect"),
+        (
+            {
+                "resources": {"machine_type": "a2-highgpu-8g", "replica_count": 2},
+                "scheduling": {"strategy": "flex_start"},
+            },
+            "FLEX_START",
+        ),
+        (
+            {"resources": {"machine_type": "a2-highgpu-8g", "replica_count": 2}, "reduction_server": {"mode": "off"}},
+            "mode is off",
+        ),
+    ],
+)
+def test_no_reducers_and_the_reason_in_words(settings, sections, reason):
+    plan = plan_custom_job(make_request(**sections), settings, KEY)
+    assert not plan.reduction_server.enabled
+    assert reason in plan.reduction_server.reason
+    assert len(plan.custom_job["job_spec"]["worker_pool_specs"]) == sections["resources"].get("replica_count", 1) and (
+        len(plan.custom_job["job_spec"]["worker_pool_specs"]) <= 2
+    )
+
+
+def test_reducer_overrides_are_used(settings):
+    request = make_request(
+        resources={"machine_type": "g2-standard-24", "replica_count": 2},
+        reduction_server={"mode": "on", "replica_count": 3, "machine_type": "n2-highcpu-16"},
+    )
+    plan = plan_custom_job(request, settings, KEY)
+    assert plan.custom_job["job_spec"]["worker_pool_specs"][2]["replica_count"] == "3"
+    assert plan.reduction_server.machine_type == "n2-highcpu-16"
+
+
+def test_flex_start_waits_at_most_max_pending(settings):
+    request = make_request(scheduling={"strategy": "flex_start", "max_pending": "2h"})
+    scheduling = plan_custom_job(request, settings, KEY).custom_job["job_spec"]["scheduling"]
+    assert scheduling["strategy"] == "FLEX_START"
+    assert scheduling["max_wait_duration"] == "7200s"
+
+
+def test_cost_covers_nodes_reducers_and_the_timeout(settings):
+    request = make_request(
+        resources={"machine_type": "a2-highgpu-8g", "replica_count": 4}, scheduling={"timeout": "2h"}
+    )
+    cost = plan_custom_job(request, settings, KEY).cost
+    assert cost.hourly_usd == pytest.approx(4 * 35.26 + 13 * 0.6544, abs=0.01)
+    assert cost.max_usd == pytest.approx(cost.hourly_usd * 2, abs=0.02)
+    assert (cost.gpus, cost.nodes, cost.reducers) == (32, 4, 13)
+
+
+def test_spot_is_priced_as_spot(settings):
+    standard = plan_custom_job(make_request(), settings, KEY).cost
+    spot = plan_custom_job(make_request(scheduling={"strategy": "spot"}), settings, KEY).cost
+    assert spot.hourly_usd < standard.hourly_usd
+
+
+def test_custom_image_keeps_its_command_args_and_env(settings):
+    request = make_request(
+        trainer={
+            "image": "us-docker.pkg.dev/p/r/t:1",
+            "command": ["python", "-m", "t"],
+            "args": ["--x"],
+            "env": {"A": "1"},
+        }
+    )
+    container = plan_custom_job(request, settings, KEY).custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]
+    assert container == {
+        "image_uri": "us-docker.pkg.dev/p/r/t:1",
+        "command": ["python", "-m", "t"],
+        "args": ["--x"],
+        "env": [{"name": "A", "value": "1"}],
+    }
+
+
+def test_labels_carry_key_attempt_request_and_the_users(settings):
+    request = make_request(labels={"team": "growth"})
+    labels = plan_custom_job(request, settings, KEY, attempt=2).custom_job["labels"]
+    assert labels == {
+        "team": "growth",
+        "trainctl-key": key_hash(KEY),
+        "trainctl-attempt": "2",
+        "trainctl-request": "churn-1",
+        "managed-by": "trainctl",
+    }
+    assert plan_custom_job(request, settings, KEY, attempt=2).custom_job["display_name"] == "churn-1 (attempt 2)"

@@ -15,16 +15,11 @@ from hypothesis import strategies as st
 from functions.documents import load_document
 from schemas.errors import RequestInvalid, parse_request
 from schemas.export import request_schema
+from tests.unit.conftest import BASE_REQUEST
 
 EXAMPLES = sorted(Path(__file__).parents[2].joinpath("examples").glob("*.*"))
 
-VALID: dict[str, Any] = {
-    "api_version": "trainctl/v1",
-    "request_id": "churn-1",
-    "dataset": {"uri": "gs://data-bucket/churn/", "target": "churned"},
-    "trainer": {"builtin": "tabular"},
-    "resources": {"machine_type": "a2-highgpu-2g"},
-}
+VALID = BASE_REQUEST
 
 
 def with_changes(**changes: Any) -> dict[str, Any]:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 LOCAL_PROJECT = "trainctl-local"
 LOCAL_REGION = "us-central1"
+# The image the local JobService runs as `python -m trainer.launch`.
+LOCAL_TRAINER_IMAGE = "localhost/trainctl/trainer:latest"
 
 
 @dataclass(frozen=True)

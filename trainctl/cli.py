@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainctl import validate
+from trainctl import plan, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     validate.register(commands)
+    plan.register(commands)
     return parser
 
 

@@ -1,0 +1,134 @@
+"""`trainctl plan FILE [--json | --gcloud DIR]`: the exact CustomJob a request becomes, offline.
+
+Shows the worker pools, the Reduction Server decision in words and the cost estimate. `--gcloud` writes the
+config.yaml that `gcloud ai custom-jobs create --config` accepts and prints the command that submits it, so a
+team used to that path can compare the two and move over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from functions.planning import Plan, plan_custom_job
+from schemas.errors import RequestInvalid
+from schemas.request import TrainingJobRequest
+from schemas.rules import format_duration
+from trainctl.context import cli_settings
+from trainctl.validate import EXIT_INVALID, load_request_file
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser("plan", help="show the Vertex AI CustomJob a request becomes (no network)")
+    cmd.add_argument("file", type=Path, metavar="FILE")
+    output = cmd.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the plan as JSON")
+    output.add_argument(
+        "--gcloud", type=Path, metavar="DIR", help="write DIR/config.yaml for `gcloud ai custom-jobs create --config`"
+    )
+    cmd.set_defaults(run=run_plan)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    try:
+        request = load_request_file(args.file)
+    except RequestInvalid as exc:
+        print(f"{args.file}: invalid")
+        for error in exc.errors:
+            print(f"  {error}")
+        return EXIT_INVALID
+    settings = cli_settings()
+    plan = plan_custom_job(request, settings, f"request:{request.request_id}")
+    if args.json:
+        print(json.dumps(plan_json(plan), indent=2))
+    elif args.gcloud:
+        print(write_gcloud_config(plan, args.gcloud, settings.region, settings.project))
+    else:
+        print(describe(request, plan))
+    return 0
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    rs = plan.reduction_server
+    return {
+        "custom_job": plan.custom_job,
+        "reduction_server": {
+            "enabled": rs.enabled,
+            "replicas": rs.replicas,
+            "machine_type": rs.machine_type,
+            "reason": rs.reason,
+        },
+        "cost": plan.cost.model_dump(),
+        "output_dir": plan.output_dir,
+    }
+
+
+def describe(request: TrainingJobRequest, plan: Plan) -> str:
+    res, cost = request.resources, plan.cost
+    spec = plan.custom_job["job_spec"]
+    lines = [
+        f"request           {request.request_id}",
+        f"display name      {plan.custom_job['display_name']}",
+        f"GPUs              {res.replica_count} node(s) × {res.accelerator_count} {res.accelerator_type} "
+        f"on {res.machine_type} = {res.total_gpus}",
+        f"reduction server  {plan.reduction_server.reason}",
+        f"cost estimate     ${cost.hourly_usd:,.2f}/h; at most ${cost.max_usd:,.2f} within the "
+        f"{format_duration(request.scheduling.timeout)} timeout (list prices of {cost.prices_as_of})",
+        f"scheduling        {spec['scheduling']['strategy']}, restart on worker restart: "
+        f"{spec['scheduling']['restart_job_on_worker_restart']}",
+        f"outputs           {plan.output_dir}{{model,checkpoints,logs}}/",
+        "worker pools",
+    ]
+    roles = ("chief", "workers", "reducers")
+    for index, pool in enumerate(spec["worker_pool_specs"]):
+        machine = pool["machine_spec"]
+        gpus = (
+            f" + {machine['accelerator_count']} × {machine['accelerator_type']}"
+            if "accelerator_type" in machine
+            else ""
+        )
+        lines.append(
+            f"  {index} {roles[index]:<8} {pool['replica_count']} × {machine['machine_type']}{gpus}  "
+            f"{pool['container_spec']['image_uri']}"
+        )
+    args = spec["worker_pool_specs"][0]["container_spec"].get("args")
+    if args:
+        lines.append("trainer arguments " + shlex.join(args))
+    return "\n".join(lines)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def camel_case(value: Any) -> Any:
+    """Proto field names → the JSON names gcloud's config file wants (it rejects keys with underscores)."""
+    if isinstance(value, dict):
+        return {_camel(k): camel_case(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [camel_case(v) for v in value]
+    return value
+
+
+def write_gcloud_config(plan: Plan, directory: Path, region: str, project: str) -> str:
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / "config.yaml"
+    spec = camel_case(plan.custom_job["job_spec"])
+    for pool in spec["workerPoolSpecs"]:
+        pool["replicaCount"] = int(pool["replicaCount"])
+    config.write_text(yaml.safe_dump(spec, sort_keys=False))
+    labels = ",".join(f"{k}={v}" for k, v in plan.custom_job["labels"].items())
+    command = [
+        "gcloud", "ai", "custom-jobs", "create",
+        f"--project={project}", f"--region={region}",
+        f"--display-name={plan.custom_job['display_name']}",
+        f"--labels={labels}",
+        f"--config={config}",
+    ]  # fmt: skip
+    return f"wrote {config}\nsubmit it with:\n  {shlex.join(command)}"

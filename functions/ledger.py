@@ -4,6 +4,7 @@ generation, plus an index of active requests so `reconcile` never reads finished
 Layout under the control bucket:
   ledger/<key hash>.json   the Record (never deleted: it is the audit trail and the duplicate detector)
   active/<key hash>        exists while the request is not final
+  ids/<request id>         the key hash of the request that first used this id (for `trainctl status ID`)
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from functions.lifecycle import Record
 
 LEDGER_PREFIX = "ledger/"
 ACTIVE_PREFIX = "active/"
+IDS_PREFIX = "ids/"
 
 
 class Ledger:
@@ -29,7 +31,12 @@ class Ledger:
 
     def create(self, record: Record) -> int:
         """Write a new record; raises Conflict when one already exists."""
-        return self._gcs.write(self.bucket, self._name(record), record.model_dump_json(exclude_none=True), 0)
+        generation = self._gcs.write(self.bucket, self._name(record), record.model_dump_json(exclude_none=True), 0)
+        try:
+            self._gcs.write(self.bucket, f"{IDS_PREFIX}{record.request_id}", record.key_hash, 0)
+        except Conflict:
+            pass  # the id names an earlier request (a marker override may reuse one); status shows that one
+        return generation
 
     def replace(self, record: Record, generation: int) -> int:
         """Compare-and-swap: raises Conflict unless the stored record is still at `generation`."""
@@ -46,6 +53,17 @@ class Ledger:
 
     def active(self) -> list[str]:
         return [name.removeprefix(ACTIVE_PREFIX) for name in self._gcs.names(self.bucket, ACTIVE_PREFIX)]
+
+    def find_by_request_id(self, request_id: str) -> tuple[Record, int] | None:
+        found = self._gcs.read(self.bucket, f"{IDS_PREFIX}{request_id}")
+        return self.read(found[0].decode()) if found else None
+
+    def active_records(self) -> list[Record]:
+        return [found[0] for khash in self.active() if (found := self.read(khash))]
+
+    def all_records(self) -> list[Record]:
+        names = self._gcs.names(self.bucket, LEDGER_PREFIX)
+        return [found[0] for name in names if (found := self.read(name.removeprefix(LEDGER_PREFIX)[: -len(".json")]))]
 
     @staticmethod
     def _name(record: Record) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainctl import plan, validate
+from trainctl import jobs, plan, submit, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     validate.register(commands)
     plan.register(commands)
+    submit.register(commands)
+    jobs.register(commands)
     return parser
 
 

@@ -1,5 +1,5 @@
 """Which deployment the user's commands talk to: the TRAINCTL_* environment when it names a project (a
-real deployment, or `eval "$(trainctl local env)"`), otherwise the local stack's defaults."""
+real deployment, or a shell that ran `eval "$(trainctl local env)"`), otherwise the local stack's defaults."""
 
 from __future__ import annotations
 
@@ -20,3 +20,8 @@ def cli_settings() -> Settings:
         events_topic=names.events_topic,
         trainer_image=LOCAL_TRAINER_IMAGE,
     )
+
+
+def requests_topic() -> str:
+    """The topic job requests are published to (only the command line needs it, not the functions)."""
+    return os.environ.get("TRAINCTL_REQUESTS_TOPIC") or Names(cli_settings().project).requests_topic

@@ -1,0 +1,74 @@
+"""Following lifecycle events from the command line: a private pull subscription on the events topic that
+lives as long as the command (created before anything is published, so nothing is missed; deleted at exit)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.events import JobEvent, parse_event
+
+
+class EventStream:
+    def __init__(self, project: str, topic: str):
+        from google.cloud import pubsub_v1
+
+        self._subscriber = pubsub_v1.SubscriberClient()
+        self.subscription = self._subscriber.subscription_path(project, f"trainctl-watch-{uuid.uuid4().hex[:12]}")
+        self._subscriber.create_subscription(
+            request={
+                "name": self.subscription,
+                "topic": f"projects/{project}/topics/{topic}",
+                "ack_deadline_seconds": 30,
+                "expiration_policy": {"ttl": {"seconds": 86400}},  # cleaned up even if we are killed
+            }
+        )
+        self._seen: set[str] = set()
+
+    def __enter__(self) -> EventStream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self._subscriber.delete_subscription(request={"subscription": self.subscription}, timeout=10)
+        finally:
+            self._subscriber.close()
+
+    def poll(self, timeout: float = 5.0) -> list[JobEvent]:
+        """Events that arrived, once each (a re-published event with a known ce-id is dropped)."""
+        from google.api_core import exceptions as gexc
+
+        try:
+            response = self._subscriber.pull(
+                request={"subscription": self.subscription, "max_messages": 100}, timeout=timeout
+            )
+        except (gexc.DeadlineExceeded, gexc.ServiceUnavailable):
+            return []
+        if response.received_messages:
+            ack_ids = [m.ack_id for m in response.received_messages]
+            self._subscriber.acknowledge(request={"subscription": self.subscription, "ack_ids": ack_ids})
+        events = []
+        for received in response.received_messages:
+            ce_id = received.message.attributes.get("ce-id", "")
+            if ce_id in self._seen:
+                continue
+            self._seen.add(ce_id)
+            try:
+                events.append(parse_event(received.message.data))
+            except ValueError:
+                continue  # not ours, or from a newer schema: skip it rather than stop watching
+        return sorted(events, key=lambda e: e.time)
+
+    def follow(self, until: datetime | None = None) -> Iterator[JobEvent]:
+        while until is None or datetime.now(UTC) < until:
+            yield from self.poll()
+
+
+def format_event(event: JobEvent) -> str:
+    when = event.time.astimezone().strftime("%H:%M:%S")
+    return f"{when}  {event.state:<10} {event.request_id}  {event.message}"

@@ -1,0 +1,127 @@
+"""`trainctl status ID`, `trainctl list`, `trainctl cancel ID` and `trainctl watch`: reading the ledger,
+following events, and stopping a job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from functions.gcs import Gcs
+from functions.ledger import Ledger
+from functions.lifecycle import Record
+from trainctl.context import cli_settings
+from trainctl.eventstream import EventStream, format_event
+
+EXIT_NOT_FOUND = 3
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser("status", help="where a request stands: state, job, cost, artifacts")
+    cmd.add_argument("request_id", metavar="ID")
+    cmd.add_argument("--json", action="store_true")
+    cmd.set_defaults(run=run_status)
+
+    cmd = commands.add_parser("list", help="requests in flight (or every request with --all)")
+    cmd.add_argument("--all", action="store_true", help="finished requests too")
+    cmd.add_argument("--json", action="store_true")
+    cmd.set_defaults(run=run_list)
+
+    cmd = commands.add_parser("cancel", help="cancel a request's running job")
+    cmd.add_argument("request_id", metavar="ID")
+    cmd.set_defaults(run=run_cancel)
+
+    cmd = commands.add_parser("watch", help="print lifecycle events as they are published")
+    cmd.add_argument("--request", metavar="ID", help="only this request's events")
+    cmd.add_argument("--json", action="store_true", help="one JSON object per line")
+    cmd.set_defaults(run=run_watch)
+
+
+def _ledger() -> Ledger:
+    settings = cli_settings()
+    return Ledger(Gcs(settings.project), settings.control_bucket)
+
+
+def _find(ledger: Ledger, request_id: str) -> Record | None:
+    found = ledger.find_by_request_id(request_id)
+    return found[0] if found else None
+
+
+def summary(record: Record) -> dict[str, Any]:
+    return {
+        "request_id": record.request_id,
+        "state": record.state,
+        "attempt": record.attempt,
+        "job": record.job_name,
+        "job_state": record.job_state,
+        "failure_reason": record.failure_reason,
+        "message": record.message,
+        "trigger": record.trigger.model_dump(exclude_none=True) if record.trigger else None,
+        "cost": record.cost.model_dump(),
+        "artifacts": record.artifacts.model_dump(),
+        "created": record.created.isoformat(),
+        "updated": record.updated.isoformat(),
+    }
+
+
+def run_status(args: argparse.Namespace) -> int:
+    record = _find(_ledger(), args.request_id)
+    if record is None:
+        print(f"no request {args.request_id!r} in the ledger")
+        return EXIT_NOT_FOUND
+    info = summary(record)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    width = max(map(len, info))
+    for key, value in info.items():
+        if value is not None:
+            print(f"{key:<{width}}  {json.dumps(value) if isinstance(value, dict) else value}")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    ledger = _ledger()
+    records = ledger.all_records() if args.all else ledger.active_records()
+    records.sort(key=lambda r: r.updated, reverse=True)
+    if args.json:
+        print(json.dumps([summary(r) for r in records], indent=2))
+        return 0
+    if not records:
+        print("no requests" + ("" if args.all else " in flight (--all shows finished ones)"))
+        return 0
+    print(f"{'REQUEST':<40} {'STATE':<10} {'ATTEMPT':>7}  {'UPDATED':<19}  JOB")
+    for r in records:
+        job = r.job_name.rsplit("/", 1)[-1] if r.job_name else "-"
+        print(f"{r.request_id[:40]:<40} {r.state:<10} {r.attempt:>7}  {r.updated:%Y-%m-%d %H:%M:%S}  {job}")
+    return 0
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    from functions.vertex import VertexJobs
+
+    record = _find(_ledger(), args.request_id)
+    if record is None:
+        print(f"no request {args.request_id!r} in the ledger")
+        return EXIT_NOT_FOUND
+    if record.final or record.job_name is None:
+        print(f"{args.request_id} is {record.state}; there is no job to cancel")
+        return 1
+    settings = cli_settings()
+    VertexJobs(settings.project, settings.region, settings.vertex_endpoint).cancel(record.job_name)
+    print(f"cancelling {record.job_name}; a `cancelled` event follows when it has stopped")
+    return 0
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    settings = cli_settings()
+    with EventStream(settings.project, settings.events_topic) as stream:
+        print(f"watching {settings.events_topic} (Ctrl-C to stop)", flush=True)
+        try:
+            for event in stream.follow():
+                if args.request and event.request_id != args.request:
+                    continue
+                print(event.model_dump_json(exclude_none=True) if args.json else format_event(event), flush=True)
+        except KeyboardInterrupt:
+            pass
+    return 0

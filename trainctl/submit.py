@@ -1,0 +1,88 @@
+"""`trainctl submit FILE [--wait]`: validate on this side, publish to the requests topic, and with --wait
+follow the request's events to the end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from schemas.errors import RequestInvalid
+from schemas.events import JobEvent
+from trainctl.context import cli_settings, requests_topic
+from trainctl.eventstream import EventStream, format_event
+from trainctl.validate import EXIT_INVALID, load_request_file
+
+EXIT_FAILED = 1
+# A final event, and the exit status it gives `submit --wait`.
+FINAL_EXIT = {"succeeded": 0, "failed": EXIT_FAILED, "cancelled": EXIT_FAILED, "rejected": EXIT_INVALID}
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser("submit", help="publish a job request (YAML or JSON) to the requests topic")
+    cmd.add_argument("file", type=Path, metavar="FILE")
+    cmd.add_argument("--wait", action="store_true", help="follow the request's events until it ends")
+    cmd.add_argument("--no-validate", action="store_true", help="send the file as it is; the server validates it")
+    cmd.add_argument("--json", action="store_true", help="events as JSON lines")
+    cmd.add_argument("--timeout", type=float, metavar="SECONDS", help="with --wait: give up after this long")
+    cmd.set_defaults(run=run_submit)
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    if args.no_validate:
+        payload, request_id = args.file.read_bytes(), None
+    else:
+        try:
+            request = load_request_file(args.file)
+        except RequestInvalid as exc:
+            print(f"{args.file}: invalid, not submitted")
+            for error in exc.errors:
+                print(f"  {error}")
+            return EXIT_INVALID
+        payload, request_id = (
+            json.dumps(request.model_dump(mode="json", exclude_none=True)).encode(),
+            request.request_id,
+        )
+    settings = cli_settings()
+    stream = EventStream(settings.project, settings.events_topic) if args.wait else None
+    try:
+        message_id = publish_request(settings.project, requests_topic(), payload)
+        print(f"published {args.file} as message {message_id}" + (f" (request {request_id})" if request_id else ""))
+        if stream is None:
+            return 0
+        until = datetime.now(UTC) + timedelta(seconds=args.timeout) if args.timeout else None
+        return follow_request(stream, request_id, message_id, args.json, until)
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def publish_request(project: str, topic: str, payload: bytes) -> str:
+    from google.cloud import pubsub_v1
+
+    publisher = pubsub_v1.PublisherClient()
+    return publisher.publish(publisher.topic_path(project, topic), payload).result(timeout=60)
+
+
+def _about(event: JobEvent, request_id: str | None, message_id: str) -> bool:
+    if request_id is not None and event.request_id == request_id:
+        return True
+    return event.trigger is not None and event.trigger.message_id == message_id
+
+
+def follow_request(
+    stream: EventStream, request_id: str | None, message_id: str, as_json: bool, until: datetime | None
+) -> int:
+    for event in stream.follow(until):
+        if not _about(event, request_id, message_id):
+            continue
+        request_id = request_id or (event.request_id if event.request_id != "unknown" else None)
+        print(event.model_dump_json(exclude_none=True) if as_json else format_event(event), flush=True)
+        if event.state in FINAL_EXIT:
+            return FINAL_EXIT[event.state]
+        if event.state == "duplicate" and event.existing_state in FINAL_EXIT:
+            return FINAL_EXIT[event.existing_state]
+    print("gave up waiting (--timeout)", file=sys.stderr)
+    return EXIT_FAILED

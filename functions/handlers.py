@@ -53,9 +53,9 @@ def _event_time(cloud_event: Any) -> datetime:
         return datetime.now(UTC)
 
 
-def _too_old(cloud_event: Any, when: datetime) -> bool:
+def _too_old(cloud_event: Any, when: datetime, s: Settings) -> bool:
     age = datetime.now(UTC) - when
-    if age > timedelta(seconds=settings().max_event_age):
+    if age > timedelta(seconds=s.max_event_age):
         logs.warning(
             "dropped an event older than max_event_age", event_id=cloud_event["id"], age_s=int(age.total_seconds())
         )
@@ -83,13 +83,14 @@ def _data(cloud_event: Any) -> dict[str, Any]:
 # ---- on_dataset_upload ---------------------------------------------------------------------------------
 
 
-def dataset_upload(cloud_event: Any) -> str:
+def dataset_upload(cloud_event: Any, ctl: Controller | None = None) -> str:
+    """`ctl`: a controller to use instead of the one built from the environment (trainctl replay)."""
     data = _data(cloud_event)
     bucket, name, generation = data.get("bucket"), data.get("name"), data.get("generation")
     if not isinstance(bucket, str) or not isinstance(name, str):
         logs.warning("not a Cloud Storage object event; ignored", event_id=cloud_event["id"])
         return "ignored"
-    s = settings()
+    s = ctl.settings if ctl else settings()
     if not triggers.is_marker(s, name):
         logs.info("not a marker; ignored", bucket=bucket, object=name)
         return "ignored"
@@ -98,29 +99,31 @@ def dataset_upload(cloud_event: Any) -> str:
         logs.info("marker outside every trigger rule; ignored", bucket=bucket, object=name)
         return "ignored"
     when = _event_time(cloud_event)
-    if _too_old(cloud_event, when):
+    if _too_old(cloud_event, when, s):
         return "too old"
-    return _marker(cloud_event, bucket, name, str(generation or ""), int(data.get("size") or 0), prefix, when)
+    c = ctl or controller()
+    return _marker(c, cloud_event, bucket, name, str(generation or ""), int(data.get("size") or 0), prefix, when)
 
 
-def _marker(cloud_event: Any, bucket: str, name: str, generation: str, size: int, prefix: str, when: datetime) -> str:
+def _marker(
+    c: Controller, cloud_event: Any, bucket: str, name: str, generation: str, size: int, prefix: str, when: datetime
+) -> str:
     from functions.documents import DocumentInvalid, load_document
     from schemas.errors import RequestInvalid, parse_request
 
-    c = controller()
     delivery = _delivery({"kind": "gcs", "bucket": bucket, "object": name, "generation": generation}, cloud_event, when)
     key = f"gcs:{bucket}/{name}#{generation}"
     request_id = triggers.derive_request_id(name, generation)
     with logs.request_context(request_id):
         try:
-            template = _template(prefix)
+            template = _template(c, prefix)
             overrides: dict[str, Any] = {}
             if size > 0:
                 found = c.gcs.read(bucket, name, int(generation) if generation.isdigit() else None)
                 if found is None:
                     logs.info("marker was overwritten or deleted before it was read; the newer one counts")
                     return "ignored"
-                overrides = load_document(found[0], settings().max_request_bytes)
+                overrides = load_document(found[0], c.settings.max_request_bytes)
                 if not isinstance(overrides, dict):
                     raise DocumentInvalid("a marker's content must be a mapping of request fields")
             document, explicit = triggers.marker_request(template, overrides, bucket, name, generation)
@@ -135,15 +138,15 @@ def _marker(cloud_event: Any, bucket: str, name: str, generation: str, size: int
         return c.handle_request(request, key, explicit, delivery)
 
 
-def _template(prefix: str) -> dict[str, Any]:
+def _template(c: Controller, prefix: str) -> dict[str, Any]:
     """A rule's template: inline in the settings, or a gs:// YAML/JSON object (read each time: it may change)."""
     from functions.documents import DocumentInvalid, load_document
     from schemas.rules import split_gs_uri
 
-    template = settings().trigger_rules[prefix]
+    template = c.settings.trigger_rules[prefix]
     if isinstance(template, str):
         bucket, name = split_gs_uri(template)
-        found = controller().gcs.read(bucket, name)
+        found = c.gcs.read(bucket, name)
         if found is None:
             raise DocumentInvalid(f"the template {template} of rule {prefix} does not exist")
         template = load_document(found[0])
@@ -171,24 +174,24 @@ def _topic(cloud_event: Any) -> str | None:
     return source.removeprefix("//pubsub.googleapis.com/") if "/topics/" in source else None
 
 
-def job_request(cloud_event: Any) -> str:
+def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
     from functions.documents import DocumentInvalid, load_document
     from schemas.errors import RequestInvalid, parse_request
     from schemas.request import REQUEST_ID_RE
 
+    c = ctl or controller()
     when = _event_time(cloud_event)
-    if _too_old(cloud_event, when):
+    if _too_old(cloud_event, when, c.settings):
         return "too old"
     message, raw = _pubsub_payload(cloud_event)
     message_id = str(message.get("messageId") or cloud_event["id"])
-    c = controller()
     delivery = _delivery({"kind": "pubsub", "message_id": message_id, "topic": _topic(cloud_event)}, cloud_event, when)
     key = f"pubsub:{message_id}"
     with logs.request_context(None):
         if raw is None:
             return c.reject("unknown", key, delivery, ["message.data: missing or not base64"], "unreadable message")
         try:
-            document = load_document(raw, settings().max_request_bytes)
+            document = load_document(raw, c.settings.max_request_bytes)
         except DocumentInvalid as exc:
             return c.reject("unknown", key, delivery, [f"message.data: {exc}"], "unreadable request document")
         claimed = document.get("request_id") if isinstance(document, dict) else None
@@ -206,7 +209,7 @@ def job_request(cloud_event: Any) -> str:
 LOG_STATE_LABEL = "ml.googleapis.com/job_state"
 
 
-def job_state(cloud_event: Any) -> str:
+def job_state(cloud_event: Any, ctl: Controller | None = None) -> str:
     _, raw = _pubsub_payload(cloud_event)
     try:
         entry = json.loads(raw) if raw is not None else None
@@ -220,7 +223,7 @@ def job_state(cloud_event: Any) -> str:
         return "ignored"
     state = (entry.get("labels") or {}).get(LOG_STATE_LABEL) if isinstance(entry.get("labels"), dict) else None
     logs.info("job state changed", job_id=job_id, job_state=state)
-    return controller().observe_job(job_id)
+    return (ctl or controller()).observe_job(job_id)
 
 
 # ---- reconcile -----------------------------------------------------------------------------------------

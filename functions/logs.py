@@ -15,6 +15,28 @@ from typing import Any
 
 _request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 MAX_FIELD_CHARS = 2000
+_text_format = False
+
+
+def use_text_format(enabled: bool = True) -> None:
+    """For a person at a terminal (trainctl replay): `SEVERITY message key=value`, structures indented."""
+    global _text_format
+    _text_format = enabled
+
+
+def _as_text(entry: dict[str, Any]) -> str:
+    head = f"{entry.pop('severity'):<7} {entry.pop('message')}"
+    inline = [
+        f"{k}={json.dumps(v, default=str, ensure_ascii=False)}"
+        for k, v in entry.items()
+        if not isinstance(v, dict | list)
+    ]
+    blocks = [
+        f"  {k}:\n" + "\n".join("    " + line for line in json.dumps(v, indent=2, default=str).splitlines())
+        for k, v in entry.items()
+        if isinstance(v, dict | list)
+    ]
+    return "\n".join([head + ("  " + " ".join(inline) if inline else ""), *blocks])
 
 
 def _clip(value: Any) -> Any:
@@ -29,7 +51,8 @@ def log(severity: str, message: str, **fields: Any) -> None:
     if request_id:
         entry["request_id"] = _clip(request_id)
     entry.update({k: _clip(v) for k, v in fields.items() if v is not None})
-    sys.stdout.write(json.dumps(entry, default=str, ensure_ascii=True) + "\n")
+    line = _as_text(entry) if _text_format else json.dumps(entry, default=str, ensure_ascii=True)
+    sys.stdout.write(line + "\n")
     sys.stdout.flush()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainctl import jobs, plan, submit, validate
+from trainctl import jobs, plan, replay, submit, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.register(commands)
     submit.register(commands)
     jobs.register(commands)
+    replay.register(commands)
     return parser
 
 

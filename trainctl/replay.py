@@ -1,0 +1,153 @@
+"""`trainctl replay EVENT.json [--dry-run]`: feed a recorded event through the controller and print every
+decision it makes.
+
+EVENT.json is a CloudEvent in structured JSON (what `on_dataset_upload`, `on_job_request` or `on_job_state`
+received) or a Pub/Sub push body. Without --dry-run the event is handled for real, against the deployment
+the environment names. With --dry-run nothing leaves this process: the ledger starts empty in memory, events
+and CustomJobs are printed instead of published and created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cloudevents.http import CloudEvent
+
+from functions import handlers, logs
+from functions.controller import Controller
+from functions.gcs import Conflict
+from functions.ledger import Ledger
+from functions.lifecycle import JobSnapshot
+from trainctl.context import cli_settings
+
+STORAGE_TYPE = "google.cloud.storage.object.v1.finalized"
+PUBSUB_TYPE = "google.cloud.pubsub.topic.v1.messagePublished"
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser("replay", help="feed a recorded event through the controller, printing each decision")
+    cmd.add_argument("event", type=Path, metavar="EVENT.json")
+    cmd.add_argument("--dry-run", action="store_true", help="change nothing: in-memory ledger, print instead of act")
+    cmd.add_argument(
+        "--as", dest="entry_point", choices=("upload", "request", "state"), help="default: from the event's type"
+    )
+    cmd.add_argument("--json", action="store_true", help="decisions as JSON log lines, as the functions log them")
+    cmd.set_defaults(run=run_replay)
+
+
+def load_cloud_event(path: Path) -> CloudEvent:
+    document = json.loads(path.read_text())
+    if "message" in document and "specversion" not in document:  # a Pub/Sub push body
+        message = document["message"]
+        attributes = {
+            "specversion": "1.0",
+            "type": PUBSUB_TYPE,
+            "source": "//pubsub.googleapis.com/" + document.get("subscription", "replay"),
+            "id": str(message.get("messageId") or message.get("message_id") or "replay"),
+            "time": message.get("publishTime") or datetime.now(UTC).isoformat(),
+        }
+        return CloudEvent(attributes, {"message": message})
+    data = document.pop("data", None)
+    return CloudEvent(document, data)
+
+
+def entry_point(event: CloudEvent) -> str:
+    if event["type"] == STORAGE_TYPE:
+        return "upload"
+    message = (event.data or {}).get("message", {})
+    try:
+        decoded = json.loads(base64.b64decode(message.get("data", "")))
+    except ValueError:
+        return "request"
+    return "state" if isinstance(decoded, dict) and "resource" in decoded else "request"
+
+
+@dataclass
+class MemoryGcs:
+    """Cloud Storage with generations, in memory: the dry run's ledger starts empty and is thrown away."""
+
+    objects: dict[tuple[str, str], tuple[bytes, int]] = field(default_factory=dict)
+    generation: int = 1000
+
+    def read(self, bucket: str, name: str, generation: int | None = None) -> tuple[bytes, int] | None:
+        found = self.objects.get((bucket, name))
+        return found if found and generation in (None, found[1]) else None
+
+    def write(self, bucket: str, name: str, data: bytes | str, if_generation_match: int) -> int:
+        current = self.objects.get((bucket, name))
+        if (current[1] if current else 0) != if_generation_match:
+            raise Conflict(f"gs://{bucket}/{name} is not at generation {if_generation_match}")
+        self.generation += 1
+        self.objects[(bucket, name)] = (data.encode() if isinstance(data, str) else data, self.generation)
+        logs.info("dry run: would write", object=f"gs://{bucket}/{name}", generation=self.generation)
+        return self.generation
+
+    def delete(self, bucket: str, name: str) -> None:
+        self.objects.pop((bucket, name), None)
+
+    def names(self, bucket: str, prefix: str) -> list[str]:
+        return [n for b, n in self.objects if b == bucket and n.startswith(prefix)]
+
+
+class PrintingPublisher:
+    source = "dry-run"
+
+    def publish(self, event: Any) -> str:
+        logs.info(f"dry run: would publish {event.ce_type}", ce_id=event.ce_id, event=event.model_dump(mode="json"))
+        return "dry-run"
+
+
+class PrintingVertex:
+    parent = "projects/dry-run/locations/dry-run"
+
+    def find(self, key_hash: str, attempt: int) -> None:
+        return None
+
+    def create(self, custom_job: dict[str, Any], key_hash: str, job_attempt: int) -> JobSnapshot:
+        logs.info("dry run: would create CustomJob", custom_job=custom_job)
+        return JobSnapshot(f"{self.parent}/customJobs/dry-run", "JOB_STATE_QUEUED")
+
+    def get(self, name: str) -> None:
+        return None
+
+    def cancel(self, name: str) -> None:
+        logs.info("dry run: would cancel", job=name)
+
+
+# A recording may be old: replay it whatever max_event_age says.
+NO_AGE_LIMIT = 100 * 365 * 86400
+
+
+def dry_run_controller() -> Controller:
+    settings = dataclasses.replace(cli_settings(), max_event_age=NO_AGE_LIMIT)
+    gcs = MemoryGcs()
+    return Controller(
+        settings=settings,
+        ledger=Ledger(gcs, settings.control_bucket),  # type: ignore[arg-type]
+        gcs=gcs,  # type: ignore[arg-type]
+        publisher=PrintingPublisher(),  # type: ignore[arg-type]
+        vertex_factory=PrintingVertex,  # type: ignore[arg-type]
+    )
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    event = load_cloud_event(args.event)
+    target = args.entry_point or entry_point(event)
+    logs.use_text_format(not args.json)
+    if args.dry_run:
+        ctl = dry_run_controller()
+    else:
+        live = handlers.controller()
+        ctl = dataclasses.replace(live, settings=dataclasses.replace(live.settings, max_event_age=NO_AGE_LIMIT))
+    logs.info(f"replaying {event['type']} {event['id']} into {target}", dry_run=args.dry_run)
+    handle = {"upload": handlers.dataset_upload, "request": handlers.job_request, "state": handlers.job_state}[target]
+    outcome = handle(event, ctl)
+    logs.info(f"outcome: {outcome}")
+    return 0

@@ -38,7 +38,7 @@ locals {
   # The controller's settings (functions/settings.py): one TRAINCTL_<FIELD> per Settings field, the same for
   # all four functions. TRAINCTL_VERTEX_ENDPOINT is left out on purpose: only the local stack sets it, so in
   # the cloud the controller talks to <region>-aiplatform.googleapis.com.
-  controller_env = {
+  controller_settings = {
     TRAINCTL_PROJECT                  = var.project
     TRAINCTL_CONTROL_BUCKET           = google_storage_bucket.control.name
     TRAINCTL_EVENTS_TOPIC             = google_pubsub_topic.events.name
@@ -61,6 +61,8 @@ locals {
     TRAINCTL_LEASE                    = var.lease
     TRAINCTL_MAX_EVENT_AGE            = var.max_event_age
   }
+  # Settings read an empty variable as unset, so empty ones (an empty allow-list) are simply not set.
+  controller_env = { for name, value in local.controller_settings : name => value if value != "" }
 
   # The four entry points of functions/main.py and what each one needs. `submits_jobs`: creates, lists and
   # cancels CustomJobs as the trainer (aiplatform.user + act-as); the others only read jobs. `reads_data`:

@@ -58,11 +58,17 @@ resource "google_cloud_run_v2_service_iam_member" "push_invokes_on_job_request" 
 }
 
 # Only projects created before 2021-04-08 need this: their Pub/Sub service agent lacks the token creation
-# that newer projects give it, and it mints the push subscription's OIDC tokens.
-resource "google_service_account_iam_member" "pubsub_agent_mints_push_tokens" {
-  count = var.legacy_pubsub_push_auth ? 1 : 0
+# that newer projects give it, and it mints the OIDC tokens of the push subscription and of the Eventarc
+# triggers (which deliver through Pub/Sub too).
+resource "google_service_account_iam_member" "pubsub_agent_mints_tokens" {
+  for_each = {
+    for caller, account in {
+      push     = google_service_account.push.name
+      eventarc = google_service_account.eventarc.name
+    } : caller => account if var.legacy_pubsub_push_auth
+  }
 
-  service_account_id = google_service_account.push.name
+  service_account_id = each.value
   role               = "roles/iam.serviceAccountTokenCreator"
   member             = local.pubsub_service_agent
 }

@@ -357,7 +357,7 @@ variable "log_retention_days" {
 }
 
 variable "legacy_pubsub_push_auth" {
-  description = "Set true in projects created before 2021-04-08: their Pub/Sub service agent must be granted token creation on the push subscription's identity to mint its OIDC tokens."
+  description = "Set true in projects created before 2021-04-08: their Pub/Sub service agent must be granted token creation on the push subscription's and the Eventarc triggers' identities to mint their OIDC tokens."
   type        = bool
   default     = false
 }

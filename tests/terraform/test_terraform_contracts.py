@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
 from tfconfig import TERRAFORM_DIR, block
 
-from functions.settings import env_names
+from functions.settings import Settings, env_names
 from local.names import Names
 
 REPO = TERRAFORM_DIR.parent
@@ -44,22 +45,44 @@ def render(template: str, variables: dict[str, str]) -> str:
 
 
 def test_function_environment_is_exactly_the_settings_fields(tf):
-    assert set(tf.locals["controller_env"]) == set(env_names()) - SET_ONLY_BY_THE_LOCAL_STACK
+    assert set(tf.locals["controller_settings"]) == set(env_names()) - SET_ONLY_BY_THE_LOCAL_STACK
 
 
 def test_the_unset_setting_is_a_real_settings_field(tf):
     assert SET_ONLY_BY_THE_LOCAL_STACK <= set(env_names())
-    assert not SET_ONLY_BY_THE_LOCAL_STACK & set(tf.locals["controller_env"])
+    assert not SET_ONLY_BY_THE_LOCAL_STACK & set(tf.locals["controller_settings"])
 
 
 def test_every_function_gets_the_controller_environment(tf):
     function = tf.resource("google_cloudfunctions2_function", "function")
     assert function["for_each"] == "${local.functions}"
     assert block(function, "service_config")["environment_variables"] == "${local.controller_env}"
+    # Only empty values are dropped, which Settings.from_env reads as unset anyway.
+    assert (
+        tf.locals["controller_env"]
+        == '${{for name, value in local.controller_settings : name => value if value != ""}}'
+    )
+
+
+def test_required_settings_are_always_set(tf):
+    settings = tf.locals["controller_settings"]
+    required = {
+        f"TRAINCTL_{f.name.upper()}" for f in fields(Settings) if f.default is MISSING and f.default_factory is MISSING
+    }
+    assert required == {
+        "TRAINCTL_PROJECT",
+        "TRAINCTL_CONTROL_BUCKET",
+        "TRAINCTL_EVENTS_TOPIC",
+        "TRAINCTL_TRAINER_IMAGE",
+    }
+    assert settings["TRAINCTL_PROJECT"] == "${var.project}"
+    assert settings["TRAINCTL_CONTROL_BUCKET"] == "${google_storage_bucket.control.name}"
+    assert settings["TRAINCTL_EVENTS_TOPIC"] == "${google_pubsub_topic.events.name}"
+    assert settings["TRAINCTL_TRAINER_IMAGE"] == "${local.trainer_image}"
 
 
 def test_trigger_rules_reach_the_controller_as_json(tf):
-    assert tf.locals["controller_env"]["TRAINCTL_TRIGGER_RULES"] == "${jsonencode(var.trigger_rules)}"
+    assert tf.locals["controller_settings"]["TRAINCTL_TRIGGER_RULES"] == "${jsonencode(var.trigger_rules)}"
 
 
 # --- names ----------------------------------------------------------------------------------------------

@@ -153,11 +153,11 @@ def test_pubsub_agent_gets_exactly_what_dead_lettering_needs(tf):
         "${google_pubsub_subscription.requests_push.id}",
         "roles/pubsub.subscriber",
     )
-    # The one other grant is opt-in, for old projects' OIDC push, and scoped to the push identity.
-    assert list(granted) == ["google_service_account_iam_member.pubsub_agent_mints_push_tokens"]
-    assert granted["google_service_account_iam_member.pubsub_agent_mints_push_tokens"]["count"] == (
-        "${var.legacy_pubsub_push_auth ? 1 : 0}"
-    )
+    # The one other grant is opt-in, for old projects' OIDC tokens, and scoped to the two calling identities.
+    assert list(granted) == ["google_service_account_iam_member.pubsub_agent_mints_tokens"]
+    tokens = granted["google_service_account_iam_member.pubsub_agent_mints_tokens"]
+    assert "if var.legacy_pubsub_push_auth" in tokens["for_each"]
+    assert tokens["role"] == "roles/iam.serviceAccountTokenCreator"
 
 
 def test_storage_trigger_identities_have_their_roles(tf):

@@ -26,3 +26,20 @@ schemas: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# Terraform checks without a cloud (the Google provider cannot be downloaded here, so no validate):
+# formatting, checkov in its own venv, and the tests that parse the HCL (also part of `make test`).
+CHECKOV_VENV ?= .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
+
+$(CHECKOV_STAMP): terraform/requirements-checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || python3 -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q -r terraform/requirements-checkov.txt
+	touch $@
+
+.PHONY: tf-check
+tf-check: $(STAMP) $(CHECKOV_STAMP)
+	@command -v terraform >/dev/null || { echo "tf-check needs terraform >= 1.9 on PATH" >&2; exit 1; }
+	terraform fmt -check -recursive -diff terraform/
+	$(CHECKOV_VENV)/bin/checkov --directory terraform --framework terraform --quiet --compact --skip-download
+	$(VENV)/bin/pytest tests/terraform

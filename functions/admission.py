@@ -6,6 +6,7 @@ requester exactly what to change (or whom to ask).
 
 from __future__ import annotations
 
+from functions.planning import RUNS_PREFIX
 from functions.settings import Settings
 from schemas.errors import FieldError
 from schemas.events import CostEstimate
@@ -77,13 +78,20 @@ def admission_problems(
             "allowed_data_buckets",
             f"bucket {data_bucket} is not allowed; allowed: {', '.join(settings.allowed_data_buckets)}",
         )
-    output_bucket, _ = split_gs_uri(output_dir)
+    output_bucket, output_path = split_gs_uri(output_dir)
     allowed_outputs = (settings.control_bucket, *settings.allowed_output_buckets)
     if output_bucket not in allowed_outputs:
         refuse(
             "output_dir",
             "allowed_output_buckets",
             f"bucket {output_bucket} is not allowed; allowed: {', '.join(allowed_outputs)}",
+        )
+    elif output_bucket == settings.control_bucket and not output_path.startswith(RUNS_PREFIX):
+        # The rest of the control bucket is the ledger: the trainer may write only under runs/.
+        refuse(
+            "output_dir",
+            "allowed_output_buckets",
+            f"in the control bucket, outputs go under gs://{output_bucket}/{RUNS_PREFIX}",
         )
     account = request.service_account
     default_account = account is None or account == settings.trainer_service_account

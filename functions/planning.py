@@ -18,6 +18,7 @@ from schemas.request import TabularHyperparameters, TrainingJobRequest
 from schemas.rules import sanitize_label_value
 
 REDUCTION_SERVER_BUCKET_CAP_MB = 64
+RUNS_PREFIX = "runs/"  # where outputs go in the control bucket; the rest of it is the ledger
 MANAGED_BY = "trainctl"
 
 
@@ -45,7 +46,7 @@ def key_hash(request_key: str) -> str:
 def output_dir(request: TrainingJobRequest, settings: Settings) -> str:
     if request.output_dir:
         return request.output_dir.rstrip("/") + "/"
-    return f"gs://{settings.control_bucket}/runs/{request.request_id}/"
+    return f"gs://{settings.control_bucket}/{RUNS_PREFIX}{request.request_id}/"
 
 
 def plan_reduction_server(request: TrainingJobRequest) -> ReductionServerPlan:

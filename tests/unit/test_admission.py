@@ -79,3 +79,11 @@ def test_service_account_override_needs_the_allow_list(settings):
     ]
     s = dataclasses.replace(settings, allowed_service_accounts=("admin@proj.iam.gserviceaccount.com",))
     assert problems(s, service_account="admin@proj.iam.gserviceaccount.com") == []
+
+
+def test_outputs_in_the_control_bucket_stay_under_runs(settings):
+    assert problems(settings, output_dir="gs://proj-trainctl-control/runs/mine/") == []
+    assert problems(settings, output_dir="gs://proj-trainctl-control/ledger/") == [
+        "output_dir: guardrail allowed_output_buckets: in the control bucket, outputs go under "
+        "gs://proj-trainctl-control/runs/"
+    ]

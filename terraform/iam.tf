@@ -1,0 +1,136 @@
+# Who runs as whom, and the least each identity needs at run time. terraform/README.md traces every grant
+# here to the call that needs it. Grants to the callers of the functions (Eventarc, Pub/Sub push, Cloud
+# Scheduler) are in triggers.tf and scheduler.tf; grants to Google's service agents sit beside the resource
+# they act on (pubsub.tf, triggers.tf, logging.tf).
+
+# ---------------------------------------------------------------------------------------------------
+# The controller: one service account per function
+
+resource "google_service_account" "function" {
+  for_each = local.functions
+
+  account_id   = "${var.name_prefix}-${each.value.account}"
+  display_name = "trainctl ${each.key}"
+  description  = "Runs the ${each.key} function. ${each.value.description}"
+
+  depends_on = [google_project_service.enabled]
+}
+
+# CreateCustomJob / ListCustomJobs / CancelCustomJob need aiplatform.user (customJobs.create and .cancel
+# have no narrower predefined role). Every function may create a job: the intake functions submit, and
+# on_job_state and reconcile resubmit capacity, preemption and internal failures.
+resource "google_project_iam_member" "function_uses_vertex" {
+  for_each = local.functions
+
+  project = var.project
+  role    = "roles/aiplatform.user"
+  member  = google_service_account.function[each.key].member
+}
+
+# A CustomJob that runs as the trainer account may only be created by callers allowed to act as it.
+resource "google_service_account_iam_member" "function_acts_as_trainer" {
+  for_each = local.functions
+
+  service_account_id = google_service_account.trainer.name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.function[each.key].member
+}
+
+# Dataset markers and dataset objects (overrides in the marker, existence checks at admission).
+resource "google_storage_bucket_iam_member" "function_reads_data" {
+  for_each = local.data_readers
+
+  bucket = each.value.bucket
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.function[each.value.function].member
+}
+
+# The ledger (create with if_generation_match=0, compare-and-swap rewrites, the active index), trigger
+# templates and run outputs (metrics.json) all live in the control bucket.
+resource "google_storage_bucket_iam_member" "function_uses_control_bucket" {
+  for_each = local.functions
+
+  bucket = google_storage_bucket.control.name
+  role   = "roles/storage.objectUser"
+  member = google_service_account.function[each.key].member
+}
+
+# Lifecycle events go to the events topic and nowhere else.
+resource "google_pubsub_topic_iam_member" "function_publishes_events" {
+  for_each = local.functions
+
+  topic  = google_pubsub_topic.events.id
+  role   = "roles/pubsub.publisher"
+  member = google_service_account.function[each.key].member
+}
+
+# ---------------------------------------------------------------------------------------------------
+# The trainer: what a CustomJob's containers run as
+
+resource "google_service_account" "trainer" {
+  account_id   = "${var.name_prefix}-trainer"
+  display_name = "trainctl trainer"
+  description  = "Runs the DDP trainer inside Vertex AI CustomJobs: reads datasets, writes run outputs."
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_storage_bucket_iam_member" "trainer_reads_data" {
+  for_each = toset(local.data_buckets)
+
+  bucket = each.value
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.trainer.member
+}
+
+# Model, metrics, checkpoints (written, listed, rotated) and TensorBoard logs, only below runs/: the trainer
+# may run a user's custom image, and must not be able to touch the ledger beside the runs.
+resource "google_storage_bucket_iam_member" "trainer_writes_run_outputs" {
+  bucket = google_storage_bucket.control.name
+  role   = "roles/storage.objectUser"
+  member = google_service_account.trainer.member
+
+  condition {
+    title       = "run-outputs-only"
+    description = "Objects below ${local.artifacts_prefix}, and listings of that prefix."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.control.name}/objects/${local.artifacts_prefix}\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${local.artifacts_prefix}\")"
+  }
+}
+
+# ---------------------------------------------------------------------------------------------------
+# The functions' build: Cloud Build runs as this account instead of a default one that may hold Editor.
+
+resource "google_service_account" "build" {
+  account_id   = "${var.name_prefix}-build"
+  display_name = "trainctl function builds"
+  description  = "Cloud Build identity that turns the functions' source into images."
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_project_iam_member" "build_writes_logs" {
+  project = var.project
+  role    = "roles/logging.logWriter"
+  member  = google_service_account.build.member
+}
+
+resource "google_artifact_registry_repository_iam_member" "build_pushes_function_images" {
+  location   = google_artifact_registry_repository.functions.location
+  repository = google_artifact_registry_repository.functions.name
+  role       = "roles/artifactregistry.writer"
+  member     = google_service_account.build.member
+}
+
+# Cloud Functions copies the uploaded archive to its own gcf-v2-sources-<number>-<region> bucket, and the
+# build fetches it from there.
+resource "google_project_iam_member" "build_reads_staged_source" {
+  project = var.project
+  role    = "roles/storage.objectViewer"
+  member  = google_service_account.build.member
+
+  condition {
+    title       = "function-sources-only"
+    description = "The bucket Cloud Functions stages source archives in."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}/\")"
+  }
+}

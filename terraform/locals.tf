@@ -1,0 +1,110 @@
+# Names, the controller's environment and the table of functions: the three things the rest of the
+# configuration reads, and the three things tests/terraform checks against the Python side.
+
+locals {
+  # Same keys and values as local/names.py's Names(project, prefix) properties; a test compares them.
+  default_names = {
+    data_bucket              = "${var.project}-${var.name_prefix}-data"
+    control_bucket           = "${var.project}-${var.name_prefix}-control"
+    requests_topic           = "${var.name_prefix}-requests"
+    requests_subscription    = "${var.name_prefix}-requests-push"
+    events_topic             = "${var.name_prefix}-events"
+    job_state_topic          = "${var.name_prefix}-job-state"
+    dead_letter_topic        = "${var.name_prefix}-dead-letter"
+    dead_letter_subscription = "${var.name_prefix}-dead-letter-pull"
+  }
+
+  names = merge(local.default_names, {
+    data_bucket    = coalesce(var.data_bucket_name, local.default_names.data_bucket)
+    control_bucket = coalesce(var.control_bucket_name, local.default_names.control_bucket)
+  })
+
+  labels = merge(var.labels, { app = var.name_prefix })
+
+  # Every bucket a job may read a dataset from.
+  data_buckets = concat([google_storage_bucket.data.name], var.extra_data_buckets)
+
+  # The trainer writes run outputs only below this prefix of the control bucket (the controller's default
+  # output_dir is gs://<control bucket>/runs/<request_id>/); the ledger beside it stays out of its reach.
+  artifacts_prefix = "runs/"
+
+  trainer_repository = "${var.region}-docker.pkg.dev/${var.project}/${google_artifact_registry_repository.trainer.repository_id}"
+  trainer_image      = coalesce(var.trainer_image, "${local.trainer_repository}/trainer:latest")
+
+  # Reduction Server images exist in the us, europe and asia multi-regions only.
+  reduction_server_multiregion = startswith(var.region, "europe-") ? "europe" : (startswith(var.region, "asia-") || startswith(var.region, "australia-") ? "asia" : "us")
+  reduction_server_image       = coalesce(var.reduction_server_image, "${local.reduction_server_multiregion}-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest")
+
+  # The controller's settings (functions/settings.py): one TRAINCTL_<FIELD> per Settings field, the same for
+  # all four functions. TRAINCTL_VERTEX_ENDPOINT is left out on purpose: only the local stack sets it, so in
+  # the cloud the controller talks to <region>-aiplatform.googleapis.com.
+  controller_settings = {
+    TRAINCTL_PROJECT                  = var.project
+    TRAINCTL_CONTROL_BUCKET           = google_storage_bucket.control.name
+    TRAINCTL_EVENTS_TOPIC             = google_pubsub_topic.events.name
+    TRAINCTL_TRAINER_IMAGE            = local.trainer_image
+    TRAINCTL_REGION                   = var.region
+    TRAINCTL_TRIGGER_RULES            = jsonencode(var.trigger_rules)
+    TRAINCTL_MARKER_NAMES             = join(",", var.marker_names)
+    TRAINCTL_TRAINER_SERVICE_ACCOUNT  = google_service_account.trainer.email
+    TRAINCTL_REDUCTION_SERVER_IMAGE   = local.reduction_server_image
+    TRAINCTL_ALLOWED_MACHINE_TYPES    = join(",", var.allowed_machine_types)
+    TRAINCTL_ALLOWED_IMAGE_PREFIXES   = join(",", concat(["${local.trainer_repository}/"], var.extra_allowed_image_prefixes))
+    TRAINCTL_ALLOWED_DATA_BUCKETS     = join(",", local.data_buckets)
+    TRAINCTL_ALLOWED_OUTPUT_BUCKETS   = google_storage_bucket.control.name
+    TRAINCTL_ALLOWED_SERVICE_ACCOUNTS = google_service_account.trainer.email
+    TRAINCTL_MAX_GPUS_PER_JOB         = tostring(var.max_gpus_per_job)
+    TRAINCTL_MAX_NODES                = tostring(var.max_nodes)
+    TRAINCTL_MAX_TIMEOUT              = var.max_timeout
+    TRAINCTL_MAX_COST_USD             = tostring(var.max_cost_usd)
+    TRAINCTL_MAX_REQUEST_BYTES        = tostring(var.max_request_bytes)
+    TRAINCTL_LEASE                    = var.lease
+    TRAINCTL_MAX_EVENT_AGE            = var.max_event_age
+  }
+  # Settings read an empty variable as unset, so empty ones (an empty allow-list) are simply not set.
+  controller_env = { for name, value in local.controller_settings : name => value if value != "" }
+
+  # The four entry points of functions/main.py and what each one needs. All four create, list and cancel
+  # CustomJobs as the trainer (aiplatform.user + act-as; see iam.tf). `reads_data`:
+  # reads dataset markers and objects. `trigger`: an Eventarc trigger, or null when something else calls the
+  # function (on_job_request: our push subscription with a dead-letter policy; reconcile: Cloud Scheduler).
+  functions = {
+    on_dataset_upload = {
+      account     = "fn-upload"
+      description = "Starts a job when a dataset marker lands in the data bucket."
+      reads_data  = true
+      trigger = {
+        event_type   = "google.cloud.storage.object.v1.finalized"
+        bucket       = google_storage_bucket.data.name
+        pubsub_topic = null
+      }
+    }
+    on_job_request = {
+      account     = "fn-request"
+      description = "Starts a job for each request published on the requests topic."
+      reads_data  = true
+      trigger     = null
+    }
+    on_job_state = {
+      account     = "fn-job-state"
+      description = "Publishes lifecycle events for job state changes routed from Cloud Logging."
+      reads_data  = false
+      trigger = {
+        event_type   = "google.cloud.pubsub.topic.v1.messagePublished"
+        bucket       = null
+        pubsub_topic = google_pubsub_topic.job_state.id
+      }
+    }
+    reconcile = {
+      account     = "fn-reconcile"
+      description = "Sweeps active jobs: missed state changes, stuck jobs, resubmissions."
+      reads_data  = false
+      trigger     = null
+    }
+  }
+
+  # One entry per (function, data bucket) pair for the read grants.
+  data_readers = merge([
+    for name, f in local.functions : { for b in local.data_buckets : "${name}/${b}" => { function = name, bucket = b } } if f.reads_data
+  ]...)
+}

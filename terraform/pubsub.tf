@@ -1,0 +1,65 @@
+# Topics, the operators' dead-letter subscription, and what the Pub/Sub service agent needs to dead-letter.
+# The requests topic's push subscription to on_job_request is in triggers.tf, beside the other triggers.
+
+resource "google_pubsub_topic" "requests" {
+  # checkov:skip=CKV_GCP_83: Google-managed encryption keys; a CMEK is an organisation decision this configuration does not impose.
+  name   = local.names.requests_topic
+  labels = local.labels
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_pubsub_topic" "events" {
+  # checkov:skip=CKV_GCP_83: Google-managed encryption keys; a CMEK is an organisation decision this configuration does not impose.
+  name   = local.names.events_topic
+  labels = local.labels
+
+  # Consumers that subscribe later (or seek back after a bug) can still read the last week of events.
+  message_retention_duration = "604800s"
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_pubsub_topic" "job_state" {
+  # checkov:skip=CKV_GCP_83: Google-managed encryption keys; a CMEK is an organisation decision this configuration does not impose.
+  name   = local.names.job_state_topic
+  labels = local.labels
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_pubsub_topic" "dead_letter" {
+  # checkov:skip=CKV_GCP_83: Google-managed encryption keys; a CMEK is an organisation decision this configuration does not impose.
+  name   = local.names.dead_letter_topic
+  labels = local.labels
+
+  depends_on = [google_project_service.enabled]
+}
+
+# Operators pull dead-lettered requests from here, fix the cause, and republish them to the requests topic.
+resource "google_pubsub_subscription" "dead_letter" {
+  name                       = local.names.dead_letter_subscription
+  topic                      = google_pubsub_topic.dead_letter.id
+  labels                     = local.labels
+  ack_deadline_seconds       = 60
+  message_retention_duration = "${var.dead_letter_retention_days * 86400}s"
+
+  # An idle subscription would otherwise be deleted after 31 days, and with it the dead letters.
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# The Pub/Sub service agent forwards undeliverable requests: it publishes to the dead-letter topic and
+# acknowledges the original on the requests subscription. Nothing else.
+resource "google_pubsub_topic_iam_member" "pubsub_agent_publishes_dead_letters" {
+  topic  = google_pubsub_topic.dead_letter.id
+  role   = "roles/pubsub.publisher"
+  member = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "pubsub_agent_acks_forwarded_requests" {
+  subscription = google_pubsub_subscription.requests_push.id
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}

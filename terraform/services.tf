@@ -1,0 +1,35 @@
+# The APIs this configuration uses, and the Google-managed service agents it grants roles to.
+
+resource "google_project_service" "enabled" {
+  for_each = toset([
+    "aiplatform.googleapis.com",
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "cloudscheduler.googleapis.com",
+    "eventarc.googleapis.com",
+    "iam.googleapis.com",
+    "logging.googleapis.com",
+    "pubsub.googleapis.com",
+    "run.googleapis.com",
+    "storage.googleapis.com",
+  ])
+  service = each.value
+
+  # Other workloads in the project may use the same APIs; destroying trainctl must not switch them off.
+  disable_on_destroy = false
+}
+
+data "google_project" "this" {
+  project_id = var.project
+}
+
+# The data source (rather than a formatted address) also makes Cloud Storage create its agent if needed.
+data "google_storage_project_service_account" "gcs" {
+  depends_on = [google_project_service.enabled]
+}
+
+locals {
+  pubsub_service_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  gcs_service_agent    = "serviceAccount:${data.google_storage_project_service_account.gcs.email_address}"
+}

@@ -1,0 +1,89 @@
+# Buckets: data (watched for dataset markers), control (ledger, templates, run artifacts) and the
+# functions' source archives. All private: uniform bucket-level access, public access prevention enforced.
+
+resource "google_storage_bucket" "data" {
+  # checkov:skip=CKV_GCP_62: Access is audited with Cloud Audit Logs (Data Access) where required; usage-log objects in another bucket add cost and no control.
+  name                        = local.names.data_bucket
+  location                    = var.region # the storage trigger must live in the bucket's region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  labels                      = local.labels
+
+  # An overwritten dataset stays recoverable for a while: runs point at a folder, not at a generation.
+  versioning {
+    enabled = true
+  }
+
+  lifecycle_rule {
+    condition {
+      days_since_noncurrent_time = var.noncurrent_version_retention_days
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_storage_bucket" "control" {
+  # checkov:skip=CKV_GCP_62: Access is audited with Cloud Audit Logs (Data Access) where required; usage-log objects in another bucket add cost and no control.
+  name                        = local.names.control_bucket
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  labels                      = local.labels
+
+  # The ledger is rewritten with generation preconditions; old generations are the audit trail.
+  versioning {
+    enabled = true
+  }
+
+  # Old runs: models, checkpoints and TensorBoard logs under runs/<request_id>/.
+  lifecycle_rule {
+    condition {
+      age            = var.run_retention_days
+      matches_prefix = [local.artifacts_prefix]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  lifecycle_rule {
+    condition {
+      days_since_noncurrent_time = var.noncurrent_version_retention_days
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  depends_on = [google_project_service.enabled]
+}
+
+# Function source archives (one object per content hash); only the deployer and the build read them.
+resource "google_storage_bucket" "source" {
+  # checkov:skip=CKV_GCP_62: Holds only build inputs written by Terraform; Cloud Audit Logs cover access.
+  name                        = "${var.project}-${var.name_prefix}-source"
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  labels                      = local.labels
+
+  versioning {
+    enabled = true
+  }
+
+  # Archives of earlier deployments are never read again once replaced.
+  lifecycle_rule {
+    condition {
+      days_since_noncurrent_time = 7
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  depends_on = [google_project_service.enabled]
+}

@@ -1,0 +1,113 @@
+# What calls the event functions, and the least each caller needs.
+#  - on_dataset_upload: Eventarc, on google.cloud.storage.object.v1.finalized in the data bucket (functions.tf).
+#  - on_job_state: Eventarc, on messages of the job-state topic (functions.tf).
+#  - on_job_request: our own push subscription on the requests topic, because only a subscription we own can
+#    carry a dead-letter policy (the one Eventarc creates for a function cannot be given one).
+# reconcile is called by Cloud Scheduler (scheduler.tf).
+
+# ---------------------------------------------------------------------------------------------------
+# Eventarc
+
+resource "google_service_account" "eventarc" {
+  account_id   = "${var.name_prefix}-eventarc"
+  display_name = "trainctl Eventarc triggers"
+  description  = "Identity of the Eventarc triggers of on_dataset_upload and on_job_state."
+
+  depends_on = [google_project_service.enabled]
+}
+
+# Cloud Storage publishes its object notifications to the Pub/Sub topic that Eventarc creates (and names)
+# for the trigger, so the grant cannot be narrowed to one topic.
+resource "google_project_iam_member" "gcs_agent_publishes_events" {
+  project = var.project
+  role    = "roles/pubsub.publisher"
+  member  = local.gcs_service_agent
+}
+
+resource "google_project_iam_member" "eventarc_receives_events" {
+  project = var.project
+  role    = "roles/eventarc.eventReceiver"
+  member  = google_service_account.eventarc.member
+}
+
+resource "google_cloud_run_v2_service_iam_member" "eventarc_invokes" {
+  for_each = toset([for name, f in local.functions : name if f.trigger != null])
+
+  location = google_cloudfunctions2_function.function[each.key].location
+  name     = google_cloudfunctions2_function.function[each.key].name
+  role     = "roles/run.invoker"
+  member   = google_service_account.eventarc.member
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Job requests: push subscription with OIDC, retries and a dead-letter topic
+
+resource "google_service_account" "push" {
+  account_id   = "${var.name_prefix}-push"
+  display_name = "trainctl request push"
+  description  = "OIDC identity of the requests push subscription that calls on_job_request."
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_cloud_run_v2_service_iam_member" "push_invokes_on_job_request" {
+  location = google_cloudfunctions2_function.function["on_job_request"].location
+  name     = google_cloudfunctions2_function.function["on_job_request"].name
+  role     = "roles/run.invoker"
+  member   = google_service_account.push.member
+}
+
+# Only projects created before 2021-04-08 need this: their Pub/Sub service agent lacks the token creation
+# that newer projects give it, and it mints the OIDC tokens of the push subscription and of the Eventarc
+# triggers (which deliver through Pub/Sub too).
+resource "google_service_account_iam_member" "pubsub_agent_mints_tokens" {
+  for_each = {
+    for caller, account in {
+      push     = google_service_account.push.name
+      eventarc = google_service_account.eventarc.name
+    } : caller => account if var.legacy_pubsub_push_auth
+  }
+
+  service_account_id = each.value
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription" "requests_push" {
+  name   = local.names.requests_subscription
+  topic  = google_pubsub_topic.requests.id
+  labels = local.labels
+
+  # For a push subscription this is how long Pub/Sub waits for the function's answer.
+  ack_deadline_seconds = var.function_timeout_seconds
+  # Matches the controller's default max_event_age: older requests would be dropped anyway.
+  message_retention_duration = "86400s"
+
+  push_config {
+    # The path names the topic: functions-framework turns it into the CloudEvent's source
+    # (//pubsub.googleapis.com/projects/P/topics/T), as Eventarc would, and as the local stack does.
+    push_endpoint = "${google_cloudfunctions2_function.function["on_job_request"].service_config[0].uri}/${google_pubsub_topic.requests.id}"
+    oidc_token {
+      service_account_email = google_service_account.push.email
+      # Cloud Run checks the audience against the service URL, not the path above.
+      audience = google_cloudfunctions2_function.function["on_job_request"].service_config[0].uri
+    }
+  }
+
+  retry_policy {
+    minimum_backoff = "${var.request_retry_backoff_seconds.min}s"
+    maximum_backoff = "${var.request_retry_backoff_seconds.max}s"
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dead_letter.id
+    max_delivery_attempts = var.request_max_delivery_attempts
+  }
+
+  # An idle subscription would otherwise be deleted after 31 days, and requests would go nowhere.
+  expiration_policy {
+    ttl = ""
+  }
+
+  depends_on = [google_cloud_run_v2_service_iam_member.push_invokes_on_job_request]
+}

@@ -1,0 +1,363 @@
+# Inputs. Only `project` is required; every other default gives a working deployment whose names match
+# what the local stack creates (local/names.py).
+
+# ---------------------------------------------------------------------------------------------------
+# Where and what to call things
+
+variable "project" {
+  description = "ID of the Google Cloud project to deploy into."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project))
+    error_message = "project must be a project ID: 6-30 lowercase letters, digits or hyphens, starting with a letter."
+  }
+}
+
+variable "region" {
+  description = "Region of the functions, buckets, Vertex AI jobs, Artifact Registry repositories and Cloud Scheduler job. The storage trigger must be in the data bucket's region, so both use this one."
+  type        = string
+  default     = "us-central1"
+
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]+$", var.region))
+    error_message = "region must be a single region such as us-central1 or europe-west4, not a multi-region."
+  }
+}
+
+variable "name_prefix" {
+  description = "Prefix of every resource name: buckets are <project>-<prefix>-data/-control, topics <prefix>-requests etc. Keep \"trainctl\" to match the local stack's names."
+  type        = string
+  default     = "trainctl"
+
+  validation {
+    # 16 characters keeps the longest service account ID (<prefix>-fn-job-state) within IAM's 30.
+    condition     = can(regex("^[a-z][a-z0-9-]{0,14}[a-z0-9]$", var.name_prefix))
+    error_message = "name_prefix must be 2-16 lowercase letters, digits or hyphens, starting with a letter and not ending with a hyphen."
+  }
+}
+
+variable "data_bucket_name" {
+  description = "Name of the data bucket to create and watch for dataset markers. Null means <project>-<name_prefix>-data."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.data_bucket_name == null || can(regex("^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$", var.data_bucket_name))
+    error_message = "data_bucket_name must be 3-63 lowercase letters, digits, '_' or '-', starting and ending with a letter or digit."
+  }
+}
+
+variable "control_bucket_name" {
+  description = "Name of the control bucket to create: the submission ledger, trigger templates and run artifacts (runs/<request_id>/). Null means <project>-<name_prefix>-control."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.control_bucket_name == null || can(regex("^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$", var.control_bucket_name))
+    error_message = "control_bucket_name must be 3-63 lowercase letters, digits, '_' or '-', starting and ending with a letter or digit."
+  }
+}
+
+variable "extra_data_buckets" {
+  description = "Existing buckets (names, not gs:// URIs) that jobs may also read datasets from. The controller and the trainer get read access to them; they are not watched for uploads (send a job request instead)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for b in var.extra_data_buckets : can(regex("^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$", b))])
+    error_message = "extra_data_buckets must hold bucket names such as my-datasets, without gs:// or a path."
+  }
+}
+
+variable "labels" {
+  description = "Labels added to every resource that takes labels (an app=<name_prefix> label is always added)."
+  type        = map(string)
+  default     = {}
+}
+
+# ---------------------------------------------------------------------------------------------------
+# What the controller runs
+
+variable "trainer_image" {
+  description = "Container image of the DDP trainer that jobs run. Null means <region>-docker.pkg.dev/<project>/<name_prefix>/trainer:latest in the repository this configuration creates; prefer an @sha256 digest (see README)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.trainer_image == null || can(regex("^[a-z0-9.-]+(:[0-9]+)?/[^\\s]+$", var.trainer_image))
+    error_message = "trainer_image must be an image reference such as us-central1-docker.pkg.dev/PROJECT/REPO/trainer@sha256:..."
+  }
+}
+
+variable "trigger_rules" {
+  description = "Trigger rules for dataset uploads: an object mapping \"gs://bucket/prefix/\" to a template (a partial job request object, or a gs:// URI of a YAML/JSON template). Passed JSON-encoded as TRAINCTL_TRIGGER_RULES."
+  type        = any
+  default     = {}
+
+  validation {
+    condition     = can(keys(var.trigger_rules)) && alltrue([for prefix in try(keys(var.trigger_rules), []) : can(regex("^gs://[a-z0-9][a-z0-9._-]*[a-z0-9](/.*)?/$", prefix))])
+    error_message = "trigger_rules must be an object whose keys are gs://bucket/prefix/ URIs ending in '/'."
+  }
+}
+
+variable "marker_names" {
+  description = "Object basenames that mark a finished dataset upload; every other finalized object is ignored."
+  type        = list(string)
+  default     = ["_SUCCESS"]
+
+  validation {
+    condition     = length(var.marker_names) > 0 && alltrue([for m in var.marker_names : can(regex("^[^/,\\s]+$", m))])
+    error_message = "marker_names must name at least one basename, without '/', ',' or spaces."
+  }
+}
+
+variable "reduction_server_image" {
+  description = "Reduction Server image for pool 2 of large jobs. Null means the vertex-ai-restricted image in the multi-region nearest to var.region."
+  type        = string
+  default     = null
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Guardrails (admission). Empty allow-lists allow anything.
+
+variable "allowed_machine_types" {
+  description = "Machine types a job may use (pools 0 and 1). Empty allows every type in the catalog."
+  type        = list(string)
+  default     = []
+}
+
+variable "extra_allowed_image_prefixes" {
+  description = "Image prefixes custom trainer images may come from, besides this deployment's trainer repository (always allowed)."
+  type        = list(string)
+  default     = []
+}
+
+variable "max_gpus_per_job" {
+  description = "Most GPUs one job may use, all nodes together."
+  type        = number
+  default     = 64
+
+  validation {
+    condition     = var.max_gpus_per_job >= 2 && floor(var.max_gpus_per_job) == var.max_gpus_per_job
+    error_message = "max_gpus_per_job must be a whole number of at least 2: every job uses at least 2 GPUs."
+  }
+}
+
+variable "max_nodes" {
+  description = "Most nodes (replicas of pools 0 and 1) one job may use."
+  type        = number
+  default     = 16
+
+  validation {
+    condition     = var.max_nodes >= 1 && floor(var.max_nodes) == var.max_nodes
+    error_message = "max_nodes must be a whole number of at least 1."
+  }
+}
+
+variable "max_timeout" {
+  description = "Longest timeout a job may ask for, as seconds or a duration such as 24h, 7d or 1h30m."
+  type        = string
+  default     = "7d"
+
+  validation {
+    condition     = can(regex("^([0-9]+|([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?)$", var.max_timeout)) && var.max_timeout != ""
+    error_message = "max_timeout must be seconds or a duration such as 24h, 7d or 1h30m."
+  }
+}
+
+variable "max_cost_usd" {
+  description = "Cost ceiling of one job in US dollars (catalog price x GPUs x nodes x timeout, reducers included)."
+  type        = number
+  default     = 1000
+
+  validation {
+    condition     = var.max_cost_usd > 0
+    error_message = "max_cost_usd must be positive."
+  }
+}
+
+variable "max_request_bytes" {
+  description = "Largest job request (Pub/Sub message or marker file) the controller reads, in bytes."
+  type        = number
+  default     = 65536
+
+  validation {
+    # Pub/Sub's own limit is 10 MB per message.
+    condition     = var.max_request_bytes >= 1024 && var.max_request_bytes <= 10000000
+    error_message = "max_request_bytes must be between 1024 and 10000000."
+  }
+}
+
+variable "lease" {
+  description = "How long a claim in the ledger holds before another delivery may take it over, as seconds or a duration such as 10m. Keep it above function_timeout_seconds."
+  type        = string
+  default     = "10m"
+
+  validation {
+    condition     = can(regex("^([0-9]+|([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?)$", var.lease)) && var.lease != ""
+    error_message = "lease must be seconds or a duration such as 10m."
+  }
+}
+
+variable "max_event_age" {
+  description = "Events older than this are dropped with a log line instead of processed, as seconds or a duration such as 24h."
+  type        = string
+  default     = "24h"
+
+  validation {
+    condition     = can(regex("^([0-9]+|([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?)$", var.max_event_age)) && var.max_event_age != ""
+    error_message = "max_event_age must be seconds or a duration such as 24h."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Functions
+
+variable "python_runtime" {
+  description = "Cloud Functions Python runtime of the four functions."
+  type        = string
+  default     = "python311"
+
+  validation {
+    condition     = contains(["python311", "python312", "python313"], var.python_runtime)
+    error_message = "python_runtime must be python311, python312 or python313 (the project needs Python 3.11 or newer)."
+  }
+}
+
+variable "function_memory" {
+  description = "Memory of each function instance. 256Mi is the tier the controller is built to fit."
+  type        = string
+  default     = "256Mi"
+
+  validation {
+    condition     = can(regex("^[0-9]+(Mi|Gi|M|G)$", var.function_memory))
+    error_message = "function_memory must be a size such as 256Mi or 1Gi."
+  }
+}
+
+variable "function_timeout_seconds" {
+  description = "Timeout of each function invocation; also the push subscription's ack deadline."
+  type        = number
+  default     = 120
+
+  validation {
+    # 540 s is the most an event-driven function may run.
+    condition     = var.function_timeout_seconds >= 10 && var.function_timeout_seconds <= 540
+    error_message = "function_timeout_seconds must be between 10 and 540."
+  }
+}
+
+variable "function_min_instances" {
+  description = "Instances of each function kept warm. 0 scales to zero (cold starts are kept short by design)."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.function_min_instances >= 0 && floor(var.function_min_instances) == var.function_min_instances
+    error_message = "function_min_instances must be a whole number, 0 or more."
+  }
+}
+
+variable "function_max_instances" {
+  description = "Most instances of each function at once."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.function_max_instances >= 1 && var.function_max_instances >= var.function_min_instances
+    error_message = "function_max_instances must be at least 1 and at least function_min_instances."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Delivery, retention, schedule
+
+variable "request_max_delivery_attempts" {
+  description = "Deliveries of one job request to on_job_request before it goes to the dead-letter topic."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.request_max_delivery_attempts >= 5 && var.request_max_delivery_attempts <= 100
+    error_message = "request_max_delivery_attempts must be between 5 and 100 (Pub/Sub's limits)."
+  }
+}
+
+variable "request_retry_backoff_seconds" {
+  description = "Minimum and maximum backoff between redeliveries of a failed job request."
+  type        = object({ min = number, max = number })
+  default     = { min = 10, max = 600 }
+
+  validation {
+    condition     = var.request_retry_backoff_seconds.min >= 0 && var.request_retry_backoff_seconds.max <= 600 && var.request_retry_backoff_seconds.min <= var.request_retry_backoff_seconds.max
+    error_message = "request_retry_backoff_seconds must satisfy 0 <= min <= max <= 600."
+  }
+}
+
+variable "dead_letter_retention_days" {
+  description = "How long dead-lettered requests wait in the operators' pull subscription."
+  type        = number
+  default     = 7
+
+  validation {
+    condition     = var.dead_letter_retention_days >= 1 && var.dead_letter_retention_days <= 31
+    error_message = "dead_letter_retention_days must be between 1 and 31."
+  }
+}
+
+variable "reconcile_schedule" {
+  description = "Cron schedule of the reconcile sweep."
+  type        = string
+  default     = "*/5 * * * *"
+
+  validation {
+    condition     = length(split(" ", trimspace(var.reconcile_schedule))) == 5
+    error_message = "reconcile_schedule must be a five-field cron expression such as */5 * * * *."
+  }
+}
+
+variable "reconcile_time_zone" {
+  description = "Time zone of reconcile_schedule."
+  type        = string
+  default     = "Etc/UTC"
+}
+
+variable "run_retention_days" {
+  description = "Age in days after which run artifacts (runs/ in the control bucket) are deleted."
+  type        = number
+  default     = 90
+
+  validation {
+    condition     = var.run_retention_days >= 1
+    error_message = "run_retention_days must be at least 1."
+  }
+}
+
+variable "noncurrent_version_retention_days" {
+  description = "Days an overwritten or deleted object version is kept in the versioned buckets."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.noncurrent_version_retention_days >= 1
+    error_message = "noncurrent_version_retention_days must be at least 1."
+  }
+}
+
+variable "log_retention_days" {
+  description = "Days the functions' and training jobs' logs are kept in this deployment's own log bucket."
+  type        = number
+  default     = 90
+
+  validation {
+    condition     = var.log_retention_days >= 1 && var.log_retention_days <= 3650
+    error_message = "log_retention_days must be between 1 and 3650."
+  }
+}
+
+variable "legacy_pubsub_push_auth" {
+  description = "Set true in projects created before 2021-04-08: their Pub/Sub service agent must be granted token creation on the push subscription's and the Eventarc triggers' identities to mint their OIDC tokens."
+  type        = bool
+  default     = false
+}

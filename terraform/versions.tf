@@ -1,0 +1,24 @@
+terraform {
+  # 1.9 is the first release whose variable validations may refer to other variables.
+  required_version = ">= 1.9"
+
+  required_providers {
+    google = {
+      source  = "hashicorp/google"
+      version = ">= 6.0, < 8.0"
+    }
+    archive = {
+      source  = "hashicorp/archive"
+      version = ">= 2.4, < 3.0"
+    }
+    time = {
+      source  = "hashicorp/time"
+      version = ">= 0.9, < 1.0"
+    }
+  }
+}
+
+provider "google" {
+  project = var.project
+  region  = var.region
+}

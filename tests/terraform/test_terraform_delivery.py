@@ -1,0 +1,102 @@
+"""How events reach the functions: ingress, triggers, retries, dead letters, the sweep, the sink."""
+
+from __future__ import annotations
+
+from tfconfig import block, dynamic_block
+
+FUNCTIONS = {"on_dataset_upload", "on_job_request", "on_job_state", "reconcile"}
+
+
+def test_the_four_entry_points_are_deployed_by_one_resource(tf):
+    assert set(tf.locals["functions"]) == FUNCTIONS
+    assert list(tf.of_kind("google_cloudfunctions2_function")) == ["function"]
+    assert tf.of_kind("google_cloudfunctions_function") == {}
+
+
+def test_every_function_has_internal_ingress(tf):
+    service = block(tf.resource("google_cloudfunctions2_function", "function"), "service_config")
+    assert service["ingress_settings"] == "ALLOW_INTERNAL_ONLY"
+
+
+def test_functions_aim_at_the_256_mib_tier(tf):
+    service = block(tf.resource("google_cloudfunctions2_function", "function"), "service_config")
+    assert service["available_memory"] == "${var.function_memory}"
+    assert tf.variables["function_memory"]["default"] == "256Mi"
+
+
+def test_storage_trigger_watches_the_data_bucket_and_retries(tf):
+    trigger = tf.locals["functions"]["on_dataset_upload"]["trigger"]
+    assert trigger["event_type"] == "google.cloud.storage.object.v1.finalized"
+    assert trigger["bucket"] == "${google_storage_bucket.data.name}"
+
+    event_trigger = dynamic_block(tf.resource("google_cloudfunctions2_function", "function"), "event_trigger")
+    assert event_trigger["for_each"] == "${each.value.trigger == null ? [] : [each.value.trigger]}"
+    content = event_trigger["content"]
+    assert content["event_type"] == "${event_trigger.value.event_type}"
+    assert content["retry_policy"] == "RETRY_POLICY_RETRY"
+    assert content["service_account_email"] == "${google_service_account.eventarc.email}"
+    assert content["trigger_region"] == "${var.region}"
+    assert tf.resource("google_storage_bucket", "data")["location"] == "${var.region}"
+    bucket_filter = dynamic_block(content, "event_filters")
+    assert bucket_filter["for_each"] == "${event_trigger.value.bucket == null ? [] : [event_trigger.value.bucket]}"
+    assert bucket_filter["content"] == {"attribute": "bucket", "value": "${event_filters.value}"}
+
+
+def test_job_state_function_is_fed_by_the_job_state_topic(tf):
+    trigger = tf.locals["functions"]["on_job_state"]["trigger"]
+    assert trigger["event_type"] == "google.cloud.pubsub.topic.v1.messagePublished"
+    assert trigger["pubsub_topic"] == "${google_pubsub_topic.job_state.id}"
+
+
+def test_requests_and_sweeps_do_not_come_through_eventarc(tf):
+    # A second, Eventarc, subscription would deliver every request twice and without a dead-letter topic.
+    functions = tf.locals["functions"]
+    assert functions["on_job_request"]["trigger"] is None
+    assert functions["reconcile"]["trigger"] is None
+
+
+def test_requests_subscription_has_a_dead_letter_policy(tf):
+    subscription = tf.resource("google_pubsub_subscription", "requests_push")
+    assert subscription["topic"] == "${google_pubsub_topic.requests.id}"
+    dead_letter = block(subscription, "dead_letter_policy")
+    assert dead_letter["dead_letter_topic"] == "${google_pubsub_topic.dead_letter.id}"
+    assert dead_letter["max_delivery_attempts"] == "${var.request_max_delivery_attempts}"
+    assert set(block(subscription, "retry_policy")) == {"minimum_backoff", "maximum_backoff"}
+    assert block(subscription, "expiration_policy")["ttl"] == ""
+
+
+def test_requests_are_pushed_to_on_job_request_with_an_oidc_token(tf):
+    push = block(tf.resource("google_pubsub_subscription", "requests_push"), "push_config")
+    uri = '${google_cloudfunctions2_function.function["on_job_request"].service_config[0].uri}'
+    assert push["push_endpoint"] == uri[:-1] + "}/${google_pubsub_topic.requests.id}"
+    token = block(push, "oidc_token")
+    assert token == {"service_account_email": "${google_service_account.push.email}", "audience": uri}
+
+
+def test_dead_letters_wait_in_a_pull_subscription_that_never_expires(tf):
+    subscription = tf.resource("google_pubsub_subscription", "dead_letter")
+    assert subscription["topic"] == "${google_pubsub_topic.dead_letter.id}"
+    assert "push_config" not in subscription
+    assert block(subscription, "expiration_policy")["ttl"] == ""
+
+
+def test_scheduler_calls_reconcile_with_an_oidc_token(tf):
+    job = tf.resource("google_cloud_scheduler_job", "reconcile")
+    assert job["schedule"] == "${var.reconcile_schedule}"
+    target = block(job, "http_target")
+    uri = '${google_cloudfunctions2_function.function["reconcile"].service_config[0].uri}'
+    assert target["uri"] == uri
+    assert block(target, "oidc_token") == {
+        "service_account_email": "${google_service_account.scheduler.email}",
+        "audience": uri,
+    }
+    assert tf.variables["reconcile_schedule"]["default"] == "*/5 * * * *"
+
+
+def test_job_state_sink_routes_vertex_terminal_states_to_the_job_state_topic(tf):
+    sink = tf.resource("google_logging_project_sink", "job_state")
+    assert sink["destination"] == "pubsub.googleapis.com/${google_pubsub_topic.job_state.id}"
+    assert sink["filter"] == "${local.job_state_log_filter}"
+    assert tf.locals["job_state_log_filter"] == (
+        'resource.type="ml_job" AND labels."ml.googleapis.com/job_state"=("SUCCEEDED" OR "FAILED" OR "CANCELLED")'
+    )

@@ -1,0 +1,205 @@
+"""Least privilege, read off the HCL: who gets which role on what."""
+
+from __future__ import annotations
+
+import re
+
+from tfconfig import TERRAFORM_DIR, block, strings
+
+PRIMITIVE_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
+IAM_MEMBER_KINDS = (
+    "google_project_iam_member",
+    "google_service_account_iam_member",
+    "google_storage_bucket_iam_member",
+    "google_pubsub_topic_iam_member",
+    "google_pubsub_subscription_iam_member",
+    "google_artifact_registry_repository_iam_member",
+    "google_cloud_run_v2_service_iam_member",
+)
+
+
+def all_roles(tf) -> set[str]:
+    return {role for text in strings(tf.files) for role in re.findall(r"roles/[A-Za-z.]+", text)}
+
+
+def grants(tf) -> list[tuple[str, str, dict]]:
+    """(kind, name, body) of every IAM member resource."""
+    return [(kind, name, body) for (kind, name), body in tf.resources.items() if kind.endswith("_iam_member")]
+
+
+def grants_to(tf, member: str) -> dict[str, dict]:
+    return {f"{kind}.{name}": body for kind, name, body in grants(tf) if body["member"] == member}
+
+
+def test_no_primitive_roles(tf):
+    roles = all_roles(tf)
+    assert len(roles) > 5, "found almost no roles: the scan is broken"
+    assert not roles & PRIMITIVE_ROLES
+
+
+def test_no_authoritative_iam_that_would_remove_other_members(tf):
+    authoritative = [
+        f"{kind}.{name}" for (kind, name) in tf.resources if kind.endswith(("_iam_binding", "_iam_policy"))
+    ]
+    assert authoritative == []
+
+
+def test_no_grant_to_the_public(tf):
+    public = [text for text in strings(tf.files) if "allUsers" in text or "allAuthenticatedUsers" in text]
+    assert public == []
+
+
+def test_every_grant_is_a_known_member_resource(tf):
+    assert {kind for kind, _, _ in grants(tf)} <= set(IAM_MEMBER_KINDS)
+
+
+def test_every_role_is_traced_in_the_readme(tf):
+    readme = (TERRAFORM_DIR / "README.md").read_text()
+    missing = sorted(role for role in all_roles(tf) if f"`{role}`" not in readme)
+    assert missing == [], "terraform/README.md's permission table must explain every role"
+
+
+# --- the functions --------------------------------------------------------------------------------------
+
+
+def test_every_function_runs_as_its_own_service_account(tf):
+    function = tf.resource("google_cloudfunctions2_function", "function")
+    accounts = tf.resource("google_service_account", "function")
+    assert accounts["for_each"] == function["for_each"] == "${local.functions}"
+    assert (
+        block(function, "service_config")["service_account_email"]
+        == "${google_service_account.function[each.key].email}"
+    )
+    suffixes = [f["account"] for f in tf.locals["functions"].values()]
+    assert len(set(suffixes)) == len(suffixes) == 4
+    assert accounts["account_id"] == "${var.name_prefix}-${each.value.account}"
+
+
+def test_service_account_ids_fit_iam_limits_with_the_longest_prefix(tf):
+    condition = tf.variables["name_prefix"]["validation"][0]["condition"]
+    longest_prefix = 2 + int(re.search(r"\{0,(\d+)\}", condition)[1])
+    suffixes = [f["account"] for f in tf.locals["functions"].values()]
+    for name, account in tf.of_kind("google_service_account").items():
+        if name != "function":
+            suffixes.append(re.fullmatch(r"\$\{var\.name_prefix\}-([a-z-]+)", account["account_id"])[1])
+    assert all(6 <= len("ab-" + s) and longest_prefix + 1 + len(s) <= 30 for s in suffixes), suffixes
+
+
+def test_every_function_may_submit_as_the_trainer_and_nothing_more(tf):
+    # The intake functions submit; on_job_state and reconcile resubmit preempted jobs.
+    assert set(tf.locals["functions"]) == {"on_dataset_upload", "on_job_request", "on_job_state", "reconcile"}
+    act_as = tf.resource("google_service_account_iam_member", "function_acts_as_trainer")
+    assert act_as["for_each"] == "${local.functions}"
+    assert act_as["service_account_id"] == "${google_service_account.trainer.name}"
+    assert act_as["role"] == "roles/iam.serviceAccountUser"
+    vertex = tf.resource("google_project_iam_member", "function_uses_vertex")
+    assert vertex["role"] == "roles/aiplatform.user"
+
+
+def test_functions_publish_to_the_events_topic_only(tf):
+    publishers = [body for _, _, body in grants(tf) if body["role"] == "roles/pubsub.publisher"]
+    function_publishers = [b for b in publishers if b["member"].startswith("${google_service_account.function[")]
+    assert [b["topic"] for b in function_publishers] == ["${google_pubsub_topic.events.id}"]
+
+
+def test_function_accounts_hold_exactly_the_controller_grants(tf):
+    member = "${google_service_account.function[each.key].member}"
+    by_data_reader = "${google_service_account.function[each.value.function].member}"
+    granted = {**grants_to(tf, member), **grants_to(tf, by_data_reader)}
+    assert sorted(granted) == [
+        "google_project_iam_member.function_uses_vertex",
+        "google_pubsub_topic_iam_member.function_publishes_events",
+        "google_service_account_iam_member.function_acts_as_trainer",
+        "google_storage_bucket_iam_member.function_reads_data",
+        "google_storage_bucket_iam_member.function_uses_control_bucket",
+    ]
+    assert granted["google_storage_bucket_iam_member.function_reads_data"]["role"] == "roles/storage.objectViewer"
+    assert (
+        granted["google_storage_bucket_iam_member.function_uses_control_bucket"]["role"] == "roles/storage.objectUser"
+    )
+
+
+# --- the trainer ----------------------------------------------------------------------------------------
+
+
+def test_trainer_reads_data_and_writes_run_outputs_only(tf):
+    granted = grants_to(tf, "${google_service_account.trainer.member}")
+    assert sorted(granted) == [
+        "google_storage_bucket_iam_member.trainer_reads_data",
+        "google_storage_bucket_iam_member.trainer_writes_run_outputs",
+    ]
+    reads = granted["google_storage_bucket_iam_member.trainer_reads_data"]
+    assert (reads["for_each"], reads["role"]) == ("${toset(local.data_buckets)}", "roles/storage.objectViewer")
+    writes = granted["google_storage_bucket_iam_member.trainer_writes_run_outputs"]
+    assert writes["bucket"] == "${google_storage_bucket.control.name}"
+    expression = block(writes, "condition")["expression"]
+    assert "/objects/${local.artifacts_prefix}" in expression and "objectListPrefix" in expression
+    assert tf.locals["artifacts_prefix"] == "runs/"
+
+
+# --- service agents and callers -------------------------------------------------------------------------
+
+
+def test_pubsub_agent_gets_exactly_what_dead_lettering_needs(tf):
+    granted = grants_to(tf, "${local.pubsub_service_agent}")
+    dead_letter = granted.pop("google_pubsub_topic_iam_member.pubsub_agent_publishes_dead_letters")
+    assert (dead_letter["topic"], dead_letter["role"]) == (
+        "${google_pubsub_topic.dead_letter.id}",
+        "roles/pubsub.publisher",
+    )
+    acks = granted.pop("google_pubsub_subscription_iam_member.pubsub_agent_acks_forwarded_requests")
+    assert (acks["subscription"], acks["role"]) == (
+        "${google_pubsub_subscription.requests_push.id}",
+        "roles/pubsub.subscriber",
+    )
+    # The one other grant is opt-in, for old projects' OIDC tokens, and scoped to the two calling identities.
+    assert list(granted) == ["google_service_account_iam_member.pubsub_agent_mints_tokens"]
+    tokens = granted["google_service_account_iam_member.pubsub_agent_mints_tokens"]
+    assert "if var.legacy_pubsub_push_auth" in tokens["for_each"]
+    assert tokens["role"] == "roles/iam.serviceAccountTokenCreator"
+
+
+def test_storage_trigger_identities_have_their_roles(tf):
+    gcs = grants_to(tf, "${local.gcs_service_agent}")
+    assert [g["role"] for g in gcs.values()] == ["roles/pubsub.publisher"]
+    eventarc = grants_to(tf, "${google_service_account.eventarc.member}")
+    assert sorted(g["role"] for g in eventarc.values()) == ["roles/eventarc.eventReceiver", "roles/run.invoker"]
+
+
+def test_each_caller_may_invoke_only_its_function(tf):
+    invokers = tf.of_kind("google_cloud_run_v2_service_iam_member")
+    assert {name: body["role"] for name, body in invokers.items()} == dict.fromkeys(invokers, "roles/run.invoker")
+    assert (
+        invokers["push_invokes_on_job_request"]["name"]
+        == '${google_cloudfunctions2_function.function["on_job_request"].name}'
+    )
+    assert (
+        invokers["scheduler_invokes_reconcile"]["name"]
+        == '${google_cloudfunctions2_function.function["reconcile"].name}'
+    )
+    assert (
+        invokers["eventarc_invokes"]["for_each"]
+        == "${toset([for name, f in local.functions : name if f.trigger != null])}"
+    )
+
+
+def test_log_sink_writer_publishes_to_the_job_state_topic_only(tf):
+    granted = grants_to(tf, "${google_logging_project_sink.job_state.writer_identity}")
+    assert [(g["topic"], g["role"]) for g in granted.values()] == [
+        ("${google_pubsub_topic.job_state.id}", "roles/pubsub.publisher")
+    ]
+
+
+def test_build_account_writes_logs_and_function_images_and_reads_staged_source(tf):
+    granted = grants_to(tf, "${google_service_account.build.member}")
+    assert {name: g["role"] for name, g in granted.items()} == {
+        "google_project_iam_member.build_writes_logs": "roles/logging.logWriter",
+        "google_artifact_registry_repository_iam_member.build_pushes_function_images": "roles/artifactregistry.writer",
+        "google_project_iam_member.build_reads_staged_source": "roles/storage.objectViewer",
+    }
+    pushes = granted["google_artifact_registry_repository_iam_member.build_pushes_function_images"]
+    assert pushes["repository"] == "${google_artifact_registry_repository.functions.name}"
+    staged = block(granted["google_project_iam_member.build_reads_staged_source"], "condition")
+    assert "buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}/" in staged["expression"]
+    function = tf.resource("google_cloudfunctions2_function", "function")
+    assert block(function, "build_config")["service_account"] == "${google_service_account.build.id}"

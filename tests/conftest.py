@@ -131,7 +131,7 @@ def job_client_factory(jobservice: JobServiceProcess) -> Callable[..., JobServic
     return factory
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def job_client(job_client_factory: Callable[..., JobServiceClient]) -> JobServiceClient:
     return job_client_factory()
 

@@ -58,7 +58,7 @@ class TransitionRefused(Exception):
 
 @dataclass(frozen=True)
 class Outcome:
-    state: JobState | None  # None: preempted, restart
+    state: JobState | None  # None: the job was preempted and restarts
     code: int = 0
     message: str = ""
 
@@ -204,9 +204,14 @@ class JobRun:
         except Exception as error:  # a bug here must not leave the job RUNNING forever
             log.exception("supervising %s failed", self.name)
             self._stop_nodes()
-            self.executor.transition(
-                self.name, JobState.JOB_STATE_FAILED, code_pb2.INTERNAL, f"Internal error: {error}"
-            )
+            with contextlib.suppress(TransitionRefused):  # refused: it had ended before the bug struck
+                self.executor.transition(
+                    self.name,
+                    JobState.JOB_STATE_FAILED,
+                    code_pb2.INTERNAL,
+                    f"Internal error in the local JobService: {error}",
+                    only_from=ACTIVE_STATES,
+                )
         finally:
             self.executor._forget(self.name)
 
@@ -232,7 +237,8 @@ class JobRun:
             self.nodes = []  # preempted with restart_job_on_worker_restart: run the job again
 
     def _wait_in_queue(self) -> str:
-        """ "done" when the hold is over or the job was cancelled meanwhile, "leave" on shutdown."""
+        """Wait out a fault's hold. Returns "done" when it is over or the job was cancelled meanwhile,
+        "leave" when the server shuts down (the job stays QUEUED for the next server)."""
         while True:
             remaining = self.record.queued_until - time.time()
             if remaining <= 0 or self.store.get(self.name).state == JobState.JOB_STATE_CANCELLING:

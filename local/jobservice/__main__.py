@@ -1,0 +1,85 @@
+"""`python -m local.jobservice --port PORT [--state-dir DIR] …`: run the local Vertex JobService as its
+own process. The first line on stdout is `local JobService listening on HOST:PORT`; logs go to stderr.
+SIGTERM or Ctrl-C stops it and the nodes of running jobs (those jobs fail); SIGKILL leaves the nodes
+running, and a server restarted on the same --state-dir adopts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from local.jobservice.replicas import DEFAULT_IMAGE_MAP, ExecutionSettings
+from local.jobservice.server import LocalJobService
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m local.jobservice", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one (default)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--state-dir", type=Path, help="where jobs, logs and run records live (default: a new temp dir)"
+    )
+    parser.add_argument(
+        "--image-map",
+        default="{}",
+        help='JSON object: image URI prefix → entry point, e.g. \'{"us-docker.pkg.dev/p/r/trainer": '
+        '["python", "-m", "trainer.launch"]}\'; added to the default map of ' + ", ".join(DEFAULT_IMAGE_MAP),
+    )
+    parser.add_argument("--max-procs-per-node", type=int, default=2, help="cap on CPU processes standing in for GPUs")
+    parser.add_argument("--cancel-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument(
+        "--storage-emulator-host",
+        default=os.environ.get("STORAGE_EMULATOR_HOST"),
+        help="fake-gcs-server URL handed to every node (default: $STORAGE_EMULATOR_HOST)",
+    )
+    parser.add_argument("--workdir", type=Path, default=Path.cwd(), help="nodes' working directory (default: cwd)")
+    parser.add_argument(
+        "--announce-topic",
+        help="projects/P/topics/T: publish every state change there in the Cloud Logging sink's shape "
+        "(needs PUBSUB_EMULATOR_HOST for the emulator)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+    image_map = {**DEFAULT_IMAGE_MAP, **{k: tuple(v) for k, v in json.loads(args.image_map).items()}}
+    settings = ExecutionSettings(
+        image_map=image_map,
+        max_procs_per_node=args.max_procs_per_node,
+        storage_emulator_host=args.storage_emulator_host,
+        workdir=args.workdir.resolve(),
+        cancel_grace=args.cancel_grace,
+    )
+    state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="trainctl-jobservice-"))
+    service = LocalJobService(state_dir, settings, host=args.host, port=args.port, exit_on_crash=True)
+    announcer = None
+    if args.announce_topic:
+        from local.jobservice.announce import StateAnnouncer
+
+        announcer = StateAnnouncer(args.announce_topic)
+        service.add_transition_hook(announcer)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    address = service.start()
+    print(f"local JobService listening on {address}", flush=True)
+    print(f"state and job logs in {state_dir}", flush=True)
+    stop.wait()
+    service.stop(stop_jobs=True)
+    if announcer is not None:
+        announcer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

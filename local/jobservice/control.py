@@ -1,0 +1,86 @@
+"""The local JobService's control API: fault injection and introspection for tests, from any process.
+
+It is served on the JobService's own port as the gRPC service `trainctl.local.v1.JobServiceControl`,
+with JSON objects as messages (no generated code needed on either side). `JobServiceControl(address)`
+is the client:
+
+    control = JobServiceControl("127.0.0.1:PORT")
+    control.fail_next_creates("RESOURCE_EXHAUSTED", count=2)      # Vertex's quota wording by default
+    control.fail_next_creates("UNAVAILABLE", after_create=True)   # job created, response "lost"
+    control.hold_next_in_queue(seconds=30)
+    control.preempt(job_name)                                     # SIGTERM all nodes; restart or stockout
+    control.replica_logs(job_name)                                # {"workerpool0-0": "/…/workerpool0-0.log", …}
+    control.crash()                                               # exit at once; nodes keep running
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+SERVICE = "trainctl.local.v1.JobServiceControl"
+
+
+def _encode(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+def _decode(data: bytes) -> Any:
+    return json.loads(data or b"{}")
+
+
+def control_handler(methods: dict[str, Callable[[dict, grpc.ServicerContext], dict]]) -> grpc.GenericRpcHandler:
+    """A generic handler serving `methods` (name → function of the JSON request) as SERVICE."""
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(function, request_deserializer=_decode, response_serializer=_encode)
+        for name, function in methods.items()
+    }
+    return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+
+class JobServiceControl:
+    """Client of the control API."""
+
+    def __init__(self, address: str, timeout: float = 30.0):
+        self._channel = grpc.insecure_channel(address)
+        self._timeout = timeout
+
+    def _call(self, method: str, **request: Any) -> dict:
+        stub = self._channel.unary_unary(
+            f"/{SERVICE}/{method}", request_serializer=_encode, response_deserializer=_decode
+        )
+        return stub(request, timeout=self._timeout)
+
+    def fail_next_creates(
+        self, code: str = "UNAVAILABLE", count: int = 1, message: str | None = None, after_create: bool = False
+    ) -> None:
+        """The next `count` CreateCustomJob calls fail with gRPC status `code` (a grpc.StatusCode name)."""
+        self._call("FailNextCreates", code=code, count=count, message=message, after_create=after_create)
+
+    def hold_next_in_queue(self, seconds: float, count: int = 1) -> None:
+        """The next `count` created jobs stay in JOB_STATE_QUEUED for `seconds`."""
+        self._call("HoldNextInQueue", seconds=seconds, count=count)
+
+    def preempt(self, name: str) -> None:
+        self._call("Preempt", name=name)
+
+    def replica_logs(self, name: str) -> dict[str, str]:
+        """Node name (and "service") → log file path, for a job's resource name."""
+        return self._call("ReplicaLogs", name=name)["logs"]
+
+    def clear_faults(self) -> None:
+        self._call("ClearFaults")
+
+    def info(self) -> dict:
+        """{"pid": …, "state_dir": …} of the server."""
+        return self._call("Info")
+
+    def crash(self) -> None:
+        """Make the server exit at once, as SIGKILL would: no cleanup, the job nodes keep running."""
+        self._call("Crash")
+
+    def close(self) -> None:
+        self._channel.close()

@@ -1,0 +1,375 @@
+"""Running CustomJobs the way Vertex does, with local processes.
+
+Each job gets one supervising thread (`JobRun`) that walks it through QUEUED → PENDING → RUNNING →
+SUCCEEDED | FAILED, or CANCELLING → CANCELLED. Every node is a process group led by the node agent
+(node_agent.py), with its output in `logs/<node>.log` under the job's folder. Decisions follow
+reference/vertex.md §1.6 and §6.3:
+
+- the job succeeds when the primary (workerpool0-0) exits 0; the other nodes are then stopped;
+- it fails as soon as any node exits non-zero: "The replica workerpool1-0 exited with a non-zero status
+  of 3." (error code 3, as Vertex reports user-code failures);
+- `scheduling.timeout` bounds the running time (FAILED, DEADLINE_EXCEEDED);
+- cancel and preemption send SIGTERM to every node and SIGKILL after the grace period; a preempted job
+  restarts (new attempt, same job) when `restart_job_on_worker_restart` is set, else it fails with the
+  stockout message.
+
+Exit events are queued in the order the nodes exit, so "primary exited 0, then a worker lost its peer"
+counts as a success, as it would on Vertex. Every state change goes through `JobExecutor.transition`,
+which persists the job and calls the transition hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.cloud.aiplatform_v1.types import CustomJob, JobState
+from google.rpc import code_pb2, status_pb2
+
+from local.jobservice.faults import STOCKOUT_MESSAGE
+from local.jobservice.replicas import ExecutionSettings, NodePlanError, plan_nodes
+from local.jobservice.store import JobStore, ReplicaRecord, RunRecord
+from local.processes import free_port, process_alive, signal_group, stop_groups
+
+log = logging.getLogger("local.jobservice")
+
+TERMINAL_STATES = frozenset({JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED})
+ACTIVE_STATES = frozenset(set(JobState) - TERMINAL_STATES - {JobState.JOB_STATE_UNSPECIFIED})
+NODE_AGENT = Path(__file__).with_name("node_agent.py")
+PRIMARY = "workerpool0-0"
+
+TransitionHook = Callable[[CustomJob], None]
+
+
+class TransitionRefused(Exception):
+    """The job is not in a state this change may start from."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: JobState | None  # None: the job was preempted and restarts
+    code: int = 0
+    message: str = ""
+
+
+@dataclass
+class Node:
+    """One running node: started by us (`popen`) or adopted after a restart (only `pid`)."""
+
+    name: str
+    pid: int
+    exit_file: Path
+    popen: subprocess.Popen | None = None
+
+    def wait(self) -> int:
+        if self.popen is not None:
+            returncode = self.popen.wait()
+            return returncode if returncode >= 0 else 128 - returncode
+        while process_alive(self.pid) and not self.exit_file.exists():
+            time.sleep(0.2)
+        try:
+            return int(self.exit_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return 137  # ended without a recorded status: killed along with its agent
+
+
+class JobExecutor:
+    def __init__(self, store: JobStore, settings: ExecutionSettings, hooks: Iterable[TransitionHook] = ()):
+        self.store = store
+        self.settings = settings
+        self.hooks: list[TransitionHook] = list(hooks)
+        self._runs: dict[str, JobRun] = {}
+        self._lock = threading.Lock()
+
+    def created(self, job: CustomJob, hold_seconds: float = 0.0) -> None:
+        """A job was just stored in QUEUED: tell the hooks and start supervising it."""
+        self._notify(job)
+        run = RunRecord(queued_until=time.time() + hold_seconds)
+        self.store.save_run(job.name, run)
+        self._launch(job.name, run)
+
+    def resume_all(self) -> None:
+        """After a restart: carry on with every job that had not ended, adopting live nodes."""
+        for job in self.store.jobs():
+            if job.state in ACTIVE_STATES:
+                self._launch(job.name, self.store.load_run(job.name))
+
+    def cancel(self, name: str) -> None:
+        """Raises TransitionRefused when the job has already ended."""
+        self.transition(name, JobState.JOB_STATE_CANCELLING, only_from=ACTIVE_STATES)
+        run = self._run(name)
+        if run is not None:
+            run.events.put(("cancel",))
+
+    def preempt(self, name: str) -> None:
+        """Raises TransitionRefused unless the job is running."""
+        run = self._run(name)
+        job = self.store.get(name)
+        if run is None or job is None or job.state != JobState.JOB_STATE_RUNNING:
+            raise TransitionRefused(f"only a running job can be preempted; {name} is not running")
+        run.events.put(("preempt",))
+
+    def log_paths(self, name: str) -> dict[str, str]:
+        return {path.stem: str(path) for path in sorted(self.store.log_dir(name).glob("*.log"))}
+
+    def shutdown(self, stop_jobs: bool = True) -> None:
+        """Stop supervising. With `stop_jobs`, running nodes are stopped and their jobs fail; without,
+        the nodes keep running (a restarted server adopts them)."""
+        with self._lock:
+            runs = list(self._runs.values())
+        for run in runs:
+            run.events.put(("shutdown",) if stop_jobs else ("detach",))
+        for run in runs:
+            run.thread.join(timeout=self.settings.cancel_grace + 10)
+
+    def transition(
+        self, name: str, state: JobState, code: int = 0, message: str = "", only_from: Iterable[JobState] = ()
+    ) -> CustomJob:
+        allowed = frozenset(only_from)
+        now = dt.datetime.now(dt.UTC)
+
+        def change(job: CustomJob) -> None:
+            if allowed and job.state not in allowed:
+                raise TransitionRefused(f"{name} is {job.state.name}")
+            job.state = state
+            job.update_time = now
+            if state == JobState.JOB_STATE_RUNNING and "start_time" not in job:
+                job.start_time = now
+            if state in TERMINAL_STATES:
+                job.end_time = now
+            if code:
+                job.error = status_pb2.Status(code=code, message=message)
+
+        job = self.store.update(name, change)
+        self._notify(job, message)
+        return job
+
+    def _notify(self, job: CustomJob, message: str = "") -> None:
+        self.service_log(job.name, f"{job.state.name}{': ' + message if message else ''}")
+        for hook in self.hooks:
+            try:
+                hook(job)
+            except Exception:
+                log.exception("a state-transition hook failed for %s", job.name)
+
+    def service_log(self, name: str, message: str) -> None:
+        """A line in the job's `service.log`, like the lines Vertex logs under task name "service"."""
+        log.info(json.dumps({"severity": "INFO", "message": message, "job": name}))
+        log_dir = self.store.log_dir(name)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        with open(log_dir / "service.log", "a") as handle:
+            handle.write(f"{dt.datetime.now(dt.UTC).isoformat()} {message}\n")
+
+    def _launch(self, name: str, run: RunRecord) -> None:
+        job_run = JobRun(self, name, run)
+        with self._lock:
+            self._runs[name] = job_run
+        job_run.thread.start()
+
+    def _run(self, name: str) -> JobRun | None:
+        with self._lock:
+            return self._runs.get(name)
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            self._runs.pop(name, None)
+
+
+class JobRun:
+    """The thread that supervises one job from where it stands to its end."""
+
+    def __init__(self, executor: JobExecutor, name: str, record: RunRecord):
+        self.executor = executor
+        self.store = executor.store
+        self.name = name
+        self.record = record
+        self.events: queue.Queue[tuple] = queue.Queue()
+        self.nodes: list[Node] = []
+        self.thread = threading.Thread(target=self._main, name=f"job-{name.rsplit('/', 1)[-1]}", daemon=True)
+
+    def _main(self) -> None:
+        try:
+            self._walk()
+        except Exception as error:  # a bug here must not leave the job RUNNING forever
+            log.exception("supervising %s failed", self.name)
+            self._stop_nodes()
+            with contextlib.suppress(TransitionRefused):  # refused: it had ended before the bug struck
+                self.executor.transition(
+                    self.name,
+                    JobState.JOB_STATE_FAILED,
+                    code_pb2.INTERNAL,
+                    f"Internal error in the local JobService: {error}",
+                    only_from=ACTIVE_STATES,
+                )
+        finally:
+            self.executor._forget(self.name)
+
+    def _walk(self) -> None:
+        if self.store.get(self.name).state == JobState.JOB_STATE_QUEUED:
+            waited = self._wait_in_queue()
+            if waited == "leave":  # the server is going away; a restarted one picks the job up
+                return None
+            with contextlib.suppress(TransitionRefused):  # refused: cancelled meanwhile, handled below
+                self.executor.transition(self.name, JobState.JOB_STATE_PENDING, only_from={JobState.JOB_STATE_QUEUED})
+        if self.record.replicas:
+            self._adopt()
+        while True:
+            if not self.nodes:
+                outcome = self._start_nodes()
+                if outcome is not None:
+                    return self._end(outcome)
+            outcome = self._supervise()
+            if outcome is None:  # detached: the server is going away, the nodes keep running
+                return None
+            if outcome.state is not None:
+                return self._end(outcome)
+            self.nodes = []  # preempted with restart_job_on_worker_restart: run the job again
+
+    def _wait_in_queue(self) -> str:
+        """Wait out a fault's hold. Returns "done" when it is over or the job was cancelled meanwhile,
+        "leave" when the server shuts down (the job stays QUEUED for the next server)."""
+        while True:
+            remaining = self.record.queued_until - time.time()
+            if remaining <= 0 or self.store.get(self.name).state == JobState.JOB_STATE_CANCELLING:
+                return "done"
+            try:
+                event = self.events.get(timeout=remaining)
+            except queue.Empty:
+                return "done"
+            if event[0] in ("shutdown", "detach"):
+                return "leave"
+
+    def _start_nodes(self) -> Outcome | None:
+        job = self.store.get(self.name)
+        if job.state == JobState.JOB_STATE_CANCELLING:
+            return Outcome(JobState.JOB_STATE_CANCELLED, code_pb2.CANCELLED, "CustomJob was cancelled.")
+        self.record.attempt += 1
+        self.record.master_port = free_port()
+        try:
+            plan = plan_nodes(job, self.executor.settings, self.record.master_port)
+        except NodePlanError as error:
+            return Outcome(JobState.JOB_STATE_FAILED, code_pb2.INVALID_ARGUMENT, str(error))
+        for pool, count in plan.unstarted_pools.items():
+            self.executor.service_log(
+                self.name, f"{pool} ({count} replicas) is listed in CLUSTER_SPEC but not started locally"
+            )
+        log_dir = self.store.log_dir(self.name)
+        exit_dir = self.store.job_dir(self.name) / "exits" / f"attempt-{self.record.attempt}"
+        exit_dir.mkdir(parents=True, exist_ok=True)
+        for node in plan.nodes:
+            log_path = log_dir / f"{node.name}.log"
+            with open(log_path, "ab") as output:
+                output.write(f"[local JobService] attempt {self.record.attempt}: {node.command}\n".encode())
+                output.flush()
+                exit_file = exit_dir / f"{node.name}.exit"
+                popen = subprocess.Popen(
+                    [sys.executable, str(NODE_AGENT), str(exit_file), "--", *node.command],
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env=node.env,
+                    cwd=self.executor.settings.workdir,
+                    start_new_session=True,
+                )
+            self.nodes.append(Node(node.name, popen.pid, exit_file, popen))
+        self.record.replicas = [ReplicaRecord(node.name, node.pid, str(node.exit_file)) for node in self.nodes]
+        self.store.save_run(self.name, self.record)
+        if self.record.attempt == 1:
+            # Refused when a cancel came in meanwhile; the supervision loop then stops the nodes.
+            with contextlib.suppress(TransitionRefused):
+                self.executor.transition(self.name, JobState.JOB_STATE_RUNNING, only_from={JobState.JOB_STATE_PENDING})
+        return None
+
+    def _adopt(self) -> None:
+        self.nodes = [Node(r.name, r.pid, Path(r.exit_file)) for r in self.record.replicas]
+        self.executor.service_log(self.name, f"adopted {len(self.nodes)} running nodes after a restart")
+        with contextlib.suppress(TransitionRefused):  # the server stopped between starting them and RUNNING
+            self.executor.transition(self.name, JobState.JOB_STATE_RUNNING, only_from={JobState.JOB_STATE_PENDING})
+
+    def _supervise(self) -> Outcome | None:
+        attempt = self.record.attempt
+        for node in self.nodes:
+            threading.Thread(target=self._watch, args=(node, attempt), daemon=True).start()
+        if self.store.get(self.name).state == JobState.JOB_STATE_CANCELLING:
+            self.events.put(("cancel",))
+        while True:
+            try:
+                event = self.events.get(timeout=self._time_left())
+            except queue.Empty:
+                self._stop_nodes()
+                timeout = int(self.store.get(self.name).job_spec.scheduling.timeout.total_seconds())
+                message = f"The job exceeded its maximum running time of {timeout}s (scheduling.timeout)."
+                return Outcome(JobState.JOB_STATE_FAILED, code_pb2.DEADLINE_EXCEEDED, message)
+            kind = event[0]
+            if kind == "exit" and event[1] == attempt:
+                outcome = self._decide_on_exit(event[2], event[3])
+                if outcome is not None:
+                    self._stop_nodes()
+                    return outcome
+            elif kind == "cancel":
+                self._stop_nodes()
+                return Outcome(JobState.JOB_STATE_CANCELLED, code_pb2.CANCELLED, "CustomJob was cancelled.")
+            elif kind == "preempt":
+                return self._preempted()
+            elif kind == "shutdown":
+                self._stop_nodes()
+                message = "The local JobService stopped while the job was running; its nodes were stopped."
+                return Outcome(JobState.JOB_STATE_FAILED, code_pb2.ABORTED, message)
+            elif kind == "detach":
+                return None
+
+    def _decide_on_exit(self, node: str, status: int) -> Outcome | None:
+        self.executor.service_log(self.name, f"{node} exited with status {status}")
+        if status != 0:
+            log_path = self.store.log_dir(self.name) / f"{node}.log"
+            message = (
+                f"The replica {node} exited with a non-zero status of {status}. "
+                f"To find out more about why your job exited please check the logs: {log_path}"
+            )
+            return Outcome(JobState.JOB_STATE_FAILED, code_pb2.INVALID_ARGUMENT, message)
+        if node == PRIMARY:
+            return Outcome(JobState.JOB_STATE_SUCCEEDED)
+        return None  # a worker finished first; the primary decides
+
+    def _preempted(self) -> Outcome | None:
+        self.executor.service_log(self.name, "nodes preempted: sending SIGTERM to every node")
+        self._stop_nodes()
+        job = self.store.get(self.name)
+        if job.job_spec.scheduling.restart_job_on_worker_restart:
+            self.executor.service_log(self.name, f"restarting the job (attempt {self.record.attempt + 1})")
+            return Outcome(None)
+        region = job.name.split("/")[3]
+        return Outcome(JobState.JOB_STATE_FAILED, code_pb2.RESOURCE_EXHAUSTED, STOCKOUT_MESSAGE.format(region=region))
+
+    def _watch(self, node: Node, attempt: int) -> None:
+        status = node.wait()
+        # The node agent is gone; anything still in its group dies with it, as with a container.
+        signal_group(node.pid, signal.SIGKILL)
+        self.events.put(("exit", attempt, node.name, status))
+
+    def _time_left(self) -> float | None:
+        job = self.store.get(self.name)
+        timeout = job.job_spec.scheduling.timeout
+        if not timeout or "start_time" not in job:
+            return None
+        deadline = job.start_time.timestamp() + timeout.total_seconds()
+        return max(0.0, deadline - time.time())
+
+    def _stop_nodes(self) -> None:
+        stop_groups([(node.pid, node.popen) for node in self.nodes], self.executor.settings.cancel_grace)
+
+    def _end(self, outcome: Outcome) -> None:
+        self.record.replicas = []
+        self.store.save_run(self.name, self.record)
+        self.executor.transition(self.name, outcome.state, outcome.code, outcome.message)

@@ -1,0 +1,170 @@
+"""The `filter` of ListCustomJobs, as Vertex documents it (reference/vertex.md §5.2): comparisons on
+`state` (=, !=), `display_name` (=, !=, `:` with `*` wildcards), `create_time` (=, !=, <, <=, >, >=
+against RFC 3339), `labels.KEY` (=, !=, `:*` for "has the label"), combined with AND (or plain
+juxtaposition), OR, NOT and parentheses. OR binds tighter than AND, as in AIP-160.
+
+`parse_filter(text)` returns a predicate over CustomJob, or raises FilterError (→ INVALID_ARGUMENT).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import re
+from collections.abc import Callable
+
+from google.cloud.aiplatform_v1.types import CustomJob, JobState
+
+Predicate = Callable[[CustomJob], bool]
+
+_TOKEN = re.compile(r'\s*(\(|\)|!=|<=|>=|=|<|>|:|"(?:[^"\\]|\\.)*"|[^\s()=!<>:"]+)')
+_KEYWORDS = ("AND", "OR", "NOT")
+
+
+class FilterError(ValueError):
+    pass
+
+
+def parse_filter(text: str) -> Predicate:
+    if not text.strip():
+        return lambda job: True
+    parser = _Parser(_tokenize(text))
+    predicate = parser.expression()
+    if parser.peek() is not None:
+        raise FilterError(f"unexpected {parser.peek()!r} in filter {text!r}")
+    return predicate
+
+
+def _tokenize(text: str) -> list[str]:
+    tokens, position = [], 0
+    while position < len(text):
+        if text[position:].strip() == "":
+            break
+        match = _TOKEN.match(text, position)
+        if not match:
+            raise FilterError(f"cannot read the filter at {text[position:]!r}")
+        tokens.append(match.group(1))
+        position = match.end()
+    return tokens
+
+
+class _Parser:
+    def __init__(self, tokens: list[str]):
+        self.tokens = tokens
+        self.position = 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.position] if self.position < len(self.tokens) else None
+
+    def take(self) -> str:
+        token = self.peek()
+        if token is None:
+            raise FilterError("the filter ends too early")
+        self.position += 1
+        return token
+
+    def expression(self) -> Predicate:
+        terms = [self.disjunction()]
+        while self.peek() not in (None, ")"):
+            if self.peek() == "AND":
+                self.take()
+            terms.append(self.disjunction())
+        return lambda job: all(term(job) for term in terms)
+
+    def disjunction(self) -> Predicate:
+        terms = [self.unary()]
+        while self.peek() == "OR":
+            self.take()
+            terms.append(self.unary())
+        return lambda job: any(term(job) for term in terms)
+
+    def unary(self) -> Predicate:
+        token = self.peek()
+        if token in ("NOT", "-"):
+            self.take()
+            inner = self.unary()
+            return lambda job: not inner(job)
+        if token == "(":
+            self.take()
+            inner = self.expression()
+            if self.take() != ")":
+                raise FilterError("a '(' in the filter is not closed")
+            return inner
+        return self.comparison()
+
+    def comparison(self) -> Predicate:
+        field, operator, value = self.take(), self.take(), _unquote(self.take())
+        if field in (*_KEYWORDS, "(", ")"):
+            raise FilterError(f"expected a field name, got {field!r}")
+        if field.startswith("labels."):
+            return _label_comparison(_unquote(field.removeprefix("labels.")), operator, value)
+        if field == "state":
+            return _state_comparison(operator, value)
+        if field in ("display_name", "displayName"):
+            return _display_name_comparison(operator, value)
+        if field in ("create_time", "createTime"):
+            return _create_time_comparison(operator, value)
+        raise FilterError(
+            f"unsupported field {field!r} in filter; supported: state, display_name, create_time, labels.KEY"
+        )
+
+
+def _unquote(token: str) -> str:
+    if len(token) >= 2 and token.startswith('"') and token.endswith('"'):
+        return re.sub(r"\\(.)", r"\1", token[1:-1])
+    return token
+
+
+def _label_comparison(key: str, operator: str, value: str) -> Predicate:
+    if operator == ":" and value == "*":
+        return lambda job: key in job.labels
+    if operator in ("=", ":"):
+        return lambda job: job.labels.get(key) == value
+    if operator == "!=":
+        return lambda job: job.labels.get(key) != value
+    raise FilterError(f"labels.{key} supports =, != and :*, not {operator!r}")
+
+
+def _state_comparison(operator: str, value: str) -> Predicate:
+    try:
+        state = JobState[value]
+    except KeyError:
+        raise FilterError(f"unknown job state {value!r}; use a JobState name such as JOB_STATE_RUNNING") from None
+    if operator == "=":
+        return lambda job: job.state == state
+    if operator == "!=":
+        return lambda job: job.state != state
+    raise FilterError(f"state supports = and !=, not {operator!r}")
+
+
+def _display_name_comparison(operator: str, value: str) -> Predicate:
+    if operator == "=":
+        return lambda job: job.display_name == value
+    if operator == "!=":
+        return lambda job: job.display_name != value
+    if operator == ":":
+        return lambda job: fnmatch.fnmatchcase(job.display_name, value)
+    raise FilterError(f"display_name supports =, != and :, not {operator!r}")
+
+
+_TIME_OPERATORS: dict[str, Callable[[dt.datetime, dt.datetime], bool]] = {
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def _create_time_comparison(operator: str, value: str) -> Predicate:
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise FilterError(f"create_time needs an RFC 3339 time such as 2026-01-31T00:00:00Z, got {value!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    compare = _TIME_OPERATORS.get(operator)
+    if compare is None:
+        raise FilterError(f"create_time supports =, !=, <, <=, >, >=, not {operator!r}")
+    return lambda job: compare(job.create_time, when)

@@ -1,0 +1,133 @@
+"""The local Vertex AI JobService: one gRPC server with the JobService API and the control API, a job
+store in a state folder, and the executor that runs jobs as local processes.
+
+In-process use (tests of the pieces, other tools):
+
+    service = LocalJobService(state_dir, ExecutionSettings(...))
+    address = service.start()            # "127.0.0.1:PORT"; port 0 picks a free one
+    service.add_transition_hook(print)   # called with the CustomJob on every state change
+    ...
+    service.stop()                       # stops running jobs (they fail) and the server
+
+`python -m local.jobservice` runs it as its own process (see __main__.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+
+from local.jobservice.control import control_handler
+from local.jobservice.execution import JobExecutor, TransitionHook, TransitionRefused
+from local.jobservice.faults import FaultPlan
+from local.jobservice.replicas import ExecutionSettings
+from local.jobservice.servicer import JobServiceServicer
+from local.jobservice.store import JobStore
+
+log = logging.getLogger("local.jobservice")
+
+
+class LocalJobService:
+    def __init__(
+        self,
+        state_dir: Path,
+        settings: ExecutionSettings | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        exit_on_crash: bool = False,
+    ):
+        self.state_dir = Path(state_dir)
+        self.settings = settings or ExecutionSettings()
+        self.host = host
+        self.port = port
+        # Only a server that is its own process may really exit on Crash; in-process, crash detaches.
+        self.exit_on_crash = exit_on_crash
+        self.store = JobStore(self.state_dir)
+        self.faults = FaultPlan()
+        self.executor = JobExecutor(self.store, self.settings)
+        self._server: grpc.Server | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def add_transition_hook(self, hook: TransitionHook) -> None:
+        self.executor.hooks.append(hook)
+
+    def start(self) -> str:
+        """Serve, and carry on with the jobs a previous server left unfinished. Returns the address."""
+        # so_reuseport off: a second server on a taken port must fail, not share it silently.
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[("grpc.so_reuseport", 0)])
+        servicer = JobServiceServicer(self.store, self.executor, self.faults)
+        server.add_generic_rpc_handlers([servicer.handler(), control_handler(self._control_methods())])
+        bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        if bound == 0:
+            raise OSError(f"the local JobService cannot listen on {self.host}:{self.port}")
+        self.port = bound
+        server.start()
+        self._server = server
+        self.executor.resume_all()
+        return self.address
+
+    def stop(self, stop_jobs: bool = True, grace: float = 1.0) -> None:
+        """Stop serving. With `stop_jobs` every running job's nodes are stopped and the job fails;
+        without, the nodes keep running and a server started on the same state folder adopts them."""
+        if self._server is not None:
+            self._server.stop(grace).wait()
+            self._server = None
+        self.executor.shutdown(stop_jobs=stop_jobs)
+
+    def _control_methods(self) -> dict:
+        def fail_next_creates(request: dict, context: grpc.ServicerContext) -> dict:
+            try:
+                code = grpc.StatusCode[request.get("code", "UNAVAILABLE")]
+            except KeyError:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown gRPC status code {request.get('code')!r}")
+            count = int(request.get("count", 1))
+            self.faults.fail_next_creates(code, count, request.get("message"), bool(request.get("after_create")))
+            return {}
+
+        def hold_next_in_queue(request: dict, context: grpc.ServicerContext) -> dict:
+            self.faults.hold_next_in_queue(float(request["seconds"]), int(request.get("count", 1)))
+            return {}
+
+        def preempt(request: dict, context: grpc.ServicerContext) -> dict:
+            if self.store.get(request["name"]) is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"The CustomJob {request['name']} does not exist.")
+            try:
+                self.executor.preempt(request["name"])
+            except TransitionRefused as error:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+            return {}
+
+        def replica_logs(request: dict, context: grpc.ServicerContext) -> dict:
+            return {"logs": self.executor.log_paths(request["name"])}
+
+        def clear_faults(request: dict, context: grpc.ServicerContext) -> dict:
+            self.faults.clear()
+            return {}
+
+        def info(request: dict, context: grpc.ServicerContext) -> dict:
+            return {"pid": os.getpid(), "state_dir": str(self.state_dir), "address": self.address}
+
+        def crash(request: dict, context: grpc.ServicerContext) -> dict:
+            log.warning("crash requested through the control API")
+            # After the reply has gone out: exit without any cleanup, as SIGKILL would.
+            action = (lambda: os._exit(137)) if self.exit_on_crash else (lambda: self.stop(stop_jobs=False))
+            threading.Timer(0.2, action).start()
+            return {}
+
+        return {
+            "FailNextCreates": fail_next_creates,
+            "HoldNextInQueue": hold_next_in_queue,
+            "Preempt": preempt,
+            "ReplicaLogs": replica_logs,
+            "ClearFaults": clear_faults,
+            "Info": info,
+            "Crash": crash,
+        }

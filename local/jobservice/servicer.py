@@ -1,0 +1,155 @@
+"""The `google.cloud.aiplatform.v1.JobService` CustomJob methods, on the real proto types of
+google-cloud-aiplatform, served through a generic gRPC handler so the stock `JobServiceClient` talks to
+it unchanged: CreateCustomJob, GetCustomJob, ListCustomJobs (filter, paging), CancelCustomJob
+(returns Empty) and DeleteCustomJob (returns a finished long-running Operation).
+
+Errors follow Vertex: INVALID_ARGUMENT with "List of found errors" and BadRequest field violations,
+NOT_FOUND for unknown jobs, FAILED_PRECONDITION to cancel a job that ended or delete one that runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import re
+
+import grpc
+from google.cloud.aiplatform_v1.types import (
+    CancelCustomJobRequest,
+    CreateCustomJobRequest,
+    CustomJob,
+    DeleteCustomJobRequest,
+    DeleteOperationMetadata,
+    GetCustomJobRequest,
+    JobState,
+    ListCustomJobsRequest,
+    ListCustomJobsResponse,
+)
+from google.longrunning import operations_pb2
+from google.protobuf import any_pb2, empty_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from local.jobservice.execution import ACTIVE_STATES, JobExecutor, TransitionRefused
+from local.jobservice.faults import FaultPlan
+from local.jobservice.filters import FilterError, parse_filter
+from local.jobservice.store import JobStore, job_id_of
+from local.jobservice.validation import PARENT_RE, create_request_problems, vertex_error_text
+
+SERVICE = "google.cloud.aiplatform.v1.JobService"
+JOB_NAME_RE = re.compile(r"projects/[^/]+/locations/[^/]+/customJobs/[0-9]+")
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+# Output-only fields a caller may send but Vertex ignores.
+_OUTPUT_ONLY = ("name", "state", "create_time", "start_time", "end_time", "update_time", "error", "web_access_uris")
+
+
+class JobServiceServicer:
+    def __init__(self, store: JobStore, executor: JobExecutor, faults: FaultPlan):
+        self.store = store
+        self.executor = executor
+        self.faults = faults
+        self._operation_ids = itertools.count(1)
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        def method(function, request_type, serialize):
+            return grpc.unary_unary_rpc_method_handler(
+                function, request_deserializer=request_type.deserialize, response_serializer=serialize
+            )
+
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "CreateCustomJob": method(self.create_custom_job, CreateCustomJobRequest, CustomJob.serialize),
+                "GetCustomJob": method(self.get_custom_job, GetCustomJobRequest, CustomJob.serialize),
+                "ListCustomJobs": method(
+                    self.list_custom_jobs, ListCustomJobsRequest, ListCustomJobsResponse.serialize
+                ),
+                "CancelCustomJob": method(
+                    self.cancel_custom_job, CancelCustomJobRequest, empty_pb2.Empty.SerializeToString
+                ),
+                "DeleteCustomJob": method(
+                    self.delete_custom_job, DeleteCustomJobRequest, operations_pb2.Operation.SerializeToString
+                ),
+            },
+        )
+
+    def create_custom_job(self, request: CreateCustomJobRequest, context: grpc.ServicerContext) -> CustomJob:
+        failure = self.faults.next_create_failure()
+        if failure is not None and not failure.after_create:
+            context.abort(failure.code, failure.message)
+        problems = create_request_problems(request)
+        if problems:
+            _abort_invalid(context, problems)
+        job = CustomJob(request.custom_job)
+        for field in _OUTPUT_ONLY:
+            delattr(job, field)
+        now = dt.datetime.now(dt.UTC)
+        job.name = f"{request.parent}/customJobs/{self.store.new_job_id()}"
+        job.state = JobState.JOB_STATE_QUEUED
+        job.create_time = now
+        job.update_time = now
+        job = self.store.add(job)
+        self.executor.created(job, hold_seconds=self.faults.next_queue_hold())
+        if failure is not None:
+            context.abort(failure.code, failure.message)
+        return job
+
+    def get_custom_job(self, request: GetCustomJobRequest, context: grpc.ServicerContext) -> CustomJob:
+        return self._existing(request.name, context)
+
+    def list_custom_jobs(self, request: ListCustomJobsRequest, context: grpc.ServicerContext) -> ListCustomJobsResponse:
+        if not PARENT_RE.fullmatch(request.parent):
+            _abort_invalid(context, [("parent", f"must look like projects/P/locations/L, got {request.parent!r}")])
+        try:
+            matches = parse_filter(request.filter)
+        except FilterError as error:
+            _abort_invalid(context, [("filter", str(error))])
+        jobs = [job for job in self.store.jobs(request.parent) if matches(job)]
+        if request.page_token:
+            if not request.page_token.isdigit():
+                _abort_invalid(context, [("page_token", "is not a token this service returned")])
+            jobs = [job for job in jobs if int(job_id_of(job.name)) > int(request.page_token)]
+        size = min(request.page_size, MAX_PAGE_SIZE) if request.page_size > 0 else DEFAULT_PAGE_SIZE
+        page = jobs[:size]
+        next_token = job_id_of(page[-1].name) if len(jobs) > size else ""
+        return ListCustomJobsResponse(custom_jobs=page, next_page_token=next_token)
+
+    def cancel_custom_job(self, request: CancelCustomJobRequest, context: grpc.ServicerContext) -> empty_pb2.Empty:
+        job = self._existing(request.name, context)
+        try:
+            self.executor.cancel(job.name)
+        except TransitionRefused:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"The CustomJob has already ended ({job.state.name}).")
+        return empty_pb2.Empty()
+
+    def delete_custom_job(self, request: DeleteCustomJobRequest, context: grpc.ServicerContext):
+        job = self._existing(request.name, context)
+        if job.state in ACTIVE_STATES:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"The CustomJob is {job.state.name}; cancel it and wait for it to end before deleting it.",
+            )
+        self.store.delete(job.name)
+        now = dt.datetime.now(dt.UTC)
+        metadata = DeleteOperationMetadata(generic_metadata={"create_time": now, "update_time": now})
+        operation = operations_pb2.Operation(name=f"{job.name}/operations/{next(self._operation_ids)}", done=True)
+        operation.metadata.Pack(DeleteOperationMetadata.pb(metadata))
+        operation.response.Pack(empty_pb2.Empty())
+        return operation
+
+    def _existing(self, name: str, context: grpc.ServicerContext) -> CustomJob:
+        if not JOB_NAME_RE.fullmatch(name):
+            _abort_invalid(context, [("name", f"must look like projects/P/locations/L/customJobs/ID, got {name!r}")])
+        job = self.store.get(name)
+        if job is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"The CustomJob {name} does not exist.")
+        return job
+
+
+def _abort_invalid(context: grpc.ServicerContext, problems: list[tuple[str, str]]) -> None:
+    violations = [error_details_pb2.BadRequest.FieldViolation(field=f, description=m) for f, m in problems]
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.BadRequest(field_violations=violations))
+    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=vertex_error_text(problems), details=[detail])
+    context.abort_with_status(rpc_status.to_status(status))

@@ -1,0 +1,124 @@
+"""The JobService's memory: every CustomJob and, for jobs that run, which replica processes run them.
+
+Everything is kept in `--state-dir` so that a restarted server knows its jobs and can adopt replicas
+that kept running while it was down. Layout, one folder per job (`jobs/<job id>/`):
+`job.json` (the CustomJob, proto JSON), `run.json` (attempt, ports, replica pids), `logs/<replica>.log`,
+`exits/attempt-<n>/<replica>.exit` (exit status, written by the node agent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from google.cloud.aiplatform_v1.types import CustomJob
+
+
+@dataclass
+class ReplicaRecord:
+    name: str  # workerpool<i>-<j>, as Vertex names nodes
+    pid: int
+    exit_file: str
+
+
+@dataclass
+class RunRecord:
+    """How a job is being run right now; rewritten at each step so a restarted server can carry on."""
+
+    attempt: int = 0
+    master_port: int = 0
+    replicas: list[ReplicaRecord] = field(default_factory=list)
+    queued_until: float = 0.0  # wall-clock seconds; a fault may hold the job in QUEUED until then
+
+    @classmethod
+    def from_json(cls, text: str) -> RunRecord:
+        data = json.loads(text)
+        data["replicas"] = [ReplicaRecord(**replica) for replica in data.get("replicas", [])]
+        return cls(**data)
+
+
+def job_id_of(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def _copy(job: CustomJob) -> CustomJob:
+    return CustomJob.deserialize(CustomJob.serialize(job))
+
+
+class JobStore:
+    def __init__(self, state_dir: Path):
+        self.jobs_dir = state_dir / "jobs"
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._jobs: dict[str, CustomJob] = {}
+        self._last_id = 0
+        for job_file in sorted(self.jobs_dir.glob("*/job.json")):
+            job = CustomJob.from_json(job_file.read_text(), ignore_unknown_fields=True)
+            self._jobs[job.name] = job
+            self._last_id = max(self._last_id, int(job_id_of(job.name)))
+
+    def new_job_id(self) -> str:
+        """Numeric and increasing, like Vertex's ids (resource.labels.job_id in the logs is numeric)."""
+        with self._lock:
+            self._last_id = max(self._last_id + 1, time.time_ns() // 1000)
+            return str(self._last_id)
+
+    def job_dir(self, name: str) -> Path:
+        return self.jobs_dir / job_id_of(name)
+
+    def log_dir(self, name: str) -> Path:
+        return self.job_dir(name) / "logs"
+
+    def add(self, job: CustomJob) -> CustomJob:
+        with self._lock:
+            self.job_dir(job.name).mkdir(parents=True, exist_ok=True)
+            self._jobs[job.name] = _copy(job)
+            self._persist(job)
+            return _copy(job)
+
+    def get(self, name: str) -> CustomJob | None:
+        with self._lock:
+            job = self._jobs.get(name)
+            return _copy(job) if job is not None else None
+
+    def update(self, name: str, change: Callable[[CustomJob], None]) -> CustomJob:
+        """Apply `change` to the stored job and persist it; returns a copy of the result."""
+        with self._lock:
+            job = self._jobs[name]
+            change(job)
+            self._persist(job)
+            return _copy(job)
+
+    def jobs(self, parent: str = "") -> list[CustomJob]:
+        """Jobs under `parent` (all when empty), oldest first."""
+        with self._lock:
+            chosen = [job for job in self._jobs.values() if job.name.startswith(f"{parent}/" if parent else "")]
+            return [_copy(job) for job in sorted(chosen, key=lambda job: int(job_id_of(job.name)))]
+
+    def delete(self, name: str) -> None:
+        """Forget the job; its logs stay on disk, as Cloud Logging keeps a deleted job's logs."""
+        with self._lock:
+            self._jobs.pop(name, None)
+            for record in ("job.json", "run.json"):
+                (self.job_dir(name) / record).unlink(missing_ok=True)
+
+    def save_run(self, name: str, run: RunRecord) -> None:
+        _write_atomically(self.job_dir(name) / "run.json", json.dumps(asdict(run), indent=1))
+
+    def load_run(self, name: str) -> RunRecord:
+        path = self.job_dir(name) / "run.json"
+        return RunRecord.from_json(path.read_text()) if path.exists() else RunRecord()
+
+    def _persist(self, job: CustomJob) -> None:
+        _write_atomically(self.job_dir(job.name) / "job.json", CustomJob.to_json(job, indent=1))

@@ -1,0 +1,206 @@
+"""Start and stop the local stack's processes: each in its own session and process group, stopped by
+its group id (SIGTERM, then SIGKILL after a grace period), so that children such as the Java process
+the gcloud emulator launcher spawns go with it. Also: free ports, readiness polling, and a scan for
+processes that outlived a run (found by a marker variable in their environment).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Every process the test session starts inherits this variable (tests/conftest.py sets it), so a scan
+# of /proc finds anything left behind, however deeply it was spawned.
+SESSION_MARKER_VAR = "TRAINCTL_TEST_SESSION"
+
+
+class StartupError(RuntimeError):
+    """A process did not come up; the message says why and shows the end of its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now. Another process may take it before we bind it; the
+    window is small and callers that can bind port 0 themselves (the gRPC server) do that instead."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll `check` until it returns True or `timeout` seconds pass; True when it succeeded."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(Exception):
+            if check():
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+def process_alive(pid: int) -> bool:
+    """True while `pid` runs. A zombie (exited, not yet reaped) counts as gone: this machine's init
+    does not always reap orphans promptly."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    # The state letter follows the parenthesised command name, which may itself contain spaces.
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes whose process group is `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        # fields: state, ppid, pgrp, session, ...
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def stop_group(pgid: int, grace: float, leader: subprocess.Popen | None = None) -> None:
+    """SIGTERM the whole group, wait up to `grace` seconds for it to empty, then SIGKILL what is left."""
+    stop_groups([(pgid, leader)], grace)
+
+
+def stop_groups(groups: Sequence[tuple[int, subprocess.Popen | None]], grace: float) -> None:
+    """`stop_group` for several groups at once, sharing one grace period. A leader we started
+    (the Popen, when given) is reaped on the way so it does not linger as a zombie."""
+
+    def emptied() -> bool:
+        for _, leader in groups:
+            if leader is not None:
+                leader.poll()
+        return not any(group_members(pgid) for pgid, _ in groups)
+
+    for pgid, _ in groups:
+        signal_group(pgid, signal.SIGTERM)
+    if not wait_until(emptied, grace):
+        for pgid, _ in groups:
+            signal_group(pgid, signal.SIGKILL)
+        wait_until(emptied, 5.0)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    pid: int
+    command: str
+
+
+def leftover_processes(marker: str, var: str = SESSION_MARKER_VAR, exclude: Sequence[int] = ()) -> list[Leftover]:
+    """Live processes whose environment has `var=marker`, except `exclude` and this process's ancestors."""
+    needle = f"{var}={marker}".encode()
+    skip = set(exclude) | _ancestors()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if needle in environ.split(b"\0") and process_alive(int(entry.name)):
+            found.append(Leftover(int(entry.name), command))
+    return found
+
+
+def _ancestors() -> set[int]:
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ValueError):
+            break
+    return pids
+
+
+@dataclass
+class ManagedProcess:
+    """One started process and its group. `stop()` ends exactly that group and nothing else."""
+
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+    _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        # The process is the leader of its own group (start_new_session), so its pid is the group id.
+        stop_group(self.pid, grace, self.popen)
+
+    def kill(self) -> None:
+        """SIGKILL the leader only, as a crash would; the rest of its group is left as it is."""
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait()
+
+
+def start_process(
+    name: str,
+    command: Sequence[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    stdout_pipe: bool = False,
+) -> ManagedProcess:
+    """Start `command` in a new session with its output appended to `log_path` (stdout to a pipe when
+    `stdout_pipe`, for programs that announce their address there)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        popen = subprocess.Popen(
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout_pipe else log,
+            stderr=log,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    return ManagedProcess(name, popen, log_path)
+
+
+def require_ready(process: ManagedProcess, ready: Callable[[], bool], timeout: float, what: str) -> None:
+    """Wait for `ready()`; on timeout or early exit, stop the process and raise StartupError."""
+    up = wait_until(lambda: ready() or not process.running(), timeout, interval=0.1)
+    if up and process.running():
+        return
+    reason = f"exited with status {process.popen.returncode}" if not process.running() else f"not ready in {timeout}s"
+    tail = process.log_tail()
+    process.stop(grace=1.0)
+    raise StartupError(f"{what} {reason}. Last lines of {process.log_path}:\n{tail}")

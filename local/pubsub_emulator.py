@@ -1,0 +1,137 @@
+"""Google's Pub/Sub emulator (`gcloud beta emulators pubsub start`) as a managed process on a free port.
+
+Clients reach it through `PUBSUB_EMULATOR_HOST=<host>`; the emulator also serves the REST API on the
+same port, which is what the readiness check and the small topic/subscription helpers here use, so this
+module needs no Pub/Sub client library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from local.processes import ManagedProcess, free_port, require_ready, start_process
+
+
+class EmulatorUnavailable(RuntimeError):
+    """Something the emulator needs is not installed; the message says what to install."""
+
+
+def emulator_prerequisites_problem(path: str | None = None) -> str | None:
+    """What is missing to run the Pub/Sub emulator, with the command that installs it; None when ready."""
+    gcloud = shutil.which("gcloud", path=path)
+    if gcloud is None:
+        return (
+            "the Pub/Sub emulator needs the Google Cloud CLI (gcloud), which is not on PATH. Install it: "
+            "https://cloud.google.com/sdk/docs/install (Debian/Ubuntu: apt-get install google-cloud-cli "
+            "google-cloud-cli-pubsub-emulator)"
+        )
+    if shutil.which("java", path=path) is None:
+        return (
+            "the Pub/Sub emulator runs on Java, which is not on PATH. Install a JRE 11 or newer "
+            "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
+        )
+    sdk_root = Path(os.path.realpath(gcloud)).parent.parent
+    if not (sdk_root / "platform" / "pubsub-emulator").is_dir():
+        return (
+            f"the Pub/Sub emulator component is not installed in {sdk_root}. Install it: "
+            "gcloud components install pubsub-emulator (or, when gcloud came from apt: "
+            "apt-get install google-cloud-cli-pubsub-emulator)"
+        )
+    return None
+
+
+@dataclass
+class PubSubEmulator:
+    """A running emulator. `host` is what PUBSUB_EMULATOR_HOST must be set to."""
+
+    project: str
+    host: str
+    process: ManagedProcess
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"PUBSUB_EMULATOR_HOST": self.host, "PUBSUB_PROJECT_ID": self.project}
+
+    def topic_path(self, topic: str) -> str:
+        return f"projects/{self.project}/topics/{topic}"
+
+    def create_topic(self, topic: str) -> str:
+        """Create the topic unless it exists; returns its path."""
+        path = self.topic_path(topic)
+        self._put(path, {})
+        return path
+
+    def create_subscription(self, subscription: str, topic: str, push_endpoint: str | None = None) -> str:
+        """Create a pull subscription (or push, with `push_endpoint`) unless it exists; returns its path."""
+        path = f"projects/{self.project}/subscriptions/{subscription}"
+        body: dict = {"topic": self.topic_path(topic)}
+        if push_endpoint:
+            body["pushConfig"] = {"pushEndpoint": push_endpoint}
+        self._put(path, body)
+        return path
+
+    def stop(self, grace: float = 5.0) -> None:
+        self.process.stop(grace)
+
+    def _put(self, path: str, body: dict) -> None:
+        request = urllib.request.Request(
+            f"http://{self.host}/v1/{path}",
+            data=json.dumps(body).encode(),
+            method="PUT",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            urllib.request.urlopen(request, timeout=10).close()
+        except urllib.error.HTTPError as error:
+            if error.code != 409:  # 409: already exists, which is what we wanted
+                raise RuntimeError(f"creating {path} on the Pub/Sub emulator: {error.read().decode()}") from error
+
+
+def start_pubsub_emulator(
+    project: str,
+    work_dir: Path,
+    port: int | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+) -> PubSubEmulator:
+    """Start the emulator on 127.0.0.1 (a free port unless `port` is given) and wait until it answers.
+
+    Its data directory and log live under `work_dir`. Raises EmulatorUnavailable when gcloud, Java or
+    the emulator component is missing, StartupError when it does not come up.
+    """
+    base_env = dict(os.environ if env is None else env)
+    problem = emulator_prerequisites_problem(base_env.get("PATH"))
+    if problem:
+        raise EmulatorUnavailable(problem)
+    port = port or free_port()
+    host = f"127.0.0.1:{port}"
+    data_dir = work_dir / "pubsub-data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    # No prompts, no update check: the launcher must never wait for a person or the network.
+    base_env.update(CLOUDSDK_CORE_DISABLE_PROMPTS="1", CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK="1")
+    command = [
+        "gcloud",
+        "beta",
+        "emulators",
+        "pubsub",
+        "start",
+        f"--project={project}",
+        f"--host-port={host}",
+        f"--data-dir={data_dir}",
+    ]
+    process = start_process("pubsub-emulator", command, work_dir / "pubsub-emulator.log", env=base_env)
+    emulator = PubSubEmulator(project, host, process)
+    require_ready(process, lambda: _answers(host, project), timeout, f"the Pub/Sub emulator on {host}")
+    return emulator
+
+
+def _answers(host: str, project: str) -> bool:
+    with urllib.request.urlopen(f"http://{host}/v1/projects/{project}/topics", timeout=2) as response:
+        return response.status == 200

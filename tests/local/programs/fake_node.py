@@ -1,0 +1,58 @@
+"""A stand-in training node for the JobService tests: records what Vertex gave it, then behaves as the
+test asks (sleep, wait for a file, ignore SIGTERM, exit with a status).
+
+python fake_node.py [--record-env DIR] [--pid-dir DIR] [--ignore-sigterm] [--sleep S]
+                    [--until-file F] [--sleep-unless-exists F] [--exit-code N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def node_name() -> str:
+    task = json.loads(os.environ["CLUSTER_SPEC"])["task"]
+    return f"{task['type']}-{task['index']}"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    # Tests poll for these files; they must never see one half written.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".tmp").write_text(text)
+    os.replace(path.with_suffix(".tmp"), path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--record-env", type=Path, help="write the environment to DIR/<node>.json")
+    parser.add_argument("--pid-dir", type=Path, help="write this process's pid to DIR/<node>.pid")
+    parser.add_argument("--ignore-sigterm", action="store_true")
+    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--until-file", type=Path, help="wait until this file exists")
+    parser.add_argument("--sleep-unless-exists", type=Path, help="first run: create it and sleep; later runs: go on")
+    parser.add_argument("--exit-code", type=int, default=0)
+    args = parser.parse_args()
+    print(f"fake node {node_name()} started with {sys.argv[1:]}", flush=True)
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.record_env:
+        write_atomically(args.record_env / f"{node_name()}.json", json.dumps(dict(os.environ)))
+    if args.pid_dir:
+        write_atomically(args.pid_dir / f"{node_name()}.pid", str(os.getpid()))
+    if args.sleep_unless_exists and not args.sleep_unless_exists.exists():
+        args.sleep_unless_exists.write_text("first attempt")
+        time.sleep(600)
+    time.sleep(args.sleep)
+    while args.until_file and not args.until_file.exists():
+        time.sleep(0.05)
+    return args.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,7 +2,7 @@
 test asks (sleep, wait for a file, ignore SIGTERM, exit with a status).
 
 python fake_node.py [--record-env DIR] [--pid-dir DIR] [--ignore-sigterm] [--sleep S]
-                    [--until-file F] [--sleep-unless-exists F] [--exit-code N]
+                    [--until-file F] [--sleep-unless-exists F] [--exit-code N] [--metrics JSON]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def main() -> int:
     parser.add_argument("--until-file", type=Path, help="wait until this file exists")
     parser.add_argument("--sleep-unless-exists", type=Path, help="first run: create it and sleep; later runs: go on")
     parser.add_argument("--exit-code", type=int, default=0)
+    parser.add_argument("--metrics", help="the primary writes this JSON as $AIP_MODEL_DIR/metrics.json")
     args = parser.parse_args()
     print(f"fake node {node_name()} started with {sys.argv[1:]}", flush=True)
     if args.ignore_sigterm:
@@ -51,7 +52,18 @@ def main() -> int:
     time.sleep(args.sleep)
     while args.until_file and not args.until_file.exists():
         time.sleep(0.05)
+    if args.metrics and node_name() == "workerpool0-0":
+        write_metrics(args.metrics)
     return args.exit_code
+
+
+def write_metrics(metrics: str) -> None:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    bucket, _, prefix = os.environ["AIP_MODEL_DIR"].removeprefix("gs://").partition("/")
+    client = storage.Client(project="local", credentials=AnonymousCredentials())
+    client.bucket(bucket).blob(prefix.rstrip("/") + "/metrics.json").upload_from_string(metrics)
 
 
 if __name__ == "__main__":

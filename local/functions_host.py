@@ -1,0 +1,72 @@
+"""The Cloud Functions stand-in: one functions-framework process per entry point of functions/main.py, each on
+its own free port, with the controller's TRAINCTL_* settings and the emulators' addresses in its environment.
+
+This is how the function code runs in the cloud too (functions-framework serving one target), so local runs
+and tests exercise the same HTTP path: CloudEvents in binary mode, raw Pub/Sub pushes, plain HTTP for
+`reconcile`. Per DESIGN.md §6 the repository root goes on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from local.processes import ManagedProcess, free_port, require_ready, start_process
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENTRY_POINTS = ("on_dataset_upload", "on_job_request", "on_job_state", "reconcile")
+
+
+@dataclass
+class FunctionProcess:
+    target: str
+    port: int
+    process: ManagedProcess
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def stop(self, grace: float = 5.0) -> None:
+        self.process.stop(grace)
+
+
+def _listening(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+
+
+def start_function(
+    target: str, env: Mapping[str, str], log_dir: Path, port: int | None = None, timeout: float = 30.0
+) -> FunctionProcess:
+    """Serve one entry point; `env` holds the TRAINCTL_* settings and the emulator variables."""
+    port = port or free_port()
+    process_env = {**os.environ, **env, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+    command = [
+        sys.executable, "-m", "functions_framework",
+        "--target", target,
+        "--source", str(REPO_ROOT / "functions" / "main.py"),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+    ]  # fmt: skip
+    process = start_process(target, command, log_dir / f"{target}.log", env=process_env, cwd=REPO_ROOT)
+    require_ready(process, lambda: _listening(port), timeout, f"functions-framework serving {target}")
+    return FunctionProcess(target, port, process)
+
+
+def start_functions(
+    env: Mapping[str, str], log_dir: Path, targets: tuple[str, ...] = ENTRY_POINTS
+) -> dict[str, FunctionProcess]:
+    started: dict[str, FunctionProcess] = {}
+    try:
+        for target in targets:
+            started[target] = start_function(target, env, log_dir)
+    except BaseException:
+        for function in started.values():
+            function.stop()
+        raise
+    return started

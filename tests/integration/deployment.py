@@ -1,0 +1,212 @@
+"""A test deployment of the controller on the session's emulators and local JobService: its own buckets and
+events topic, the four functions served by functions-framework, and helpers to deliver events to them the
+way Eventarc and Pub/Sub push do and to read what they published."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import pubsub_v1, storage
+
+from functions.planning import key_hash
+from local.eventarc import finalized_event
+from local.functions_host import FunctionProcess, start_functions
+from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE
+from schemas.events import JobEvent, parse_event
+
+FAKE_NODE_IMAGE = "localhost/tests/fake-node"
+
+
+def fake_node_request(request_id: str, *args: str, **sections: Any) -> dict[str, Any]:
+    """A request for the test image that runs tests/local/programs/fake_node.py with `args`."""
+    return {
+        "api_version": "trainctl/v1",
+        "request_id": request_id,
+        "dataset": {"uri": "gs://it-data/whatever/", "target": "y"},
+        "trainer": {"image": f"{FAKE_NODE_IMAGE}:1", "args": list(args)},
+        "resources": {"machine_type": "g2-standard-24"},
+        **sections,
+    }
+
+
+@dataclass
+class Deployment:
+    suffix: str
+    jobservice_address: str
+    functions: dict[str, FunctionProcess] = field(default_factory=dict)
+
+    @property
+    def data_bucket(self) -> str:
+        return f"it-data-{self.suffix}"
+
+    @property
+    def control_bucket(self) -> str:
+        return f"it-control-{self.suffix}"
+
+    @property
+    def events_topic(self) -> str:
+        return f"it-events-{self.suffix}"
+
+    def settings_env(self, **overrides: str) -> dict[str, str]:
+        template = {
+            "dataset": {"target": "y"},
+            "trainer": {"image": f"{FAKE_NODE_IMAGE}:1", "args": ["--sleep", "0.5"]},
+            "resources": {"machine_type": "g2-standard-24"},
+        }
+        env = {
+            "TRAINCTL_PROJECT": LOCAL_PROJECT,
+            "TRAINCTL_REGION": LOCAL_REGION,
+            "TRAINCTL_CONTROL_BUCKET": self.control_bucket,
+            "TRAINCTL_EVENTS_TOPIC": self.events_topic,
+            "TRAINCTL_TRAINER_IMAGE": LOCAL_TRAINER_IMAGE,
+            "TRAINCTL_TRIGGER_RULES": json.dumps({f"gs://{self.data_bucket}/churn/": template}),
+            "TRAINCTL_ALLOWED_IMAGE_PREFIXES": "localhost/tests/",
+            "TRAINCTL_VERTEX_ENDPOINT": self.jobservice_address,
+            "TRAINCTL_LEASE": "3s",
+        }
+        return env | overrides
+
+    # ---- setting up ----------------------------------------------------------------------------------
+
+    def create(self, log_dir: Path) -> None:
+        client = self.storage()
+        client.create_bucket(self.data_bucket)
+        client.create_bucket(self.control_bucket)
+        publisher = pubsub_v1.PublisherClient()
+        publisher.create_topic(name=publisher.topic_path(LOCAL_PROJECT, self.events_topic))
+        self.functions = start_functions(self.settings_env(), log_dir)
+
+    def stop(self) -> None:
+        for function in self.functions.values():
+            function.stop()
+
+    @staticmethod
+    def storage() -> storage.Client:
+        return storage.Client(project=LOCAL_PROJECT, credentials=AnonymousCredentials())
+
+    def events(self) -> EventLog:
+        return EventLog(self.events_topic)
+
+    # ---- delivering events ---------------------------------------------------------------------------
+
+    def upload(self, name: str, data: bytes | str = b"") -> storage.Blob:
+        blob = self.storage().bucket(self.data_bucket).blob(name)
+        blob.upload_from_string(data)
+        blob.reload()
+        return blob
+
+    def storage_event(self, blob: storage.Blob) -> tuple[dict[str, str], bytes]:
+        """The finalized CloudEvent Eventarc would deliver for `blob` (through the bridge's conversion)."""
+        message = {
+            "attributes": {
+                "eventType": "OBJECT_FINALIZE",
+                "bucketId": blob.bucket.name,
+                "objectId": blob.name,
+                "objectGeneration": str(blob.generation),
+            },
+            "data": base64.b64encode(json.dumps(blob._properties).encode()).decode(),
+            "messageId": uuid.uuid4().hex,
+            "publishTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        converted = finalized_event(message)
+        assert converted is not None
+        return converted
+
+    def push_body(self, payload: bytes, message_id: str | None = None) -> tuple[dict[str, str], bytes]:
+        """A raw Pub/Sub push, as the emulator's push subscription sends it."""
+        body = {
+            "subscription": f"projects/{LOCAL_PROJECT}/subscriptions/it-requests",
+            "message": {
+                "data": base64.b64encode(payload).decode(),
+                "messageId": message_id or uuid.uuid4().hex[:12],
+                "publishTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+        }
+        return {"content-type": "application/json"}, json.dumps(body).encode()
+
+    def post(self, target: str, request: tuple[dict[str, str], bytes], path: str = "") -> int:
+        headers, body = request
+        url = self.functions[target].url + path
+        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=120) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    def deliver(self, target: str, request: tuple[dict[str, str], bytes], path: str = "", tries: int = 30) -> int:
+        """Post until the function answers 2xx, as Pub/Sub redelivers a nacked message; the last status."""
+        for _ in range(tries):
+            status = self.post(target, request, path)
+            if status < 300:
+                return status
+            time.sleep(0.5)
+        return status
+
+    def request(self, document: dict[str, Any], message_id: str | None = None) -> int:
+        topic_path = f"projects/{LOCAL_PROJECT}/topics/it-requests"
+        return self.deliver("on_job_request", self.push_body(json.dumps(document).encode(), message_id), topic_path)
+
+    def reconcile(self) -> dict[str, int]:
+        with urllib.request.urlopen(
+            urllib.request.Request(self.functions["reconcile"].url, data=b"{}"), timeout=120
+        ) as r:
+            return json.loads(r.read())
+
+    # ---- reading the ledger --------------------------------------------------------------------------
+
+    def record(self, request_key: str) -> dict[str, Any] | None:
+        blob = self.storage().bucket(self.control_bucket).blob(f"ledger/{key_hash(request_key)}.json")
+        return json.loads(blob.download_as_bytes()) if blob.exists() else None
+
+
+class EventLog:
+    """Every message published on an events topic from now on, raw (duplicates included)."""
+
+    def __init__(self, topic: str):
+        self._subscriber = pubsub_v1.SubscriberClient()
+        self.subscription = self._subscriber.subscription_path(LOCAL_PROJECT, f"it-log-{uuid.uuid4().hex[:10]}")
+        self._subscriber.create_subscription(name=self.subscription, topic=f"projects/{LOCAL_PROJECT}/topics/{topic}")
+        self.messages: list[tuple[JobEvent, dict[str, str]]] = []
+
+    def drain(self) -> list[tuple[JobEvent, dict[str, str]]]:
+        while True:
+            response = self._subscriber.pull(subscription=self.subscription, max_messages=500, timeout=5)
+            if not response.received_messages:
+                return self.messages
+            self._subscriber.acknowledge(
+                subscription=self.subscription, ack_ids=[m.ack_id for m in response.received_messages]
+            )
+            for m in response.received_messages:
+                self.messages.append((parse_event(m.message.data), dict(m.message.attributes)))
+
+    def states(self, request_id: str) -> list[str]:
+        return [e.state for e, _ in self.drain() if e.request_id == request_id]
+
+    def of(self, request_id: str, state: str) -> list[JobEvent]:
+        return [e for e, _ in self.drain() if e.request_id == request_id and e.state == state]
+
+    def wait_for(
+        self, request_id: str, state: str, timeout: float = 60.0, act: Callable[[], Any] | None = None
+    ) -> JobEvent:
+        """Drain until `state` arrives for the request, calling `act` (a reconcile tick, say) between polls."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.of(request_id, state)
+            if found:
+                return found[0]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {state} event for {request_id}; saw {self.states(request_id)}")
+            if act is not None:
+                act()
+            time.sleep(0.3)

@@ -200,6 +200,7 @@ class Controller:
             found = self._read(record.key_hash)
 
     def _duplicate(self, record: Record, generation: int, delivery: Delivery) -> str:
+        logs.info("duplicate delivery; starts nothing", request_key=record.key, existing_state=record.state)
         self._flush_stale(record, generation)
         self.publisher.publish(
             Duplicate(

@@ -27,13 +27,16 @@ _INTERNAL = re.compile(r"internal error", re.I)
 
 def classify_job_failure(code: int, message: str, started: bool) -> Reason:
     """Reason for a job that ended FAILED; `started` tells whether it ever reached RUNNING."""
-    if code == RESOURCE_EXHAUSTED or _QUOTA.search(message):
+    # The text decides before the code: a stockout may also carry RESOURCE_EXHAUSTED.
+    if _QUOTA.search(message):
         return "quota"
     if _PREEMPTION.search(message):
         return "preemption"
     if _CAPACITY.search(message):
         # A stockout after the job ran is Spot/host reclamation: the job was preempted.
         return "preemption" if started else "capacity"
+    if code == RESOURCE_EXHAUSTED:
+        return "quota"
     if _USER.search(message):  # Vertex reports replica exits with code 3, so this comes before INVALID_ARGUMENT
         return "user"
     if code == INVALID_ARGUMENT:

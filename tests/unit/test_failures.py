@@ -16,6 +16,8 @@ STOCKOUT = "Resources are insufficient in region: us-central1. Try a different r
         (8, QUOTA, False, "quota"),
         (9, STOCKOUT, False, "capacity"),
         (9, STOCKOUT, True, "preemption"),
+        (8, STOCKOUT, True, "preemption"),
+        (8, "", False, "quota"),
         (14, "The job was preempted", True, "preemption"),
         (13, "Internal error occurred for the current attempt.", True, "internal"),
         (3, "The replica workerpool1-0 exited with a non-zero status of 3.", True, "user"),

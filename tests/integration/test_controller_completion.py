@@ -1,0 +1,121 @@
+"""Every state change reported exactly once, whichever path sees it first: `reconcile` alone, the log sink's
+messages through `on_job_state`, or both; stuck jobs cancelled; preempted jobs resubmitted."""
+
+from __future__ import annotations
+
+import json
+
+from google.cloud import pubsub_v1
+
+from local.jobservice.client import wait_for_state
+from local.names import LOCAL_PROJECT, Names
+from tests.integration.deployment import fake_node_request
+
+METRICS = '{"val_accuracy": 0.91, "samples_per_second": 1234.5}'
+
+
+def counts(events, request_id: str) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for state in events.states(request_id):
+        found[state] = found.get(state, 0) + 1
+    return found
+
+
+def test_a_job_run_to_completion_is_reported_once_by_reconcile_alone(deployment, job_client):
+    events = deployment.events()
+    assert deployment.request(fake_node_request("complete-1", "--sleep", "1", "--metrics", METRICS)) == 200
+    succeeded = events.wait_for("complete-1", "succeeded", act=deployment.reconcile)
+    for _ in range(3):
+        deployment.reconcile()  # later ticks change nothing
+    assert counts(events, "complete-1") == {"accepted": 1, "submitted": 1, "running": 1, "succeeded": 1}
+    assert succeeded.metrics == {"val_accuracy": 0.91, "samples_per_second": 1234.5}
+    assert succeeded.artifacts.model_dir == f"gs://{deployment.control_bucket}/runs/complete-1/model/"
+    assert succeeded.job.console_url.startswith("https://console.cloud.google.com/vertex-ai/locations/us-central1/")
+    assert succeeded.duration_seconds is not None and succeeded.cost.gpus == 2
+    assert deployment.record("request:complete-1")["state"] == "succeeded"
+
+
+def test_log_sink_messages_and_reconcile_together_report_each_state_once(deployment, job_client):
+    """The local JobService announces state changes on the job-state topic in the log sink's shape; they are
+    pushed to on_job_state while reconcile ticks too."""
+    subscriber = pubsub_v1.SubscriberClient()
+    topic = f"projects/{LOCAL_PROJECT}/topics/{Names(LOCAL_PROJECT).job_state_topic}"
+    subscription = subscriber.subscription_path(LOCAL_PROJECT, "it-job-state-complete-2")
+    subscriber.create_subscription(name=subscription, topic=topic)
+    events = deployment.events()
+    assert deployment.request(fake_node_request("complete-2", "--sleep", "1", "--metrics", METRICS)) == 200
+    job_name = deployment.record("request:complete-2")["job_name"]
+    wait_for_state(job_client, job_name)
+
+    def sink_to_on_job_state() -> None:
+        response = subscriber.pull(subscription=subscription, max_messages=100, timeout=5)
+        for received in response.received_messages:
+            entry = json.loads(received.message.data)
+            if job_name.endswith("/" + entry["resource"]["labels"]["job_id"]):
+                assert deployment.deliver("on_job_state", deployment.push_body(received.message.data)) == 200
+            deployment.reconcile()
+        if response.received_messages:
+            subscriber.acknowledge(subscription=subscription, ack_ids=[m.ack_id for m in response.received_messages])
+
+    events.wait_for("complete-2", "succeeded", act=sink_to_on_job_state)
+    sink_to_on_job_state()
+    deployment.reconcile()
+    assert counts(events, "complete-2") == {"accepted": 1, "submitted": 1, "running": 1, "succeeded": 1}
+    subscriber.delete_subscription(subscription=subscription)
+
+
+def test_a_log_line_about_a_job_trainctl_does_not_know_is_ignored(deployment):
+    entry = {
+        "resource": {"type": "ml_job", "labels": {"job_id": "999999999"}},
+        "labels": {"ml.googleapis.com/job_state": "SUCCEEDED"},
+    }
+    assert deployment.post("on_job_state", deployment.push_body(json.dumps(entry).encode())) == 200
+    assert deployment.post("on_job_state", deployment.push_body(b"not a log entry")) == 200
+
+
+def test_a_job_held_in_the_queue_beyond_max_pending_is_cancelled_as_stuck(deployment, jobservice_control):
+    events = deployment.events()
+    jobservice_control.hold_next_in_queue(seconds=120)
+    request = fake_node_request("stuck-1", scheduling={"max_pending": "2s"})
+    assert deployment.request(request) == 200
+    stuck = events.wait_for("stuck-1", "stuck", act=deployment.reconcile)
+    assert stuck.max_pending_seconds == 2 and stuck.pending_seconds >= 2
+    cancelled = events.wait_for("stuck-1", "cancelled", act=deployment.reconcile)
+    assert "max_pending" in cancelled.message
+    assert counts(events, "stuck-1") == {"accepted": 1, "submitted": 1, "stuck": 1, "cancelled": 1}
+
+
+def test_a_preempted_job_with_attempts_left_is_resubmitted_and_succeeds(
+    deployment, jobservice_control, job_client, tmp_path
+):
+    events = deployment.events()
+    first_attempt_marker = str(tmp_path / "first-attempt")  # attempt 1 runs until preempted, attempt 2 finishes
+    request = fake_node_request(
+        "preempted-1",
+        *("--sleep-unless-exists", first_attempt_marker, "--metrics", METRICS),
+        scheduling={"restart_job_on_worker_restart": False},
+    )
+    assert deployment.request(request) == 200
+    first_job = deployment.record("request:preempted-1")["job_name"]
+    events.wait_for("preempted-1", "running", act=deployment.reconcile)
+    jobservice_control.preempt(first_job)
+    wait_for_state(job_client, first_job)
+    retrying = events.wait_for("preempted-1", "retrying", act=deployment.reconcile)
+    assert retrying.reason == "preemption" and retrying.attempt == 1
+    succeeded = events.wait_for("preempted-1", "succeeded", act=deployment.reconcile)
+    assert succeeded.attempt == 2 and succeeded.job.name != first_job
+    assert events.states("preempted-1") == [
+        "accepted", "submitted", "running", "retrying", "submitted", "running", "succeeded"
+    ]  # fmt: skip
+    second = job_client.get_custom_job(name=succeeded.job.name)
+    assert second.labels["trainctl-attempt"] == "2"
+    assert second.job_spec.base_output_directory.output_uri_prefix.endswith("/runs/preempted-1/")  # resumes there
+
+
+def test_a_failed_user_job_is_reported_failed_with_reason_user_and_not_retried(deployment, job_client):
+    events = deployment.events()
+    assert deployment.request(fake_node_request("user-error-1", "--exit-code", "3")) == 200
+    failed = events.wait_for("user-error-1", "failed", act=deployment.reconcile)
+    assert failed.reason == "user"
+    assert "exited with a non-zero status of 3" in failed.message
+    assert "retrying" not in events.states("user-error-1")

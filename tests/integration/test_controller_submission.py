@@ -1,0 +1,112 @@
+"""Submitting exactly once when Vertex misbehaves: transient errors retried, permanent ones rejected, quota
+reported as quota, and a crash between CreateCustomJob and the ledger update adopted, never duplicated."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from cloudevents.http import CloudEvent
+
+from functions import handlers
+from functions.controller import Controller
+from functions.gcs import Gcs
+from functions.ledger import Ledger
+from functions.publisher import EventPublisher
+from functions.settings import Settings
+from functions.vertex import VertexJobs
+from local.names import LOCAL_PROJECT
+from tests.integration.deployment import fake_node_request
+from tests.integration.test_controller_intake import jobs_with_key
+
+
+def test_create_failing_twice_with_unavailable_is_retried_and_submits_once(deployment, jobservice_control, job_client):
+    events = deployment.events()
+    jobservice_control.fail_next_creates("UNAVAILABLE", count=2)
+    assert deployment.request(fake_node_request("flaky-create-1")) == 200
+    assert events.states("flaky-create-1") == ["accepted", "submitted"]
+    assert len(jobs_with_key(job_client, "request:flaky-create-1")) == 1
+
+
+def test_a_lost_create_response_is_adopted_not_repeated(deployment, jobservice_control, job_client):
+    jobservice_control.fail_next_creates("UNAVAILABLE", count=1, after_create=True)
+    assert deployment.request(fake_node_request("lost-response-1")) == 200
+    assert len(jobs_with_key(job_client, "request:lost-response-1")) == 1
+    assert deployment.record("request:lost-response-1")["state"] == "submitted"
+
+
+def test_invalid_argument_from_vertex_is_rejected_without_retry(deployment, jobservice_control, job_client):
+    events = deployment.events()
+    jobservice_control.fail_next_creates("INVALID_ARGUMENT", count=1, message="Field: job_spec; Message: no.")
+    assert deployment.post("on_job_request", deployment.push_body(_json(fake_node_request("refused-1")))) == 200
+    (rejected,) = events.of("refused-1", "rejected")
+    assert rejected.reason == "invalid" and "no." in rejected.errors[0]
+    assert jobs_with_key(job_client, "request:refused-1") == []
+    assert deployment.record("request:refused-1")["state"] == "rejected"
+    # A redelivery does not try again: the request is settled.
+    assert deployment.request(fake_node_request("refused-1")) == 200
+    assert jobs_with_key(job_client, "request:refused-1") == []
+    assert events.of("refused-1", "duplicate")[0].existing_state == "rejected"
+
+
+def test_quota_exhaustion_is_classified_as_quota_and_retried_later(deployment, jobservice_control, job_client):
+    events = deployment.events()
+    jobservice_control.fail_next_creates("RESOURCE_EXHAUSTED", count=1)
+    assert deployment.request(fake_node_request("quota-1")) == 200
+    (retrying,) = events.of("quota-1", "retrying")
+    assert retrying.reason == "quota" and "quota metrics exceed" in retrying.message
+    record = deployment.record("request:quota-1")
+    assert record["state"] == "claimed" and record["attempt"] == 2 and "not_before" in record
+    assert jobs_with_key(job_client, "request:quota-1") == []
+
+
+def test_a_crash_after_create_is_adopted_by_the_redelivery(deployment, job_client):
+    """The first delivery dies right after CreateCustomJob, before the ledger says so; once its lease has
+    expired, the redelivered event finds the labelled job and adopts it."""
+    events = deployment.events()
+    settings = Settings.from_env(deployment.settings_env())
+    vertex = VertexJobs(settings.project, settings.region, settings.vertex_endpoint)
+
+    class Crash(BaseException):
+        pass
+
+    class CrashingVertex(VertexJobs):
+        def __init__(self):
+            self.__dict__ = vertex.__dict__
+
+        def create(self, *args, **kwargs):
+            vertex.create(*args, **kwargs)
+            raise Crash("the function process died here")
+
+    gcs = Gcs(LOCAL_PROJECT)
+    crashing = Controller(
+        settings=settings,
+        ledger=Ledger(gcs, settings.control_bucket),
+        gcs=gcs,
+        publisher=EventPublisher(settings.project, settings.events_topic, "test"),
+        vertex_factory=CrashingVertex,
+    )
+    push_headers, push_body = deployment.push_body(_json(fake_node_request("crash-1")), "msg-crash-1")
+    event = CloudEvent(
+        {
+            "type": "google.cloud.pubsub.topic.v1.messagePublished",
+            "source": "//pubsub.googleapis.com/test",
+            "id": "msg-crash-1",
+        },
+        json.loads(push_body),
+    )
+    with pytest.raises(Crash):
+        handlers.job_request(event, crashing)
+    assert len(jobs_with_key(job_client, "request:crash-1")) == 1
+    assert deployment.record("request:crash-1")["state"] == "claimed"
+    time.sleep(settings.lease + 0.5)  # the dead delivery's lease runs out
+    assert deployment.post("on_job_request", (push_headers, push_body)) == 200
+    assert len(jobs_with_key(job_client, "request:crash-1")) == 1
+    record = deployment.record("request:crash-1")
+    assert record["state"] == "submitted" and record["job_name"] == jobs_with_key(job_client, "request:crash-1")[0].name
+    assert events.states("crash-1") == ["accepted", "submitted"]
+
+
+def _json(document) -> bytes:
+    return json.dumps(document).encode()

@@ -70,6 +70,16 @@ def _delivery(trigger_fields: dict[str, Any], cloud_event: Any, when: datetime) 
     return Delivery(Trigger(**trigger_fields), str(cloud_event["id"]), when)
 
 
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else str(value) if isinstance(value, int) else ""
+
+
+def _whole(value: Any) -> int:
+    """An int64 field of StorageObjectData (a string in real events); 0 when it is not a number."""
+    text = _text(value)
+    return int(text) if text.isdigit() else 0
+
+
 def _data(cloud_event: Any) -> dict[str, Any]:
     data = cloud_event.data
     if isinstance(data, bytes | str):
@@ -102,7 +112,7 @@ def dataset_upload(cloud_event: Any, ctl: Controller | None = None) -> str:
     if _too_old(cloud_event, when, s):
         return "too old"
     c = ctl or controller()
-    return _marker(c, cloud_event, bucket, name, str(generation or ""), int(data.get("size") or 0), prefix, when)
+    return _marker(c, cloud_event, bucket, name, _text(generation), _whole(data.get("size")), prefix, when)
 
 
 def _marker(

@@ -41,7 +41,8 @@ _DURATION_PATTERN = r"^\s*(\d+|(\d+d)?(\d+h)?(\d+m)?(\d+s)?)\s*$"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: "10" is not a number and 10 is not a string, exactly as the JSON Schema says.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _cross_field(problems: list[tuple[str, str]]) -> PydanticCustomError:
@@ -128,6 +129,7 @@ class Trainer(_Strict):
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
+        strict=True,
         json_schema_extra={"oneOf": [{"required": ["builtin"]}, {"required": ["image"]}]},
     )
 
@@ -306,7 +308,7 @@ class Scheduling(_Strict):
 class TrainingJobRequest(_Strict):
     """One training job. `request_id` is the idempotency key: the same id never starts a second job."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, title="TrainingJobRequest")
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, title="TrainingJobRequest")
 
     api_version: Literal["trainctl/v1"] = Field(description="Schema version.")
     request_id: str = Field(

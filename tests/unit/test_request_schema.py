@@ -89,6 +89,18 @@ INVALID = [
         "trainer.hyperparameters.hidden_sizes",
         "at least 1",
     ),
+    (
+        with_changes(trainer={"builtin": "tabular", "hyperparameters": {"epochs": "10"}}),
+        "trainer.hyperparameters.epochs",
+        "valid integer",
+    ),
+    (with_changes(dataset__target=5), "dataset.target", "valid string"),
+    (
+        with_changes(scheduling={"restart_job_on_worker_restart": "yes"}),
+        "scheduling.restart_job_on_worker_restart",
+        "valid boolean",
+    ),
+    (with_changes(resources__replica_count=2.0), "resources.replica_count", "valid integer"),
     (with_changes(resources__machine_type="e2-standard-8"), "resources.machine_type", "unknown machine type"),
     (
         with_changes(resources__accelerator_count=4),

@@ -134,3 +134,20 @@ resource "google_project_iam_member" "build_reads_staged_source" {
     expression  = "resource.name.startsWith(\"projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}/\")"
   }
 }
+
+# Who may start jobs: publishing a request, or uploading a dataset with its marker. Nobody else.
+resource "google_pubsub_topic_iam_member" "request_publisher" {
+  for_each = toset(var.request_publishers)
+
+  topic  = google_pubsub_topic.requests.id
+  role   = "roles/pubsub.publisher"
+  member = each.value
+}
+
+resource "google_storage_bucket_iam_member" "data_uploader" {
+  for_each = toset(var.data_uploaders)
+
+  bucket = google_storage_bucket.data.name
+  role   = "roles/storage.objectCreator"
+  member = each.value
+}

@@ -361,3 +361,27 @@ variable "legacy_pubsub_push_auth" {
   type        = bool
   default     = false
 }
+
+# ---- who may start jobs -------------------------------------------------------------------------------
+
+variable "request_publishers" {
+  description = "IAM members (user:…, group:…, serviceAccount:…) allowed to publish job requests to the requests topic. Nobody else can start a job by message."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for m in var.request_publishers : can(regex("^(user|group|serviceAccount|domain):", m))])
+    error_message = "request_publishers entries must be IAM members such as group:ml-team@example.com."
+  }
+}
+
+variable "data_uploaders" {
+  description = "IAM members allowed to upload datasets (and markers, which start jobs) to the data bucket."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for m in var.data_uploaders : can(regex("^(user|group|serviceAccount|domain):", m))])
+    error_message = "data_uploaders entries must be IAM members such as group:data-eng@example.com."
+  }
+}

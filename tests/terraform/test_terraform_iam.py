@@ -203,3 +203,20 @@ def test_build_account_writes_logs_and_function_images_and_reads_staged_source(t
     assert "buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}/" in staged["expression"]
     function = tf.resource("google_cloudfunctions2_function", "function")
     assert block(function, "build_config")["service_account"] == "${google_service_account.build.id}"
+
+
+def test_only_the_listed_members_may_start_jobs(tf):
+    publisher = tf.resource("google_pubsub_topic_iam_member", "request_publisher")
+    assert publisher["for_each"] == "${toset(var.request_publishers)}"
+    assert publisher["topic"] == "${google_pubsub_topic.requests.id}"
+    assert publisher["role"] == "roles/pubsub.publisher"
+    uploader = tf.resource("google_storage_bucket_iam_member", "data_uploader")
+    assert uploader["for_each"] == "${toset(var.data_uploaders)}"
+    assert uploader["bucket"] == "${google_storage_bucket.data.name}"
+    assert uploader["role"] == "roles/storage.objectCreator"
+    # Nothing else may publish requests or create objects in the data bucket.
+    requests_publishers = [
+        name for kind, name, body in grants(tf)
+        if body.get("topic") == "${google_pubsub_topic.requests.id}" and body["role"] == "roles/pubsub.publisher"
+    ]  # fmt: skip
+    assert requests_publishers == ["request_publisher"]

@@ -41,8 +41,10 @@ from schemas.events import (
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
 
-# An outbox entry older than this was left by a handler that died after its state change; publish it.
-OUTBOX_GRACE = timedelta(seconds=30)
+# An outbox entry older than this was left by a handler that died (or lost Pub/Sub) after its state change:
+# whoever reads the record next publishes it. Shorter than Pub/Sub's 10 s minimum redelivery backoff, so
+# the redelivery of the failed event already does it; far longer than a publish takes.
+OUTBOX_GRACE = timedelta(seconds=8)
 # How long a delivery waits for another delivery's live claim to finish before asking for redelivery.
 CLAIM_WAIT = timedelta(seconds=20)
 MAX_METRICS_BYTES = 1024 * 1024

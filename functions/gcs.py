@@ -11,6 +11,10 @@ from google.api_core import exceptions as gexc
 from functions.errors import Transient
 
 _TRANSIENT = (gexc.ServiceUnavailable, gexc.InternalServerError, gexc.TooManyRequests, gexc.GatewayTimeout)
+# The library retries for up to 120 s by default; a function should rather fail and be redelivered.
+# Writes always carry a generation precondition, so retrying them is safe.
+CALL_TIMEOUT = 10.0
+RETRY_FOR = 15.0
 
 
 class Conflict(Exception):
@@ -33,8 +37,10 @@ class Gcs:
 
     @staticmethod
     def _call(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
         try:
-            return fn(*args, **kwargs)
+            return fn(*args, retry=DEFAULT_RETRY.with_timeout(RETRY_FOR), timeout=CALL_TIMEOUT, **kwargs)
         except gexc.PreconditionFailed as exc:
             raise Conflict(str(exc)) from None
         except _TRANSIENT as exc:
@@ -65,4 +71,4 @@ class Gcs:
             pass
 
     def names(self, bucket: str, prefix: str) -> list[str]:
-        return self._call(lambda: [b.name for b in self._client.list_blobs(bucket, prefix=prefix)])
+        return self._call(lambda **kw: [b.name for b in self._client.list_blobs(bucket, prefix=prefix, **kw)])

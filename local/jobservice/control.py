@@ -7,6 +7,7 @@ is the client:
     control = JobServiceControl("127.0.0.1:PORT")
     control.fail_next_creates("RESOURCE_EXHAUSTED", count=2)      # Vertex's quota wording by default
     control.fail_next_creates("UNAVAILABLE", after_create=True)   # job created, response "lost"
+    control.delay_next_creates(seconds=10)                        # job created, answer late
     control.hold_next_in_queue(seconds=30)
     control.preempt(job_name)                                     # SIGTERM all nodes; restart or stockout
     control.replica_logs(job_name)                                # {"workerpool0-0": "/…/workerpool0-0.log", …}
@@ -59,6 +60,10 @@ class JobServiceControl:
     ) -> None:
         """The next `count` CreateCustomJob calls fail with gRPC status `code` (a grpc.StatusCode name)."""
         self._call("FailNextCreates", code=code, count=count, message=message, after_create=after_create)
+
+    def delay_next_creates(self, seconds: float, count: int = 1) -> None:
+        """The next `count` CreateCustomJob calls create the job, then answer only after `seconds`."""
+        self._call("DelayNextCreates", seconds=seconds, count=count)
 
     def hold_next_in_queue(self, seconds: float, count: int = 1) -> None:
         """The next `count` created jobs stay in JOB_STATE_QUEUED for `seconds`."""

@@ -47,6 +47,7 @@ class FaultPlan:
         self._lock = threading.Lock()
         self._create_failures: list[CreateFailure] = []
         self._queue_holds: list[float] = []
+        self._create_delays: list[float] = []
 
     def fail_next_creates(
         self, code: grpc.StatusCode, count: int = 1, message: str | None = None, after_create: bool = False
@@ -67,7 +68,16 @@ class FaultPlan:
         with self._lock:
             return self._queue_holds.pop(0) if self._queue_holds else 0.0
 
+    def delay_next_creates(self, seconds: float, count: int = 1) -> None:
+        with self._lock:
+            self._create_delays += [seconds] * count
+
+    def next_create_delay(self) -> float:
+        with self._lock:
+            return self._create_delays.pop(0) if self._create_delays else 0.0
+
     def clear(self) -> None:
         with self._lock:
             self._create_failures.clear()
             self._queue_holds.clear()
+            self._create_delays.clear()

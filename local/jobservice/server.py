@@ -92,6 +92,10 @@ class LocalJobService:
             self.faults.fail_next_creates(code, count, request.get("message"), bool(request.get("after_create")))
             return {}
 
+        def delay_next_creates(request: dict, context: grpc.ServicerContext) -> dict:
+            self.faults.delay_next_creates(float(request["seconds"]), int(request.get("count", 1)))
+            return {}
+
         def hold_next_in_queue(request: dict, context: grpc.ServicerContext) -> dict:
             self.faults.hold_next_in_queue(float(request["seconds"]), int(request.get("count", 1)))
             return {}
@@ -125,6 +129,7 @@ class LocalJobService:
         return {
             "FailNextCreates": fail_next_creates,
             "HoldNextInQueue": hold_next_in_queue,
+            "DelayNextCreates": delay_next_creates,
             "Preempt": preempt,
             "ReplicaLogs": replica_logs,
             "ClearFaults": clear_faults,

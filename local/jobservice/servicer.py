@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import re
+import time
 
 import grpc
 from google.cloud.aiplatform_v1.types import (
@@ -91,6 +92,7 @@ class JobServiceServicer:
         job.update_time = now
         job = self.store.add(job)
         self.executor.created(job, hold_seconds=self.faults.next_queue_hold())
+        time.sleep(self.faults.next_create_delay())  # the job exists; the caller is still waiting
         if failure is not None:
             context.abort(failure.code, failure.message)
         return job

@@ -143,6 +143,8 @@ class Deployment:
                 return response.status
         except urllib.error.HTTPError as exc:
             return exc.code
+        except OSError:
+            return 503  # refused or reset: Pub/Sub would count it as a failed push
 
     def deliver(self, target: str, request: tuple[dict[str, str], bytes], path: str = "", tries: int = 30) -> int:
         """Post until the function answers 2xx, as Pub/Sub redelivers a nacked message; the last status."""

@@ -50,17 +50,8 @@ REQUEST_RETRY_BACKOFF_SECONDS = (1, 10)
 # How long Pub/Sub waits for a pushed function's answer (Terraform: the function timeout).
 PUSH_ACK_DEADLINE_SECONDS = 120
 
-# The names a stack records (local.names.Names properties).
-_NAME_PROPERTIES = (
-    "data_bucket",
-    "control_bucket",
-    "requests_topic",
-    "requests_subscription",
-    "events_topic",
-    "job_state_topic",
-    "dead_letter_topic",
-    "dead_letter_subscription",
-)
+# The names a stack records: every bucket, topic and subscription name Names gives.
+_NAME_PROPERTIES = tuple(name for name, value in vars(Names).items() if isinstance(value, property))
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ set (tests give each stack a folder of its own).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shlex
@@ -85,6 +86,20 @@ class StackState:
             "TRAINCTL_LOCAL_BRIDGE_URL": self.bridge_url,
             LOCAL_DIR_VAR: str(local_dir()),
         }
+
+
+def take_stack_lock() -> object | None:
+    """Hold the lock of `local_dir()` for as long as this process lives (the kernel drops it when the process
+    ends, however it ends); None when another stack holds it — running, or still starting."""
+    path = local_dir() / "stack.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "w")  # noqa: SIM115 - kept open on purpose: the open file is the lock
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
 
 
 def export_lines(env: dict[str, str]) -> str:

@@ -30,6 +30,7 @@ from local.stack_state import (
     running_stack,
     state_path,
     stop_recorded_stack,
+    take_stack_lock,
     write_state,
 )
 
@@ -97,15 +98,21 @@ def run_up(args: argparse.Namespace) -> int:
     if current is not None:
         print(f"a local stack is already running (pid {current.pid}); `trainctl local down` stops it", file=sys.stderr)
         return EXIT_NOT_RUNNING
-    leftover = read_state()
-    if leftover is not None:  # a stack whose process died: clear away what it left running
-        stop_recorded_stack(leftover)
     try:
         options = _options(args)
     except ValueError as exc:
         print(f"trainctl local up: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return _detach(args) if args.detach else _run_in_foreground(options)
+    if args.detach:
+        return _detach(args)
+    lock = take_stack_lock()  # held until this process ends
+    if lock is None:
+        print(f"another local stack is starting in {local_dir()}", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    leftover = read_state()
+    if leftover is not None:  # a stack whose process died: clear away what it left running
+        stop_recorded_stack(leftover)
+    return _run_in_foreground(options)
 
 
 def _interrupt(signum: int, frame: Any) -> None:

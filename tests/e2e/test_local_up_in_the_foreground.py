@@ -1,5 +1,6 @@
 """`trainctl local up` in the foreground, as a person runs it in a terminal: it prints every endpoint once
-the stack is ready, and Ctrl-C stops everything it started — job nodes included — and removes the state."""
+the stack is ready, and Ctrl-C stops everything it started — job nodes included — and removes the state.
+Only one stack at a time uses a folder."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 
 from local.names import LOCAL_PROJECT, Names
 from local.processes import wait_until
-from local.stack_state import read_state
+from local.stack_state import LOCAL_DIR_VAR, read_state, take_stack_lock
 from tests.conftest import REPO_ROOT
 from tests.e2e.running_stack import RunningStack, marker_processes, up_args
 from tests.integration.deployment import fake_node_request
@@ -50,4 +51,17 @@ def test_ctrl_c_stops_the_stack_and_the_jobs_it_runs(tmp_path: Path):
     assert f"  Vertex JobService  {state.jobservice_address}" in output
     assert output.rstrip().endswith("stopping the local stack…\nlocal stack stopped")
     assert marker_processes(state.stack_id) == []
+    assert read_state(stack.local_dir) is None
+
+
+def test_local_up_refuses_while_another_stack_is_starting_in_the_same_folder(tmp_path: Path, monkeypatch):
+    stack = RunningStack(tmp_path / "local")
+    monkeypatch.setenv(LOCAL_DIR_VAR, str(stack.local_dir))
+    starting = take_stack_lock()  # what a `local up` still starting (no state file yet) holds
+    assert starting is not None
+
+    refused = stack.trainctl("local", "up", timeout=60)
+
+    assert refused.returncode == 1
+    assert refused.stderr == f"another local stack is starting in {stack.local_dir}\n"
     assert read_state(stack.local_dir) is None

@@ -354,6 +354,16 @@ class Controller:
         return self.observe_record(khash)
 
     def observe_record(self, khash: str) -> str:
+        # on_job_state and reconcile observe the same jobs: when another one changed the record after we read
+        # it, our compare-and-swap fails before anything was published or done; look again at the new record.
+        for _ in range(5):
+            try:
+                return self._observe_record_once(khash)
+            except Conflict:
+                logs.info("the ledger record changed while observing it; reading it again", key_hash=khash)
+        raise Transient(f"the ledger record {khash} kept changing while it was observed")
+
+    def _observe_record_once(self, khash: str) -> str:
         found = self.ledger.read(khash)
         if found is None:
             self.ledger.mark_inactive(khash)

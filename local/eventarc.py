@@ -63,6 +63,7 @@ def post(url: str, headers: dict[str, str], body: bytes, timeout: float = 600.0)
 
 class _PushHandler(BaseHTTPRequestHandler):
     target: str = ""
+    bucket: str | None = None
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
@@ -72,6 +73,8 @@ class _PushHandler(BaseHTTPRequestHandler):
         except (ValueError, KeyError, TypeError):
             converted, status = None, 204  # not a storage notification: drop it, never loop on it
         else:
+            if converted is not None and self.bucket is not None and converted[0]["ce-bucket"] != self.bucket:
+                converted = None  # outside the trigger's bucket filter: Eventarc would not deliver it
             status = 204 if converted is None else post(self.target, *converted)
         self.send_response(status)
         self.send_header("content-length", "0")
@@ -82,10 +85,11 @@ class _PushHandler(BaseHTTPRequestHandler):
 
 
 class EventarcBridge:
-    """Serves the push endpoint on 127.0.0.1:`port` (0: any free port) in a background thread."""
+    """Serves the push endpoint on 127.0.0.1:`port` (0: any free port) in a background thread. With `bucket`,
+    only that bucket's objects are forwarded, like the trigger's `bucket` event filter."""
 
-    def __init__(self, target_url: str, port: int = 0):
-        handler = type("Handler", (_PushHandler,), {"target": target_url})
+    def __init__(self, target_url: str, port: int = 0, bucket: str | None = None):
+        handler = type("Handler", (_PushHandler,), {"target": target_url, "bucket": bucket})
         self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="eventarc-bridge", daemon=True)
         self._thread.start()

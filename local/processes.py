@@ -56,6 +56,17 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def process_start_time(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat field 22); None when it is gone. With the
+    pid it names one process for good: a pid reused later has a later start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # Fields after the parenthesised command name start at field 3 (state); start time is field 22.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
 def group_members(pgid: int) -> list[int]:
     """Live processes whose process group is `pgid`."""
     members = []

@@ -68,12 +68,36 @@ class PubSubEmulator:
         self._put(path, {})
         return path
 
-    def create_subscription(self, subscription: str, topic: str, push_endpoint: str | None = None) -> str:
-        """Create a pull subscription (or push, with `push_endpoint`) unless it exists; returns its path."""
+    def create_subscription(
+        self,
+        subscription: str,
+        topic: str,
+        push_endpoint: str | None = None,
+        ack_deadline_seconds: int | None = None,
+        dead_letter_topic: str | None = None,
+        max_delivery_attempts: int = 5,
+        retry_backoff_seconds: tuple[int, int] | None = None,
+    ) -> str:
+        """Create a pull subscription (or push, with `push_endpoint`) unless it exists; returns its path.
+
+        With `dead_letter_topic`, a message that failed `max_delivery_attempts` times goes there (the emulator
+        does dead-letter push subscriptions, reference/functions.md §4.3); `retry_backoff_seconds` is the
+        (minimum, maximum) pause between redeliveries.
+        """
         path = f"projects/{self.project}/subscriptions/{subscription}"
         body: dict = {"topic": self.topic_path(topic)}
         if push_endpoint:
             body["pushConfig"] = {"pushEndpoint": push_endpoint}
+        if ack_deadline_seconds:
+            body["ackDeadlineSeconds"] = ack_deadline_seconds
+        if dead_letter_topic:
+            body["deadLetterPolicy"] = {
+                "deadLetterTopic": self.topic_path(dead_letter_topic),
+                "maxDeliveryAttempts": max_delivery_attempts,
+            }
+        if retry_backoff_seconds:
+            low, high = retry_backoff_seconds
+            body["retryPolicy"] = {"minimumBackoff": f"{low}s", "maximumBackoff": f"{high}s"}
         self._put(path, body)
         return path
 

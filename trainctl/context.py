@@ -1,5 +1,6 @@
 """Which deployment the user's commands talk to: the TRAINCTL_* environment when it names a project (a
-real deployment, or a shell that ran `eval "$(trainctl local env)"`), otherwise the local stack's defaults."""
+real deployment, or a shell that ran `eval "$(trainctl local env)"`), else a running local stack (its state
+file), else the local stack's defaults (enough for the commands that need no network, such as `plan`)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,19 @@ import os
 
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
+from local.stack_state import running_stack
 
 
 def cli_settings() -> Settings:
+    """The controller settings of the deployment in use. For a running local stack this also points the
+    Google client libraries of this process at its emulators (they read PUBSUB_EMULATOR_HOST and
+    STORAGE_EMULATOR_HOST from the environment)."""
     if os.environ.get("TRAINCTL_PROJECT"):
         return Settings.from_env()
+    stack = running_stack()
+    if stack is not None:
+        os.environ.update(stack.emulator_env())
+        return Settings.from_env(stack.settings_env)
     names = Names(LOCAL_PROJECT)
     return Settings(
         project=LOCAL_PROJECT,

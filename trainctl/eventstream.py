@@ -3,6 +3,7 @@ lives as long as the command (created before anything is published, so nothing i
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -70,5 +71,11 @@ class EventStream:
 
 
 def format_event(event: JobEvent) -> str:
+    """One line per event for a person; a rejection's reasons follow on indented lines, and a success
+    carries its metrics."""
     when = event.time.astimezone().strftime("%H:%M:%S")
-    return f"{when}  {event.state:<10} {event.request_id}  {event.message}"
+    line = f"{when}  {event.state:<10} {event.request_id}  {event.message}"
+    metrics = getattr(event, "metrics", None)
+    if metrics:
+        line += f"; metrics {json.dumps(metrics, sort_keys=True)}"
+    return "\n".join([line, *(f"    {error}" for error in getattr(event, "errors", []))])

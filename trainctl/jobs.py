@@ -47,6 +47,11 @@ def _find(ledger: Ledger, request_id: str) -> Record | None:
     return found[0] if found else None
 
 
+def find_record(request_id: str) -> Record | None:
+    """The ledger record of a request, by its id."""
+    return _find(_ledger(), request_id)
+
+
 def summary(record: Record) -> dict[str, Any]:
     return {
         "request_id": record.request_id,

@@ -1,0 +1,240 @@
+"""The whole system on one machine (DESIGN.md §5), started and stopped as one: the Pub/Sub emulator,
+fake-gcs-server, the buckets, topics and subscriptions Terraform creates (same names), the local Vertex
+JobService announcing job states as the log sink would, the four functions, the Eventarc bridge and the
+reconcile timer. Every port is picked free at start-up; `start()` returns the StackState to record.
+
+Started in dependency order and stopped in the reverse one: what calls or feeds others first (timer,
+bridge, functions), then the JobService (stopping it ends its jobs' nodes), then storage, and the Pub/Sub
+emulator last, since everything else publishes to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from functions.settings import env_names
+from local.eventarc import EventarcBridge
+from local.fake_gcs import FakeGcs, start_fake_gcs
+from local.functions_host import FunctionProcess, start_functions
+from local.jobservice.standalone import JobServiceProcess, start_jobservice_process
+from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
+from local.processes import ManagedProcess, process_start_time
+from local.pubsub_emulator import PubSubEmulator, start_pubsub_emulator
+from local.scheduler import ReconcileTimer
+from local.stack_state import REPO_ROOT, STACK_MARKER_VAR, StackState
+
+log = logging.getLogger("local.stack")
+
+# What a `_SUCCESS` marker anywhere in the data bucket starts, unless a longer rule matches or the marker's
+# own content overrides it: the built-in tabular trainer on the marker's folder, predicting the column
+# `target` (the name scikit-learn's and many exported datasets give the label) on 2 × L4.
+DEFAULT_TEMPLATE: dict[str, Any] = {
+    "dataset": {"target": "target", "format": "auto"},
+    "trainer": {"builtin": "tabular", "hyperparameters": {"epochs": 5}},
+    "resources": {"machine_type": "g2-standard-24"},
+    "scheduling": {"timeout": "1h"},
+}
+# Terraform's defaults are 10 deliveries with 10-600 s between them; locally a retried request should show
+# up within seconds, so the backoff is shorter.
+REQUEST_MAX_DELIVERY_ATTEMPTS = 10
+REQUEST_RETRY_BACKOFF_SECONDS = (1, 10)
+# How long Pub/Sub waits for a pushed function's answer (Terraform: the function timeout).
+PUSH_ACK_DEADLINE_SECONDS = 120
+
+# The names a stack records: every bucket, topic and subscription name Names gives.
+_NAME_PROPERTIES = tuple(name for name, value in vars(Names).items() if isinstance(value, property))
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    project: str = LOCAL_PROJECT
+    region: str = LOCAL_REGION
+    reconcile_every: float = 10.0
+    # Added to the JobService's image map (image prefix → command), the allowed image prefixes and the
+    # trigger rules (a rule here replaces the default one for the same prefix).
+    image_map: dict[str, list[str]] = field(default_factory=dict)
+    allowed_image_prefixes: tuple[str, ...] = ()
+    trigger_rules: dict[str, Any] = field(default_factory=dict)
+    # A claim left by a crashed function is taken over after this long; short, as nothing here is slow.
+    lease: str = "60s"
+
+
+def controller_settings(options: StackOptions, names: Names, jobservice_address: str) -> dict[str, str]:
+    """The TRAINCTL_* environment of every function: Terraform's settings, pointed at the local stack."""
+    trainer_registry = LOCAL_TRAINER_IMAGE.rsplit("/", 1)[0] + "/"
+    values = {
+        "TRAINCTL_PROJECT": options.project,
+        "TRAINCTL_REGION": options.region,
+        "TRAINCTL_CONTROL_BUCKET": names.control_bucket,
+        "TRAINCTL_EVENTS_TOPIC": names.events_topic,
+        "TRAINCTL_TRAINER_IMAGE": LOCAL_TRAINER_IMAGE,
+        "TRAINCTL_TRIGGER_RULES": json.dumps({f"gs://{names.data_bucket}/": DEFAULT_TEMPLATE, **options.trigger_rules}),
+        "TRAINCTL_ALLOWED_IMAGE_PREFIXES": ",".join([trainer_registry, *options.allowed_image_prefixes]),
+        "TRAINCTL_ALLOWED_OUTPUT_BUCKETS": names.control_bucket,
+        "TRAINCTL_VERTEX_ENDPOINT": jobservice_address,
+        "TRAINCTL_LEASE": options.lease,
+    }
+    unknown = set(values) - set(env_names())
+    assert not unknown, f"not controller settings: {unknown}"
+    # Every other setting is set empty, which reads as unset (its default): a TRAINCTL_* variable of the
+    # shell that started the stack (a real project's, say) must not reach the local functions.
+    return {name: values.get(name, "") for name in env_names()}
+
+
+def _create_bucket(storage_url: str, project: str, bucket: str) -> None:
+    request = urllib.request.Request(
+        f"{storage_url}/storage/v1/b?project={project}",
+        data=json.dumps({"name": bucket}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except urllib.error.HTTPError as error:
+        if error.code != 409:  # already there
+            raise RuntimeError(f"creating bucket {bucket} on fake-gcs-server: {error.read().decode()}") from error
+
+
+class LocalStack:
+    """One stack. `start()` brings everything up (and everything down again if a piece fails); `stop()`
+    may be called at any point, any number of times."""
+
+    def __init__(self, options: StackOptions, run_dir: Path, stack_id: str | None = None):
+        self.options = options
+        self.run_dir = run_dir
+        self.stack_id = stack_id or uuid.uuid4().hex[:12]
+        self.names = Names(options.project)
+        self.pubsub: PubSubEmulator | None = None
+        self.storage: FakeGcs | None = None
+        self.jobservice: JobServiceProcess | None = None
+        self.functions: dict[str, FunctionProcess] = {}
+        self.bridge: EventarcBridge | None = None
+        self.timer: ReconcileTimer | None = None
+
+    def start(self, pid: int) -> StackState:
+        """Start everything; `pid` is the process that will stop it (recorded in the state)."""
+        try:
+            return self._start(pid)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, pid: int) -> StackState:
+        shutil.rmtree(self.run_dir, ignore_errors=True)  # every stack starts empty
+        marker = {STACK_MARKER_VAR: self.stack_id}
+        names, project = self.names, self.options.project
+
+        self.pubsub = start_pubsub_emulator(project, self.run_dir / "pubsub", env=_with(marker))
+        for topic in (names.requests_topic, names.events_topic, names.job_state_topic, names.dead_letter_topic):
+            self.pubsub.create_topic(topic)
+        self.storage = start_fake_gcs(self.run_dir / "fake-gcs", pubsub=self.pubsub, env=_with(marker))
+        for bucket in (names.data_bucket, names.control_bucket):
+            _create_bucket(self.storage.url, project, bucket)
+        clients = {**marker, **self.pubsub.env, **self.storage.env}
+
+        self.jobservice = start_jobservice_process(
+            self.run_dir / "jobservice",
+            env=_with(clients),
+            extra_args=[
+                "--announce-topic", self.pubsub.topic_path(names.job_state_topic),
+                "--image-map", json.dumps(self.options.image_map),
+                "--workdir", str(REPO_ROOT),
+            ],
+        )  # fmt: skip
+        settings = controller_settings(self.options, names, self.jobservice.address)
+        self.functions = start_functions({**clients, **settings}, self.run_dir / "functions")
+        self.bridge = EventarcBridge(self.functions["on_dataset_upload"].url, bucket=names.data_bucket)
+        subscriptions = self._subscribe()
+        self.timer = ReconcileTimer(self.functions["reconcile"].url, self.options.reconcile_every)
+        return StackState(
+            stack_id=self.stack_id,
+            pid=pid,
+            pid_start=process_start_time(pid) or 0,
+            project=project,
+            region=self.options.region,
+            pubsub_host=self.pubsub.host,
+            storage_url=self.storage.url,
+            jobservice_address=self.jobservice.address,
+            bridge_url=self.bridge.url,
+            function_urls={target: function.url for target, function in self.functions.items()},
+            reconcile_every=self.options.reconcile_every,
+            names={key: getattr(names, key) for key in _NAME_PROPERTIES},
+            subscriptions=subscriptions,
+            settings_env=settings,
+            run_dir=str(self.run_dir),
+            logs={process.name: str(process.log_path) for process in self._processes()},
+        )
+
+    def _subscribe(self) -> dict[str, str]:
+        """The push subscriptions that deliver to the functions, and the dead letters' pull subscription;
+        created last, when every endpoint answers. Returns subscription → where it delivers."""
+        assert self.pubsub is not None and self.storage is not None and self.bridge is not None
+        names, pubsub = self.names, self.pubsub
+        # The endpoint path names the topic: functions-framework makes it the CloudEvent's source.
+        on_request = self.functions["on_job_request"].url + pubsub.topic_path(names.requests_topic)
+        on_state = self.functions["on_job_state"].url + pubsub.topic_path(names.job_state_topic)
+        storage_subscription = f"{names.prefix}-eventarc-storage"
+        state_subscription = f"{names.prefix}-eventarc-job-state"
+        pubsub.create_subscription(
+            names.requests_subscription,
+            names.requests_topic,
+            push_endpoint=on_request,
+            ack_deadline_seconds=PUSH_ACK_DEADLINE_SECONDS,
+            dead_letter_topic=names.dead_letter_topic,
+            max_delivery_attempts=REQUEST_MAX_DELIVERY_ATTEMPTS,
+            retry_backoff_seconds=REQUEST_RETRY_BACKOFF_SECONDS,
+        )
+        pubsub.create_subscription(names.dead_letter_subscription, names.dead_letter_topic)
+        notifications = self.storage.notifications_topic.rsplit("/", 1)[-1]
+        pubsub.create_subscription(
+            storage_subscription, notifications, self.bridge.url, ack_deadline_seconds=PUSH_ACK_DEADLINE_SECONDS
+        )
+        pubsub.create_subscription(
+            state_subscription, names.job_state_topic, on_state, ack_deadline_seconds=PUSH_ACK_DEADLINE_SECONDS
+        )
+        return {
+            names.requests_subscription: on_request,
+            names.dead_letter_subscription: "(pull)",
+            storage_subscription: f"{self.bridge.url} → on_dataset_upload",
+            state_subscription: on_state,
+        }
+
+    def _processes(self) -> list[ManagedProcess]:
+        pieces: list[Any] = [self.pubsub, self.storage, self.jobservice, *self.functions.values()]
+        return [piece.process for piece in pieces if piece is not None]
+
+    def exited(self) -> list[ManagedProcess]:
+        """Processes of the stack that have stopped on their own."""
+        return [process for process in self._processes() if not process.running()]
+
+    def stop(self) -> None:
+        steps = [
+            ("reconcile timer", self.timer),
+            ("Eventarc bridge", self.bridge),
+            *((f"function {name}", function) for name, function in self.functions.items()),
+            ("JobService", self.jobservice),
+            ("fake-gcs-server", self.storage),
+            ("Pub/Sub emulator", self.pubsub),
+        ]
+        for what, piece in steps:
+            if piece is None:
+                continue
+            try:
+                piece.stop()
+            except Exception:  # stop the rest regardless
+                log.exception("stopping the %s failed", what)
+        self.timer = self.bridge = self.jobservice = self.storage = self.pubsub = None
+        self.functions = {}
+
+
+def _with(extra: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, **extra}

@@ -1,0 +1,279 @@
+"""`trainctl local up|down|env|logs`: the whole system on this machine (local/stack.py).
+
+`up` runs the stack in this process until Ctrl-C (or `local down`) and then stops every piece; `up --detach`
+runs that same process in the background and returns once the stack is ready. `env` prints the `export …`
+lines another shell needs; `logs JOB` prints a job's node logs from the local JobService.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from local.stack_state import (
+    REPO_ROOT,
+    STACK_MARKER_VAR,
+    StackState,
+    export_lines,
+    local_dir,
+    read_state,
+    remove_state,
+    running_stack,
+    state_path,
+    stop_recorded_stack,
+    take_stack_lock,
+    write_state,
+)
+
+EXIT_NOT_RUNNING = 1
+EXIT_USAGE = 2
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    local = commands.add_parser("local", help="run the whole system on this machine: emulators, functions, JobService")
+    verbs = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
+
+    up = verbs.add_parser("up", help="start the local stack; Ctrl-C stops everything")
+    up.add_argument("--detach", action="store_true", help="run in the background; `trainctl local down` stops it")
+    up.add_argument("--reconcile-every", type=float, default=10.0, metavar="SECONDS", help="default: 10")
+    up.add_argument(
+        "--image-map",
+        default="{}",
+        metavar="JSON",
+        help='more images the JobService can run: {"image prefix": ["command", …]} (commands run from the '
+        "repository root)",
+    )
+    up.add_argument(
+        "--allow-image-prefix", action="append", default=[], metavar="PREFIX", help="allow images from PREFIX too"
+    )
+    up.add_argument(
+        "--trigger-rules",
+        default="{}",
+        metavar="JSON",
+        help='more trigger rules: {"gs://bucket/prefix/": {partial request}}, added to the default rule',
+    )
+    up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS", help="with --detach: wait this long")
+    up.set_defaults(run=run_up)
+
+    down = verbs.add_parser("down", help="stop the local stack and every process it started")
+    down.set_defaults(run=run_down)
+
+    env = verbs.add_parser("env", help='print `export …` lines for another shell: eval "$(trainctl local env)"')
+    env.set_defaults(run=run_env)
+
+    logs = verbs.add_parser("logs", help="print the node logs of a job of the local stack")
+    logs.add_argument("job", metavar="JOB", help="job id, job resource name or request id")
+    logs.add_argument("--node", metavar="NAME", help="only this node (workerpool0-0, …) or `service`")
+    logs.set_defaults(run=run_logs)
+
+
+# ---- up --------------------------------------------------------------------------------------------------
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from local.stack import StackOptions
+
+    image_map, trigger_rules = json.loads(args.image_map), json.loads(args.trigger_rules)
+    if not isinstance(image_map, dict) or not isinstance(trigger_rules, dict):
+        raise ValueError("--image-map and --trigger-rules take JSON objects")
+    return StackOptions(
+        reconcile_every=args.reconcile_every,
+        image_map=image_map,
+        allowed_image_prefixes=tuple(args.allow_image_prefix),
+        trigger_rules=trigger_rules,
+    )
+
+
+def run_up(args: argparse.Namespace) -> int:
+    current = running_stack()
+    if current is not None:
+        print(f"a local stack is already running (pid {current.pid}); `trainctl local down` stops it", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    try:
+        options = _options(args)
+    except ValueError as exc:
+        print(f"trainctl local up: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.detach:
+        return _detach(args)
+    lock = take_stack_lock()  # held until this process ends
+    if lock is None:
+        print(f"another local stack is starting in {local_dir()}", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    leftover = read_state()
+    if leftover is not None:  # a stack whose process died: clear away what it left running
+        stop_recorded_stack(leftover)
+    return _run_in_foreground(options)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _run_in_foreground(options: Any) -> int:
+    from local.jobservice.standalone import StartupError
+    from local.pubsub_emulator import EmulatorUnavailable
+    from local.stack import LocalStack
+
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
+    stack = LocalStack(options, local_dir() / "run", os.environ.get(STACK_MARKER_VAR))
+    # While starting, SIGTERM interrupts like Ctrl-C: start() then stops whatever it had started.
+    signal.signal(signal.SIGTERM, _interrupt)
+    print("starting the local stack…", flush=True)
+    try:
+        state = stack.start(os.getpid())
+    except KeyboardInterrupt:
+        print("interrupted; everything that had started is stopped", file=sys.stderr)
+        return 130
+    except (StartupError, EmulatorUnavailable, OSError, RuntimeError) as exc:
+        print(f"the local stack did not start: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stop.set())
+    write_state(state)
+    print(describe(state), flush=True)
+    print("Ctrl-C stops everything.", flush=True)
+    reported: set[str] = set()
+    while not stop.wait(1.0):
+        for process in stack.exited():
+            if process.name not in reported:  # say so once; the rest of the stack keeps running
+                reported.add(process.name)
+                print(f"{process.name} exited unexpectedly; its log: {process.log_path}", file=sys.stderr, flush=True)
+    print("stopping the local stack…", flush=True)
+    stack.stop()
+    remove_state()
+    print("local stack stopped", flush=True)
+    return 0
+
+
+def _detach(args: argparse.Namespace) -> int:
+    """Run `trainctl local up` (the same options, in the foreground) as a background process of its own."""
+    from local.processes import stop_group, wait_until
+
+    log_path = local_dir() / "stack.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "trainctl", "local", "up", "--reconcile-every", str(args.reconcile_every)]
+    command += ["--image-map", args.image_map, "--trigger-rules", args.trigger_rules]
+    for prefix in args.allow_image_prefix:
+        command += ["--allow-image-prefix", prefix]
+    # The marker goes into the background process's own environment too, so `local down` finds it as well.
+    env = {**os.environ, STACK_MARKER_VAR: uuid.uuid4().hex[:12]}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=REPO_ROOT, start_new_session=True
+        )
+
+    def ready() -> bool:
+        state = read_state()
+        return state is not None and state.pid == process.pid
+
+    if wait_until(lambda: ready() or process.poll() is not None, args.timeout, interval=0.2) and ready():
+        state = read_state()
+        assert state is not None
+        print(describe(state))
+        print(f"Running in the background (pid {state.pid}, log {log_path}); `trainctl local down` stops it.")
+        return 0
+    stop_group(process.pid, grace=30.0, leader=process)
+    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
+    print(f"the local stack did not start. Last lines of {log_path}:\n{tail}", file=sys.stderr)
+    return 1
+
+
+def describe(state: StackState) -> str:
+    names, urls = state.names, state.function_urls
+    data, every = names["data_bucket"], f"{state.reconcile_every:g}"
+    rows = [
+        ("Pub/Sub emulator", state.pubsub_host),
+        ("fake-gcs-server", state.storage_url),
+        ("Vertex JobService", state.jobservice_address),
+        ("on_dataset_upload", f"{urls['on_dataset_upload']}  ← uploads to gs://{data} via {state.bridge_url}"),
+        ("on_job_request", f"{urls['on_job_request']}  ← topic {names['requests_topic']}"),
+        ("on_job_state", f"{urls['on_job_state']}  ← topic {names['job_state_topic']} (JobService states)"),
+        ("reconcile", f"{urls['reconcile']}  ← every {every} s"),
+        ("buckets", f"gs://{data} (data), gs://{names['control_bucket']} (ledger, runs)"),
+        ("events", f"topic {names['events_topic']}  (trainctl watch)"),
+        ("dead letters", f"topic {names['dead_letter_topic']}, subscription {names['dead_letter_subscription']}"),
+        ("project", f"{state.project} ({state.region})"),
+        ("logs", state.run_dir),
+        ("state", str(state_path())),
+    ]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"local stack up ({state.stack_id})"] + [f"  {label:<{width}}  {value}" for label, value in rows]
+    lines.append('Other shells: eval "$(trainctl local env)"')
+    return "\n".join(lines)
+
+
+# ---- down, env -------------------------------------------------------------------------------------------
+
+
+def run_down(args: argparse.Namespace) -> int:
+    state = read_state()
+    if state is None:
+        print("no local stack is running")
+        return 0
+    stop_recorded_stack(state)
+    print("local stack stopped")
+    return 0
+
+
+def run_env(args: argparse.Namespace) -> int:
+    state = running_stack()
+    if state is None:
+        print("no local stack is running; start one with `trainctl local up --detach`", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    print(export_lines(state.shell_env()), end="")
+    return 0
+
+
+# ---- logs ------------------------------------------------------------------------------------------------
+
+
+def job_name(reference: str, project: str, region: str) -> str | None:
+    """A job's resource name from its name, its numeric id, or the id of the request that started it."""
+    if reference.startswith("projects/"):
+        return reference
+    if reference.isdigit():
+        return f"projects/{project}/locations/{region}/customJobs/{reference}"
+    from trainctl.jobs import find_record
+
+    record = find_record(reference)
+    return record.job_name if record is not None else None
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    from local.jobservice.control import JobServiceControl
+    from trainctl.context import cli_settings
+
+    settings = cli_settings()
+    if not settings.vertex_endpoint:
+        print("`trainctl local logs` reads the local JobService; no local stack is running", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    name = job_name(args.job, settings.project, settings.region)
+    if name is None:
+        print(f"no job for {args.job!r}: not a job id, and no request with that id has a job", file=sys.stderr)
+        return 3
+    control = JobServiceControl(settings.vertex_endpoint)
+    try:
+        logs = control.replica_logs(name)
+    finally:
+        control.close()
+    if args.node:
+        logs = {node: path for node, path in logs.items() if node == args.node}
+    if not logs:
+        print(f"no logs for {name}" + (f" node {args.node}" if args.node else ""), file=sys.stderr)
+        return 3
+    # The service log (state changes) first, then the nodes in order.
+    for node in sorted(logs, key=lambda node: (node != "service", node)):
+        print(f"==> {node} ({logs[node]}) <==")
+        print(Path(logs[node]).read_text(errors="replace"), end="", flush=True)
+    return 0

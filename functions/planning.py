@@ -118,7 +118,7 @@ def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[st
         "--hidden-sizes", ",".join(map(str, hp.hidden_sizes)),
         "--dropout", str(hp.dropout),
         "--seed", str(hp.seed),
-        "--gradient-accumulation-steps", str(hp.gradient_accumulation_steps),
+        "--grad-accum-steps", str(hp.gradient_accumulation_steps),
         "--checkpoint-every-steps", str(hp.checkpoint_every_steps),
     ]  # fmt: skip
     if ds.features:

@@ -50,6 +50,11 @@ CLAIM_WAIT = timedelta(seconds=20)
 MAX_METRICS_BYTES = 1024 * 1024
 
 
+def _all(record: Record) -> set[str]:
+    """The claim's holder owns the record's whole outbox: its own events and whatever a dead holder left."""
+    return {e.ce_id for e in record.outbox_events()}
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -137,7 +142,7 @@ class Controller:
             else:
                 logs.info("claimed", request_key=key, owner=self.owner)
                 self.ledger.mark_active(record.key_hash)
-                record, generation = self._flush(record, generation)
+                record, generation = self._flush(record, generation, _all(record))
                 return self._submit(record, generation)
         return self._handle_existing(found, digest, delivery)
 
@@ -170,7 +175,7 @@ class Controller:
             trigger=delivery.trigger,
             cost=plan.cost,
         )
-        record.add_events([accepted], now)
+        record.add_events([accepted])
         return record
 
     def _handle_existing(self, found: tuple[Record, int], digest: str, delivery: Delivery) -> str:
@@ -266,8 +271,7 @@ class Controller:
                     artifacts=record.artifacts,
                     reduction_server_replicas=plan.reduction_server.replicas,
                 )
-            ],
-            now,
+            ]
         )
         try:
             generation = self._save(record, generation)
@@ -276,7 +280,7 @@ class Controller:
             if current.job_name != job.name:
                 raise Transient(f"lost the claim on {record.key} while submitting") from None
             return "submitted"  # whoever took over adopted the same job and reports it
-        self._flush(record, generation)
+        self._flush(record, generation, _all(record))
         logs.info("submitted", job=job.name, attempt=record.attempt)
         return "submitted"
 
@@ -312,17 +316,20 @@ class Controller:
                 )
             ]
         record.failure_reason, record.message = exc.reason, exc.message
-        record.add_events(events, now)
-        record, generation = self._flush(record, self._save(record, generation))
+        record.add_events(events)
+        record, generation = self._flush(record, self._save(record, generation), _all(record))
         if record.final:
             self.ledger.mark_inactive(record.key_hash)
         return events[0].state
 
     # ---- the outbox ------------------------------------------------------------------------------------
 
-    def _flush(self, record: Record, generation: int) -> tuple[Record, int]:
-        """Publish the record's outbox in order, then record them as published (compare-and-swap)."""
-        events = record.outbox_events()
+    def _flush(self, record: Record, generation: int, mine: set[str]) -> tuple[Record, int]:
+        """Publish, in order, the outbox events this handler queued (`mine`) and any left by a handler that
+        died before publishing (older than OUTBOX_GRACE); then record them as published (compare-and-swap).
+        Events another live handler just queued are left to it, so none is published twice."""
+        stale_before = self.clock() - OUTBOX_GRACE
+        events = [e for e in record.outbox_events() if e.ce_id in mine or e.time < stale_before]
         if not events:
             return record, generation
         for event in events:
@@ -338,9 +345,7 @@ class Controller:
         raise Transient(f"could not record the published events of {record.key}")
 
     def _flush_stale(self, record: Record, generation: int) -> tuple[Record, int]:
-        if record.outbox and record.outbox_since and self.clock() - record.outbox_since > OUTBOX_GRACE:
-            return self._flush(record, generation)
-        return record, generation
+        return self._flush(record, generation, set())
 
     # ---- observation -----------------------------------------------------------------------------------
 
@@ -397,14 +402,14 @@ class Controller:
             if transition.action == "cancel":
                 self.vertex.cancel(job.name)
             return record.state
-        record.add_events(transition.events, now)
+        mine = record.add_events(transition.events)
         if transition.action == "resubmit":
             record.owner = self.owner
             record.lease_until = now + timedelta(seconds=self.settings.lease)
         generation = self._save(record, generation)
         if transition.action == "cancel":
             self.vertex.cancel(job.name)
-        record, generation = self._flush(record, generation)
+        record, generation = self._flush(record, generation, mine)
         if record.final:
             self.ledger.mark_inactive(record.key_hash)
         if transition.action == "resubmit":

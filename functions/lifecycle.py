@@ -67,7 +67,6 @@ class Record(BaseModel):
     created: datetime
     updated: datetime
     outbox: list[dict[str, Any]] = Field(default_factory=list)
-    outbox_since: datetime | None = None
     published: list[str] = Field(default_factory=list)
 
     @property
@@ -77,13 +76,12 @@ class Record(BaseModel):
     def lease_live(self, now: datetime) -> bool:
         return self.lease_until is not None and self.lease_until > now
 
-    def add_events(self, events: list[JobEvent], now: datetime) -> None:
-        """Queue events not published or queued before (same ce-id), in order."""
-        known = set(self.published) | {EVENT_ADAPTER.validate_python(e).ce_id for e in self.outbox}
+    def add_events(self, events: list[JobEvent]) -> set[str]:
+        """Queue events not published or queued before (same ce-id), in order; the ce-ids queued."""
+        known = set(self.published) | {e.ce_id for e in self.outbox_events()}
         fresh = [e for e in events if e.ce_id not in known]
-        if fresh and not self.outbox:
-            self.outbox_since = now
         self.outbox.extend(e.model_dump(mode="json", exclude_none=True) for e in fresh)
+        return {e.ce_id for e in fresh}
 
     def outbox_events(self) -> list[JobEvent]:
         return [EVENT_ADAPTER.validate_python(e) for e in self.outbox]
@@ -91,8 +89,6 @@ class Record(BaseModel):
     def mark_published(self, ids: set[str]) -> None:
         self.outbox = [e for e in self.outbox if EVENT_ADAPTER.validate_python(e).ce_id not in ids]
         self.published = (self.published + sorted(ids))[-MAX_PUBLISHED_IDS:]
-        if not self.outbox:
-            self.outbox_since = None
 
 
 @dataclass(frozen=True)

@@ -117,9 +117,9 @@ def test_user_errors_and_exhausted_attempts_fail():
 def test_outbox_never_queues_the_same_event_twice():
     rec = record()
     transition = observe(rec, job("JOB_STATE_RUNNING", start_time=NOW), REF, NOW, 3600, None)
-    rec.add_events(transition.events, NOW)
-    rec.add_events(transition.events, NOW)
+    assert rec.add_events(transition.events) == {transition.events[0].ce_id}
+    assert rec.add_events(transition.events) == set()
     assert len(rec.outbox) == 1
     rec.mark_published({transition.events[0].ce_id})
-    rec.add_events(transition.events, NOW)
-    assert rec.outbox == [] and rec.outbox_since is None
+    assert rec.add_events(transition.events) == set()
+    assert rec.outbox == []

@@ -1,0 +1,293 @@
+"""Soak: the local stack under a random mix of requests, duplicates, bad input, marker uploads, preemptions
+and crashed function workers, then the invariants that must survive all of it.
+
+    python bench/soak.py [--minutes 10] [--seed 7]     # appends the result to bench/RESULTS.md
+
+Invariants checked at the end (after the stack has drained):
+  - one CustomJob per (request, attempt) that was submitted, and no job for anything never accepted;
+  - every accepted request reached exactly one terminal event (succeeded, failed or cancelled);
+  - no ce-id was published with two different payloads;
+  - no process of the stack is left after `trainctl local down`.
+Jobs run the small test program (tests/local/programs/fake_node.py), so the soak measures the controller,
+not training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from local.jobservice.client import JobServiceControl, job_service_client  # noqa: E402
+from local.processes import leftover_processes  # noqa: E402
+from local.stack_state import LOCAL_DIR_VAR, STACK_MARKER_VAR, read_state  # noqa: E402
+from schemas.events import TERMINAL_STATES, parse_event  # noqa: E402
+
+FAKE_IMAGE = "localhost/tests/fake-node"
+IMAGE_MAP = json.dumps({FAKE_IMAGE: ["python", "tests/local/programs/fake_node.py"]})
+TEMPLATE = {
+    "dataset": {"target": "y"},
+    "trainer": {"image": f"{FAKE_IMAGE}:1", "args": ["--sleep", "1", "--metrics", '{"rows": 1}']},
+    "resources": {"machine_type": "g2-standard-24"},
+    "scheduling": {"restart_job_on_worker_restart": False, "max_attempts": 3},
+}
+# Relative weights of the actions.
+MIX = {"request": 5, "duplicate": 3, "bad_request": 2, "marker": 3, "preempt": 1, "kill_worker": 1}
+
+
+@dataclass
+class Soak:
+    local_dir: Path
+    seed: int
+    rng: random.Random = field(init=False)
+    actions: Counter = field(default_factory=Counter)
+    sent: list[bytes] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    # ---- the stack -----------------------------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("TRAINCTL_", "PUBSUB_", "STORAGE_", "CLOUDSDK_"))
+        }
+        return env | {LOCAL_DIR_VAR: str(self.local_dir), "PATH": f"{Path(sys.executable).parent}:{env['PATH']}"}
+
+    def trainctl(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "trainctl", *args],
+            env=self.env(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    def up(self) -> None:
+        data_bucket = "trainctl-local-trainctl-data"
+        started = self.trainctl(
+            "local", "up", "--detach", "--reconcile-every", "2", "--image-map", IMAGE_MAP,
+            "--allow-image-prefix", "localhost/tests/",
+            "--trigger-rules", json.dumps({f"gs://{data_bucket}/soak/": TEMPLATE}),
+        )  # fmt: skip
+        if started.returncode != 0:
+            raise RuntimeError(f"trainctl local up failed:\n{started.stdout}\n{started.stderr}")
+        self.state = read_state(self.local_dir)
+        os.environ.update(self.state.emulator_env())
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import pubsub_v1, storage
+
+        self.publisher = pubsub_v1.PublisherClient()
+        self.subscriber = pubsub_v1.SubscriberClient()
+        self.storage = storage.Client(project=self.state.project, credentials=AnonymousCredentials())
+        self.jobs_client = job_service_client(self.state.jobservice_address)
+        self.control = JobServiceControl(self.state.jobservice_address)
+        project, names = self.state.project, self.state.names
+        self.requests_topic = self.publisher.topic_path(project, names["requests_topic"])
+        self.events_sub = self.subscriber.subscription_path(project, f"soak-{uuid.uuid4().hex[:8]}")
+        events_topic = self.publisher.topic_path(project, names["events_topic"])
+        self.subscriber.create_subscription(name=self.events_sub, topic=events_topic)
+        self.data_bucket = self.storage.bucket(names["data_bucket"])
+
+    def down(self) -> list[Any]:
+        stack_id = self.state.stack_id
+        self.trainctl("local", "down")
+        return leftover_processes(stack_id, var=STACK_MARKER_VAR)
+
+    # ---- actions -------------------------------------------------------------------------------------
+
+    def publish(self, payload: bytes) -> None:
+        self.publisher.publish(self.requests_topic, payload).result(timeout=30)
+
+    def request(self) -> None:
+        request_id = f"soak-{uuid.uuid4().hex[:10]}"
+        document = {"api_version": "trainctl/v1", "request_id": request_id, **TEMPLATE}
+        document["dataset"] = {"uri": "gs://trainctl-local-trainctl-data/soak/x/", "target": "y"}
+        document["trainer"] = dict(TEMPLATE["trainer"], args=["--sleep", str(self.rng.choice([0.5, 1, 3, 6]))])
+        payload = json.dumps(document).encode()
+        self.sent.append(payload)
+        self.publish(payload)
+
+    def duplicate(self) -> None:
+        if self.sent:
+            self.publish(self.rng.choice(self.sent))
+
+    def bad_request(self) -> None:
+        bad = self.rng.choice(
+            [
+                b"\xff\xfe",
+                b"a: &x [1]\nb: *x",
+                json.dumps({"api_version": "trainctl/v1", "request_id": "Bad ID"}).encode(),
+                json.dumps(
+                    {"api_version": "trainctl/v1", "request_id": "x", "resources": {"machine_type": "?"}}
+                ).encode(),
+            ]
+        )
+        self.publish(bad)
+
+    def marker(self) -> None:
+        folder = f"soak/{uuid.uuid4().hex[:8]}"
+        for i in range(self.rng.randint(1, 3)):
+            self.data_bucket.blob(f"{folder}/part-{i}.csv").upload_from_string("a,y\n1,0\n")
+        self.data_bucket.blob(f"{folder}/_SUCCESS").upload_from_string(b"")
+
+    def preempt(self) -> None:
+        parent = f"projects/{self.state.project}/locations/{self.state.region}"
+        request = {"parent": parent, "filter": 'state="JOB_STATE_RUNNING"'}
+        running = list(self.jobs_client.list_custom_jobs(request=request))
+        if running:
+            try:
+                self.control.preempt(self.rng.choice(running).name)
+            except Exception:
+                pass  # it may have ended meanwhile
+
+    def kill_worker(self) -> None:
+        """SIGKILL one function's gunicorn worker mid-flight, as an instance crash; gunicorn starts another."""
+        workers = [p for p in leftover_processes(self.state.stack_id, var=STACK_MARKER_VAR) if _is_ff_worker(p.pid)]
+        if workers:
+            try:
+                os.kill(self.rng.choice(workers).pid, 9)
+            except ProcessLookupError:
+                pass
+
+    # ---- the run -------------------------------------------------------------------------------------
+
+    def run(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        names, weights = zip(*MIX.items(), strict=True)
+        while time.monotonic() < deadline:
+            action = self.rng.choices(names, weights)[0]
+            getattr(self, action)()
+            self.actions[action] += 1
+            time.sleep(self.rng.uniform(0.05, 0.4))
+
+    def collect(self, settle_seconds: float) -> list[tuple[dict[str, str], bytes]]:
+        """Every event published, raw; waits until every accepted request has ended (or the time is up)."""
+        messages: list[tuple[dict[str, str], bytes]] = []
+        deadline = time.monotonic() + settle_seconds
+        while True:
+            response = self.subscriber.pull(subscription=self.events_sub, max_messages=1000, timeout=10)
+            if response.received_messages:
+                self.subscriber.acknowledge(
+                    subscription=self.events_sub, ack_ids=[m.ack_id for m in response.received_messages]
+                )
+                messages += [(dict(m.message.attributes), m.message.data) for m in response.received_messages]
+                continue
+            if not _open_requests(messages) or time.monotonic() > deadline:
+                return messages
+            time.sleep(2)
+
+
+def _is_ff_worker(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        parent = Path(f"/proc/{ppid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+    return b"functions_framework" in cmdline and b"functions_framework" in parent
+
+
+def _open_requests(messages: list[tuple[dict[str, str], bytes]]) -> set[str]:
+    accepted = {json.loads(data)["request_key"] for attrs, data in messages if attrs.get("state") == "accepted"}
+    ended = {json.loads(data)["request_key"] for attrs, data in messages if attrs.get("state") in TERMINAL_STATES}
+    return accepted - ended
+
+
+def invariants(messages: list[tuple[dict[str, str], bytes]], jobs: list[Any]) -> dict[str, Any]:
+    events = [parse_event(data) for _, data in messages]
+    payloads: dict[str, set[bytes]] = defaultdict(set)
+    for attrs, data in messages:
+        payloads[attrs["ce-id"]].add(data)
+    accepted = {e.request_key for e in events if e.state == "accepted"}
+    terminal: dict[str, set[str]] = defaultdict(set)
+    for e in events:
+        if e.state in TERMINAL_STATES:
+            terminal[e.request_key].add(e.ce_id)
+    submitted = {(e.job.name, e.request_key, e.attempt) for e in events if e.state == "submitted" and e.job}
+    from functions.planning import key_hash
+
+    key_of_hash = {key_hash(k): k for k in accepted}
+    jobs_per_attempt = Counter((j.labels["trainctl-key"], j.labels["trainctl-attempt"]) for j in jobs)
+    return {
+        "accepted requests": len(accepted),
+        "submitted (request, attempt) pairs": len({(k, a) for _, k, a in submitted}),
+        "jobs created": len(jobs),
+        "jobs for a (request, attempt) twice": sum(1 for n in jobs_per_attempt.values() if n > 1),
+        "jobs of no accepted request": sum(1 for j in jobs if j.labels["trainctl-key"] not in key_of_hash),
+        "accepted requests without exactly one terminal event": sum(1 for k in accepted if len(terminal[k]) != 1),
+        "ce-ids with two different payloads": sum(1 for p in payloads.values() if len(p) > 1),
+        "events published": len(messages),
+        "events by state": dict(Counter(e.state for e in events)),
+    }
+
+
+VIOLATIONS = (
+    "jobs for a (request, attempt) twice",
+    "jobs of no accepted request",
+    "accepted requests without exactly one terminal event",
+    "ce-ids with two different payloads",
+    "leftover processes",
+)
+
+
+def soak(seconds: float, seed: int, settle_seconds: float = 180.0) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="trainctl-soak-") as directory:
+        run = Soak(Path(directory), seed)
+        run.up()
+        try:
+            run.run(seconds)
+            messages = run.collect(settle_seconds)
+            parent = f"projects/{run.state.project}/locations/{run.state.region}"
+            request = {"parent": parent, "filter": "labels.managed-by=trainctl"}
+            jobs = list(run.jobs_client.list_custom_jobs(request=request))
+        finally:
+            leftovers = run.down()
+        result = invariants(messages, jobs)
+        result["leftover processes"] = len(leftovers)
+        result["actions"] = dict(run.actions)
+        result["jobs == submitted pairs"] = result["jobs created"] == result["submitted (request, attempt) pairs"]
+        return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    started = datetime.now(UTC)
+    result = soak(args.minutes * 60, args.seed)
+    print(json.dumps(result, indent=2))
+    ok = all(result[name] == 0 for name in VIOLATIONS) and result["jobs == submitted pairs"]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    with open(ROOT / "bench" / "RESULTS.md", "a") as out:
+        out.write(
+            f"\n### Soak, {started:%Y-%m-%d %H:%M} UTC, commit {commit}\n\n"
+            f"`python bench/soak.py --minutes {args.minutes:g} --seed {args.seed}` on {platform.machine()}, "
+            f"{os.cpu_count()} cores, load average before: {os.getloadavg()[0]:.2f}\n\n"
+            + "".join(f"- {k}: {v}\n" for k, v in result.items())
+            + f"- verdict: {'all invariants held' if ok else 'INVARIANT VIOLATED'}\n"
+        )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

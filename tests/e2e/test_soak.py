@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
 
-import soak  # noqa: E402
+import soak
 
 
 def test_sixty_seconds_of_mixed_load_and_faults_keep_every_invariant():

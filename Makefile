@@ -12,6 +12,11 @@ $(STAMP): requirements.txt requirements-dev.txt trainer/requirements.txt pyproje
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
+# The main job on the embedded default: the whole system on this machine, a dataset landing, a 2-node
+# DDP job training on it, every event shown; the stack is stopped at the end.
+demo: $(STAMP)
+	$(VENV)/bin/trainctl demo
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest

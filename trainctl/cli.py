@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainctl import jobs, local_stack, plan, replay, submit, validate
+from trainctl import demo, jobs, local_stack, plan, replay, submit, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.register(commands)
     jobs.register(commands)
     replay.register(commands)
+    demo.register(commands)
     local_stack.register(commands)
     return parser
 

@@ -1,0 +1,225 @@
+"""`trainctl demo` (what `make demo` runs): the whole flow on this machine, start to finish.
+
+Starts the local stack, writes a real tabular dataset (scikit-learn's breast-cancer data, shipped in the
+wheel) into the local data bucket as CSV shards, then the `_SUCCESS` marker whose content asks for 2 nodes;
+prints each lifecycle event as it arrives; then a summary (job, nodes × processes, the metrics against the
+trivial baseline, artifacts, wall time), a loss-curve PNG, and a check that the model loads and predicts.
+Stops the stack in every case. Exit 0 only when `succeeded` arrived and the model loads; otherwise the
+failing step is named with where its logs are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from local.stack_state import local_dir, read_state, remove_state, running_stack, take_stack_lock, write_state
+
+EXIT_FAILED = 1
+DATASET_FOLDER = "demo/breast-cancer"
+SHARDS = 3
+# The marker's content: overrides merged onto the stack's default rule (built-in tabular trainer, `target`).
+MARKER_OVERRIDES: dict[str, Any] = {
+    "display_name": "trainctl demo: breast cancer (2 nodes)",
+    "resources": {"machine_type": "g2-standard-24", "replica_count": 2},
+    "trainer": {
+        "builtin": "tabular",
+        "hyperparameters": {
+            "epochs": 20,
+            "batch_size": 32,
+            "learning_rate": 0.003,
+            "hidden_sizes": [64, 32],
+            "seed": 7,
+        },
+    },
+    "scheduling": {"timeout": "15m", "max_pending": "5m"},
+}
+
+
+class DemoFailed(Exception):
+    def __init__(self, step: str, detail: str):
+        super().__init__(f"{step}: {detail}")
+        self.step, self.detail = step, detail
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser("demo", help="run the whole flow locally: data lands, a 2-node DDP job trains")
+    cmd.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the job (default 600)")
+    cmd.add_argument("--out", type=Path, default=None, help="where the loss curve goes (default .trainctl/demo)")
+    cmd.set_defaults(run=run_demo)
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from local.stack import LocalStack, StackOptions
+
+    if running_stack() is not None:
+        say("a local stack is already running; stop it first with `trainctl local down`")
+        return EXIT_FAILED
+    lock = take_stack_lock()
+    if lock is None:
+        say(f"another local stack is starting in {local_dir()}")
+        return EXIT_FAILED
+    out_dir = args.out or local_dir().parent / "demo"
+    started = time.monotonic()
+    stack = LocalStack(StackOptions(reconcile_every=3.0), local_dir() / "run")
+    try:
+        say("1/5 starting the local stack (Pub/Sub emulator, fake-gcs-server, JobService, four functions)…")
+        state = stack.start(os.getpid())
+        write_state(state)
+        os.environ.update(state.emulator_env())
+        return _flow(state, args.timeout, out_dir, started)
+    except DemoFailed as failure:
+        say(f"\nthe demo failed at step '{failure.step}': {failure.detail}")
+        say(f"logs: {local_dir() / 'run'} (functions/, jobservice/jobs/<job id>/logs/)")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+    finally:
+        say("stopping the local stack…")
+        stack.stop()
+        if read_state() is not None:
+            remove_state()
+
+
+def _flow(state: Any, timeout: float, out_dir: Path, started: float) -> int:
+    from trainctl.eventstream import EventStream, format_event
+
+    names = state.names
+    with EventStream(state.project, names["events_topic"]) as stream:
+        marker = _upload_dataset(state.project, names["data_bucket"])
+        say(f"3/5 uploaded the marker gs://{names['data_bucket']}/{marker}; following the events…")
+        succeeded = None
+        deadline = datetime.now(UTC) + timedelta(seconds=timeout)
+        for event in stream.follow(until=deadline):
+            say("    " + format_event(event))
+            if event.state == "succeeded":
+                succeeded = event
+                break
+            if event.state in ("failed", "cancelled", "rejected"):
+                detail = "; ".join(getattr(event, "errors", []) or [event.message])
+                raise DemoFailed("training", f"the job ended {event.state}: {detail}")
+        if succeeded is None:
+            raise DemoFailed("training", f"no final event within {timeout:.0f} s")
+    say("4/5 checking the model: loading it and predicting…")
+    predictions = _predict(
+        succeeded.artifacts.model_dir, f"gs://{names['data_bucket']}/{DATASET_FOLDER}/part-00000.csv"
+    )
+    curve = _loss_curve(succeeded.artifacts.model_dir, out_dir)
+    say("5/5 done\n")
+    say(_summary(succeeded, predictions, curve, time.monotonic() - started))
+    return 0
+
+
+def _upload_dataset(project: str, bucket_name: str) -> str:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+    from sklearn.datasets import load_breast_cancer
+
+    frame = load_breast_cancer(as_frame=True).frame  # 569 rows, 30 numeric features, `target`
+    frame.columns = [c.replace(" ", "_") for c in frame.columns]
+    bucket = storage.Client(project=project, credentials=AnonymousCredentials()).bucket(bucket_name)
+    rows = len(frame)
+    features = frame.shape[1] - 1
+    say(f"2/5 writing scikit-learn's breast-cancer dataset ({rows} rows, {features} features) as {SHARDS} shards")
+    for shard in range(SHARDS):
+        part = frame.iloc[shard * rows // SHARDS : (shard + 1) * rows // SHARDS]
+        text = io.StringIO()
+        part.to_csv(text, index=False)
+        bucket.blob(f"{DATASET_FOLDER}/part-{shard:05d}.csv").upload_from_string(text.getvalue(), "text/csv")
+    marker = f"{DATASET_FOLDER}/_SUCCESS"
+    bucket.blob(marker).upload_from_string(json.dumps(MARKER_OVERRIDES), "application/json")
+    return marker
+
+
+def _predict(model_dir: str, data: str) -> int:
+    with tempfile.TemporaryDirectory() as directory:
+        out = Path(directory) / "predictions.csv"
+        result = subprocess.run(
+            [sys.executable, "-m", "trainer.predict", "--model-dir", model_dir, "--data", data, "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if result.returncode != 0 or not out.exists():
+            raise DemoFailed("loading the model", (result.stderr or result.stdout).strip()[-2000:])
+        return max(0, len(out.read_text().splitlines()) - 1)
+
+
+def _read(uri: str) -> bytes:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    bucket, _, name = uri.removeprefix("gs://").partition("/")
+    return storage.Client(credentials=AnonymousCredentials()).bucket(bucket).blob(name).download_as_bytes()
+
+
+def _loss_curve(model_dir: str, out_dir: Path) -> Path | None:
+    """Training and validation loss per evaluation, from metrics.jsonl, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    history = [
+        json.loads(line) for line in _read(model_dir.rstrip("/") + "/metrics.jsonl").decode().splitlines() if line
+    ]
+    points = [h for h in history if "val_loss" in h]
+    if not points:
+        return None
+    x_key = "epoch" if "epoch" in points[0] else "step"
+    figure, axes = plt.subplots(figsize=(6, 3.5), dpi=120)
+    if "train_loss" in points[0]:
+        axes.plot([p[x_key] for p in points], [p["train_loss"] for p in points], label="training loss")
+    axes.plot([p[x_key] for p in points], [p["val_loss"] for p in points], label="validation loss")
+    axes.set_xlabel(x_key)
+    axes.set_ylabel("loss")
+    axes.set_title("trainctl demo: breast cancer, 2 nodes × 2 processes")
+    axes.legend()
+    figure.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "loss-curve.png"
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def _summary(event: Any, predictions: int, curve: Path | None, seconds: float) -> str:
+    metrics = event.metrics
+    compare = [
+        f"  {name:<22} {metrics[name]:.4f}   (trivial baseline {metrics['baseline_' + name.removeprefix('val_')]:.4f})"
+        for name in ("val_accuracy", "val_rmse")
+        if name in metrics and "baseline_" + name.removeprefix("val_") in metrics
+    ]
+    others = [
+        f"  {k:<22} {v}" for k, v in metrics.items() if not k.startswith(("val_accuracy", "val_rmse", "baseline_"))
+    ]
+    world = metrics.get("world_size")
+    nodes = event.cost.nodes if event.cost else None
+    per_node = world // nodes if isinstance(world, int) and nodes else "?"
+    lines = [
+        "summary",
+        f"  job                    {event.job.name}",
+        f"  layout                 {nodes} nodes × {per_node} processes (world size {world})",
+        *compare,
+        *others,
+        f"  model                  {event.artifacts.model_dir}model.pt (loaded; {predictions} predictions written)",
+        f"  checkpoints            {event.artifacts.checkpoint_dir}",
+        f"  TensorBoard            {event.artifacts.tensorboard_dir}",
+        f"  loss curve             {curve or '(no history)'}",
+        f"  wall time              {seconds:.0f} s",
+    ]
+    return "\n".join(lines)

@@ -26,9 +26,10 @@ class Objective:
         self.metric = "accuracy" if self.classification else "rmse"
 
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        # Under bf16 autocast both losses are computed in float32 anyway.
         if self.classification:
-            return F.cross_entropy(outputs.float(), targets, reduction=reduction)
-        return F.mse_loss(outputs.float().reshape(-1), targets, reduction=reduction)
+            return F.cross_entropy(outputs, targets, reduction=reduction)
+        return F.mse_loss(outputs.reshape(-1), targets, reduction=reduction)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, device: torch.device) -> dict:
@@ -46,7 +47,7 @@ class Objective:
                 sums[1] += (outputs.argmax(dim=1) == y).sum()
                 sums[2] += (y == self.majority_class).sum()
             else:
-                sums[1] += ((outputs.float().reshape(-1) - y) ** 2).sum().double()
+                sums[1] += ((outputs.reshape(-1) - y) ** 2).sum().double()
                 sums[2] += (y**2).sum().double()
             sums[3] += len(y)
         model.train(was_training)

@@ -25,10 +25,11 @@ from trainer.checkpoint import Checkpoints
 from trainer.data import FORMATS, load_rank_data
 from trainer.distributed import (
     PREEMPTED_EXIT_CODE,
+    Coordination,
     StopSignal,
-    agree,
     max_across_ranks,
     process_group,
+    stop_when_launcher_dies,
     sum_across_ranks,
 )
 from trainer.model import BUILTIN_MLP, build_model
@@ -36,9 +37,9 @@ from trainer.objective import Objective
 from trainer.outputs import write_history, write_outputs
 from trainer.preprocess import TASKS, Combine, Preprocessor, drop_unlabelled
 from trainer.tensorboard import ScalarWriter
+from trainer.throughput import Throughput
 
-CONTROL_EVERY_STEPS = 10  # how often ranks agree on stop / time-based checkpoint (one tiny all-reduce)
-WARMUP_STEPS = 5  # left out of samples/s
+COORDINATE_EVERY_SECONDS = 0.5  # how often ranks agree on stopping and on a time-based checkpoint
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -94,54 +95,38 @@ def model_spec(args: argparse.Namespace) -> dict:
     return {"factory": args.model, "kwargs": kwargs}
 
 
-class Throughput:
-    """Samples/s over training steps only: warm-up steps and pauses for evaluation and checkpoints left out."""
-
-    def __init__(self) -> None:
-        self.steps, self.samples, self.seconds, self.data_seconds = 0, 0, 0.0, 0.0
-
-    def add(self, samples: int, seconds: float, data_seconds: float) -> None:
-        self.steps += 1
-        if self.steps > WARMUP_STEPS:
-            self.samples += samples
-            self.seconds += seconds
-            self.data_seconds += data_seconds
-
-    def summary(self) -> dict:
-        return {
-            "samples_per_second": self.samples / self.seconds if self.seconds else None,
-            "data_wait_fraction": self.data_seconds / self.seconds if self.seconds else None,
-            "timed_steps": max(self.steps - WARMUP_STEPS, 0),
-        }
-
-
 def train_step(ddp, optimizer, objective, inputs, targets, order, first_micro_batch, args, device):
-    """One optimizer step over `grad_accum_steps` micro-batches; gradients are all-reduced only on the last."""
-    total_loss = torch.zeros((), device=device)
-    data_seconds = 0.0
+    """One optimizer step over `grad_accum_steps` micro-batches; gradients are all-reduced only on the last.
+    Returns the step's mean loss (a tensor, so reading it does not wait for the device) and the seconds spent
+    fetching batches."""
+    on_gpu = device.type == "cuda"
+    losses, data_seconds = [], 0.0
     for micro in range(args.grad_accum_steps):
         started = time.perf_counter()
-        rows = order[(first_micro_batch + micro) * args.batch_size :][: args.batch_size]
-        x = inputs[rows].to(device, non_blocking=True)
-        y = targets[rows].to(device, non_blocking=True)
+        start = (first_micro_batch + micro) * args.batch_size
+        rows = order[start : start + args.batch_size]
+        x, y = inputs[rows], targets[rows]
+        if on_gpu:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         data_seconds += time.perf_counter() - started
         last = micro == args.grad_accum_steps - 1
         with contextlib.nullcontext() if last else ddp.no_sync():
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                loss = objective.loss(ddp(x), y) / args.grad_accum_steps
-            loss.backward()
-        total_loss += loss.detach()
+            # bf16 autocast on GPUs; on CPU even a disabled autocast context costs time every step.
+            with torch.autocast("cuda", dtype=torch.bfloat16) if on_gpu else contextlib.nullcontext():
+                loss = objective.loss(ddp(x), y)
+            (loss / args.grad_accum_steps if args.grad_accum_steps > 1 else loss).backward()
+        losses.append(loss.detach())
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return total_loss, data_seconds
+    return (losses[0] if len(losses) == 1 else torch.stack(losses).mean()), data_seconds
 
 
-def save_checkpoint(checkpoints, step, steps_per_epoch, model, optimizer, history, epoch_loss, device) -> None:
+def save_checkpoint(checkpoints, step, steps_per_epoch, model, optimizer, history, epoch_losses, device) -> None:
     """Every rank contributes its RNG state and running loss; rank 0 writes; everyone leaves together."""
     rank_state = {
         "cpu_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-        "epoch_loss": float(epoch_loss),
+        "epoch_loss": float(sum(epoch_losses)),  # losses of this epoch's steps so far, summed
     }
     rank_states: list = [None] * dist.get_world_size()
     dist.all_gather_object(rank_states, rank_state)
@@ -164,14 +149,14 @@ def save_checkpoint(checkpoints, step, steps_per_epoch, model, optimizer, histor
 
 
 def resume(checkpoints, model, optimizer, steps_per_epoch, device) -> dict | None:
-    """Load the newest committed checkpoint that rank 0 finds (all ranks take the same one), or None."""
+    """Load the newest committed checkpoint, or return None. Rank 0 reads and checks it once and hands it to
+    the others: every rank resumes from the same step, and the folder need not be readable from every node."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    found = checkpoints.latest() if rank == 0 else None
-    chosen = [found[0] if found else None]
-    dist.broadcast_object_list(chosen)
-    if chosen[0] is None:
+    found = [checkpoints.latest() if rank == 0 else None]
+    dist.broadcast_object_list(found)
+    if found[0] is None:
         return None
-    state = found[1] if found else checkpoints.load(chosen[0])
+    _, state = found[0]
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     if state["world_size"] == world_size and state["steps_per_epoch"] == steps_per_epoch:
@@ -192,6 +177,11 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
     rank, world_size = dist.get_rank(), dist.get_world_size()
     is_main = rank == 0
     started = time.monotonic()
+    if device.type == "cuda":
+        # Same seed and world size → same weights on GPUs too (cuBLAS needs a fixed workspace for that).
+        # The CPU kernels used here are deterministic already, and the switch would slow them.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
     if is_main:
         logs.log("training starts", world_size=world_size, device=str(device), args=vars(args))
 
@@ -234,7 +224,8 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
     restored = resume(checkpoints, model, optimizer, steps_per_epoch, device)
     step = restored["step"] if restored else 0
     history: list[dict] = restored["history"] if restored else []
-    epoch_loss = torch.tensor(restored["rank_states"][rank]["epoch_loss"] if restored else 0.0, device=device)
+    # Step losses stay tensors until they are reported; a list append is the cheapest way to keep them.
+    epoch_losses = [torch.tensor(restored["rank_states"][rank]["epoch_loss"], device=device)] if restored else []
     ddp = DDP(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
@@ -246,7 +237,7 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
     tensorboard = ScalarWriter(args.tensorboard_dir) if is_main else None
     throughput = Throughput()
     last_checkpoint = last_log = time.monotonic()
-    log_loss, log_steps = torch.zeros((), device=device), 0
+    log_losses: list[torch.Tensor] = []
     if is_main:
         logs.log(
             "training loop starts",
@@ -256,31 +247,31 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
             global_batch_size=samples_per_step,
             train_rows=len(inputs),
         )
-    if agree(device, stop.requested)[0]:
+    coordination = Coordination(device, COORDINATE_EVERY_SECONDS, first_step=step)
+    if coordination.agree(step, stop.requested, False, None)[0]:
         logs.warning("stopping before the first step (SIGTERM)", step=step)
         return PREEMPTED_EXIT_CODE
 
     for epoch in range(step // steps_per_epoch, args.epochs):
         order = batches.order(epoch)
         for step_in_epoch in range(step % steps_per_epoch, steps_per_epoch):
-            step_started = time.perf_counter()
+            step_started, step_cpu_started = time.perf_counter(), time.thread_time()
             loss, data_seconds = train_step(
                 ddp, optimizer, objective, inputs, targets, order, step_in_epoch * args.grad_accum_steps, args, device
             )
             step += 1
-            epoch_loss += loss
-            log_loss += loss
-            log_steps += 1
+            epoch_losses.append(loss)
+            log_losses.append(loss)
 
             stop_now = time_due = False
-            if step % CONTROL_EVERY_STEPS == 0:
+            if coordination.due(step):
                 time_due = is_main and 0 < args.checkpoint_every_seconds < time.monotonic() - last_checkpoint
-                stop_now, time_due = agree(device, stop.requested, time_due)
+                stop_now, time_due = coordination.agree(step, stop.requested, time_due, throughput.typical_step)
 
             if is_main and step % args.log_every_steps == 0:
                 now = time.monotonic()
-                rate = log_steps * samples_per_step / (now - last_log)
-                mean_loss = log_loss.item() / log_steps
+                rate = len(log_losses) * samples_per_step / (now - last_log)
+                mean_loss = torch.stack(log_losses).mean().item()
                 logs.log(
                     "progress",
                     step=step,
@@ -291,10 +282,12 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
                     eta_seconds=round((total_steps - step) * samples_per_step / rate, 1),
                 )
                 tensorboard.add_scalars(step, {"train/loss": mean_loss, "train/samples_per_second": rate})
-                last_log, log_loss, log_steps = now, torch.zeros((), device=device), 0
-            throughput.add(samples_per_step, time.perf_counter() - step_started, data_seconds)
+                last_log, log_losses = now, []
+            throughput.add(samples_per_step, time.perf_counter() - step_started, time.thread_time() - step_cpu_started,
+                           data_seconds)  # fmt: skip
 
             if step_in_epoch == steps_per_epoch - 1:
+                epoch_loss = torch.stack(epoch_losses).sum()
                 dist.all_reduce(epoch_loss)
                 record = {
                     "epoch": epoch + 1,
@@ -302,7 +295,7 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
                     "train_loss": epoch_loss.item() / steps_per_epoch / world_size,
                     **objective.evaluate(ddp.module, val_inputs, val_targets, device),
                 }
-                epoch_loss = torch.zeros((), device=device)
+                epoch_losses = []
                 history.append(record)
                 if is_main:
                     logs.log("evaluation", **record)
@@ -312,8 +305,12 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
 
             every_steps = args.checkpoint_every_steps and step % args.checkpoint_every_steps == 0
             if stop_now or time_due or every_steps or step == total_steps:
-                save_checkpoint(checkpoints, step, steps_per_epoch, ddp.module, optimizer, history, epoch_loss, device)
+                save_checkpoint(
+                    checkpoints, step, steps_per_epoch, ddp.module, optimizer, history, epoch_losses, device
+                )
                 last_checkpoint = time.monotonic()
+                if is_main:
+                    tensorboard.flush()
             if stop_now:
                 logs.warning("stopped by SIGTERM after a committed checkpoint", step=step)
                 return PREEMPTED_EXIT_CODE
@@ -344,9 +341,7 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     stop = StopSignal()
-    # Same seed and world size → same weights, on GPUs too (cuBLAS needs a fixed workspace for that).
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
+    stop_when_launcher_dies()
     with process_group(args.init_timeout_seconds) as device:
         try:
             return train(args, device, stop)

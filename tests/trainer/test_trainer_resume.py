@@ -13,7 +13,9 @@ from pathlib import Path
 import pyarrow.csv as pa_csv
 import pytest
 from trainer_runs import (
+    Finished,
     assert_bitwise_equal,
+    descendants,
     model_weights,
     output_dirs,
     process_env,
@@ -164,3 +166,23 @@ def test_restarts_are_bounded(tmp_path, data, env):
     assert len(finished.messages("training starts")) == 2  # the first attempt and one restart, no more
     assert finished.messages("workers failed after the allowed restarts")
     assert not (tmp_path / "model" / "_SUCCESS").exists()
+
+
+def test_workers_checkpoint_and_stop_when_the_launcher_is_killed_outright(tmp_path, data, env, uninterrupted):
+    """SIGKILL cannot be forwarded; the workers learn of it from Linux (parent-death signal) and stop cleanly."""
+    with started("trainer.launch", [*training_args(data, tmp_path), "--max-restarts", "0"], env,
+                 tmp_path / "first.log") as r:  # fmt: skip
+        wait_for(lambda: committed_steps(tmp_path), "the first committed checkpoint", running=r)
+        workers = descendants(r.pid)
+        assert len(workers) == 2
+        os.kill(r.pid, signal.SIGKILL)
+        r.wait()
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), "the workers to exit")
+        output = r.output()
+
+    stops = [e for e in Finished(0, output).events if e["message"] == "stopped by SIGTERM after a committed checkpoint"]
+    assert sorted(e["rank"] for e in stops) == [0, 1], output[-4000:]
+    assert committed_steps(tmp_path)[-1] == stops[0]["step"]
+    second = run("trainer.launch", [*training_args(data, tmp_path), "--max-restarts", "0"], env, tmp_path / "2.log")
+    assert second.returncode == 0, second.output[-4000:]
+    assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)

@@ -276,7 +276,7 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
                     "progress",
                     step=step,
                     total_steps=total_steps,
-                    epoch=epoch,
+                    epoch=epoch + 1,
                     loss=round(mean_loss, 6),
                     samples_per_second=round(rate, 1),
                     eta_seconds=round((total_steps - step) * samples_per_step / rate, 1),

@@ -3,21 +3,23 @@
 
     .venv/bin/python bench/trainer_overhead.py [--rounds 41] [--rows 20000] [--epochs 1]
 
-All sides run in the same two torchrun processes, one after another, a few seconds apart, so load from
-elsewhere on a shared machine hits them alike (the method of Lightning Fabric's DDP parity test). Each round
-runs the trainer's own `train()` — what `python -m trainer.launch` runs in every process, with its default
-logging, checkpoint cadence and stop/checkpoint coordination — and the hand-written loop twice: with DDP's
-defaults, and with `gradient_as_bucket_view=True` as the trainer uses it (so the harness's own cost is seen
-apart from that option). The order alternates between rounds; one warm-up round is discarded.
+All runs happen in the same two torchrun processes, one after another, a few seconds apart, so load from
+elsewhere on a shared machine hits them alike (the method of Lightning Fabric's DDP parity test). The trainer
+side is its own `train()` — what `python -m trainer.launch` runs in every process, with its default logging,
+checkpoint cadence and stop/checkpoint coordination. The hand-written loop comes in two variants: DDP's
+defaults, and `gradient_as_bucket_view=True` as the trainer uses it (so the harness's own cost is seen apart
+from that option). Each round pairs the trainer with one variant in a balanced order (a crossover design:
+within every four rounds each variant runs once before and once after the trainer), because a run's position
+measurably shifts its speed; one warm-up round is discarded.
 
 The hand-written loop takes its tensors from the trainer's own loading and preprocessing (so both see the same
 numbers), then only seeds, wraps in DDP and loops: permute, slice, forward, loss, backward, step. Both time
 each step from fetching the batch to the optimizer step on rank 0 and leave out the first 5 steps; the
 trainer's evaluation and checkpoint pauses are outside its step timing (the hand-written loop has neither).
 
-Reported: samples/s of each from the median step time, the trainer/hand-written throughput ratio per round and
-its median, the share of step time spent fetching the batch, and whether the final weights are bitwise
-identical in every round.
+Reported: samples/s of each from the median step time (wall-clock, and CPU time of the training thread), the
+trainer/hand-written throughput ratio over the rounds (geometric mean, median, quartiles), the share of step
+time spent fetching the batch, and whether the final weights are bitwise identical in every round.
 """
 
 from __future__ import annotations
@@ -144,19 +146,21 @@ def worker(data: str, epochs: int, rounds: int, out: str) -> None:
     }
     results = []
     for round_ in range(rounds + 1):
-        order = list(sides) if round_ % 2 else list(reversed(sides))
+        # A crossover design: each round pairs the trainer with one hand-written variant, and within every four
+        # rounds each variant runs once before and once after the trainer, so position effects cancel.
+        other = "hand" if (round_ // 2) % 2 == 0 else "hand_bucket_view"
+        order = ["trainer", other] if round_ % 2 == 0 else [other, "trainer"]
         measured = {}
         for side in order:
             gc.collect()  # the previous side's DDP reducer goes now, not at a random later moment
             measured[side] = sides[side](round_)
-        trainer_weights = measured["trainer"][1]
-        identical = all(
-            weights.keys() == trainer_weights.keys()
-            and all(torch.equal(trainer_weights[k], weights[k]) for k in weights)
-            for _, weights in measured.values()
+        (trainer_metrics, trainer_weights), (other_metrics, other_weights) = measured["trainer"], measured[other]
+        identical = trainer_weights.keys() == other_weights.keys() and all(
+            torch.equal(trainer_weights[k], other_weights[k]) for k in other_weights
         )
         if round_ > 0:  # round 0 warms up the processes
-            results.append({"order": order, **{side: m for side, (m, _) in measured.items()}, "identical": identical})
+            results.append({"order": order, "other": other, "trainer": trainer_metrics, other: other_metrics,
+                            "identical": identical})  # fmt: skip
     if dist.get_rank() == 0:
         (Path(out) / "rounds.json").write_text(json.dumps(results))
     del measured
@@ -174,9 +178,6 @@ def machine() -> str:
 
 
 def summarise(rounds: list[dict], args: argparse.Namespace) -> dict:
-    def median_over_rounds(side: str, measure: str) -> float:
-        return statistics.median(r[side][measure]["p50"] for r in rounds)
-
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     summary = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
@@ -187,21 +188,24 @@ def summarise(rounds: list[dict], args: argparse.Namespace) -> dict:
         f"{args.epochs} epochs, world size 2 (gloo), {rounds[0]['trainer']['timed_steps']} timed steps per run",
         "rounds": len(rounds),
     }
-    # Throughput from the median step: wall-clock, and the training thread's CPU time (which load from other
-    # programs does not change). Ratios are trainer/other per round (paired runs), then their median.
+    # Throughput from each run's median step: wall-clock, and the training thread's CPU time (which load from
+    # other programs changes less). A ratio is trainer/hand-written throughput within one round.
     for measure, name in (("step_time_ms", "wall_clock"), ("step_cpu_time_ms", "cpu_time")):
         summary[f"samples_per_second_{name}"] = {
-            side: round(BATCH_SIZE * 2 * 1000 / median_over_rounds(side, measure), 1) for side in SIDES
+            side: round(BATCH_SIZE * 2 * 1000 / statistics.median(r[side][measure]["p50"] for r in rounds if side in r))
+            for side in SIDES
         }
-        for against in ("hand", "hand_bucket_view"):
-            per_round = [r[against][measure]["p50"] / r["trainer"][measure]["p50"] for r in rounds]
-            quartiles = statistics.quantiles(per_round, n=4) if len(per_round) > 1 else per_round * 3
-            summary[f"ratio_vs_{against}_{name}"] = {
-                "median": round(statistics.median(per_round), 4),
+        for other in SIDES[1:]:
+            ratios = [r[other][measure]["p50"] / r["trainer"][measure]["p50"] for r in rounds if r["other"] == other]
+            quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+            summary[f"ratio_vs_{other}_{name}"] = {
+                "rounds": len(ratios),
+                "geometric_mean": round(statistics.geometric_mean(ratios), 4),
+                "median": round(statistics.median(ratios), 4),
                 "quartiles": [round(quartiles[0], 4), round(quartiles[2], 4)],
             }
     summary["data_wait_fraction_median"] = {
-        side: round(statistics.median(r[side]["data_wait_fraction"] for r in rounds), 4) for side in SIDES
+        side: round(statistics.median(r[side]["data_wait_fraction"] for r in rounds if side in r), 4) for side in SIDES
     }
     summary["identical_final_weights_every_round"] = all(r["identical"] for r in rounds)
     return summary

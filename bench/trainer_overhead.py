@@ -1,7 +1,10 @@
 """What the trainer costs over a minimal hand-written DDP loop: same model, data, batch size and world size
 (2 processes, gloo on CPU).
 
-    .venv/bin/python bench/trainer_overhead.py [--rounds 41] [--rows 20000] [--epochs 1]
+    .venv/bin/python bench/trainer_overhead.py [--rounds 41] [--rows 20000] [--epochs 1] [--processes 2]
+
+`--processes 1` (a world of one, gloo) takes communication out of the picture, which leaves the harness's own
+cost per step plainly visible in the CPU-time figures.
 
 All runs happen in the same two torchrun processes, one after another, a few seconds apart, so load from
 elsewhere on a shared machine hits them alike (the method of Lightning Fabric's DDP parity test). The trainer
@@ -185,16 +188,19 @@ def summarise(rounds: list[dict], args: argparse.Namespace) -> dict:
         "machine": machine(),
         "load_average_1_5_15_min_at_end": [round(x, 2) for x in os.getloadavg()],
         "workload": f"{args.rows} rows (80% train), MLP {HIDDEN} dropout {DROPOUT}, batch {BATCH_SIZE}/process, "
-        f"{args.epochs} epochs, world size 2 (gloo), {rounds[0]['trainer']['timed_steps']} timed steps per run",
+        f"{args.epochs} epochs, world size {args.processes} (gloo), {rounds[0]['trainer']['timed_steps']} timed steps "
+        "per run",
         "rounds": len(rounds),
     }
+
     # Throughput from each run's median step: wall-clock, and the training thread's CPU time (which load from
     # other programs changes less). A ratio is trainer/hand-written throughput within one round.
+    def samples_per_second(side: str, measure: str) -> int:
+        step_ms = statistics.median(r[side][measure]["p50"] for r in rounds if side in r)
+        return round(BATCH_SIZE * args.processes * 1000 / step_ms)
+
     for measure, name in (("step_time_ms", "wall_clock"), ("step_cpu_time_ms", "cpu_time")):
-        summary[f"samples_per_second_{name}"] = {
-            side: round(BATCH_SIZE * 2 * 1000 / statistics.median(r[side][measure]["p50"] for r in rounds if side in r))
-            for side in SIDES
-        }
+        summary[f"samples_per_second_{name}"] = {side: samples_per_second(side, measure) for side in SIDES}
         for other in SIDES[1:]:
             ratios = [r[other][measure]["p50"] / r["trainer"][measure]["p50"] for r in rounds if r["other"] == other]
             quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
@@ -216,6 +222,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=41)
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--processes", type=int, default=2, help="world size (gloo on CPU)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -227,9 +234,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="trainer-overhead-") as tmp:
         data = Path(tmp) / "data.csv"
         write_dataset(data, args.rows)
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", __file__,
-                   "--worker", "--data", str(data), "--epochs", str(args.epochs), "--rounds", str(args.rounds),
-                   "--out", tmp]  # fmt: skip
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc-per-node", str(args.processes), __file__, "--worker", "--data", str(data),
+                   "--epochs", str(args.epochs), "--rounds", str(args.rounds), "--out", tmp]  # fmt: skip
         log = Path(tmp) / "workers.log"
         with open(log, "wb") as f:
             result = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=f,

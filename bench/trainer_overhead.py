@@ -4,7 +4,8 @@
     .venv/bin/python bench/trainer_overhead.py [--rounds 41] [--rows 20000] [--epochs 1] [--processes 2]
 
 `--processes 1` (a world of one, gloo) takes communication out of the picture, which leaves the harness's own
-cost per step plainly visible in the CPU-time figures.
+cost per step plainly visible in the CPU-time figures. Every process runs one intra-op thread (torchrun's
+default for several processes per node), so the training thread's CPU time is the step's whole CPU cost.
 
 All runs happen in the same two torchrun processes, one after another, a few seconds apart, so load from
 elsewhere on a shared machine hits them alike (the method of Lightning Fabric's DDP parity test). The trainer
@@ -239,8 +240,8 @@ def main() -> None:
                    "--epochs", str(args.epochs), "--rounds", str(args.rounds), "--out", tmp]  # fmt: skip
         log = Path(tmp) / "workers.log"
         with open(log, "wb") as f:
-            result = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=f,
-                                    stderr=subprocess.STDOUT)  # fmt: skip
+            env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+            result = subprocess.run(command, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
         if result.returncode:
             sys.exit(f"the benchmark's workers failed (exit {result.returncode}):\n{log.read_text()[-4000:]}")
         rounds = json.loads((Path(tmp) / "rounds.json").read_text())

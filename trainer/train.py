@@ -165,7 +165,7 @@ def resume(checkpoints, model, optimizer, steps_per_epoch, device) -> dict | Non
             torch.cuda.set_rng_state(state["rank_states"][rank]["cuda_rng"], device)
     else:
         logs.warning(
-            "checkpoint was written by another world size; resuming, but not bit-for-bit",
+            "checkpoint was written with another world size or batch size; resuming, but not bit-for-bit",
             checkpoint_world_size=state["world_size"],
             world_size=world_size,
         )
@@ -225,7 +225,8 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
     step = restored["step"] if restored else 0
     history: list[dict] = restored["history"] if restored else []
     # Step losses stay tensors until they are reported; a list append is the cheapest way to keep them.
-    epoch_losses = [torch.tensor(restored["rank_states"][rank]["epoch_loss"], device=device)] if restored else []
+    same_world = restored and len(restored["rank_states"]) == world_size
+    epoch_losses = [torch.tensor(restored["rank_states"][rank]["epoch_loss"], device=device)] if same_world else []
     ddp = DDP(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,

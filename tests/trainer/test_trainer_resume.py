@@ -35,10 +35,15 @@ CHECKPOINT_EVERY_STEPS = 20  # 50 steps per epoch, 4 epochs: 200 steps of at lea
 def training_args(data: Path, out: Path, **model_kwargs) -> list[str]:
     kwargs = {"seconds_per_batch": 0.01, "hidden_sizes": [32, 16], "dropout": 0.2, **model_kwargs}
     return [
-        "--nproc-per-node", "2", "--data", str(data), "--target", "y", "--epochs", "4", "--batch-size", "16",
+        "--data", str(data), "--target", "y", "--epochs", "4", "--batch-size", "16",
         "--seed", "3", "--checkpoint-every-steps", str(CHECKPOINT_EVERY_STEPS), "--log-every-steps", "10",
         "--model", "trainer_fixture_models:paced_mlp", "--model-kwargs", json.dumps(kwargs), *output_dirs(out),
     ]  # fmt: skip
+
+
+def launch_args(data: Path, out: Path, max_restarts: int, **model_kwargs) -> list[str]:
+    """trainer.launch with two processes on this node, then the training arguments."""
+    return ["--nproc-per-node", "2", "--max-restarts", str(max_restarts), *training_args(data, out, **model_kwargs)]
 
 
 def committed_steps(out: Path) -> list[int]:
@@ -60,14 +65,14 @@ def data(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, data, env) -> dict:
     out = tmp_path_factory.mktemp("uninterrupted")
-    finished = run("trainer.launch", [*training_args(data, out), "--max-restarts", "0"], env, out / "run.log")
+    finished = run("trainer.launch", launch_args(data, out, max_restarts=0), env, out / "run.log")
     assert finished.returncode == 0, finished.output[-4000:]
     return model_weights(out / "model")
 
 
 def interrupt_with_sigterm(data: Path, out: Path, env: dict) -> int:
     """Start a run, SIGTERM the launcher once a checkpoint is committed; return the step the ranks stopped at."""
-    with started("trainer.launch", [*training_args(data, out), "--max-restarts", "0"], env, out / "first.log") as r:
+    with started("trainer.launch", launch_args(data, out, max_restarts=0), env, out / "first.log") as r:
         wait_for(lambda: committed_steps(out), "the first committed checkpoint", running=r)
         os.kill(r.pid, signal.SIGTERM)
         first = r.wait()
@@ -83,7 +88,7 @@ def test_resume_after_sigterm_matches_uninterrupted_run(tmp_path, data, env, uni
     stopped_at = interrupt_with_sigterm(data, tmp_path, env)
     assert committed_steps(tmp_path)[-1] == stopped_at
 
-    second = run("trainer.launch", [*training_args(data, tmp_path), "--max-restarts", "0"], env, tmp_path / "2.log")
+    second = run("trainer.launch", launch_args(data, tmp_path, max_restarts=0), env, tmp_path / "2.log")
 
     assert second.returncode == 0, second.output[-4000:]
     metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
@@ -106,7 +111,7 @@ def test_resume_skips_half_written_and_corrupt_checkpoints(tmp_path, data, env, 
     shutil.copytree(good, corrupt)
     (corrupt / "state.pt").write_bytes(state[:-100])
 
-    second = run("trainer.launch", [*training_args(data, tmp_path), "--max-restarts", "0"], env, tmp_path / "2.log")
+    second = run("trainer.launch", launch_args(data, tmp_path, max_restarts=0), env, tmp_path / "2.log")
 
     assert second.returncode == 0, second.output[-4000:]
     assert [e["step"] for e in second.messages("skipping uncommitted checkpoint (no commit marker)")] == [
@@ -132,7 +137,7 @@ def worker_pid(launcher_pid: int, rank: int) -> int | None:
 
 def test_sigterm_to_one_worker_stops_every_rank_at_the_same_step(tmp_path, data, env, uninterrupted):
     """Only rank 1 is told; rank 0 must stop at the same step. torchrun then restarts the group, which resumes."""
-    with started("trainer.launch", [*training_args(data, tmp_path), "--max-restarts", "1"], env,
+    with started("trainer.launch", launch_args(data, tmp_path, max_restarts=1), env,
                  tmp_path / "run.log") as r:  # fmt: skip
         wait_for(lambda: committed_steps(tmp_path), "the first committed checkpoint", running=r)
         os.kill(worker_pid(r.pid, rank=1), signal.SIGTERM)
@@ -148,8 +153,8 @@ def test_sigterm_to_one_worker_stops_every_rank_at_the_same_step(tmp_path, data,
 
 
 def test_crashed_worker_group_is_restarted_and_resumes_bitwise(tmp_path, data, env, uninterrupted):
-    args = training_args(data, tmp_path, crash_at_batch=CHECKPOINT_EVERY_STEPS + 15)
-    finished = run("trainer.launch", [*args, "--max-restarts", "1"], env, tmp_path / "run.log")
+    args = launch_args(data, tmp_path, max_restarts=1, crash_at_batch=CHECKPOINT_EVERY_STEPS + 15)
+    finished = run("trainer.launch", args, env, tmp_path / "run.log")
 
     assert finished.returncode == 0, finished.output[-4000:]
     assert "deliberate crash at training batch 35" in finished.output
@@ -159,8 +164,8 @@ def test_crashed_worker_group_is_restarted_and_resumes_bitwise(tmp_path, data, e
 
 
 def test_restarts_are_bounded(tmp_path, data, env):
-    args = training_args(data, tmp_path, crash_at_batch=5, crash_every_attempt=True)
-    finished = run("trainer.launch", [*args, "--max-restarts", "1"], env, tmp_path / "run.log")
+    args = launch_args(data, tmp_path, max_restarts=1, crash_at_batch=5, crash_every_attempt=True)
+    finished = run("trainer.launch", args, env, tmp_path / "run.log")
 
     assert finished.returncode == 1
     assert len(finished.messages("training starts")) == 2  # the first attempt and one restart, no more
@@ -170,7 +175,7 @@ def test_restarts_are_bounded(tmp_path, data, env):
 
 def test_workers_checkpoint_and_stop_when_the_launcher_is_killed_outright(tmp_path, data, env, uninterrupted):
     """SIGKILL cannot be forwarded; the workers learn of it from Linux (parent-death signal) and stop cleanly."""
-    with started("trainer.launch", [*training_args(data, tmp_path), "--max-restarts", "0"], env,
+    with started("trainer.launch", launch_args(data, tmp_path, max_restarts=0), env,
                  tmp_path / "first.log") as r:  # fmt: skip
         wait_for(lambda: committed_steps(tmp_path), "the first committed checkpoint", running=r)
         workers = descendants(r.pid)
@@ -183,6 +188,19 @@ def test_workers_checkpoint_and_stop_when_the_launcher_is_killed_outright(tmp_pa
     stops = [e for e in Finished(0, output).events if e["message"] == "stopped by SIGTERM after a committed checkpoint"]
     assert sorted(e["rank"] for e in stops) == [0, 1], output[-4000:]
     assert committed_steps(tmp_path)[-1] == stops[0]["step"]
-    second = run("trainer.launch", [*training_args(data, tmp_path), "--max-restarts", "0"], env, tmp_path / "2.log")
+    second = run("trainer.launch", launch_args(data, tmp_path, max_restarts=0), env, tmp_path / "2.log")
     assert second.returncode == 0, second.output[-4000:]
     assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
+
+
+def test_a_checkpoint_resumes_under_another_world_size_with_a_warning(tmp_path, data, env):
+    stopped_at = interrupt_with_sigterm(data, tmp_path, env)
+    alone = run("trainer.train", training_args(data, tmp_path), env, tmp_path / "alone.log")  # a world of one
+
+    assert alone.returncode == 0, alone.output[-4000:]
+    [warning] = alone.messages(
+        "checkpoint was written with another world size or batch size; resuming, but not bit-for-bit"
+    )
+    assert warning["checkpoint_world_size"] == 2 and warning["world_size"] == 1
+    metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] == stopped_at and metrics["world_size"] == 1

@@ -29,6 +29,10 @@ def test_two_process_run_beats_majority_class_on_breast_cancer(breast_cancer_csv
     assert metrics["world_size"] == 2
     assert metrics["validation_rows"] + metrics["train_rows"] == 569
     assert metrics["val_accuracy"] >= metrics["baseline_accuracy"] + ACCURACY_MARGIN_OVER_MAJORITY, metrics
+    progress = finished.messages("progress")  # every 50 of 380 steps, from rank 0 only
+    assert [e["step"] for e in progress] == list(range(50, 381, 50))
+    assert {e["rank"] for e in progress} == {0}
+    assert all({"loss", "samples_per_second", "eta_seconds", "severity"} <= e.keys() for e in progress)
 
 
 def test_two_process_run_finds_known_signal_in_20k_rows(tmp_path):

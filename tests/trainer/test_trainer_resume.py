@@ -204,3 +204,13 @@ def test_a_checkpoint_resumes_under_another_world_size_with_a_warning(tmp_path, 
     assert warning["checkpoint_world_size"] == 2 and warning["world_size"] == 1
     metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
     assert metrics["resumed_from_step"] == stopped_at and metrics["world_size"] == 1
+
+
+def test_time_based_checkpoints_are_taken_without_a_step_cadence(tmp_path, data, env):
+    args = [*training_args(data, tmp_path), "--checkpoint-every-steps", "0", "--checkpoint-every-seconds", "0.3"]
+
+    finished = run("trainer.train", args, env, tmp_path / "run.log")  # 400 steps of at least 10 ms each
+
+    assert finished.returncode == 0, finished.output[-4000:]
+    steps = [e["step"] for e in finished.messages("checkpoint committed")]
+    assert steps[-1] == 400 and len(steps) >= 3, steps  # some by the clock, then the last step's

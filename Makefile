@@ -24,6 +24,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/hadolint trainer/Dockerfile
 
 # Regenerate the checked-in JSON Schema files from the pydantic models.
 schemas: $(STAMP)

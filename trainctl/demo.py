@@ -76,7 +76,7 @@ def run_demo(args: argparse.Namespace) -> int:
     started = time.monotonic()
     stack = LocalStack(StackOptions(reconcile_every=3.0), local_dir() / "run")
     try:
-        say("1/5 starting the local stack (Pub/Sub emulator, fake-gcs-server, JobService, four functions)…")
+        say(f"1/5 starting local stack {stack.stack_id} (Pub/Sub emulator, fake-gcs-server, JobService, functions)…")
         state = stack.start(os.getpid())
         write_state(state)
         os.environ.update(state.emulator_env())
@@ -125,20 +125,22 @@ def _flow(state: Any, timeout: float, out_dir: Path, started: float) -> int:
 
 
 def _upload_dataset(project: str, bucket_name: str) -> str:
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
     from sklearn.datasets import load_breast_cancer
 
-    frame = load_breast_cancer(as_frame=True).frame  # 569 rows, 30 numeric features, `target`
-    frame.columns = [c.replace(" ", "_") for c in frame.columns]
+    data = load_breast_cancer()  # 569 rows, 30 numeric features, label 0/1
+    columns = {name.replace(" ", "_"): data.data[:, i] for i, name in enumerate(data.feature_names)}
+    table = pa.table({**columns, "target": data.target})
     bucket = storage.Client(project=project, credentials=AnonymousCredentials()).bucket(bucket_name)
-    rows = len(frame)
-    features = frame.shape[1] - 1
-    say(f"2/5 writing scikit-learn's breast-cancer dataset ({rows} rows, {features} features) as {SHARDS} shards")
+    rows = table.num_rows
+    say(f"2/5 writing scikit-learn's breast-cancer dataset ({rows} rows, {len(columns)} features) as {SHARDS} shards")
     for shard in range(SHARDS):
-        part = frame.iloc[shard * rows // SHARDS : (shard + 1) * rows // SHARDS]
-        text = io.StringIO()
-        part.to_csv(text, index=False)
+        start, stop = shard * rows // SHARDS, (shard + 1) * rows // SHARDS
+        text = io.BytesIO()
+        pa_csv.write_csv(table.slice(start, stop - start), text)
         bucket.blob(f"{DATASET_FOLDER}/part-{shard:05d}.csv").upload_from_string(text.getvalue(), "text/csv")
     marker = f"{DATASET_FOLDER}/_SUCCESS"
     bucket.blob(marker).upload_from_string(json.dumps(MARKER_OVERRIDES), "application/json")
@@ -198,28 +200,24 @@ def _loss_curve(model_dir: str, out_dir: Path) -> Path | None:
 
 
 def _summary(event: Any, predictions: int, curve: Path | None, seconds: float) -> str:
+    from trainctl.eventstream import headline_metrics
+
     metrics = event.metrics
-    compare = [
-        f"  {name:<22} {metrics[name]:.4f}   (trivial baseline {metrics['baseline_' + name.removeprefix('val_')]:.4f})"
-        for name in ("val_accuracy", "val_rmse")
-        if name in metrics and "baseline_" + name.removeprefix("val_") in metrics
-    ]
-    others = [
-        f"  {k:<22} {v}" for k, v in metrics.items() if not k.startswith(("val_accuracy", "val_rmse", "baseline_"))
-    ]
     world = metrics.get("world_size")
     nodes = event.cost.nodes if event.cost else None
     per_node = world // nodes if isinstance(world, int) and nodes else "?"
+    keys = ("train_rows", "validation_rows", "epoch", "samples_per_second", "data_wait_fraction")
     lines = [
         "summary",
-        f"  job                    {event.job.name}",
-        f"  layout                 {nodes} nodes × {per_node} processes (world size {world})",
-        *compare,
-        *others,
-        f"  model                  {event.artifacts.model_dir}model.pt (loaded; {predictions} predictions written)",
-        f"  checkpoints            {event.artifacts.checkpoint_dir}",
-        f"  TensorBoard            {event.artifacts.tensorboard_dir}",
-        f"  loss curve             {curve or '(no history)'}",
-        f"  wall time              {seconds:.0f} s",
+        f"  job          {event.job.name}",
+        f"  layout       {nodes} nodes × {per_node} processes (world size {world}), DDP over gloo",
+        f"  result       {headline_metrics(metrics, limit=1)}",
+        f"  run          {headline_metrics({k: metrics[k] for k in keys if k in metrics})}",
+        f"  model        {event.artifacts.model_dir}model.pt (loaded; {predictions} predictions written)",
+        f"  metrics      {event.artifacts.metrics_uri}",
+        f"  checkpoints  {event.artifacts.checkpoint_dir}",
+        f"  TensorBoard  {event.artifacts.tensorboard_dir}",
+        f"  loss curve   {curve or '(no history)'}",
+        f"  wall time    {seconds:.0f} s",
     ]
     return "\n".join(lines)

@@ -3,7 +3,6 @@ lives as long as the command (created before anything is published, so nothing i
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -70,12 +69,32 @@ class EventStream:
             yield from self.poll()
 
 
+def headline_metrics(metrics: dict[str, Any], limit: int = 6) -> str:
+    """The numbers a person looks at first: the validation metric beside its trivial baseline, then a few
+    other scalars, rounded. (The event itself carries all of them.)"""
+    parts = []
+    for name in ("val_accuracy", "val_rmse"):
+        baseline = "baseline_" + name.removeprefix("val_")
+        if isinstance(metrics.get(name), int | float):
+            text = f"{name} {metrics[name]:.4g}"
+            if isinstance(metrics.get(baseline), int | float):
+                text += f" (baseline {metrics[baseline]:.4g})"
+            parts.append(text)
+    shown = {"val_accuracy", "val_rmse", "baseline_accuracy", "baseline_rmse"}
+    for name, value in metrics.items():
+        if len(parts) >= limit:
+            break
+        if name not in shown and isinstance(value, int | float) and not isinstance(value, bool):
+            parts.append(f"{name} {value:.4g}")
+    return ", ".join(parts)
+
+
 def format_event(event: JobEvent) -> str:
     """One line per event for a person; a rejection's reasons follow on indented lines, and a success
-    carries its metrics."""
+    carries its headline metrics."""
     when = event.time.astimezone().strftime("%H:%M:%S")
     line = f"{when}  {event.state:<10} {event.request_id}  {event.message}"
     metrics = getattr(event, "metrics", None)
     if metrics:
-        line += f"; metrics {json.dumps(metrics, sort_keys=True)}"
+        line += f"; {headline_metrics(metrics)}"
     return "\n".join([line, *(f"    {error}" for error in getattr(event, "errors", []))])

@@ -12,11 +12,6 @@ import pytest
 
 from tests.e2e.running_stack import RunningStack
 
-# TEMPORARY GUARD: the trainer (branch `trainer`) is not merged yet, so `python -m trainer.launch`, which
-# the local JobService runs for the trainer image, does not exist. Delete this line when it is merged;
-# from then on these tests must run (and pass) in every `make test`.
-pytest.importorskip("trainer.launch", reason="the built-in trainer is not merged yet")
-
 pytestmark = pytest.mark.integration
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tabular-2xa100.yaml"

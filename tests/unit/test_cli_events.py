@@ -33,8 +33,9 @@ def test_a_rejection_lists_every_reason_under_its_line():
 
 
 def test_a_success_shows_its_metrics():
-    assert format_event(succeeded(metrics={"val_loss": 0.2, "val_accuracy": 0.93})) == (
-        f'{CLOCK}  succeeded  r1  training finished; metrics {{"val_accuracy": 0.93, "val_loss": 0.2}}'
+    metrics = {"val_loss": 0.2, "val_accuracy": 0.93, "baseline_accuracy": 0.61, "task": "classification"}
+    assert format_event(succeeded(metrics=metrics)) == (
+        f"{CLOCK}  succeeded  r1  training finished; val_accuracy 0.93 (baseline 0.61), val_loss 0.2"
     )
 
 

@@ -1,0 +1,76 @@
+"""How trainer.launch reads the node's place in a Vertex job and builds the torchrun command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainer.launch import LOCAL_PROCS_ENV, Cluster, cluster_from_env, parse_args, processes_per_node, torchrun_argv
+
+
+def cluster_spec(task_type: str, index: int, workers: int = 2, reducers: int = 3) -> str:
+    return json.dumps({
+        "cluster": {
+            "workerpool0": ["cmle-training-workerpool0-ab-0:2222"],
+            "workerpool1": [f"cmle-training-workerpool1-ab-{i}:2222" for i in range(workers)],
+            "workerpool2": [f"cmle-training-workerpool2-ab-{i}:2222" for i in range(reducers)],
+        },
+        "environment": "cloud",
+        "task": {"type": task_type, "index": index, "trial": ""},
+        "job": {},
+    })  # fmt: skip
+
+
+def test_vertex_pytorch_variables_give_nodes_node_rank_and_master():
+    env = {"WORLD_SIZE": "3", "RANK": "2", "MASTER_ADDR": "cmle-training-workerpool0-ab-0", "MASTER_PORT": "3333"}
+    assert cluster_from_env(env) == Cluster(nnodes=3, node_rank=2, master_addr="cmle-training-workerpool0-ab-0",
+                                            master_port=3333)  # fmt: skip
+
+
+def test_cluster_spec_is_the_fallback_and_reduction_server_nodes_are_not_counted():
+    primary = cluster_from_env({"CLUSTER_SPEC": cluster_spec("workerpool0", 0)})
+    second_worker = cluster_from_env({"CLUSTER_SPEC": cluster_spec("workerpool1", 1)})
+    assert primary == Cluster(nnodes=3, node_rank=0, master_addr="cmle-training-workerpool0-ab-0", master_port=2222)
+    assert second_worker.nnodes == 3 and second_worker.node_rank == 2
+
+
+def test_a_reducer_node_is_refused_with_a_reason():
+    with pytest.raises(ValueError, match=r"workerpool2.*runs no trainer"):
+        cluster_from_env({"CLUSTER_SPEC": cluster_spec("workerpool2", 0)})
+
+
+def test_no_vertex_environment_means_one_node():
+    assert cluster_from_env({}) == Cluster(nnodes=1, node_rank=0)
+
+
+def test_process_count_prefers_the_flag_then_gpus_then_the_local_stack():
+    env = {LOCAL_PROCS_ENV: "3"}
+    assert processes_per_node(2, env, visible_gpus=8) == 2
+    assert processes_per_node(None, env, visible_gpus=8) == 8
+    assert processes_per_node(None, env, visible_gpus=0) == 3
+    assert processes_per_node(None, {}, visible_gpus=0) == 1
+
+
+def test_multi_node_torchrun_meets_at_the_primary_with_c10d_and_bounded_restarts():
+    argv = torchrun_argv(Cluster(2, 1, "10.0.0.2", 3333), nproc=4, max_restarts=2, run_id="job-7",
+                         train_args=["--data", "gs://b/d", "--epochs", "3"])  # fmt: skip
+    assert argv == [
+        "--nproc-per-node", "4", "--max-restarts", "2",
+        "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.2:3333", "--rdzv-id", "job-7",
+        "--rdzv-conf", "is_host=false",
+        "--module", "trainer.train", "--data", "gs://b/d", "--epochs", "3",
+    ]  # fmt: skip
+    primary = torchrun_argv(Cluster(2, 0, "10.0.0.2", 3333), nproc=4, max_restarts=2, run_id="job-7", train_args=[])
+    assert "is_host=true" in primary
+
+
+def test_single_node_torchrun_is_standalone():
+    argv = torchrun_argv(Cluster(1, 0), nproc=2, max_restarts=3, run_id="x", train_args=[])
+    assert "--standalone" in argv and "--rdzv-endpoint" not in argv
+
+
+def test_arguments_launch_does_not_know_pass_through_to_the_trainer():
+    args, rest = parse_args(["--nproc-per-node", "2", "--data", "gs://b/d", "--max-restarts", "1", "--nproc", "9"])
+    assert (args.nproc_per_node, args.max_restarts) == (2, 1)
+    assert rest == ["--data", "gs://b/d", "--nproc", "9"]  # no abbreviations: --nproc is the trainer's business

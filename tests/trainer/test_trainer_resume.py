@@ -1,0 +1,216 @@
+"""Checkpoints that survive preemption: a run stopped by SIGTERM, crashed, or left with a half-written
+checkpoint resumes from its newest committed checkpoint and ends with weights bitwise identical to a run that
+never stopped (same seed, same world size)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pyarrow.csv as pa_csv
+import pytest
+from trainer_runs import (
+    Finished,
+    assert_bitwise_equal,
+    descendants,
+    model_weights,
+    output_dirs,
+    process_env,
+    run,
+    signal_table,
+    started,
+    wait_for,
+)
+
+from trainer.distributed import PREEMPTED_EXIT_CODE
+
+pytestmark = pytest.mark.slow
+
+CHECKPOINT_EVERY_STEPS = 20  # 50 steps per epoch, 4 epochs: 200 steps of at least 10 ms each
+
+
+def training_args(data: Path, out: Path, **model_kwargs) -> list[str]:
+    kwargs = {"seconds_per_batch": 0.01, "hidden_sizes": [32, 16], "dropout": 0.2, **model_kwargs}
+    return [
+        "--data", str(data), "--target", "y", "--epochs", "4", "--batch-size", "16",
+        "--seed", "3", "--checkpoint-every-steps", str(CHECKPOINT_EVERY_STEPS), "--log-every-steps", "10",
+        "--model", "trainer_fixture_models:paced_mlp", "--model-kwargs", json.dumps(kwargs), *output_dirs(out),
+    ]  # fmt: skip
+
+
+def launch_args(data: Path, out: Path, max_restarts: int, **model_kwargs) -> list[str]:
+    """trainer.launch with two processes on this node, then the training arguments."""
+    return ["--nproc-per-node", "2", "--max-restarts", str(max_restarts), *training_args(data, out, **model_kwargs)]
+
+
+def committed_steps(out: Path) -> list[int]:
+    return sorted(int(p.parent.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*/COMMITTED"))
+
+
+@pytest.fixture(scope="module")
+def env():
+    return process_env()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "signal.csv"
+    pa_csv.write_csv(signal_table(rows=2000), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, data, env) -> dict:
+    out = tmp_path_factory.mktemp("uninterrupted")
+    finished = run("trainer.launch", launch_args(data, out, max_restarts=0), env, out / "run.log")
+    assert finished.returncode == 0, finished.output[-4000:]
+    return model_weights(out / "model")
+
+
+def interrupt_with_sigterm(data: Path, out: Path, env: dict) -> int:
+    """Start a run, SIGTERM the launcher once a checkpoint is committed; return the step the ranks stopped at."""
+    with started("trainer.launch", launch_args(data, out, max_restarts=0), env, out / "first.log") as r:
+        wait_for(lambda: committed_steps(out), "the first committed checkpoint", running=r)
+        os.kill(r.pid, signal.SIGTERM)
+        first = r.wait()
+    assert first.returncode == PREEMPTED_EXIT_CODE, first.output[-4000:]
+    assert not (out / "model" / "_SUCCESS").exists()
+    stops = first.messages("stopped by SIGTERM after a committed checkpoint")
+    assert sorted(e["rank"] for e in stops) == [0, 1], first.output[-4000:]
+    assert len({e["step"] for e in stops}) == 1, "ranks stopped at different steps"
+    return stops[0]["step"]
+
+
+def test_resume_after_sigterm_matches_uninterrupted_run(tmp_path, data, env, uninterrupted):
+    stopped_at = interrupt_with_sigterm(data, tmp_path, env)
+    assert committed_steps(tmp_path)[-1] == stopped_at
+
+    second = run("trainer.launch", launch_args(data, tmp_path, max_restarts=0), env, tmp_path / "2.log")
+
+    assert second.returncode == 0, second.output[-4000:]
+    metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] == stopped_at
+    assert metrics["steps"] == 200
+    assert [r["epoch"] for r in map(json.loads, (tmp_path / "model" / "metrics.jsonl").open())] == [1, 2, 3, 4]
+    assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
+
+
+def test_resume_skips_half_written_and_corrupt_checkpoints(tmp_path, data, env, uninterrupted):
+    stopped_at = interrupt_with_sigterm(data, tmp_path, env)
+    good = tmp_path / "checkpoints" / f"step-{stopped_at:09d}"
+    state = (good / "state.pt").read_bytes()
+    # A save cut short by the kill: half the state, no commit marker.
+    half_written = tmp_path / "checkpoints" / f"step-{stopped_at + 5:09d}"
+    half_written.mkdir()
+    (half_written / "state.pt").write_bytes(state[: len(state) // 2])
+    # A marker whose state does not match it (say, a truncated upload).
+    corrupt = tmp_path / "checkpoints" / f"step-{stopped_at + 7:09d}"
+    shutil.copytree(good, corrupt)
+    (corrupt / "state.pt").write_bytes(state[:-100])
+
+    second = run("trainer.launch", launch_args(data, tmp_path, max_restarts=0), env, tmp_path / "2.log")
+
+    assert second.returncode == 0, second.output[-4000:]
+    assert [e["step"] for e in second.messages("skipping uncommitted checkpoint (no commit marker)")] == [
+        stopped_at + 5
+    ]
+    assert [e["step"] for e in second.messages("skipping corrupt checkpoint")] == [stopped_at + 7]
+    assert json.loads((tmp_path / "model" / "metrics.json").read_text())["resumed_from_step"] == stopped_at
+    assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
+    assert len(committed_steps(tmp_path)) == 3  # the last three are kept, the junk is gone
+
+
+def worker_pid(launcher_pid: int, rank: int) -> int | None:
+    children = Path(f"/proc/{launcher_pid}/task/{launcher_pid}/children").read_text().split()
+    for child in children:
+        try:
+            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return int(child)
+    return None
+
+
+def test_sigterm_to_one_worker_stops_every_rank_at_the_same_step(tmp_path, data, env, uninterrupted):
+    """Only rank 1 is told; rank 0 must stop at the same step. torchrun then restarts the group, which resumes."""
+    with started("trainer.launch", launch_args(data, tmp_path, max_restarts=1), env,
+                 tmp_path / "run.log") as r:  # fmt: skip
+        wait_for(lambda: committed_steps(tmp_path), "the first committed checkpoint", running=r)
+        os.kill(worker_pid(r.pid, rank=1), signal.SIGTERM)
+        finished = r.wait()
+
+    assert finished.returncode == 0, finished.output[-4000:]
+    stops = finished.messages("stopped by SIGTERM after a committed checkpoint")
+    assert sorted(e["rank"] for e in stops) == [0, 1]
+    assert len({e["step"] for e in stops}) == 1
+    metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] == stops[0]["step"]
+    assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
+
+
+def test_crashed_worker_group_is_restarted_and_resumes_bitwise(tmp_path, data, env, uninterrupted):
+    args = launch_args(data, tmp_path, max_restarts=1, crash_at_batch=CHECKPOINT_EVERY_STEPS + 15)
+    finished = run("trainer.launch", args, env, tmp_path / "run.log")
+
+    assert finished.returncode == 0, finished.output[-4000:]
+    assert "deliberate crash at training batch 35" in finished.output
+    metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] == CHECKPOINT_EVERY_STEPS
+    assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
+
+
+def test_restarts_are_bounded(tmp_path, data, env):
+    args = launch_args(data, tmp_path, max_restarts=1, crash_at_batch=5, crash_every_attempt=True)
+    finished = run("trainer.launch", args, env, tmp_path / "run.log")
+
+    assert finished.returncode == 1
+    assert len(finished.messages("training starts")) == 2  # the first attempt and one restart, no more
+    assert finished.messages("workers failed after the allowed restarts")
+    assert not (tmp_path / "model" / "_SUCCESS").exists()
+
+
+def test_workers_checkpoint_and_stop_when_the_launcher_is_killed_outright(tmp_path, data, env, uninterrupted):
+    """SIGKILL cannot be forwarded; the workers learn of it from Linux (parent-death signal) and stop cleanly."""
+    with started("trainer.launch", launch_args(data, tmp_path, max_restarts=0), env,
+                 tmp_path / "first.log") as r:  # fmt: skip
+        wait_for(lambda: committed_steps(tmp_path), "the first committed checkpoint", running=r)
+        workers = descendants(r.pid)
+        assert len(workers) == 2
+        os.kill(r.pid, signal.SIGKILL)
+        r.wait()
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), "the workers to exit")
+        output = r.output()
+
+    stops = [e for e in Finished(0, output).events if e["message"] == "stopped by SIGTERM after a committed checkpoint"]
+    assert sorted(e["rank"] for e in stops) == [0, 1], output[-4000:]
+    assert committed_steps(tmp_path)[-1] == stops[0]["step"]
+    second = run("trainer.launch", launch_args(data, tmp_path, max_restarts=0), env, tmp_path / "2.log")
+    assert second.returncode == 0, second.output[-4000:]
+    assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
+
+
+def test_a_checkpoint_resumes_under_another_world_size_with_a_warning(tmp_path, data, env):
+    stopped_at = interrupt_with_sigterm(data, tmp_path, env)
+    alone = run("trainer.train", training_args(data, tmp_path), env, tmp_path / "alone.log")  # a world of one
+
+    assert alone.returncode == 0, alone.output[-4000:]
+    [warning] = alone.messages(
+        "checkpoint was written with another world size or batch size; resuming, but not bit-for-bit"
+    )
+    assert warning["checkpoint_world_size"] == 2 and warning["world_size"] == 1
+    metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] == stopped_at and metrics["world_size"] == 1
+
+
+def test_time_based_checkpoints_are_taken_without_a_step_cadence(tmp_path, data, env):
+    args = [*training_args(data, tmp_path), "--checkpoint-every-steps", "0", "--checkpoint-every-seconds", "0.3"]
+
+    finished = run("trainer.train", args, env, tmp_path / "run.log")  # 400 steps of at least 10 ms each
+
+    assert finished.returncode == 0, finished.output[-4000:]
+    steps = [e["step"] for e in finished.messages("checkpoint committed")]
+    assert steps[-1] == 400 and len(steps) >= 3, steps  # some by the clock, then the last step's

@@ -1,0 +1,150 @@
+"""The container entry point: `python -m trainer.launch [ARGS]`.
+
+Vertex AI describes the cluster per node — `WORLD_SIZE` is the number of nodes, `RANK` this node's index,
+`MASTER_ADDR`/`MASTER_PORT` the primary node — with `CLUSTER_SPEC` (worker pools 0 and 1; pool 2 holds Reduction
+Server reducers, which run no trainer) as the fallback. This turns that into a torchrun invocation with one
+process per visible GPU, or on CPU the count the local stack gives in `TRAINCTL_LOCAL_PROCS_PER_NODE`, or
+`--nproc-per-node`. torchrun restarts a failed worker group up to `--max-restarts` times (the trainer resumes
+from its last checkpoint) and forwards SIGTERM to the workers, which checkpoint and stop. With no Vertex
+environment it runs a single node. Every argument this program does not know goes to `trainer.train`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from trainer import logs
+
+LOCAL_PROCS_ENV = "TRAINCTL_LOCAL_PROCS_PER_NODE"
+DEFAULT_MASTER_PORT = 29500
+TRAINING_POOLS = ("workerpool0", "workerpool1")  # workerpool2: Reduction Server, workerpool3: evaluators
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nnodes: int
+    node_rank: int
+    master_addr: str = "127.0.0.1"
+    master_port: int = DEFAULT_MASTER_PORT
+
+
+def cluster_from_env(env: Mapping[str, str]) -> Cluster:
+    """This node's place in the job, from Vertex's PyTorch variables, else from CLUSTER_SPEC, else one node."""
+    if env.get("WORLD_SIZE") and env.get("RANK") and env.get("MASTER_ADDR"):
+        return Cluster(
+            nnodes=int(env["WORLD_SIZE"]),
+            node_rank=int(env["RANK"]),
+            master_addr=env["MASTER_ADDR"],
+            master_port=int(env.get("MASTER_PORT") or DEFAULT_MASTER_PORT),
+        )
+    if env.get("CLUSTER_SPEC"):
+        spec = json.loads(env["CLUSTER_SPEC"])
+        pools = spec.get("cluster", {})
+        primary = pools.get("workerpool0") or []
+        if not primary:
+            raise ValueError("CLUSTER_SPEC has no workerpool0, so there is no primary node to meet at")
+        task = spec.get("task", {})
+        if task.get("type") not in TRAINING_POOLS:
+            raise ValueError(f"this node is in {task.get('type')!r}, which runs no trainer (pools 0 and 1 do)")
+        host, _, port = primary[0].rpartition(":")
+        node_rank = 0 if task["type"] == "workerpool0" else 1 + int(task.get("index", 0))
+        return Cluster(
+            nnodes=sum(len(pools.get(p) or []) for p in TRAINING_POOLS),
+            node_rank=node_rank,
+            master_addr=host or primary[0],
+            master_port=int(env.get("MASTER_PORT") or port or DEFAULT_MASTER_PORT),
+        )
+    return Cluster(nnodes=1, node_rank=0)
+
+
+def processes_per_node(requested: int | None, env: Mapping[str, str], visible_gpus: int) -> int:
+    if requested:
+        return requested
+    if visible_gpus:
+        return visible_gpus
+    return int(env.get(LOCAL_PROCS_ENV) or 1)
+
+
+def torchrun_argv(cluster: Cluster, nproc: int, max_restarts: int, run_id: str, train_args: list[str]) -> list[str]:
+    argv = ["--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts)]
+    if cluster.nnodes == 1:
+        argv += ["--standalone"]
+    else:
+        # c10d rendezvous (not static): when one node restarts its workers, the others notice the new round
+        # and restart theirs too, so a bounded restart works across nodes. The primary node hosts the store.
+        argv += [
+            "--nnodes", str(cluster.nnodes),
+            "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"{cluster.master_addr}:{cluster.master_port}",
+            "--rdzv-id", run_id,
+            "--rdzv-conf", f"is_host={'true' if cluster.node_rank == 0 else 'false'}",
+        ]  # fmt: skip
+    return [*argv, "--module", "trainer.train", *train_args]
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.launch",
+        allow_abbrev=False,
+        description="Start trainer.train on this node with torchrun; other arguments go to it.",
+    )
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        help=f"processes on this node (default: visible GPUs, else ${LOCAL_PROCS_ENV}, else 1)",
+    )
+    p.add_argument("--max-restarts", type=int, default=3, help="restarts of a failed worker group before giving up")
+    return p.parse_known_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, train_args = parse_args(sys.argv[1:] if argv is None else argv)
+    import torch
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    # torchrun shares its rendezvous store with the workers by default, and a restarted worker group can then
+    # read the previous attempt's keys and hang in init_process_group (pytorch/pytorch#135712). Opt out.
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    cluster = cluster_from_env(os.environ)
+    nproc = processes_per_node(args.nproc_per_node, os.environ, torch.cuda.device_count())
+    run_id = os.environ.get("CLOUD_ML_JOB_ID") or "trainctl"
+    argv = torchrun_argv(cluster, nproc, args.max_restarts, run_id, train_args)
+    logs.log(
+        "launching torchrun",
+        rank=cluster.node_rank,
+        nnodes=cluster.nnodes,
+        node_rank=cluster.node_rank,
+        nproc_per_node=nproc,
+        torchrun_args=argv,
+    )
+    try:
+        torchrun(argv)
+    except SignalException as e:
+        logs.warning(
+            "stopped by a signal; workers were told to checkpoint and stop",
+            rank=cluster.node_rank,
+            signal=e.sigval.name,
+        )
+        return 128 + int(e.sigval)
+    except ChildFailedError as e:
+        codes = sorted({f.exitcode for f in e.failures.values()})
+        logs.error(
+            "workers failed after the allowed restarts",
+            rank=cluster.node_rank,
+            exit_codes=codes,
+            max_restarts=args.max_restarts,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

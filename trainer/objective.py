@@ -1,0 +1,67 @@
+"""What is being learned: the loss for a batch and the validation metrics, with the trivial baseline beside
+them (the majority class for classification, the training mean for regression) so a user can tell whether
+the model learned anything. Evaluation runs on every rank over its own validation rows; sums are all-reduced.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.preprocess import Preprocessor
+
+EVAL_CHUNK_ROWS = 8192
+
+
+class Objective:
+    def __init__(self, prep: Preprocessor):
+        self.classification = prep.task == "classification"
+        self.target_std = prep.target_std
+        # Predicting the most frequent training class, or the training mean (0 once standardised).
+        self.majority_class = max(range(len(prep.class_counts)), key=prep.class_counts.__getitem__, default=0)
+        self.metric = "accuracy" if self.classification else "rmse"
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        # Under bf16 autocast both losses are computed in float32 anyway.
+        if self.classification:
+            return F.cross_entropy(outputs, targets, reduction=reduction)
+        return F.mse_loss(outputs.reshape(-1), targets, reduction=reduction)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, device: torch.device) -> dict:
+        """Validation loss, the metric, and the baseline's metric on the same rows, over all ranks."""
+        was_training = model.training
+        model.eval()
+        # loss sum, model hits (or squared error), baseline hits (or squared error), rows
+        sums = torch.zeros(4, dtype=torch.float64, device=device)
+        for start in range(0, len(inputs), EVAL_CHUNK_ROWS):
+            x = inputs[start : start + EVAL_CHUNK_ROWS].to(device)
+            y = targets[start : start + EVAL_CHUNK_ROWS].to(device)
+            outputs = model(x)
+            sums[0] += self.loss(outputs, y, reduction="sum").double()
+            if self.classification:
+                sums[1] += (outputs.argmax(dim=1) == y).sum()
+                sums[2] += (y == self.majority_class).sum()
+            else:
+                sums[1] += ((outputs.reshape(-1) - y) ** 2).sum().double()
+                sums[2] += (y**2).sum().double()
+            sums[3] += len(y)
+        model.train(was_training)
+        dist.all_reduce(sums)
+        loss_sum, model_score, baseline_score, rows = sums.tolist()
+        rows = max(rows, 1.0)
+        if self.classification:
+            return {
+                "val_loss": loss_sum / rows,
+                "val_accuracy": model_score / rows,
+                "baseline_accuracy": baseline_score / rows,
+            }
+        return {
+            "val_loss": loss_sum / rows,
+            "val_rmse": math.sqrt(model_score / rows) * self.target_std,
+            "baseline_rmse": math.sqrt(baseline_score / rows) * self.target_std,
+        }

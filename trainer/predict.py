@@ -1,0 +1,70 @@
+"""Predictions from a trained model: `python -m trainer.predict --model-dir URI --data URI --out URI`.
+
+Reads `model.pt` from the model folder, applies its preprocessing to every row of the data (a file or a folder
+of shards; a target column, if present, is ignored), and writes the rows with a `prediction` column added —
+the class label in the target's own type, or the value in the target's units — plus `confidence` (the
+predicted class's probability) for classification. The output is CSV, or Parquet when `--out` ends in .parquet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+import torch
+
+from trainer import logs
+from trainer.data import FORMATS, list_shards, read_table
+from trainer.outputs import load_model
+from trainer.storage import read_uri, write_uri
+
+CHUNK_ROWS = 8192
+
+
+def predict(model_dir: str, data_uri: str, data_format: str = "auto") -> pa.Table:
+    model, prep = load_model(model_dir)
+    shards = list_shards(data_uri, data_format)
+    tables = [read_table(read_uri(s.uri), s.format) for s in shards]
+    table = pa.concat_tables(tables, promote_options="permissive")
+    features = prep.features(table)
+    with torch.no_grad():
+        outputs = torch.cat(
+            [model(features[i : i + CHUNK_ROWS]) for i in range(0, len(features), CHUNK_ROWS)]
+            or [torch.zeros((0, prep.num_outputs))]
+        )
+    table = table.append_column("prediction", prep.decode(outputs))
+    if prep.task == "classification":
+        confidence = torch.softmax(outputs.float(), dim=1).max(dim=1).values.double().numpy()
+        table = table.append_column("confidence", pa.array(confidence))
+    return table
+
+
+def encode(table: pa.Table, out_uri: str) -> bytes:
+    buffer = io.BytesIO()
+    if out_uri.endswith((".parquet", ".pq")):
+        pq.write_table(table, buffer)
+    else:
+        pa_csv.write_csv(table, buffer)
+    return buffer.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainer.predict", description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", required=True, help="the folder holding model.pt ($AIP_MODEL_DIR of the run)")
+    p.add_argument("--data", required=True, help="gs://…, /gcs/… or local: a CSV/Parquet file or a folder of them")
+    p.add_argument("--out", required=True, help="file to write; a URI ending in / gets predictions.csv inside")
+    p.add_argument("--format", default="auto", choices=FORMATS)
+    args = p.parse_args(argv)
+    out_uri = args.out + "predictions.csv" if args.out.endswith("/") else args.out
+    table = predict(args.model_dir, args.data, args.format)
+    write_uri(out_uri, encode(table, out_uri))
+    logs.log("predictions written", rows=table.num_rows, out=out_uri, model_dir=args.model_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Turning table columns into model inputs and targets: numeric columns standardised with statistics of the
+training split, string columns one-hot encoded over their most frequent values, and the target encoded as a
+class index (classification) or a standardised value (regression). The fitted state travels inside
+`model.pt`, so `trainer.predict` applies exactly the same transformation.
+
+Statistics come from the rows a rank owns; when ranks own different rows (sharded data) they are combined
+across ranks, so every rank ends up with the same preprocessing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+import torch.distributed as dist
+
+MAX_CATEGORIES = 50  # one-hot slots per string column; rarer values share the "other" slot
+MAX_CLASSES = 32  # --task auto: an integer or string target with at most this many values is a class label
+TASKS = ("auto", "classification", "regression")
+
+
+class Combine:
+    """How per-rank statistics become global ones: across ranks for sharded data, as they are otherwise."""
+
+    def __init__(self, across_ranks: bool):
+        self.across_ranks = across_ranks
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        if not self.across_ranks:
+            return values
+        tensor = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64))
+        dist.all_reduce(tensor)
+        return tensor.numpy()
+
+    def gather(self, obj: Any) -> list[Any]:
+        if not self.across_ranks:
+            return [obj]
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+
+def _is_numeric(arrow_type: pa.DataType) -> bool:
+    return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_boolean(arrow_type)
+
+
+def _as_float(column: pa.ChunkedArray) -> np.ndarray:
+    return column.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _as_keys(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.cast(column, pa.string())
+
+
+def _natural_order(key: str) -> tuple:
+    try:
+        return (0, float(key), key)
+    except ValueError:
+        return (1, 0.0, key)
+
+
+def keep_columns(table: pa.Table, target: str, features: list[str] | None) -> pa.Table:
+    """Only the chosen feature columns and the target (all columns when no features are chosen)."""
+    if not features:
+        return table
+    missing = [c for c in features if c not in table.column_names]
+    if missing:
+        raise ValueError(f"--features {missing} are not columns of the data; columns are {table.column_names}")
+    return table.select([c for c in features if c != target] + [target])
+
+
+def drop_unlabelled(table: pa.Table, target: str) -> pa.Table:
+    if target not in table.column_names:
+        raise ValueError(f"--target {target!r} is not a column of the data; columns are {table.column_names}")
+    return table.filter(pc.is_valid(table[target]))
+
+
+@dataclass
+class Preprocessor:
+    target: str
+    task: str
+    target_type: str
+    numeric: list[str] = field(default_factory=list)
+    means: list[float] = field(default_factory=list)
+    stds: list[float] = field(default_factory=list)
+    categories: dict[str, list[str]] = field(default_factory=dict)
+    classes: list[str] = field(default_factory=list)
+    class_counts: list[float] = field(default_factory=list)
+    target_mean: float = 0.0
+    target_std: float = 1.0
+
+    @property
+    def num_features(self) -> int:
+        return len(self.numeric) + sum(len(v) + 1 for v in self.categories.values())
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.classes) if self.task == "classification" else 1
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> Preprocessor:
+        return cls(**state)
+
+    @classmethod
+    def fit(cls, train: pa.Table, target: str, task: str, combine: Combine) -> Preprocessor:
+        feature_columns = [c for c in train.column_names if c != target]
+        # A column is numeric only if every rank saw it as numeric (or saw only nulls).
+        local_kinds = {
+            c: "null" if pa.types.is_null(train[c].type) else ("numeric" if _is_numeric(train[c].type) else "string")
+            for c in feature_columns
+        }
+        all_kinds = combine.gather(local_kinds)
+        numeric = [c for c in feature_columns if all(k[c] in ("numeric", "null") for k in all_kinds)]
+        strings = [c for c in feature_columns if c not in numeric]
+
+        means, stds = _standardisation([_as_float(train[c]) for c in numeric], combine)
+        categories = {c: _vocabulary(train[c], combine) for c in strings}
+
+        prep = cls(target=target, task=task, target_type=str(train[target].type))
+        prep.numeric, prep.means, prep.stds, prep.categories = numeric, means, stds, categories
+        prep._fit_target(train[target], combine)
+        return prep
+
+    def _fit_target(self, column: pa.ChunkedArray, combine: Combine) -> None:
+        keys = _as_keys(column)
+        distinct = pc.unique(keys).to_pylist()
+        seen = combine.gather(distinct if len(distinct) <= MAX_CLASSES else None)
+        all_distinct = (
+            None if any(s is None for s in seen) else sorted({k for s in seen for k in s}, key=_natural_order)
+        )
+        if self.task == "auto":
+            self.task = _decide_task(column.type, all_distinct)
+        if self.task == "classification":
+            if all_distinct is None:
+                raise ValueError(
+                    f"--target {self.target!r} has more than {MAX_CLASSES} distinct values, too many for "
+                    "classification; use --task regression"
+                )
+            self.classes = all_distinct
+            counts = Counter(keys.to_pylist())
+            self.class_counts = combine.sum(np.array([counts[k] for k in self.classes], dtype=np.float64)).tolist()
+        else:
+            if not _is_numeric(column.type):
+                raise ValueError(f"--target {self.target!r} holds {column.type} values; regression needs numbers")
+            (mean,), (std,) = _standardisation([_as_float(column)], combine)
+            self.target_mean, self.target_std = mean, std
+
+    def features(self, table: pa.Table) -> torch.Tensor:
+        missing = [c for c in [*self.numeric, *self.categories] if c not in table.column_names]
+        if missing:
+            raise ValueError(f"the data lacks feature columns {missing} that the model was trained on")
+        parts = []
+        if self.numeric:
+            values = np.stack([_as_float(table[c]) for c in self.numeric], axis=1)
+            values = (values - np.array(self.means)) / np.array(self.stds)
+            parts.append(np.nan_to_num(values, nan=0.0))  # a missing number becomes the training mean
+        for column, vocabulary in self.categories.items():
+            index = pc.index_in(_as_keys(table[column]), value_set=pa.array(vocabulary, pa.string()))
+            index = pc.fill_null(index, len(vocabulary)).to_numpy(zero_copy_only=False)
+            parts.append(np.eye(len(vocabulary) + 1)[index])
+        if not parts:
+            return torch.zeros((table.num_rows, 0))
+        return torch.from_numpy(np.concatenate(parts, axis=1).astype(np.float32))
+
+    def targets(self, table: pa.Table) -> torch.Tensor:
+        column = table[self.target]
+        if self.task == "classification":
+            index = pc.index_in(_as_keys(column), value_set=pa.array(self.classes, pa.string()))
+            if index.null_count:
+                unknown = pc.filter(_as_keys(column), pc.is_null(index)).unique().to_pylist()[:5]
+                raise ValueError(f"target values {unknown} were not seen when the classes were fitted")
+            return torch.from_numpy(index.to_numpy(zero_copy_only=False).astype(np.int64))
+        values = (_as_float(column) - self.target_mean) / self.target_std
+        return torch.from_numpy(values.astype(np.float32))
+
+    def decode(self, outputs: torch.Tensor) -> pa.Array:
+        """Model outputs → predictions in the target's own type (a class label, or a value in its units)."""
+        if self.task == "classification":
+            labels = pa.array(self.classes, pa.string()).take(pa.array(outputs.argmax(dim=1).numpy()))
+            try:
+                return labels.cast(pa.type_for_alias(self.target_type))
+            except (ValueError, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return labels
+        values = outputs.reshape(-1).double().numpy() * self.target_std + self.target_mean
+        return pa.array(values)
+
+
+def _decide_task(arrow_type: pa.DataType, distinct: list[str] | None) -> str:
+    if not _is_numeric(arrow_type) or pa.types.is_boolean(arrow_type):
+        return "classification"
+    if distinct is not None and all(float(k).is_integer() for k in distinct):
+        return "classification"
+    return "regression"
+
+
+def _standardisation(columns: list[np.ndarray], combine: Combine) -> tuple[list[float], list[float]]:
+    """Mean and standard deviation of each column over the non-missing values; two passes for precision."""
+    if not columns:
+        return [], []
+    present = [~np.isnan(c) for c in columns]
+    counts = combine.sum(np.array([p.sum() for p in present], dtype=np.float64))
+    sums = combine.sum(np.array([c[p].sum() for c, p in zip(columns, present, strict=True)]))
+    means = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
+    squares = combine.sum(np.array([((c[p] - m) ** 2).sum() for c, p, m in zip(columns, present, means, strict=True)]))
+    variances = np.divide(squares, counts, out=np.zeros_like(squares), where=counts > 0)
+    # A constant column would divide by zero; leave it centred and unscaled.
+    stds = [math.sqrt(v) if v > 0 else 1.0 for v in variances]
+    return means.tolist(), stds
+
+
+def _vocabulary(column: pa.ChunkedArray, combine: Combine) -> list[str]:
+    local = Counter(v for v in _as_keys(column).to_pylist() if v is not None)
+    total: Counter[str] = Counter()
+    for counts in combine.gather(dict(local)):
+        total.update(counts)
+    most_frequent = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CATEGORIES]
+    return sorted(k for k, _ in most_frequent)

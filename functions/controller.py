@@ -48,6 +48,9 @@ OUTBOX_GRACE = timedelta(seconds=8)
 # How long a delivery waits for another delivery's live claim to finish before asking for redelivery.
 CLAIM_WAIT = timedelta(seconds=20)
 MAX_METRICS_BYTES = 1024 * 1024
+# What the trainer leaves in its model folder when it fails (trainer/outputs.py; the trainer is configured
+# only by its command line, so the name is agreed here rather than imported).
+FAILURE_NOTE = "failure.json"
 
 
 def _all(record: Record) -> set[str]:
@@ -398,6 +401,9 @@ class Controller:
         transition = observe(record, job, ref, now, request.scheduling.max_pending, metrics=None)
         if transition.action == "load_metrics":
             transition = observe(record, job, ref, now, request.scheduling.max_pending, self._metrics(record))
+        elif transition.action == "diagnose":
+            diagnosis = self._diagnose(record, request)
+            transition = observe(record, job, ref, now, request.scheduling.max_pending, None, diagnosis)
         if record.model_dump() == before:
             if transition.action == "cancel":
                 self.vertex.cancel(job.name)
@@ -427,6 +433,25 @@ class Controller:
             logs.warning("metrics.json is not JSON; reported without metrics", uri=record.artifacts.metrics_uri)
             return {}
         return metrics if isinstance(metrics, dict) else {}
+
+    def _diagnose(self, record: Record, request: TrainingJobRequest) -> str:
+        """Why a job failed by the user's hand, in words that name the path: the trainer's own note when it
+        could write one, else what is missing (the dataset, or any output at all)."""
+        bucket, name = split_gs_uri(record.artifacts.model_dir + FAILURE_NOTE)
+        found = self.gcs.read(bucket, name)
+        if found is not None:
+            try:
+                return f"The trainer reported: {json.loads(found[0])['error']}"
+            except (ValueError, KeyError, TypeError):
+                pass
+        bucket, prefix = split_gs_uri(request.dataset.uri)
+        if not self.gcs.any_under(bucket, prefix):
+            return f"The dataset {request.dataset.uri} has no objects."
+        output = record.artifacts.model_dir.removesuffix("model/")
+        bucket, prefix = split_gs_uri(output)
+        if not self.gcs.any_under(bucket, prefix):
+            return f"Nothing was written under {output}: can the job's service account write there?"
+        return ""
 
     def reconcile(self) -> dict[str, int]:
         """The sweep that never misses: every active request, one at a time, errors isolated."""

@@ -70,5 +70,14 @@ class Gcs:
         except gexc.NotFound:
             pass
 
+    def any_under(self, bucket: str, prefix: str) -> bool:
+        """Whether any object's name starts with `prefix` (False for a missing bucket)."""
+        try:
+            return self._call(
+                lambda **kw: any(True for _ in self._client.list_blobs(bucket, prefix=prefix, max_results=1, **kw))
+            )
+        except gexc.NotFound:
+            return False
+
     def names(self, bucket: str, prefix: str) -> list[str]:
         return self._call(lambda **kw: [b.name for b in self._client.list_blobs(bucket, prefix=prefix, **kw)])

@@ -135,7 +135,7 @@ class Transition:
     """What an observation changes: events to queue and an action for the orchestrator."""
 
     events: list[JobEvent]
-    action: Literal["none", "cancel", "resubmit", "load_metrics"] = "none"
+    action: Literal["none", "cancel", "resubmit", "load_metrics", "diagnose"] = "none"
 
 
 def job_ref(name: str, region: str, project: str) -> JobRef:
@@ -166,11 +166,19 @@ def _duration(job: JobSnapshot) -> float | None:
 
 
 def observe(
-    record: Record, job: JobSnapshot, ref: JobRef, now: datetime, max_pending: int, metrics: dict[str, Any] | None
+    record: Record,
+    job: JobSnapshot,
+    ref: JobRef,
+    now: datetime,
+    max_pending: int,
+    metrics: dict[str, Any] | None,
+    diagnosis: str | None = None,
 ) -> Transition:
     """Fold one observation of the record's job into the record; pure apart from mutating `record`.
 
-    `metrics` is None until the orchestrator has loaded metrics.json; a SUCCEEDED job first asks for it.
+    `metrics` is None until the orchestrator has loaded metrics.json: a SUCCEEDED job first asks for it.
+    `diagnosis` is None until the orchestrator has looked for the cause of a user failure (the trainer's
+    failure note, a missing dataset, an output folder nothing reached): such a FAILED job first asks for it.
     """
     events: list[JobEvent] = []
     common = _common(record, job, ref, now, "")
@@ -215,9 +223,12 @@ def observe(
         )
         return Transition(events)
     if job.state == "JOB_STATE_FAILED":
-        running_if_missed()
         reason = classify_job_failure(job.error_code, job.error_message, started=job.start_time is not None)
-        record.failure_reason, record.message = reason, job.error_message
+        if reason == "user" and diagnosis is None:
+            return Transition([], "diagnose")
+        running_if_missed()
+        message = f"{job.error_message} {diagnosis}".strip() if diagnosis else job.error_message
+        record.failure_reason, record.message = reason, message
         if reason in RESUBMITTABLE and record.attempt < record.max_attempts:
             events.append(
                 Retrying(
@@ -234,7 +245,7 @@ def observe(
         record.state = "failed"
         events.append(
             Failed(
-                **common | {"message": f"job {job.job_id} failed ({reason}): {job.error_message}"},
+                **common | {"message": f"job {job.job_id} failed ({reason}): {message}"},
                 reason=reason,
                 artifacts=record.artifacts,
                 duration_seconds=_duration(job),

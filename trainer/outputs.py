@@ -10,11 +10,13 @@ import json
 import torch
 from torch import nn
 
+from trainer import logs
 from trainer.model import build_model
 from trainer.preprocess import Preprocessor
 from trainer.storage import open_folder
 
 MODEL_FORMAT = "trainctl-model/1"
+FAILURE_NOTE = "failure.json"
 
 
 def write_history(model_dir: str, history: list[dict]) -> None:
@@ -37,6 +39,16 @@ def write_outputs(
     write_history(model_dir, history)
     folder.write_bytes("metrics.json", (json.dumps(metrics, indent=2) + "\n").encode())
     folder.write_bytes("_SUCCESS", b"")
+
+
+def report_failure(model_dir: str, error: Exception) -> None:
+    """Leave `failure.json` in the model folder, best effort, so the controller's `failed` event can say what
+    went wrong (a missing dataset, say) in the trainer's own words; Vertex itself reports only an exit code."""
+    try:
+        note = {"error": f"{type(error).__name__}: {error}"[:2000]}
+        open_folder(model_dir).write_bytes(FAILURE_NOTE, (json.dumps(note) + "\n").encode())
+    except Exception as unwritable:  # the output folder may be the problem itself
+        logs.error(f"could not write {FAILURE_NOTE} to {model_dir}: {type(unwritable).__name__}: {unwritable}")
 
 
 def load_model(model_dir: str) -> tuple[nn.Module, Preprocessor]:

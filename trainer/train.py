@@ -34,7 +34,7 @@ from trainer.distributed import (
 )
 from trainer.model import BUILTIN_MLP, build_model
 from trainer.objective import Objective
-from trainer.outputs import write_history, write_outputs
+from trainer.outputs import report_failure, write_history, write_outputs
 from trainer.preprocess import TASKS, Combine, Preprocessor, drop_unlabelled, keep_columns
 from trainer.tensorboard import ScalarWriter
 from trainer.throughput import Throughput
@@ -354,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             return train(args, device, stop)
         except Exception as e:
             logs.error(f"training failed: {type(e).__name__}: {e}")
+            report_failure(args.model_dir, e)
             raise
 
 

@@ -38,7 +38,7 @@ def test_submit_wait_follows_a_request_until_it_succeeded(stack: RunningStack, t
     assert lines[0].startswith(f"published {path} as message ")
     assert [line.split()[1] for line in lines[1:]] == ["accepted", "submitted", "running", "succeeded"]
     assert all(request_id in line for line in lines[1:])
-    assert 'accuracy 0.9' in lines[-1]  # the metrics the job wrote, shown with `succeeded`
+    assert "accuracy 0.9" in lines[-1]  # the metrics the job wrote, shown with `succeeded`
     (job,) = stack.jobs_of(request_id)
     status = json.loads(stack.trainctl("status", request_id, "--json").stdout)
     assert status["state"] == "succeeded"

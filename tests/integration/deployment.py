@@ -43,6 +43,7 @@ def fake_node_request(request_id: str, *args: str, **sections: Any) -> dict[str,
 class Deployment:
     suffix: str
     jobservice_address: str
+    extra_settings: dict[str, str] = field(default_factory=dict)
     functions: dict[str, FunctionProcess] = field(default_factory=dict)
 
     @property
@@ -74,7 +75,7 @@ class Deployment:
             "TRAINCTL_VERTEX_ENDPOINT": self.jobservice_address,
             "TRAINCTL_LEASE": "3s",
         }
-        return env | overrides
+        return env | self.extra_settings | overrides
 
     # ---- setting up ----------------------------------------------------------------------------------
 

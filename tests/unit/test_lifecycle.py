@@ -106,7 +106,11 @@ def test_user_errors_and_exhausted_attempts_fail():
         error_message="The replica workerpool0-0 exited with a non-zero status of 3.",
     )
     rec = record(state="running")
-    assert [(e.state, e.reason) for e in observe(rec, user, REF, NOW, 3600, None).events] == [("failed", "user")]
+    assert observe(rec, user, REF, NOW, 3600, None).action == "diagnose"  # look for the cause first
+    assert rec.state == "running"
+    (failed,) = observe(rec, user, REF, NOW, 3600, None, "The dataset gs://d/x/ has no objects.").events
+    assert (failed.state, failed.reason) == ("failed", "user")
+    assert failed.message.endswith("non-zero status of 3. The dataset gs://d/x/ has no objects.")
     internal = job("JOB_STATE_FAILED", start_time=NOW, error_code=13, error_message="Internal error occurred")
     last = record(state="running", attempt=3)
     assert [(e.state, e.reason) for e in observe(last, internal, REF, NOW, 3600, None).events] == [

@@ -99,7 +99,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default=None,
         help=f"processes on this node (default: visible GPUs, else ${LOCAL_PROCS_ENV}, else 1)",
     )
-    p.add_argument("--max-restarts", type=int, default=3, help="restarts of a failed worker group before giving up")
+    # One restart covers a crashed process; Vertex restarts failed workers itself and the controller resubmits
+    # preempted jobs, so more restarts here mostly repeat a deterministic failure (a missing dataset, say).
+    p.add_argument("--max-restarts", type=int, default=1, help="restarts of a failed worker group before giving up")
     return p.parse_known_args(argv)
 
 

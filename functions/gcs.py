@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from functions.errors import Transient
+from functions.rest import rest_session
 
 _SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -32,23 +33,11 @@ class StorageError(Exception):
     """Cloud Storage refused a call for a reason retrying will not fix (permission, bad request …)."""
 
 
-def _session() -> tuple[Any, str]:
-    import requests
-
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-    if emulator:
-        return requests.Session(), emulator.rstrip("/")
-    import google.auth
-    from google.auth.transport.requests import AuthorizedSession
-
-    credentials, _ = google.auth.default(scopes=_SCOPES)
-    return AuthorizedSession(credentials), "https://storage.googleapis.com"
-
-
 class Gcs:
     def __init__(self, project: str, attempts: int = 5, timeout: float = 30.0):
         self.project = project
-        self._session, self._base = _session()
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+        self._session, self._base = rest_session(emulator, "https://storage.googleapis.com", _SCOPES)
         self._attempts = attempts
         self._timeout = timeout
 

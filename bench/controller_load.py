@@ -8,11 +8,12 @@ stopwatch and, the moment a marker's event first arrives, posts the same event a
 at-least-once redelivery racing the first). Jobs stay queued in the JobService, so what is measured is the
 controller, not the fake training's processes.
 
-Figures: upload → CreateCustomJob latency (upload start on this side, the job's create_time on the
-JobService's; the same clock), split into delivery (upload → bridge) and controller (bridge → create);
-events handled per second; duplicates handled per second when every marker is delivered once more with
-`--storm-threads` concurrent senders; the invariants (one job per marker, one `submitted` event each,
-every ledger record submitted, nothing rejected or failed).
+Phases, each with its own markers: `--rate` uploads per second delivered directly to the function (Eventarc's
+part left out), all of them at once (a queue: the capacity), and `--rate` per second through the emulator's
+push. Figures: upload → CreateCustomJob latency (upload start on this side, the job's create_time on the
+JobService's; the same clock), split by hop; events handled per second; duplicates handled per second when
+every marker is delivered once more with `--storm-threads` concurrent senders; the invariants (one job per
+marker, one `submitted` event each, every ledger record submitted, nothing rejected or failed).
 
     python bench/controller_load.py [--markers 300] [--rate 5] [--storm-threads 16] [--results bench/RESULTS.md]
 """
@@ -187,7 +188,8 @@ def peak_rss_mib(pgid: int) -> float:
 class Intake:
     """One phase: markers uploaded at a rate, each delivered twice, and what the bridge saw of them."""
 
-    mode: str
+    mode: str  # push, direct, burst (direct, all at once) or warmup (direct)
+    rate: float
     uploads: list[Upload]
     first: dict[str, Delivery]
     events: dict[str, tuple[dict[str, str], bytes]]
@@ -216,20 +218,21 @@ def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]
         direct = (
             None if mode == "push" else lambda item, event: pool.submit(bridge.forward, item.name, event, item.finished)
         )
-        uploads = upload_markers(deployment, mode, count, args.rate, direct)
+        rate = 0.0 if mode == "burst" else args.rate
+        uploads = upload_markers(deployment, mode, count, rate, direct)
         done = wait_for_intake(bridge, uploads, redeliveries, timeout=args.timeout)
         seconds = done - min(u.started for u in uploads)
-        return Intake(
-            mode, uploads, dict(bridge.first), dict(bridge.events), bridge.deliveries + len(redeliveries), seconds
-        )
+        deliveries = bridge.deliveries + len(redeliveries)
+        return Intake(mode, rate, uploads, dict(bridge.first), dict(bridge.events), deliveries, seconds)
 
     try:
         # Warm the instance first (its first submission imports the Vertex client); not measured. Direct
         # delivery before the push subscription exists, so that those markers are not pushed as well.
         warmup = intake("warmup", args.warmups)
         direct = intake("direct", args.markers)
+        burst = intake("burst", args.markers)
         subscribe_bridge(stack, deployment.data_bucket, bridge.url)
-        phases = [intake("push", args.markers), direct]
+        phases = [intake("push", args.markers), direct, burst]
         repeated = [event for phase in phases for event in phase.events.values()]
         cpu_before = cpu_by_component(stack, deployment)
         storm_statuses, storm_seconds = duplicate_storm(deployment, repeated, args.storm_threads)
@@ -259,18 +262,28 @@ def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]
     }
     storm_rate = len(storm_statuses) / storm_seconds
     figures, notes = [], []
-    for phase, path in zip(phases, ("through the Pub/Sub emulator's push", "delivered directly"), strict=True):
+    paths = {
+        "push": f"{args.rate:g}/s through the Pub/Sub emulator's push",
+        "direct": f"{args.rate:g}/s delivered directly",
+        "burst": "all at once, delivered directly",
+    }
+    for phase in phases:
+        path, paced = paths[phase.mode], phase.rate > 0  # the goals are for a paced load, not a queue
         latencies, parts = latency(phase, jobs)
         p50, p95, p99 = (percentile(latencies, q) for q in (50, 95, 99))
         figures += [
-            Figure(f"upload → CreateCustomJob p50, {path}", f"{p50 * 1000:.0f} ms", "≤ 200 ms", p50 <= 0.2),
+            Figure(
+                f"upload → CreateCustomJob p50, {path}", f"{p50 * 1000:.0f} ms", *goal(paced, "≤ 200 ms", p50 <= 0.2)
+            ),
             Figure(f"upload → CreateCustomJob p95, {path}", f"{p95 * 1000:.0f} ms"),
-            Figure(f"upload → CreateCustomJob p99, {path}", f"{p99 * 1000:.0f} ms", "≤ 1000 ms", p99 <= 1.0),
+            Figure(
+                f"upload → CreateCustomJob p99, {path}", f"{p99 * 1000:.0f} ms", *goal(paced, "≤ 1000 ms", p99 <= 1)
+            ),
             Figure(f"events handled per second, {path}", f"{phase.deliveries / phase.seconds:.1f}"),
         ]
         notes.append(
-            f"{path}: {len(phase.uploads)} markers at {args.rate or 'full speed'}/s, {phase.deliveries} deliveries "
-            f"in {phase.seconds:.1f} s; latency parts, p50/p99 ms: "
+            f"{path}: {len(phase.uploads)} markers, {phase.deliveries} deliveries in {phase.seconds:.1f} s; "
+            "latency parts, p50/p99 ms: "
             + "; ".join(f"{part} {percentile(v, 50) * 1000:.0f}/{percentile(v, 99) * 1000:.0f}" for part, v in parts)
         )
     figures += [
@@ -293,6 +306,10 @@ def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]
         f"events published: {dict(sorted(states.items()))}; violations: {violations}",
     ]
     return figures, notes
+
+
+def goal(applies: bool, text: str, met: bool) -> tuple[str, bool | None]:
+    return (text, met) if applies else ("", None)
 
 
 def latency(phase: Intake, jobs: dict[str, list[float]]) -> tuple[list[float], list[tuple[str, list[float]]]]:

@@ -19,7 +19,7 @@ test: $(STAMP)
 # The performance goals of issue 8 on the emulators and the local JobService; each script appends its figures,
 # with the machine, load and commit, to bench/RESULTS.md. Not part of `make test` (tests never time anything).
 bench: $(STAMP)
-	$(PY) bench/cold_start.py
+	$(PY) bench/cold_start.py --profile
 	$(PY) bench/controller_load.py
 	$(PY) bench/reconcile_scale.py
 

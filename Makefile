@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint demo schemas clean
+.PHONY: test lint demo schemas clean bench
 
 $(STAMP): requirements.txt requirements-dev.txt trainer/requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,6 +20,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
+
+# The performance goals of issue 8 on the emulators and the local JobService; each script appends its figures,
+# with the machine, load and commit, to bench/RESULTS.md. Not part of `make test` (tests never time anything).
+bench: $(STAMP)
+	$(PY) bench/cold_start.py --profile
+	$(PY) bench/controller_load.py
+	$(PY) bench/reconcile_scale.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -7,9 +7,11 @@ anything worth retrying surfaces as `Transient`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -95,13 +97,26 @@ class Controller:
     clock: Callable[[], datetime] = utcnow
     owner: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     _vertex: VertexJobs | None = None
+    _vertex_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def vertex(self) -> VertexJobs:
         # Built on first use: data shards, duplicates and rejections never import the Vertex client.
+        with self._vertex_lock:
+            if self._vertex is None:
+                self._vertex = self.vertex_factory()
+            return self._vertex
+
+    def _prepare_vertex(self) -> None:
+        """A new request is about to be claimed and submitted: build the Vertex client in the background
+        meanwhile. Its import is most of a cold submission, and the ledger writes and the `accepted` event
+        before it mostly wait on the network; a failure here surfaces when the client is used."""
         if self._vertex is None:
-            self._vertex = self.vertex_factory()
-        return self._vertex
+            threading.Thread(target=self._build_vertex_quietly, name="vertex-client", daemon=True).start()
+
+    def _build_vertex_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            self.vertex  # noqa: B018 (the property builds the client)
 
     # ---- intake ----------------------------------------------------------------------------------------
 
@@ -135,6 +150,7 @@ class Controller:
         digest = spec_hash(request)
         found = self.ledger.read(key_hash(key))
         if found is None:
+            self._prepare_vertex()
             record = self._new_record(request, key, explicit_id, delivery, plan, digest)
             try:
                 generation = self.ledger.create(record)

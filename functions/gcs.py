@@ -1,83 +1,121 @@
-"""Cloud Storage, reduced to what the controller needs, with errors mapped to the controller's terms:
-Conflict for a failed precondition, Transient for anything worth retrying, None for a missing object."""
+"""Cloud Storage over its JSON API, reduced to what the controller needs, with errors mapped to the
+controller's terms: Conflict for a failed precondition, Transient for anything worth retrying, None for a
+missing object.
+
+One small HTTP call per operation instead of google-cloud-storage: that client, with google.api_core and grpc
+behind it, was the larger part of a duplicate delivery's cold start (bench/RESULTS.md), and the controller
+uses four calls of it. Like the client library, it honours STORAGE_EMULATOR_HOST and retries transient
+failures (408, 429, 5xx, connection errors) with jittered backoff — writes too, as they all carry a generation
+precondition.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import time
 from typing import Any
-
-from google.api_core import exceptions as gexc
+from urllib.parse import quote
 
 from functions.errors import Transient
+from functions.rest import rest_session
 
-_TRANSIENT = (gexc.ServiceUnavailable, gexc.InternalServerError, gexc.TooManyRequests, gexc.GatewayTimeout)
-# The library retries for up to 120 s by default; a function should rather fail and be redelivered.
-# Writes always carry a generation precondition, so retrying them is safe.
-CALL_TIMEOUT = 10.0
-RETRY_FOR = 15.0
+_SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
+_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
 class Conflict(Exception):
     """The object changed since it was read, or already exists when it was to be created."""
 
 
-def _client(project: str) -> Any:
-    from google.cloud import storage
-
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
-        from google.auth.credentials import AnonymousCredentials
-
-        return storage.Client(project=project, credentials=AnonymousCredentials())
-    return storage.Client(project=project)
+class StorageError(Exception):
+    """Cloud Storage refused a call for a reason retrying will not fix (permission, bad request …)."""
 
 
 class Gcs:
-    def __init__(self, project: str, client: Any = None):
-        self._client = client or _client(project)
+    def __init__(self, project: str, attempts: int = 5, timeout: float = 30.0):
+        self.project = project
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+        self._session, self._base = rest_session(emulator, "https://storage.googleapis.com", _SCOPES)
+        self._attempts = attempts
+        self._timeout = timeout
 
-    @staticmethod
-    def _call(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-        from google.cloud.storage.retry import DEFAULT_RETRY
+    def _object_url(self, bucket: str, name: str) -> str:
+        return f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o/{quote(name, safe='')}"
 
-        try:
-            return fn(*args, retry=DEFAULT_RETRY.with_timeout(RETRY_FOR), timeout=CALL_TIMEOUT, **kwargs)
-        except gexc.PreconditionFailed as exc:
-            raise Conflict(str(exc)) from None
-        except _TRANSIENT as exc:
-            raise Transient(f"Cloud Storage is unavailable: {exc}") from exc
-        except (ConnectionError, OSError) as exc:
-            raise Transient(f"cannot reach Cloud Storage: {exc}") from exc
+    def _call(self, method: str, url: str, missing_ok: bool = False, **kwargs: Any) -> Any:
+        """The response; None for 404 when `missing_ok`; Conflict on 412; Transient once retries run out."""
+        problem = ""
+        for attempt in range(self._attempts):
+            if attempt:
+                time.sleep(min(4.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.0))
+            try:
+                response = self._session.request(method, url, timeout=self._timeout, **kwargs)
+            except OSError as exc:  # requests' ConnectionError and Timeout are OSErrors
+                problem = f"cannot reach Cloud Storage: {exc}"
+                continue
+            if response.status_code < 300:
+                return response
+            if response.status_code == 404 and missing_ok:
+                return None
+            if response.status_code == 412:
+                raise Conflict(f"{method} {url}: precondition failed")
+            problem = f"Cloud Storage answered {response.status_code} to {method} {url}: {response.text[:200]}"
+            if response.status_code not in _RETRYABLE_STATUS:
+                raise StorageError(problem)
+        raise Transient(problem)
 
     def read(self, bucket: str, name: str, generation: int | None = None) -> tuple[bytes, int] | None:
         """(content, generation), or None when the object (at that generation) does not exist."""
-        blob = self._client.bucket(bucket).blob(name, generation=generation)
-        try:
-            data = self._call(blob.download_as_bytes)
-        except gexc.NotFound:
+        params: dict[str, Any] = {"alt": "media"}
+        if generation is not None:
+            params["generation"] = generation
+        response = self._call("GET", self._object_url(bucket, name), missing_ok=True, params=params)
+        if response is None:
             return None
-        return data, int(blob.generation)
+        return response.content, int(response.headers["x-goog-generation"])
 
     def write(self, bucket: str, name: str, data: bytes | str, if_generation_match: int) -> int:
         """Write only if the object is at `if_generation_match` (0: does not exist); returns the new generation."""
-        blob = self._client.bucket(bucket).blob(name)
         content_type = "application/json" if name.endswith(".json") else "application/octet-stream"
-        self._call(blob.upload_from_string, data, content_type=content_type, if_generation_match=if_generation_match)
-        return int(blob.generation)
+        # A multipart upload, as the client library makes: fake-gcs-server ignores preconditions on media ones.
+        boundary = f"trainctl-{random.getrandbits(64):016x}"
+        metadata = json.dumps({"name": name, "contentType": content_type})
+        body = b"".join(
+            [
+                f"--{boundary}\r\ncontent-type: application/json; charset=UTF-8\r\n\r\n{metadata}\r\n".encode(),
+                f"--{boundary}\r\ncontent-type: {content_type}\r\n\r\n".encode(),
+                data.encode() if isinstance(data, str) else data,
+                f"\r\n--{boundary}--\r\n".encode(),
+            ]
+        )
+        response = self._call(
+            "POST",
+            f"{self._base}/upload/storage/v1/b/{quote(bucket, safe='')}/o",
+            params={"uploadType": "multipart", "ifGenerationMatch": if_generation_match},
+            data=body,
+            headers={"content-type": f"multipart/related; boundary={boundary}"},
+        )
+        return int(response.json()["generation"])
 
     def delete(self, bucket: str, name: str) -> None:
-        try:
-            self._call(self._client.bucket(bucket).blob(name).delete)
-        except gexc.NotFound:
-            pass
+        self._call("DELETE", self._object_url(bucket, name), missing_ok=True)
 
     def any_under(self, bucket: str, prefix: str) -> bool:
         """Whether any object's name starts with `prefix` (False for a missing bucket)."""
-        try:
-            return self._call(
-                lambda **kw: any(True for _ in self._client.list_blobs(bucket, prefix=prefix, max_results=1, **kw))
-            )
-        except gexc.NotFound:
-            return False
+        url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"
+        params = {"prefix": prefix, "maxResults": 1, "fields": "items(name)"}
+        response = self._call("GET", url, missing_ok=True, params=params)
+        return response is not None and bool(response.json().get("items"))
 
     def names(self, bucket: str, prefix: str) -> list[str]:
-        return self._call(lambda **kw: [b.name for b in self._client.list_blobs(bucket, prefix=prefix, **kw)])
+        url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"
+        params: dict[str, Any] = {"prefix": prefix, "fields": "items(name),nextPageToken"}
+        names: list[str] = []
+        while True:
+            listing = self._call("GET", url, params=params).json()
+            names += [item["name"] for item in listing.get("items", [])]
+            if not listing.get("nextPageToken"):
+                return names
+            params["pageToken"] = listing["nextPageToken"]

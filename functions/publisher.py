@@ -11,31 +11,19 @@ import base64
 import os
 import random
 import time
-from typing import Any
 
 from functions.errors import Transient
+from functions.rest import rest_session
 from schemas.events import JobEvent, to_pubsub_message
 
 _SCOPES = ["https://www.googleapis.com/auth/pubsub"]
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
-def _session() -> tuple[Any, str]:
-    import requests
-
-    emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
-    if emulator:
-        return requests.Session(), f"http://{emulator}"
-    import google.auth
-    from google.auth.transport.requests import AuthorizedSession
-
-    credentials, _ = google.auth.default(scopes=_SCOPES)
-    return AuthorizedSession(credentials), "https://pubsub.googleapis.com"
-
-
 class EventPublisher:
     def __init__(self, project: str, topic: str, source: str, attempts: int = 4, timeout: float = 10.0):
-        self._session, base = _session()
+        emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
+        self._session, base = rest_session(emulator and f"http://{emulator}", "https://pubsub.googleapis.com", _SCOPES)
         self._url = f"{base}/v1/projects/{project}/topics/{topic}:publish"
         self.source = source
         self._attempts = attempts

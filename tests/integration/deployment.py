@@ -79,13 +79,18 @@ class Deployment:
 
     # ---- setting up ----------------------------------------------------------------------------------
 
-    def create(self, log_dir: Path) -> None:
+    def create(self, log_dir: Path, **settings: str) -> None:
+        """Provision, then serve the four functions with `settings_env(**settings)`."""
+        self.provision()
+        self.functions = start_functions(self.settings_env(**settings), log_dir)
+
+    def provision(self) -> None:
+        """The buckets and the events topic, without serving the functions (bench/cold_start.py runs its own)."""
         client = self.storage()
         client.create_bucket(self.data_bucket)
         client.create_bucket(self.control_bucket)
         publisher = pubsub_v1.PublisherClient()
         publisher.create_topic(name=publisher.topic_path(LOCAL_PROJECT, self.events_topic))
-        self.functions = start_functions(self.settings_env(), log_dir)
 
     def stop(self) -> None:
         for function in self.functions.values():

@@ -1,0 +1,181 @@
+"""Cold start (issue 8): time and peak RSS from process start to the first event handled, in fresh processes.
+
+Paths, each through the deploy archive's root main.py (terraform/root_main.py) on the emulators and the local
+JobService: (a) a data shard upload, ignored; (b) a marker delivered again, a duplicate; (c) a new marker that
+submits a job. The baseline, measured in the same run, is what Google's samples do: a main.py importing
+`functions_framework` and `google.cloud.aiplatform` at module level, with a handler that only logs the event.
+Rounds interleave the paths (a warm-up round first, discarded), so load that comes and goes hits them alike.
+
+    python bench/cold_start.py [--runs 7] [--warmups 1] [--profile] [--results bench/RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: bench/ is on sys.path, the repository root is not
+
+from bench.report import RESULTS, Figure  # noqa: E402
+from bench.stack import Stack, run_benchmark  # noqa: E402
+
+CHILD = REPO_ROOT / "bench" / "cold_child.py"
+TARGET = "on_dataset_upload"
+BASELINE_MAIN = f'''"""The baseline: Google's samples import the Vertex AI SDK at module level."""
+import functions_framework
+from google.cloud import aiplatform  # noqa: F401
+
+
+@functions_framework.cloud_event
+def {TARGET}(cloud_event):
+    data = cloud_event.data
+    print(f"Bucket: {{data['bucket']}} File: {{data['name']}}")
+'''
+MIB = 1024
+
+
+@dataclass
+class ColdPath:
+    """One measured path: the source it loads, how to make its event, the log line that proves it went right."""
+
+    name: str
+    source: Path
+    event: Callable[[], tuple[dict[str, str], bytes]]
+    expect: str
+    runs: list[dict] = field(default_factory=list)
+
+    def median(self, key: str) -> float:
+        return statistics.median(run[key] for run in self.runs)
+
+
+def start_child(
+    source: Path, event: tuple[dict[str, str], bytes], env: dict[str, str], *flags: str
+) -> subprocess.CompletedProcess:
+    headers, body = event
+    argv = [sys.executable, *flags, str(CHILD), str(source), TARGET, json.dumps([headers, body.decode()])]
+    env = {**env, "BENCH_T0": repr(time.monotonic())}
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def run_child(source: Path, event: tuple[dict[str, str], bytes], env: dict[str, str], expect: str) -> dict:
+    """One cold start; its figures, after checking the event was handled as `expect` (a log line) says."""
+    done = start_child(source, event, env)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[-1].startswith("BENCH-RESULT "):
+        raise RuntimeError(f"cold start failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    result = json.loads(lines[-1].removeprefix("BENCH-RESULT "))
+    if result["status"] != 200 or expect not in done.stdout:
+        raise RuntimeError(f"the event was not handled as expected ({expect!r}):\n{done.stdout[-3000:]}")
+    return result
+
+
+def importtime_summary(source: Path, event: tuple[dict[str, str], bytes], env: dict[str, str], top: int = 6) -> str:
+    """The heaviest top-level imports of one cold start (python -X importtime), cumulative milliseconds."""
+    heaviest: dict[str, int] = {}
+    for line in start_child(source, event, env, "-X", "importtime").stderr.splitlines():
+        parts = line.removeprefix("import time:").split("|")
+        # "import time: self | cumulative | name", the name indented by nesting: keep the outermost imports.
+        if len(parts) != 3 or not parts[1].strip().isdigit() or parts[2].startswith("  "):
+            continue
+        name = parts[2].strip()
+        root = ".".join(name.split(".")[: 3 if name.startswith("google.") else 2])
+        heaviest[root] = heaviest.get(root, 0) + int(parts[1])
+    ranked = sorted(heaviest.items(), key=lambda item: -item[1])[:top]
+    return ", ".join(f"{name} {us / 1000:.0f} ms" for name, us in ranked)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7, help="measured runs per path (default 7)")
+    parser.add_argument("--warmups", type=int, default=1, help="discarded rounds before them (default 1)")
+    parser.add_argument("--profile", action="store_true", help="add a -X importtime summary of each path")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="file the figures are appended to")
+    return parser.parse_args(argv)
+
+
+def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]]:
+    with tempfile.TemporaryDirectory(prefix="trainctl-cold-") as tmp:
+        deployment = stack.deployment()
+        deployment.provision()
+        deploy_main = Path(tmp, "deploy", "main.py")
+        baseline_main = Path(tmp, "baseline", "main.py")
+        for path, text in (
+            (deploy_main, (REPO_ROOT / "terraform" / "root_main.py").read_text()),
+            (baseline_main, BASELINE_MAIN),
+        ):
+            path.parent.mkdir()
+            path.write_text(text)
+        env = {**os.environ, **deployment.settings_env(), "PYTHONPATH": str(REPO_ROOT)}
+        rounds = args.warmups + args.runs
+        # Submitted jobs wait in the queue: this measures the controller, not the fake training's processes.
+        stack.jobservice.control.hold_next_in_queue(seconds=3600, count=rounds + 2)
+
+        shard = deployment.storage_event(deployment.upload("churn/cold/part-0001.csv", "a,y\n1,0\n"))
+        duplicate = deployment.storage_event(deployment.upload("churn/cold-duplicate/_SUCCESS"))
+        run_child(deploy_main, duplicate, env, '"message": "submitted"')  # its first delivery, not measured
+        fresh = iter(range(1_000_000))
+
+        def new_marker() -> tuple[dict[str, str], bytes]:
+            return deployment.storage_event(deployment.upload(f"churn/cold-{next(fresh)}/_SUCCESS"))
+
+        paths = [
+            ColdPath(
+                "baseline: functions_framework + google.cloud.aiplatform", baseline_main, lambda: shard, "Bucket: "
+            ),
+            ColdPath("(a) ignored shard", deploy_main, lambda: shard, '"message": "not a marker; ignored"'),
+            ColdPath("(b) duplicate marker", deploy_main, lambda: duplicate, '"message": "duplicate delivery; starts'),
+            ColdPath("(c) submitting marker", deploy_main, new_marker, '"message": "submitted"'),
+        ]
+        for round_ in range(rounds):
+            shift = round_ % len(paths)
+            for path in paths[shift:] + paths[:shift]:
+                result = run_child(path.source, path.event(), env, path.expect)
+                if round_ >= args.warmups:
+                    path.runs.append(result)
+            print(f"round {round_ + 1}/{rounds} done", flush=True)
+        profiles = [f"{p.name}: {importtime_summary(p.source, p.event(), env)}" for p in paths] if args.profile else []
+
+    baseline = paths[0]
+    figures = [
+        Figure(f"{baseline.name}: time to first event", f"{baseline.median('handled_s'):.3f} s"),
+        Figure(f"{baseline.name}: peak RSS", f"{max(r['peak_rss_kib'] for r in baseline.runs) / MIB:.0f} MiB"),
+    ]
+    for path, ratio_goal, rss_goal in ((paths[1], 0.30, 120), (paths[2], 0.30, 120), (paths[3], 0.60, 256)):
+        seconds, ratio = path.median("handled_s"), path.median("handled_s") / baseline.median("handled_s")
+        rss = max(r["peak_rss_kib"] for r in path.runs) / MIB
+        vertex = "Vertex client imported" if path.runs[0]["vertex_client"] else "no Vertex client"
+        figures += [
+            Figure(f"{path.name}: time to first event", f"{seconds:.3f} s ({vertex})"),
+            Figure(f"{path.name}: time / baseline", f"{ratio:.2f}", f"≤ {ratio_goal:.2f}", ratio <= ratio_goal),
+            Figure(f"{path.name}: peak RSS", f"{rss:.0f} MiB", f"≤ {rss_goal} MiB", rss <= rss_goal),
+        ]
+    spread = "; ".join(
+        f"{p.name.split(':')[0]} {min(r['handled_s'] for r in p.runs):.3f}–{max(r['handled_s'] for r in p.runs):.3f} s"
+        f" (loaded by {p.median('loaded_s'):.3f} s)"
+        for p in paths
+    )
+    notes = [
+        f"median of {args.runs} fresh processes per path after {args.warmups} warm-up round(s); peak RSS is the "
+        "largest of the runs (VmHWM); time is from the parent's stamp before starting the process",
+        f"range of the runs, and the median time by which the source was loaded (imports done): {spread}",
+        *(f"-X importtime, heaviest top-level imports of {profile}" for profile in profiles),
+    ]
+    return figures, notes
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_benchmark("cold_start", parse_args(argv), run)
+
+
+if __name__ == "__main__":
+    main()

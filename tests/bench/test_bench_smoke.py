@@ -1,0 +1,45 @@
+"""The benchmarks still run: each script's `run` on the session's stack with tiny parameters, its figures
+written to a results file of the test's own. Timings are never asserted (DESIGN.md §6); invariants are."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import cold_start, controller_load, reconcile_scale
+from bench.report import record
+from bench.stack import Stack
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def stack(pubsub_emulator, fake_gcs, jobservice, jobservice_control, tmp_path) -> Stack:
+    # jobservice_control clears the queue holds a benchmark leaves unused.
+    return Stack(tmp_path, pubsub_emulator, fake_gcs, jobservice)
+
+
+def figures_of(script, stack: Stack, tmp_path, *argv: str) -> dict[str, str]:
+    args = script.parse_args([*argv, "--results", str(tmp_path / "RESULTS.md")])
+    figures, notes = script.run(stack, args)
+    record(script.__name__, figures, "0 0 0", notes, args.results)
+    assert "| figure | value | goal | met |" in args.results.read_text()
+    return {figure.name: figure.value for figure in figures}
+
+
+def test_cold_start_measures_every_path_against_the_baseline(stack, tmp_path):
+    figures = figures_of(cold_start, stack, tmp_path, "--runs", "1", "--warmups", "0")
+    assert "(no Vertex client)" in figures["(a) ignored shard: time to first event"]
+    assert "(no Vertex client)" in figures["(b) duplicate marker: time to first event"]
+    assert "(Vertex client imported)" in figures["(c) submitting marker: time to first event"]
+
+
+def test_controller_load_submits_each_marker_once(stack, tmp_path):
+    argv = ["--markers", "3", "--warmups", "1", "--rate", "0", "--storm-threads", "2"]
+    figures = figures_of(controller_load, stack, tmp_path, *argv)
+    assert figures["invariant violations"] == "0"
+    assert figures["jobs created / distinct markers"] == "10 / 10"  # 1 warm-up + 3 in each of 3 phases
+
+
+def test_reconcile_scale_ticks_with_and_without_history(stack, tmp_path):
+    figures = figures_of(reconcile_scale, stack, tmp_path, "--active", "2", "--finished", "20", "--runs", "1")
+    assert "ratio (with history / without)" in figures

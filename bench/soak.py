@@ -89,13 +89,23 @@ class Soak:
         if started.returncode != 0:
             raise RuntimeError(f"trainctl local up failed:\n{started.stdout}\n{started.stderr}")
         self.state = read_state(self.local_dir)
-        os.environ.update(self.state.emulator_env())
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import pubsub_v1, storage
 
-        self.publisher = pubsub_v1.PublisherClient()
-        self.subscriber = pubsub_v1.SubscriberClient()
-        self.storage = storage.Client(project=self.state.project, credentials=AnonymousCredentials())
+        # The clients read the emulator variables when they are built; this process's environment (a test
+        # session's, say) is left as it was.
+        saved = {name: os.environ.get(name) for name in self.state.emulator_env()}
+        os.environ.update(self.state.emulator_env())
+        try:
+            self.publisher = pubsub_v1.PublisherClient()
+            self.subscriber = pubsub_v1.SubscriberClient()
+            self.storage = storage.Client(project=self.state.project, credentials=AnonymousCredentials())
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
         self.jobs_client = job_service_client(self.state.jobservice_address)
         self.control = JobServiceControl(self.state.jobservice_address)
         project, names = self.state.project, self.state.names

@@ -163,6 +163,24 @@ def test_crashed_worker_group_is_restarted_and_resumes_bitwise(tmp_path, data, e
     assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
 
 
+def test_a_rank_killed_with_sigkill_restarts_the_group_and_resumes_bitwise(tmp_path, data, env, uninterrupted):
+    """An abrupt worker death (the OOM killer, a lost host): no signal handler runs, torchrun restarts the worker
+    group, and the ranks resume from the last committed checkpoint, ending bitwise identical."""
+    with started("trainer.launch", launch_args(data, tmp_path, max_restarts=1), env, tmp_path / "run.log") as r:
+        wait_for(lambda: committed_steps(tmp_path), "the first committed checkpoint", running=r)
+        workers = descendants(r.pid)
+        assert len(workers) == 2
+        rank_one = next(pid for pid in workers if b"\0RANK=1\0" in b"\0" + Path(f"/proc/{pid}/environ").read_bytes())
+        os.kill(rank_one, signal.SIGKILL)
+        finished = r.wait()
+
+    assert finished.returncode == 0, finished.output[-4000:]
+    assert len(finished.messages("training starts")) == 2  # the first attempt and the restarted group
+    metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert metrics["resumed_from_step"] in committed_steps(tmp_path)
+    assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
+
+
 def test_restarts_are_bounded(tmp_path, data, env):
     args = launch_args(data, tmp_path, max_restarts=1, crash_at_batch=5, crash_every_attempt=True)
     finished = run("trainer.launch", args, env, tmp_path / "run.log")

@@ -17,9 +17,10 @@ $(STAMP): requirements.txt requirements-dev.txt trainer/requirements.txt pyproje
 demo: $(STAMP)
 	$(VENV)/bin/trainctl demo
 
+# Two workers, one per core, each with its own emulators; a test file stays on one worker (its module fixtures).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadfile
 
 # The performance goals of issue 8 on the emulators and the local JobService; each script appends its figures,
 # with the machine, load and commit, to bench/RESULTS.md. Not part of `make test` (tests never time anything).

@@ -244,6 +244,10 @@ def invariants(messages: list[tuple[dict[str, str], bytes]], jobs: list[Any]) ->
         "accepted requests without exactly one terminal event": sum(1 for k in accepted if len(terminal[k]) != 1),
         "ce-ids with two different payloads": sum(1 for p in payloads.values() if len(p) > 1),
         "events published": len(messages),
+        # What each offending request went through, so that a failure can be diagnosed from the result alone.
+        "requests without exactly one terminal event": {
+            k: [e.state for e in events if e.request_key == k] for k in accepted if len(terminal[k]) != 1
+        },
         "events by state": dict(Counter(e.state for e in events)),
     }
 

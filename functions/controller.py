@@ -337,8 +337,7 @@ class Controller:
         record.failure_reason, record.message = exc.reason, exc.message
         record.add_events(events)
         record, generation = self._flush(record, self._save(record, generation), _all(record))
-        if record.final:
-            self.ledger.mark_inactive(record.key_hash)
+        self._retire_when_done(record)
         return events[0].state
 
     # ---- the outbox ------------------------------------------------------------------------------------
@@ -365,6 +364,13 @@ class Controller:
 
     def _flush_stale(self, record: Record, generation: int) -> tuple[Record, int]:
         return self._flush(record, generation, set())
+
+    def _retire_when_done(self, record: Record) -> None:
+        """A final record leaves the active index once its outbox is empty. Until then reconcile keeps visiting
+        it, so that a terminal event queued by a handler that died before publishing still goes out (once it
+        is older than OUTBOX_GRACE) even when the job was observed again meanwhile."""
+        if record.final and not record.outbox:
+            self.ledger.mark_inactive(record.key_hash)
 
     # ---- observation -----------------------------------------------------------------------------------
 
@@ -397,7 +403,7 @@ class Controller:
             record, generation = self._flush_stale(record, generation)
             now = self.clock()
             if record.final:
-                self.ledger.mark_inactive(khash)
+                self._retire_when_done(record)
                 return record.state
             if record.state == "claimed":
                 if record.lease_live(now) or (record.not_before and record.not_before > now):
@@ -432,8 +438,7 @@ class Controller:
         if transition.action == "cancel":
             self.vertex.cancel(job.name)
         record, generation = self._flush(record, generation, mine)
-        if record.final:
-            self.ledger.mark_inactive(record.key_hash)
+        self._retire_when_done(record)
         if transition.action == "resubmit":
             return self._submit(record, generation)
         return record.state

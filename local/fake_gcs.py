@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from local.processes import ManagedProcess, free_port, require_ready, start_process
+from local.processes import ManagedProcess, on_free_port, require_ready, start_process
 from local.pubsub_emulator import PubSubEmulator
 
 NOTIFICATIONS_TOPIC = "fake-gcs-notifications"
@@ -66,25 +66,29 @@ def start_fake_gcs(
     every event in `events` (comma list of finalize, delete, metadataUpdate) is published there.
     Objects live in memory unless `filesystem_root` is given.
     """
-    port = port or free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [str(fake_gcs_binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port)]
-    command += ["-external-url", url, "-log-level", "warn"]
-    if filesystem_root is None:
-        command += ["-backend", "memory"]
-    else:
-        command += ["-backend", "filesystem", "-filesystem-root", str(filesystem_root)]
     process_env = dict(os.environ if env is None else env)
+    options = (
+        ["-backend", "memory"]
+        if filesystem_root is None
+        else ["-backend", "filesystem", "-filesystem-root", str(filesystem_root)]
+    )
     topic = None
     if pubsub is not None:
         pubsub.create_topic(notifications_topic)
         topic = pubsub.topic_path(notifications_topic)
-        command += ["-event.pubsub-project-id", pubsub.project, "-event.pubsub-topic", notifications_topic]
-        command += ["-event.list", events]
+        options += ["-event.pubsub-project-id", pubsub.project, "-event.pubsub-topic", notifications_topic]
+        options += ["-event.list", events]
         process_env.update(pubsub.env)
-    process = start_process("fake-gcs-server", command, work_dir / "fake-gcs-server.log", env=process_env)
-    require_ready(process, lambda: _answers(url), timeout, f"fake-gcs-server on {url}")
-    return FakeGcs(url, topic, process)
+
+    def start(port: int) -> FakeGcs:
+        url = f"http://127.0.0.1:{port}"
+        command = [str(fake_gcs_binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port)]
+        command += ["-external-url", url, "-log-level", "warn", *options]
+        process = start_process("fake-gcs-server", command, work_dir / "fake-gcs-server.log", env=process_env)
+        require_ready(process, lambda: _answers(url), timeout, f"fake-gcs-server on {url}", port=port)
+        return FakeGcs(url, topic, process)
+
+    return on_free_port(start, port)
 
 
 def _answers(url: str) -> bool:

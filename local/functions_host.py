@@ -9,14 +9,13 @@ and tests exercise the same HTTP path: CloudEvents in binary mode, raw Pub/Sub p
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from local.processes import ManagedProcess, free_port, require_ready, start_process
+from local.processes import ManagedProcess, on_free_port, require_ready, start_process
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENTRY_POINTS = ("on_dataset_upload", "on_job_request", "on_job_state", "reconcile")
@@ -36,27 +35,25 @@ class FunctionProcess:
         self.process.stop(grace)
 
 
-def _listening(port: int) -> bool:
-    with socket.create_connection(("127.0.0.1", port), timeout=1):
-        return True
-
-
 def start_function(
     target: str, env: Mapping[str, str], log_dir: Path, port: int | None = None, timeout: float = 30.0
 ) -> FunctionProcess:
     """Serve one entry point; `env` holds the TRAINCTL_* settings and the emulator variables."""
-    port = port or free_port()
     process_env = {**os.environ, **env, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
-    command = [
-        sys.executable, "-m", "functions_framework",
-        "--target", target,
-        "--source", str(REPO_ROOT / "functions" / "main.py"),
-        "--host", "127.0.0.1",
-        "--port", str(port),
-    ]  # fmt: skip
-    process = start_process(target, command, log_dir / f"{target}.log", env=process_env, cwd=REPO_ROOT)
-    require_ready(process, lambda: _listening(port), timeout, f"functions-framework serving {target}")
-    return FunctionProcess(target, port, process)
+
+    def start(port: int) -> FunctionProcess:
+        command = [
+            sys.executable, "-m", "functions_framework",
+            "--target", target,
+            "--source", str(REPO_ROOT / "functions" / "main.py"),
+            "--host", "127.0.0.1",
+            "--port", str(port),
+        ]  # fmt: skip
+        process = start_process(target, command, log_dir / f"{target}.log", env=process_env, cwd=REPO_ROOT)
+        require_ready(process, lambda: True, timeout, f"functions-framework serving {target}", port=port)
+        return FunctionProcess(target, port, process)
+
+    return on_free_port(start, port)
 
 
 def start_functions(

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 # Every process the test session starts inherits this variable (tests/conftest.py sets it), so a scan
 # of /proc finds anything left behind, however deeply it was spawned.
@@ -25,12 +28,57 @@ class StartupError(RuntimeError):
     """A process did not come up; the message says why and shows the end of its log."""
 
 
+class PortTaken(StartupError):
+    """A process could not have its port: another process took it between `free_port` and the bind."""
+
+
+# Ports handed out come from below Linux's ephemeral range (32768-60999 by default), which bind(0) and every
+# outgoing connection draw from, so that nothing else on the machine takes them by chance meanwhile.
+_PORT_RANGE = (20000, 32000)
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now. Another process may take it before we bind it; the
-    window is small and callers that can bind port 0 themselves (the gRPC server) do that instead."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A TCP port nobody listens on right now, never the same one twice in this process. Another process
+    may still take it before the caller binds it: `require_ready(..., port=)` notices, `on_free_port` retries."""
+    while True:
+        port = random.randint(*_PORT_RANGE)
+        with _handed_out_lock:
+            if port in _handed_out:
+                continue
+            _handed_out.add(port)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        return port
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """Inodes of the TCP sockets listening on `port`, on any address (IPv4 or IPv6)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                # fields: sl, local address:port (hex), remote address:port, state (0A = LISTEN), ..., inode (10th)
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(fields[9])
+    return inodes
+
+
+def group_listens_on(pgid: int, port: int) -> bool:
+    """True when a process of group `pgid` holds the socket listening on `port` (not merely someone)."""
+    sockets = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    for pid in group_members(pgid) if sockets else ():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, PermissionError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") in sockets:
+                        return True
+    return False
 
 
 def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
@@ -206,12 +254,35 @@ def start_process(
     return ManagedProcess(name, popen, log_path)
 
 
-def require_ready(process: ManagedProcess, ready: Callable[[], bool], timeout: float, what: str) -> None:
-    """Wait for `ready()`; on timeout or early exit, stop the process and raise StartupError."""
-    up = wait_until(lambda: ready() or not process.running(), timeout, interval=0.1)
-    if up and process.running():
+def require_ready(
+    process: ManagedProcess, ready: Callable[[], bool], timeout: float, what: str, port: int | None = None
+) -> None:
+    """Wait for `ready()` (and, with `port`, for the process's own group to listen there: whoever else might
+    answer on a port we did not bind ourselves does not count); on timeout or early exit, stop the process
+    and raise StartupError, or PortTaken when someone else holds the port."""
+
+    def up() -> bool:
+        return (port is None or group_listens_on(process.pid, port)) and ready()
+
+    came_up = wait_until(lambda: up() or not process.running(), timeout, interval=0.1)
+    if came_up and process.running():
         return
     reason = f"exited with status {process.popen.returncode}" if not process.running() else f"not ready in {timeout}s"
     tail = process.log_tail()
+    taken = port is not None and bool(_listening_inodes(port)) and not group_listens_on(process.pid, port)
     process.stop(grace=1.0)
-    raise StartupError(f"{what} {reason}. Last lines of {process.log_path}:\n{tail}")
+    error = PortTaken if taken or "in use" in tail.lower() else StartupError
+    raise error(f"{what} {reason}. Last lines of {process.log_path}:\n{tail}")
+
+
+Started = TypeVar("Started")
+
+
+def on_free_port(start: Callable[[int], Started], port: int | None = None, attempts: int = 3) -> Started:
+    """`start(port)`, or `start` on a free port, trying another one when some other process took it first."""
+    if port:
+        return start(port)
+    for _ in range(attempts - 1):
+        with contextlib.suppress(PortTaken):
+            return start(free_port())
+    return start(free_port())

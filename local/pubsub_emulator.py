@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from local.processes import ManagedProcess, free_port, require_ready, start_process
+from local.processes import ManagedProcess, on_free_port, require_ready, start_process
 
 
 class EmulatorUnavailable(RuntimeError):
@@ -134,26 +134,21 @@ def start_pubsub_emulator(
     problem = emulator_prerequisites_problem(base_env.get("PATH"))
     if problem:
         raise EmulatorUnavailable(problem)
-    port = port or free_port()
-    host = f"127.0.0.1:{port}"
     data_dir = work_dir / "pubsub-data"
     data_dir.mkdir(parents=True, exist_ok=True)
     # No prompts, no update check: the launcher must never wait for a person or the network.
     base_env.update(CLOUDSDK_CORE_DISABLE_PROMPTS="1", CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK="1")
-    command = [
-        "gcloud",
-        "beta",
-        "emulators",
-        "pubsub",
-        "start",
-        f"--project={project}",
-        f"--host-port={host}",
-        f"--data-dir={data_dir}",
-    ]
-    process = start_process("pubsub-emulator", command, work_dir / "pubsub-emulator.log", env=base_env)
-    emulator = PubSubEmulator(project, host, process)
-    require_ready(process, lambda: _answers(host, project), timeout, f"the Pub/Sub emulator on {host}")
-    return emulator
+
+    def start(port: int) -> PubSubEmulator:
+        host = f"127.0.0.1:{port}"
+        command = ["gcloud", "beta", "emulators", "pubsub", "start"]
+        command += [f"--project={project}", f"--host-port={host}", f"--data-dir={data_dir}"]
+        process = start_process("pubsub-emulator", command, work_dir / "pubsub-emulator.log", env=base_env)
+        emulator = PubSubEmulator(project, host, process)
+        require_ready(process, lambda: _answers(host, project), timeout, f"the Pub/Sub emulator on {host}", port=port)
+        return emulator
+
+    return on_free_port(start, port)
 
 
 def _answers(host: str, project: str) -> bool:

@@ -47,7 +47,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """After every fixture is torn down: fail the run if any process the session started still runs."""
+    """After every fixture is torn down: fail the run if any process the session started still runs. With
+    pytest-xdist only the controller looks, once every worker is done: the workers inherit its marker, and
+    one worker's live processes are not another's leftovers."""
+    if hasattr(session.config, "workerinput"):
+        return
     leftovers = leftover_processes(os.environ[SESSION_MARKER_VAR])
     if not leftovers:
         return

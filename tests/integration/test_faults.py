@@ -80,6 +80,38 @@ def test_pubsub_down_while_publishing_submitted_is_published_once_by_the_redeliv
         emulator.stop()
 
 
+def test_a_terminal_event_left_in_the_outbox_is_published_even_when_the_job_is_observed_again_first(
+    own_deployment, job_client, tmp_path, monkeypatch
+):
+    """Guards the active index: a final record whose terminal event is still in the outbox (its handler died
+    or lost Pub/Sub) stays active when the job is observed again within the grace, and a later sweep
+    publishes the event, once."""
+    emulator = start_pubsub_emulator(LOCAL_PROJECT, tmp_path / "pubsub")
+    try:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.host)
+        deployment = own_deployment()
+        events = deployment.events()
+        until = tmp_path / "finish"
+        request = fake_node_request("outbox-final-1", "--until-file", str(until), "--metrics", METRICS)
+        assert deployment.request(request) == 200
+        events.wait_for("outbox-final-1", "running", act=deployment.reconcile)
+        emulator.stop()
+        until.write_text("go")
+        wait_for_state(job_client, deployment.record("request:outbox-final-1")["job_name"])
+        assert deployment.reconcile()["errors"] == 1  # the state change is saved; its event could not go out
+        record = deployment.record("request:outbox-final-1")
+        assert record["state"] == "succeeded" and len(record["outbox"]) == 1
+        emulator = start_pubsub_emulator(LOCAL_PROJECT, tmp_path / "pubsub", port=int(emulator.host.split(":")[1]))
+        _recreate(deployment, events)
+        deployment.reconcile()  # within the grace: the event is left to its (dead) handler, the request stays active
+        time.sleep(OUTBOX_GRACE.total_seconds() + 1)
+        deployment.reconcile()
+        assert deployment.record("request:outbox-final-1")["outbox"] == []
+        assert Counter(events.states("outbox-final-1")) == {"accepted": 1, "submitted": 1, "running": 1, "succeeded": 1}
+    finally:
+        emulator.stop()
+
+
 def test_cloud_storage_down_during_a_claim_is_retryable_and_starts_no_job(
     own_deployment, pubsub_emulator, job_client, tmp_path, monkeypatch
 ):

@@ -285,7 +285,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    started = datetime.now(UTC)
+    started, load_before = datetime.now(UTC), os.getloadavg()[0]
     result = soak(args.minutes * 60, args.seed)
     print(json.dumps(result, indent=2))
     ok = all(result[name] == 0 for name in VIOLATIONS) and result["jobs == submitted pairs"]
@@ -296,7 +296,7 @@ def main() -> int:
         out.write(
             f"\n### Soak, {started:%Y-%m-%d %H:%M} UTC, commit {commit}\n\n"
             f"`python bench/soak.py --minutes {args.minutes:g} --seed {args.seed}` on {platform.machine()}, "
-            f"{os.cpu_count()} cores, load average before: {os.getloadavg()[0]:.2f}\n\n"
+            f"{os.cpu_count()} cores, load average before: {load_before:.2f}\n\n"
             + "".join(f"- {k}: {v}\n" for k, v in result.items())
             + f"- verdict: {'all invariants held' if ok else 'INVARIANT VIOLATED'}\n"
         )

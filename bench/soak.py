@@ -234,6 +234,11 @@ def invariants(messages: list[tuple[dict[str, str], bytes]], jobs: list[Any]) ->
     from functions.planning import key_hash
 
     key_of_hash = {key_hash(k): k for k in accepted}
+    unsuccessful = {
+        e.ce_id: f"{e.state} ({getattr(e, 'reason', 'no reason')})"
+        for e in events
+        if e.state in TERMINAL_STATES and e.state != "succeeded"
+    }
     jobs_per_attempt = Counter((j.labels["trainctl-key"], j.labels["trainctl-attempt"]) for j in jobs)
     return {
         "accepted requests": len(accepted),
@@ -249,6 +254,7 @@ def invariants(messages: list[tuple[dict[str, str], bytes]], jobs: list[Any]) ->
             k: [e.state for e in events if e.request_key == k] for k in accepted if len(terminal[k]) != 1
         },
         "events by state": dict(Counter(e.state for e in events)),
+        "requests that did not succeed, by reason": dict(Counter(unsuccessful.values())),
     }
 
 

@@ -55,14 +55,14 @@ def bucket_problem(bucket: str) -> str | None:
     """Cloud Storage bucket naming rules (https://cloud.google.com/storage/docs/buckets#naming)."""
     if not bucket:
         return "the bucket name is empty"
+    limit = 222 if "." in bucket else 63
+    if len(bucket) < 3 or len(bucket) > limit:
+        return f"bucket {bucket!r} must be 3-63 characters (up to 222 with dots, 63 per dot-separated part)"
     if not _BUCKET_RE.fullmatch(bucket):
         return (
             f"bucket {bucket!r} must use only lowercase letters, digits, '-', '_' and '.', "
             "and start and end with a letter or digit"
         )
-    limit = 222 if "." in bucket else 63
-    if len(bucket) < 3 or len(bucket) > limit:
-        return f"bucket {bucket!r} must be 3-63 characters (up to 222 with dots, 63 per dot-separated part)"
     if any(len(part) > 63 or not part for part in bucket.split(".")):
         return f"bucket {bucket!r} has an empty or over-63-character dot-separated part"
     if bucket.startswith("goog") or "google" in bucket or "g00gle" in bucket:

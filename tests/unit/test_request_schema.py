@@ -53,6 +53,7 @@ INVALID = [
     (with_changes(dataset__uri="s3://bucket/data"), "dataset.uri", "gs://bucket/path"),
     (with_changes(dataset__uri="gs://Bad_Bucket/data"), "dataset.uri", "lowercase"),
     (with_changes(dataset__uri="gs://ab/data"), "dataset.uri", "3-63 characters"),
+    (with_changes(dataset__uri="gs://b/data"), "dataset.uri", "3-63 characters"),
     (with_changes(dataset__uri="gs://google-data/x"), "dataset.uri", "google"),
     (with_changes(dataset__uri="gs://192.168.1.1/x"), "dataset.uri", "IP address"),
     (with_changes(dataset__uri="gs://data-bucket/a/../b"), "dataset.uri", "'..'"),

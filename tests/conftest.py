@@ -1,5 +1,6 @@
-"""Session-wide fixtures: the real local stack, started once per test session on free ports and always
-stopped, plus a final check that no process the session started outlived it.
+"""Session-wide fixtures: the real local stack, started once per test session (once per worker under
+pytest-xdist) on free ports and always stopped, plus a final check that no process the session started
+outlived it.
 
 - `pubsub_emulator` → local.pubsub_emulator.PubSubEmulator (`.host`, `.project`, `.create_topic()`, …);
   PUBSUB_EMULATOR_HOST is set for the session, so google-cloud-pubsub clients in tests reach it.

@@ -46,6 +46,9 @@ class Settings:
     vertex_endpoint: str = ""  # host:port of a JobService to use instead of {region}-aiplatform.googleapis.com
     lease: int = 600
     max_event_age: int = 24 * 3600
+    # The function's own timeout (Terraform's function_timeout_seconds): every handler works to a deadline
+    # inside it, so that it answers before Cloud Run cuts the request off and the event is redelivered.
+    function_timeout: int = 120
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -69,7 +72,7 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
             if not isinstance(rules, dict):
                 raise ValueError("must be a JSON object mapping gs:// prefixes to templates")
             return rules
-        if attr in ("max_timeout", "lease", "max_event_age"):
+        if attr in ("max_timeout", "lease", "max_event_age", "function_timeout"):
             return parse_duration(raw)
         if isinstance(default, tuple):
             return tuple(item.strip() for item in raw.split(",") if item.strip())

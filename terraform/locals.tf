@@ -60,6 +60,7 @@ locals {
     TRAINCTL_MAX_REQUEST_BYTES        = tostring(var.max_request_bytes)
     TRAINCTL_LEASE                    = var.lease
     TRAINCTL_MAX_EVENT_AGE            = var.max_event_age
+    TRAINCTL_FUNCTION_TIMEOUT         = tostring(var.function_timeout_seconds)
   }
   # Settings read an empty variable as unset, so empty ones (an empty allow-list) are simply not set.
   controller_env = { for name, value in local.controller_settings : name => value if value != "" }

@@ -14,12 +14,12 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from functions import logs
+from functions import deadline, logs
 from functions.admission import admission_problems
 from functions.errors import Transient
 from functions.gcs import Conflict, Gcs
@@ -50,6 +50,9 @@ OUTBOX_GRACE = timedelta(seconds=8)
 # How long a delivery waits for another delivery's live claim to finish before asking for redelivery.
 CLAIM_WAIT = timedelta(seconds=20)
 MAX_METRICS_BYTES = 1024 * 1024
+# A reconcile tick starts observing a record only with at least this much of its deadline left; the records it
+# does not reach are the next tick's (every record is visited in a fresh order, so none is always last).
+MIN_OBSERVE_SECONDS = 10.0
 # What the trainer leaves in its model folder when it fails (trainer/outputs.py; the trainer is configured
 # only by its command line, so the name is agreed here rather than imported).
 FAILURE_NOTE = "failure.json"
@@ -198,7 +201,7 @@ class Controller:
         return record
 
     def _handle_existing(self, found: tuple[Record, int], digest: str, delivery: Delivery) -> str:
-        deadline = self.clock() + min(CLAIM_WAIT, timedelta(seconds=self.settings.lease))
+        wait_until = self.clock() + min(CLAIM_WAIT, timedelta(seconds=self.settings.lease))
         while True:
             record, generation = found
             decision = decide_on_existing(record, digest, self.clock())
@@ -220,7 +223,7 @@ class Controller:
                     continue
                 logs.info("took over an expired claim", request_key=record.key, owner=self.owner)
                 return self._submit(record, generation)
-            if self.clock() >= deadline:
+            if self.clock() >= wait_until or not deadline.allows(1.0):
                 raise Transient(f"another delivery holds the claim on {record.key} until {record.lease_until}")
             time.sleep(random.uniform(0.1, 0.4))
             found = self._read(record.key_hash)
@@ -254,6 +257,14 @@ class Controller:
         record.lease_until = self.clock() + timedelta(seconds=self.settings.lease)
         return self._save(record, generation)
 
+    def _release(self, record: Record, generation: int) -> None:
+        """Give up the claim, so that the redelivery (or reconcile) takes over at once instead of waiting for
+        the lease to run out. Whoever does looks the job up by its labels first, so a create that took effect
+        after all is adopted, never made twice."""
+        record.owner = record.lease_until = None
+        with contextlib.suppress(Exception):  # the lease runs out by itself if this fails too
+            self._save(record, generation)
+
     def _save(self, record: Record, generation: int) -> int:
         record.updated = self.clock()
         return self.ledger.replace(record, generation)
@@ -264,14 +275,17 @@ class Controller:
         """DESIGN.md §4 steps 3-4, for the claim this controller holds."""
         request = TrainingJobRequest.model_validate(record.request)
         plan = plan_custom_job(request, self.settings, record.key, record.attempt)
-        job = self.vertex.find(record.key_hash, record.attempt)
-        if job is not None:
-            logs.info("adopted the job an earlier delivery created", job=job.name)
-        else:
-            try:
+        try:
+            job = self.vertex.find(record.key_hash, record.attempt)
+            if job is not None:
+                logs.info("adopted the job an earlier delivery created", job=job.name)
+            else:
                 job = self.vertex.create(plan.custom_job, record.key_hash, record.attempt)
-            except CallRejected as exc:
-                return self._refused_by_vertex(record, generation, exc)
+        except CallRejected as exc:
+            return self._refused_by_vertex(record, generation, exc)
+        except Transient:
+            self._release(record, generation)
+            raise
         now = self.clock()
         ref = job_ref(job.name, self.settings.region, self.settings.project)
         record.state, record.job_name, record.job_state = "submitted", job.name, job.state
@@ -399,7 +413,7 @@ class Controller:
             self.ledger.mark_inactive(khash)
             return "missing"
         record, generation = found
-        with logs.request_context(record.request_id):
+        with logs.request_context(record.request_id), _tagged(record.request_id):
             record, generation = self._flush_stale(record, generation)
             now = self.clock()
             if record.final:
@@ -475,15 +489,38 @@ class Controller:
         return ""
 
     def reconcile(self) -> dict[str, int]:
-        """The sweep that never misses: every active request, one at a time, errors isolated."""
+        """The sweep that never misses: every active request, one at a time. Whatever goes wrong with one record
+        (a dependency down, a permission missing, a corrupt record) is logged and counted, and the sweep goes on;
+        records it has no time left for are counted as deferred, for the next tick."""
         summary = {"active": 0, "errors": 0}
-        for khash in self.ledger.active():
+        keys = self.ledger.active()
+        random.shuffle(keys)
+        for index, khash in enumerate(keys):
+            if not deadline.allows(MIN_OBSERVE_SECONDS):
+                summary["deferred"] = len(keys) - index
+                logs.warning(f"reconcile ran out of time; {len(keys) - index} records wait for the next tick")
+                break
             summary["active"] += 1
             try:
                 state = self.observe_record(khash)
-            except Transient as exc:
+            except Exception as exc:  # one record must never stop the sweep
                 summary["errors"] += 1
-                logs.warning(f"reconcile could not bring {khash} up to date: {exc}")
+                logs.error(
+                    f"reconcile could not bring {khash} up to date: {type(exc).__name__}: {exc}",
+                    request_id=getattr(exc, "trainctl_request_id", None),
+                    key_hash=khash,
+                    transient=isinstance(exc, Transient),
+                )
                 continue
             summary[state] = summary.get(state, 0) + 1
         return summary
+
+
+@contextlib.contextmanager
+def _tagged(request_id: str) -> Iterator[None]:
+    """Exceptions leaving the block carry the request id, for the log line of whoever catches them."""
+    try:
+        yield
+    except Exception as exc:
+        exc.trainctl_request_id = request_id  # type: ignore[attr-defined]
+        raise

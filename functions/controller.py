@@ -22,6 +22,7 @@ from typing import Any
 from functions import deadline, logs
 from functions.admission import admission_problems
 from functions.errors import Transient
+from functions.failures import QUOTA_ADVICE, quota_metric
 from functions.gcs import Conflict, Gcs
 from functions.ledger import Ledger
 from functions.lifecycle import JobSnapshot, Record, backoff, decide_on_existing, job_ref, observe
@@ -330,13 +331,21 @@ class Controller:
                     trigger=record.trigger,
                     reason="quota",
                     max_attempts=record.max_attempts,
+                    quota_metric=quota_metric(exc.message),
                 )
             ]
             record.attempt += 1
             record.owner, record.lease_until, record.not_before = None, None, now + wait
         elif exc.reason == "quota":
             record.state = "failed"
-            events = [Failed(**common, message=f"Vertex AI quota exceeded: {exc.message}", reason="quota")]
+            events = [
+                Failed(
+                    **common,
+                    message=f"Vertex AI quota exceeded: {exc.message} {QUOTA_ADVICE}",
+                    reason="quota",
+                    quota_metric=quota_metric(exc.message),
+                )
+            ]
         else:
             record.state = "rejected"
             events = [

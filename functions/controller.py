@@ -20,16 +20,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from functions import deadline, logs
-from functions.admission import admission_problems
+from functions.admission import admission_problems, dataset_problem
 from functions.errors import Transient
 from functions.failures import QUOTA_ADVICE, quota_metric
-from functions.gcs import Conflict, Gcs
+from functions.gcs import Conflict, Gcs, StorageError
 from functions.ledger import Ledger
 from functions.lifecycle import JobSnapshot, Record, backoff, decide_on_existing, job_ref, observe
 from functions.planning import Plan, key_hash, plan_custom_job
 from functions.publisher import EventPublisher
 from functions.settings import Settings
 from functions.vertex import CallRejected, VertexJobs
+from schemas.errors import FieldError
 from schemas.events import (
     Accepted,
     Artifacts,
@@ -154,6 +155,8 @@ class Controller:
         digest = spec_hash(request)
         found = self.ledger.read(key_hash(key))
         if found is None:
+            if (problem := self._dataset_problem(request)) is not None:
+                return self.reject(request.request_id, key, delivery, [str(problem)], "the dataset holds no data")
             self._prepare_vertex()
             record = self._new_record(request, key, explicit_id, delivery, plan, digest)
             try:
@@ -269,6 +272,21 @@ class Controller:
     def _save(self, record: Record, generation: int) -> int:
         record.updated = self.clock()
         return self.ledger.replace(record, generation)
+
+    def _dataset_problem(self, request: TrainingJobRequest) -> FieldError | None:
+        """Preflight of a new request's dataset (issue 12 point 17): it exists, holds data and can be read."""
+        uri = request.dataset.uri
+        if not uri.startswith("gs://"):
+            return None  # file:// in local mode: the nodes read it where the controller runs
+        bucket, prefix = split_gs_uri(uri)
+        try:
+            return dataset_problem(uri, self.gcs.objects_under(bucket, prefix), self.settings.marker_names)
+        except StorageError as exc:
+            return FieldError(
+                "dataset.uri",
+                f"{uri} cannot be read by trainctl's controller (Cloud Storage answered {exc.status}); "
+                f"its service account needs storage.objects.list on gs://{bucket}",
+            )
 
     # ---- submission ------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -104,12 +105,22 @@ class Gcs:
     def delete(self, bucket: str, name: str) -> None:
         self._call("DELETE", self._object_url(bucket, name), missing_ok=True)
 
+    def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
+        """(name, size) of each object whose name starts with `prefix`, page by page as they are consumed
+        (nothing for a missing bucket); StorageError when the listing is refused (403)."""
+        url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"
+        params: dict[str, Any] = {"prefix": prefix, "maxResults": 100, "fields": "items(name,size),nextPageToken"}
+        while True:
+            response = self._call("GET", url, missing_ok=True, params=params)
+            listing = response.json() if response is not None else {}
+            yield from ((item["name"], int(item.get("size", 0))) for item in listing.get("items", []))
+            if not listing.get("nextPageToken"):
+                return
+            params["pageToken"] = listing["nextPageToken"]
+
     def any_under(self, bucket: str, prefix: str) -> bool:
         """Whether any object's name starts with `prefix` (False for a missing bucket)."""
-        url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"
-        params = {"prefix": prefix, "maxResults": 1, "fields": "items(name)"}
-        response = self._call("GET", url, missing_ok=True, params=params)
-        return response is not None and bool(response.json().get("items"))
+        return next(self.objects_under(bucket, prefix), None) is not None
 
     def names(self, bucket: str, prefix: str) -> list[str]:
         url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"

@@ -41,7 +41,7 @@ def test_twenty_data_files_and_one_marker_start_exactly_one_job(deployment, job_
 
 def test_the_same_storage_event_delivered_20_times_concurrently_submits_once(deployment, job_client):
     events = deployment.events()
-    marker = deployment.upload("churn/day2/_SUCCESS")
+    marker = deployment.upload_marker("churn/day2/")
     event = deployment.storage_event(marker)
     with ThreadPoolExecutor(max_workers=20) as pool:
         statuses = list(pool.map(lambda _: deployment.deliver("on_dataset_upload", event), range(20)))

@@ -41,6 +41,7 @@ from schemas.events import (
     Retrying,
     Submitted,
     Trigger,
+    cost_summary,
 )
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
@@ -197,7 +198,7 @@ class Controller:
             request_key=key,
             time=now,
             message=f"accepted: {request.resources.total_gpus} GPUs on {request.resources.replica_count} node(s), "
-            f"up to ${plan.cost.max_usd:,.2f}; {plan.reduction_server.reason}",
+            f"{cost_summary(plan.cost)}; {plan.reduction_server.reason}",
             trigger=delivery.trigger,
             cost=plan.cost,
         )

@@ -267,7 +267,7 @@ class Controller:
         the lease to run out. Whoever does looks the job up by its labels first, so a create that took effect
         after all is adopted, never made twice."""
         record.owner = record.lease_until = None
-        with contextlib.suppress(Exception):  # the lease runs out by itself if this fails too
+        with deadline.wrap_up(), contextlib.suppress(Exception):  # the lease runs out by itself if this fails
             self._save(record, generation)
 
     def _save(self, record: Record, generation: int) -> int:

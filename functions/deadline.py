@@ -18,7 +18,8 @@ from functions.errors import Transient
 
 # Time kept back to save state, publish and answer: a quarter of a short timeout, at most 15 s.
 MAX_MARGIN = 15.0
-_deadline: ContextVar[float | None] = ContextVar("trainctl_deadline", default=None)
+# (deadline, the end of the timeout) of the invocation, on the monotonic clock.
+_limits: ContextVar[tuple[float, float] | None] = ContextVar("trainctl_deadline", default=None)
 
 
 class DeadlineReached(Transient):
@@ -32,17 +33,29 @@ def margin(timeout: float) -> float:
 @contextmanager
 def handler_deadline(timeout: float) -> Iterator[None]:
     """Work inside this block to a deadline `margin(timeout)` short of `timeout` seconds from now."""
-    token = _deadline.set(time.monotonic() + timeout - margin(timeout))
+    end = time.monotonic() + timeout
+    token = _limits.set((end - margin(timeout), end))
     try:
         yield
     finally:
-        _deadline.reset(token)
+        _limits.reset(token)
+
+
+@contextmanager
+def wrap_up() -> Iterator[None]:
+    """Inside this block the margin is open: for saving state (giving up a claim) once the deadline has passed."""
+    limits = _limits.get()
+    token = _limits.set(None if limits is None else (limits[1] - 1.0, limits[1]))
+    try:
+        yield
+    finally:
+        _limits.reset(token)
 
 
 def remaining() -> float | None:
     """Seconds left before the deadline; None outside a handler (no deadline: tests, trainctl replay)."""
-    deadline = _deadline.get()
-    return None if deadline is None else deadline - time.monotonic()
+    limits = _limits.get()
+    return None if limits is None else limits[0] - time.monotonic()
 
 
 def allows(seconds: float) -> bool:

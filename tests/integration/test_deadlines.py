@@ -6,7 +6,6 @@ gives up its claim and leaves the work to the redelivery — which adopts whatev
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import uuid
@@ -56,7 +55,7 @@ def test_a_create_slower_than_the_deadline_is_left_to_the_redelivery_which_adopt
     assert deployment.post("on_job_request", delivery) == 200  # the redelivery
     assert [j.name for j in jobs_with_key(job_client, "request:slow-create-1")] == [job.name]
     assert deployment.record("request:slow-create-1")["job_name"] == job.name
-    assert events.states("slow-create-1") == ["submitted"]
+    assert events.states("slow-create-1") == ["accepted", "submitted"]  # each once
 
 
 def test_a_reconcile_tick_defers_what_it_has_no_time_for(deployment):
@@ -78,7 +77,6 @@ def test_a_reconcile_tick_defers_what_it_has_no_time_for(deployment):
     with deadline.handler_deadline(12):  # 9 s left: less than a record's observation may take
         summary = controller.reconcile()
     assert summary == {"active": 0, "errors": 0, "deferred": active}
-    assert dataclasses.asdict(settings)["function_timeout"] == FUNCTION_TIMEOUT
     assert controller.reconcile()["active"] == active  # without a deadline (trainctl, tests) nothing is deferred
 
 

@@ -91,3 +91,13 @@ def test_permanent_errors_are_not_retried():
     with pytest.raises(ValueError):
         FAST.call("x", refused)
     assert len(calls) == 1
+
+
+def test_the_margin_is_open_for_saving_state_after_the_deadline():
+    with deadline.handler_deadline(8):  # deadline 6 s from now, the timeout 8 s
+        with deadline.wrap_up():
+            left = deadline.remaining()
+            assert left is not None and 6 < left <= 7
+        assert deadline.remaining() <= 6
+    with deadline.wrap_up():
+        assert deadline.remaining() is None

@@ -140,9 +140,13 @@ def _marker(
             template = _template(c, prefix)
             overrides: dict[str, Any] = {}
             if size > 0:
-                found = c.gcs.read(bucket, name, int(generation) if generation.isdigit() else None)
+                # Each generation of a marker is its own request with its own overrides: read exactly this one.
+                # The data bucket is versioned (terraform/storage.tf), so an overwritten generation stays readable.
+                if not generation.isdigit():
+                    raise DocumentInvalid(f"the event's generation {generation!r} is not a number")
+                found = c.gcs.read(bucket, name, int(generation))
                 if found is None:
-                    logs.info("marker was overwritten or deleted before it was read; the newer one counts")
+                    logs.info("this generation of the marker is gone (an unversioned bucket); the newer one counts")
                     return "ignored"
                 overrides = load_document(found[0], c.settings.max_request_bytes)
                 if not isinstance(overrides, dict):

@@ -24,7 +24,7 @@ from typing import Any
 from functions.settings import env_names
 from local.eventarc import EventarcBridge
 from local.fake_gcs import FakeGcs, start_fake_gcs
-from local.functions_host import FunctionProcess, start_functions
+from local.functions_host import FUNCTION_TIMEOUT_SECONDS, FunctionProcess, start_functions
 from local.jobservice.standalone import JobServiceProcess, start_jobservice_process
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
 from local.processes import ManagedProcess, process_start_time
@@ -47,8 +47,9 @@ DEFAULT_TEMPLATE: dict[str, Any] = {
 # up within seconds, so the backoff is shorter.
 REQUEST_MAX_DELIVERY_ATTEMPTS = 10
 REQUEST_RETRY_BACKOFF_SECONDS = (1, 10)
-# How long Pub/Sub waits for a pushed function's answer (Terraform: the function timeout).
-PUSH_ACK_DEADLINE_SECONDS = 120
+# How long Pub/Sub waits for a pushed function's answer: Terraform sets the push subscription's ack deadline
+# to the function timeout, and so does the local stack.
+PUSH_ACK_DEADLINE_SECONDS = FUNCTION_TIMEOUT_SECONDS
 
 # The names a stack records: every bucket, topic and subscription name Names gives.
 _NAME_PROPERTIES = tuple(name for name, value in vars(Names).items() if isinstance(value, property))
@@ -82,6 +83,7 @@ def controller_settings(options: StackOptions, names: Names, jobservice_address:
         "TRAINCTL_ALLOWED_OUTPUT_BUCKETS": names.control_bucket,
         "TRAINCTL_VERTEX_ENDPOINT": jobservice_address,
         "TRAINCTL_LEASE": options.lease,
+        "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
     }
     unknown = set(values) - set(env_names())
     assert not unknown, f"not controller settings: {unknown}"

@@ -14,8 +14,6 @@ import json
 import logging
 import os
 import shutil
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import Any
 
 from functions.settings import env_names
 from local.eventarc import EventarcBridge
-from local.fake_gcs import FakeGcs, start_fake_gcs
+from local.fake_gcs import FakeGcs, create_bucket, start_fake_gcs
 from local.functions_host import FUNCTION_TIMEOUT_SECONDS, FunctionProcess, start_functions
 from local.jobservice.standalone import JobServiceProcess, start_jobservice_process
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
@@ -92,20 +90,6 @@ def controller_settings(options: StackOptions, names: Names, jobservice_address:
     return {name: values.get(name, "") for name in env_names()}
 
 
-def _create_bucket(storage_url: str, project: str, bucket: str) -> None:
-    request = urllib.request.Request(
-        f"{storage_url}/storage/v1/b?project={project}",
-        data=json.dumps({"name": bucket}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        urllib.request.urlopen(request, timeout=10).close()
-    except urllib.error.HTTPError as error:
-        if error.code != 409:  # already there
-            raise RuntimeError(f"creating bucket {bucket} on fake-gcs-server: {error.read().decode()}") from error
-
-
 class LocalStack:
     """One stack. `start()` brings everything up (and everything down again if a piece fails); `stop()`
     may be called at any point, any number of times."""
@@ -140,7 +124,7 @@ class LocalStack:
             self.pubsub.create_topic(topic)
         self.storage = start_fake_gcs(self.run_dir / "fake-gcs", pubsub=self.pubsub, env=_with(marker))
         for bucket in (names.data_bucket, names.control_bucket):
-            _create_bucket(self.storage.url, project, bucket)
+            create_bucket(self.storage.url, project, bucket)
         clients = {**marker, **self.pubsub.env, **self.storage.env}
 
         self.jobservice = start_jobservice_process(

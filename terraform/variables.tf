@@ -385,3 +385,11 @@ variable "data_uploaders" {
     error_message = "data_uploaders entries must be IAM members such as group:data-eng@example.com."
   }
 }
+
+# ---- tearing down -------------------------------------------------------------------------------------
+
+variable "force_destroy" {
+  description = "Let `terraform destroy` delete the data, control and source buckets with every object and object version in them. Off, destroy stops at the first bucket that is not empty (the versioned buckets keep old versions for noncurrent_version_retention_days)."
+  type        = bool
+  default     = false
+}

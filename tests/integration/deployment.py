@@ -5,8 +5,8 @@ way Eventarc and Pub/Sub push do and to read what they published."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from google.api_core import exceptions as gexc
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import pubsub_v1, storage
 
 from functions.planning import key_hash
 from local.eventarc import finalized_event
+from local.fake_gcs import create_bucket
 from local.functions_host import FunctionProcess, start_functions
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE
 from schemas.events import JobEvent, parse_event
@@ -93,12 +93,9 @@ class Deployment:
 
     def provision(self) -> None:
         """The buckets and the events topic, without serving the functions (bench/cold_start.py runs its own)."""
-        client = self.storage()
-        client.create_bucket(self.data_bucket)
-        client.create_bucket(self.control_bucket)
-        with contextlib.suppress(gexc.Conflict):
-            client.create_bucket(SHARED_DATA_BUCKET)
-        client.bucket(SHARED_DATA_BUCKET).blob("whatever/part-0.csv").upload_from_string(DATA_SHARD)
+        for bucket in (self.data_bucket, self.control_bucket, SHARED_DATA_BUCKET):
+            create_bucket(os.environ["STORAGE_EMULATOR_HOST"], LOCAL_PROJECT, bucket)  # versioned, as Terraform's
+        self.storage().bucket(SHARED_DATA_BUCKET).blob("whatever/part-0.csv").upload_from_string(DATA_SHARD)
         publisher = pubsub_v1.PublisherClient()
         publisher.create_topic(name=publisher.topic_path(LOCAL_PROJECT, self.events_topic))
 

@@ -56,6 +56,23 @@ def test_the_same_storage_event_delivered_20_times_concurrently_submits_once(dep
     assert len({d.ce_id for d in duplicates}) == 1  # one delivery, one id: consumers keep one copy
 
 
+def test_each_generation_of_an_overwritten_marker_starts_its_own_job_with_its_own_overrides(deployment, job_client):
+    """Guards issue 12 point 8: the data bucket is versioned (as Terraform makes it), so the first generation's
+    event still reads the first generation's overrides after the marker was overwritten. On an unversioned
+    local bucket the first event found nothing and started nothing."""
+    first = deployment.upload_marker("churn/day3/", json.dumps({"display_name": "first-marker"}))
+    second = deployment.upload("churn/day3/_SUCCESS", json.dumps({"display_name": "second-marker"}))
+    assert first.generation != second.generation
+    for marker in (first, second):
+        assert deployment.post("on_dataset_upload", deployment.storage_event(marker)) == 200
+    names = {}
+    for marker in (first, second):
+        (job,) = jobs_with_key(job_client, f"gcs:{deployment.data_bucket}/churn/day3/_SUCCESS#{marker.generation}")
+        names[marker.generation] = job.display_name
+    assert names[first.generation].startswith("first-marker")
+    assert names[second.generation].startswith("second-marker")
+
+
 def test_a_request_with_schema_errors_is_rejected_naming_the_fields_and_acknowledged(deployment):
     events = deployment.events()
     bad = fake_node_request("bad-request-1", resources={"machine_type": "a2-highgpu-2g", "accelerator_count": 3})

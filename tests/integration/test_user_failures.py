@@ -42,7 +42,11 @@ def tabular_request(request_id: str, dataset: str, **sections) -> dict:
     ("folder", "objects", "rule"),
     [
         ("nothing-here/", {}, "does not exist: no object is under it"),
-        ("only-markers/", {"_SUCCESS": "", "empty.csv": ""}, "is empty: it holds only markers or empty objects"),
+        (
+            "only-markers/",
+            {"_SUCCESS": "", "empty.csv": ""},
+            "is empty: it holds only markers or empty objects, no data",
+        ),
     ],
 )
 def test_a_dataset_without_data_is_rejected_before_any_job_starts(deployment, folder, objects, rule):

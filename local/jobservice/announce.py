@@ -62,6 +62,13 @@ def log_entry(job: CustomJob, now: dt.datetime | None = None) -> dict | None:
     }
 
 
+def sink_delivery(job: CustomJob, sink_filter: Callable[[dict], bool]) -> dict | None:
+    """The entry the sink delivers for `job` entering its current state: Vertex's line for it, if
+    Vertex writes one and the sink's filter lets it through; else None."""
+    entry = log_entry(job)
+    return entry if entry is not None and sink_filter(entry) else None
+
+
 def _labels(state: JobState) -> dict[str, str]:
     if state == JobState.JOB_STATE_SUCCEEDED:  # as observed (kestra-io/kestra#6849)
         return {"ml.googleapis.com/endpoint": "", "ml.googleapis.com/job_state": "SUCCEEDED"}
@@ -83,8 +90,8 @@ class StateAnnouncer:
         self._thread.start()
 
     def __call__(self, job: CustomJob) -> None:
-        entry = log_entry(job)
-        if entry is not None and self.sink_filter(entry):
+        entry = sink_delivery(job, self.sink_filter)
+        if entry is not None:
             self._queue.put(entry)
 
     def close(self, timeout: float = 10.0) -> None:

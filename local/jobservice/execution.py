@@ -28,8 +28,6 @@ import json
 import logging
 import queue
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -41,15 +39,15 @@ from google.rpc import code_pb2, status_pb2
 
 from local.jobservice import vertex_retries
 from local.jobservice.faults import QUOTA_MESSAGE, STOCKOUT_MESSAGE, NewJobFaults, quota_metric
+from local.jobservice.nodes import Node, start_node
 from local.jobservice.replicas import ExecutionSettings, NodePlanError, plan_nodes
 from local.jobservice.store import JobStore, ReplicaRecord, RunRecord
-from local.processes import free_port, process_alive, signal_group, stop_groups
+from local.processes import free_port, signal_group, stop_groups
 
 log = logging.getLogger("local.jobservice")
 
 TERMINAL_STATES = frozenset({JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED})
 ACTIVE_STATES = frozenset(set(JobState) - TERMINAL_STATES - {JobState.JOB_STATE_UNSPECIFIED})
-NODE_AGENT = Path(__file__).with_name("node_agent.py")
 PRIMARY = "workerpool0-0"
 
 TransitionHook = Callable[[CustomJob], None]
@@ -64,27 +62,6 @@ class Outcome:
     state: JobState | None  # None: the job was preempted and restarts
     code: int = 0
     message: str = ""
-
-
-@dataclass
-class Node:
-    """One running node: started by us (`popen`) or adopted after a restart (only `pid`)."""
-
-    name: str
-    pid: int
-    exit_file: Path
-    popen: subprocess.Popen | None = None
-
-    def wait(self) -> int:
-        if self.popen is not None:
-            returncode = self.popen.wait()
-            return returncode if returncode >= 0 else 128 - returncode
-        while process_alive(self.pid) and not self.exit_file.exists():
-            time.sleep(0.2)
-        try:
-            return int(self.exit_file.read_text())
-        except (FileNotFoundError, ValueError):
-            return 137  # ended without a recorded status: killed along with its agent
 
 
 class JobExecutor:
@@ -293,21 +270,7 @@ class JobRun:
         exit_dir = self.store.job_dir(self.name) / "exits" / f"attempt-{self.record.attempt}"
         exit_dir.mkdir(parents=True, exist_ok=True)
         for node in plan.nodes:
-            log_path = log_dir / f"{node.name}.log"
-            with open(log_path, "ab") as output:
-                output.write(f"[local JobService] attempt {self.record.attempt}: {node.command}\n".encode())
-                output.flush()
-                exit_file = exit_dir / f"{node.name}.exit"
-                popen = subprocess.Popen(
-                    [sys.executable, str(NODE_AGENT), str(exit_file), "--", *node.command],
-                    stdin=subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                    env=node.env,
-                    cwd=self.executor.settings.workdir,
-                    start_new_session=True,
-                )
-            self.nodes.append(Node(node.name, popen.pid, exit_file, popen))
+            self.nodes.append(start_node(node, self.record.attempt, log_dir, exit_dir, self.executor.settings.workdir))
         self.record.replicas = [ReplicaRecord(node.name, node.pid, str(node.exit_file)) for node in self.nodes]
         self.store.save_run(self.name, self.record)
         if self.record.attempt == 1:

@@ -1,10 +1,12 @@
-# Completion path, fast half: Vertex AI writes a log line with the job's terminal state; a sink routes those
-# lines to the job-state topic, which feeds on_job_state. reconcile is the half that never misses.
+# Completion path, fast half: Vertex AI writes "service" log lines as a job moves (provisioning, running,
+# completed); a sink routes those lines to the job-state topic, which feeds on_job_state, which reads the
+# job's state from Vertex. reconcile is the half that never misses.
 # Also: a log bucket of this deployment's own, so its logs outlive the _Default bucket's 30 days.
 
 locals {
-  # reference/vertex.md §5.3. The label is not a documented contract, hence reconcile.
-  job_state_log_filter = "resource.type=\"ml_job\" AND labels.\"ml.googleapis.com/job_state\"=(\"SUCCEEDED\" OR \"FAILED\" OR \"CANCELLED\")"
+  # Only documented fields (reference/vertex.md §5.3): the ml_job resource and its service task. The same
+  # file is the local announcer's filter (local/jobservice/log_filter.py), so both route the same lines.
+  job_state_log_filter = trimspace(file("${path.module}/job_state_log_filter.txt"))
 
   function_services   = [for name in sort(keys(local.functions)) : "\"${var.name_prefix}-${replace(name, "_", "-")}\""]
   retained_log_filter = "(resource.type=\"cloud_run_revision\" AND resource.labels.service_name=(${join(" OR ", local.function_services)})) OR resource.type=\"ml_job\""
@@ -12,7 +14,7 @@ locals {
 
 resource "google_logging_project_sink" "job_state" {
   name                   = "${var.name_prefix}-job-state"
-  description            = "Vertex AI CustomJob terminal states, for on_job_state."
+  description            = "Vertex AI CustomJob service log lines (state changes), for on_job_state."
   destination            = "pubsub.googleapis.com/${google_pubsub_topic.job_state.id}"
   filter                 = local.job_state_log_filter
   unique_writer_identity = true

@@ -5,13 +5,28 @@ with JSON objects as messages (no generated code needed on either side). `JobSer
 is the client:
 
     control = JobServiceControl("127.0.0.1:PORT")
+    # CreateCustomJob
     control.fail_next_creates("RESOURCE_EXHAUSTED", count=2)      # Vertex's quota wording by default
     control.fail_next_creates("UNAVAILABLE", after_create=True)   # job created, response "lost"
+    control.fail_next_creates("UNKNOWN", after_create=True)       # job created, stream broke: "Stream removed"
     control.delay_next_creates(seconds=10)                        # job created, answer late
-    control.hold_next_in_queue(seconds=30)
-    control.preempt(job_name)                                     # SIGTERM all nodes; restart or stockout
+    # GetCustomJob / ListCustomJobs / CancelCustomJob
+    control.rate_limit_next_calls(3)                              # RESOURCE_EXHAUSTED, the request-rate text
+    control.rate_limit_next_calls(1, methods=("CancelCustomJob",))
+    # the next created job(s)
+    control.hold_next_in_queue(seconds=30)                        # QUEUED: waiting for quota
+    control.hold_next_in_pending(seconds=30)                      # PENDING: waiting for capacity
+    control.fail_next_for_quota(count=1)                          # FAILED, code 8, quota text with the GPU metric
+    control.stock_out_next(count=2)                               # 2 stockouts, Vertex retries (≤3), then RUNNING
+    control.stock_out_next(count=4)                               # one stockout too many: FAILED, code 8
+    # a running job
+    control.preempt(job_name)                                     # SIGTERM all nodes; Vertex restarts or fails it
     control.replica_logs(job_name)                                # {"workerpool0-0": "/…/workerpool0-0.log", …}
     control.crash()                                               # exit at once; nodes keep running
+
+What preempt and a crashing replica lead to is vertex_retries.py's rule: Spot jobs restart up to 6
+times, other jobs restart when `restart_job_on_worker_restart` is set, else as a stockout up to 3 times;
+exits 6/134/11/139 restart up to 3 times; `disable_retries` turns Vertex's restarts off.
 """
 
 from __future__ import annotations
@@ -69,7 +84,28 @@ class JobServiceControl:
         """The next `count` created jobs stay in JOB_STATE_QUEUED for `seconds`."""
         self._call("HoldNextInQueue", seconds=seconds, count=count)
 
+    def hold_next_in_pending(self, seconds: float, count: int = 1) -> None:
+        """The next `count` created jobs stay in JOB_STATE_PENDING for `seconds` (waiting for capacity)."""
+        self._call("HoldNextInPending", seconds=seconds, count=count)
+
+    def rate_limit_next_calls(
+        self, count: int, methods: tuple[str, ...] = ("GetCustomJob", "ListCustomJobs", "CancelCustomJob")
+    ) -> None:
+        """The next `count` calls of `methods` answer RESOURCE_EXHAUSTED with Vertex's request-rate text."""
+        self._call("RateLimitNextCalls", count=count, methods=list(methods))
+
+    def fail_next_for_quota(self, count: int = 1) -> None:
+        """The next `count` created jobs end JOB_STATE_FAILED with error code 8 and Vertex's quota text,
+        naming the GPU quota metric of the job's accelerator."""
+        self._call("FailNextForQuota", count=count)
+
+    def stock_out_next(self, count: int = 1) -> None:
+        """The next created job meets `count` stockouts while its nodes are provisioned: Vertex retries
+        up to 3 times, so with `count` ≥ 4 it ends FAILED with code 8 and the stockout text."""
+        self._call("StockOutNext", count=count)
+
     def preempt(self, name: str) -> None:
+        """Preempt a running job's nodes (SIGTERM, then SIGKILL): Vertex restarts it or it fails."""
         self._call("Preempt", name=name)
 
     def replica_logs(self, name: str) -> dict[str, str]:

@@ -9,9 +9,11 @@ reference/vertex.md §1.6 and §6.3:
 - it fails as soon as any node exits non-zero: "The replica workerpool1-0 exited with a non-zero status
   of 3." (error code 3, as Vertex reports user-code failures);
 - `scheduling.timeout` bounds the running time (FAILED, DEADLINE_EXCEEDED);
-- cancel and preemption send SIGTERM to every node and SIGKILL after the grace period; a preempted job
-  restarts (new attempt, same job) when `restart_job_on_worker_restart` is set, else it fails with the
-  stockout message.
+- cancel and preemption send SIGTERM to every node and SIGKILL after the grace period;
+- Vertex's own restarts (preemption, stockout, SIGABRT/SIGSEGV exits) are decided by vertex_retries.py:
+  a restart is a new attempt of the same job, which stays RUNNING;
+- faults planned at create time (faults.NewJobFaults, kept in the run record) hold the job in QUEUED or
+  PENDING, fail it for quota, or make its provisioning meet stockouts.
 
 Exit events are queued in the order the nodes exit, so "primary exited 0, then a worker lost its peer"
 counts as a success, as it would on Vertex. Every state change goes through `JobExecutor.transition`,
@@ -26,8 +28,6 @@ import json
 import logging
 import queue
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -37,16 +37,17 @@ from pathlib import Path
 from google.cloud.aiplatform_v1.types import CustomJob, JobState
 from google.rpc import code_pb2, status_pb2
 
-from local.jobservice.faults import STOCKOUT_MESSAGE
+from local.jobservice import vertex_retries
+from local.jobservice.faults import QUOTA_MESSAGE, STOCKOUT_MESSAGE, NewJobFaults, quota_metric
+from local.jobservice.nodes import Node, start_node
 from local.jobservice.replicas import ExecutionSettings, NodePlanError, plan_nodes
 from local.jobservice.store import JobStore, ReplicaRecord, RunRecord
-from local.processes import free_port, process_alive, signal_group, stop_groups
+from local.processes import free_port, signal_group, stop_groups
 
 log = logging.getLogger("local.jobservice")
 
 TERMINAL_STATES = frozenset({JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED})
 ACTIVE_STATES = frozenset(set(JobState) - TERMINAL_STATES - {JobState.JOB_STATE_UNSPECIFIED})
-NODE_AGENT = Path(__file__).with_name("node_agent.py")
 PRIMARY = "workerpool0-0"
 
 TransitionHook = Callable[[CustomJob], None]
@@ -63,27 +64,6 @@ class Outcome:
     message: str = ""
 
 
-@dataclass
-class Node:
-    """One running node: started by us (`popen`) or adopted after a restart (only `pid`)."""
-
-    name: str
-    pid: int
-    exit_file: Path
-    popen: subprocess.Popen | None = None
-
-    def wait(self) -> int:
-        if self.popen is not None:
-            returncode = self.popen.wait()
-            return returncode if returncode >= 0 else 128 - returncode
-        while process_alive(self.pid) and not self.exit_file.exists():
-            time.sleep(0.2)
-        try:
-            return int(self.exit_file.read_text())
-        except (FileNotFoundError, ValueError):
-            return 137  # ended without a recorded status: killed along with its agent
-
-
 class JobExecutor:
     def __init__(self, store: JobStore, settings: ExecutionSettings, hooks: Iterable[TransitionHook] = ()):
         self.store = store
@@ -92,10 +72,16 @@ class JobExecutor:
         self._runs: dict[str, JobRun] = {}
         self._lock = threading.Lock()
 
-    def created(self, job: CustomJob, hold_seconds: float = 0.0) -> None:
+    def created(self, job: CustomJob, faults: NewJobFaults | None = None) -> None:
         """A job was just stored in QUEUED: tell the hooks and start supervising it."""
         self._notify(job)
-        run = RunRecord(queued_until=time.time() + hold_seconds)
+        faults = faults or NewJobFaults()
+        run = RunRecord(
+            queued_until=time.time() + faults.queue_hold,
+            pending_hold=faults.pending_hold,
+            quota_failure=faults.quota_failure,
+            stockouts=faults.stockouts,
+        )
         self.store.save_run(job.name, run)
         self._launch(job.name, run)
 
@@ -216,17 +202,25 @@ class JobRun:
             self.executor._forget(self.name)
 
     def _walk(self) -> None:
-        if self.store.get(self.name).state == JobState.JOB_STATE_QUEUED:
-            waited = self._wait_in_queue()
-            if waited == "leave":  # the server is going away; a restarted one picks the job up
+        if self._state() == JobState.JOB_STATE_QUEUED:
+            if self._hold(self.record.queued_until) == "leave":  # a restarted server picks the job up
                 return None
+            if self.record.quota_failure and self._state() == JobState.JOB_STATE_QUEUED:
+                return self._end(self._quota_failure())
             with contextlib.suppress(TransitionRefused):  # refused: cancelled meanwhile, handled below
                 self.executor.transition(self.name, JobState.JOB_STATE_PENDING, only_from={JobState.JOB_STATE_QUEUED})
+                self.record.pending_until = time.time() + self.record.pending_hold
+                self.store.save_run(self.name, self.record)
+        pending = self._state() == JobState.JOB_STATE_PENDING and not self.record.replicas
+        if pending and self._hold(self.record.pending_until) == "leave":
+            return None
         if self.record.replicas:
             self._adopt()
         while True:
             if not self.nodes:
                 outcome = self._start_nodes()
+                if outcome is not None and outcome.state is None:
+                    continue  # a stockout Vertex retries: provision again
                 if outcome is not None:
                     return self._end(outcome)
             outcome = self._supervise()
@@ -234,14 +228,17 @@ class JobRun:
                 return None
             if outcome.state is not None:
                 return self._end(outcome)
-            self.nodes = []  # preempted with restart_job_on_worker_restart: run the job again
+            self.nodes = []  # restarted (by Vertex, or restart_job_on_worker_restart): run the job again
 
-    def _wait_in_queue(self) -> str:
+    def _state(self) -> JobState:
+        return self.store.get(self.name).state
+
+    def _hold(self, until: float) -> str:
         """Wait out a fault's hold. Returns "done" when it is over or the job was cancelled meanwhile,
-        "leave" when the server shuts down (the job stays QUEUED for the next server)."""
+        "leave" when the server shuts down (the job stays as it is for the next server)."""
         while True:
-            remaining = self.record.queued_until - time.time()
-            if remaining <= 0 or self.store.get(self.name).state == JobState.JOB_STATE_CANCELLING:
+            remaining = until - time.time()
+            if remaining <= 0 or self._state() == JobState.JOB_STATE_CANCELLING:
                 return "done"
             try:
                 event = self.events.get(timeout=remaining)
@@ -254,6 +251,11 @@ class JobRun:
         job = self.store.get(self.name)
         if job.state == JobState.JOB_STATE_CANCELLING:
             return Outcome(JobState.JOB_STATE_CANCELLED, code_pb2.CANCELLED, "CustomJob was cancelled.")
+        if self.record.stockouts > 0:
+            self.record.stockouts -= 1
+            decision = vertex_retries.after_stockout(job, self.record.retries)
+            self.store.save_run(self.name, self.record)
+            return self._restart_or_stockout(decision)
         self.record.attempt += 1
         self.record.master_port = free_port()
         try:
@@ -268,21 +270,7 @@ class JobRun:
         exit_dir = self.store.job_dir(self.name) / "exits" / f"attempt-{self.record.attempt}"
         exit_dir.mkdir(parents=True, exist_ok=True)
         for node in plan.nodes:
-            log_path = log_dir / f"{node.name}.log"
-            with open(log_path, "ab") as output:
-                output.write(f"[local JobService] attempt {self.record.attempt}: {node.command}\n".encode())
-                output.flush()
-                exit_file = exit_dir / f"{node.name}.exit"
-                popen = subprocess.Popen(
-                    [sys.executable, str(NODE_AGENT), str(exit_file), "--", *node.command],
-                    stdin=subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                    env=node.env,
-                    cwd=self.executor.settings.workdir,
-                    start_new_session=True,
-                )
-            self.nodes.append(Node(node.name, popen.pid, exit_file, popen))
+            self.nodes.append(start_node(node, self.record.attempt, log_dir, exit_dir, self.executor.settings.workdir))
         self.record.replicas = [ReplicaRecord(node.name, node.pid, str(node.exit_file)) for node in self.nodes]
         self.store.save_run(self.name, self.record)
         if self.record.attempt == 1:
@@ -332,6 +320,12 @@ class JobRun:
     def _decide_on_exit(self, node: str, status: int) -> Outcome | None:
         self.executor.service_log(self.name, f"{node} exited with status {status}")
         if status != 0:
+            job = self.store.get(self.name)
+            decision = vertex_retries.after_exit(job, self.record.retries, status)
+            if decision.restart:
+                self.store.save_run(self.name, self.record)
+                self.executor.service_log(self.name, decision.reason)
+                return Outcome(None)
             log_path = self.store.log_dir(self.name) / f"{node}.log"
             message = (
                 f"The replica {node} exited with a non-zero status of {status}. "
@@ -342,15 +336,27 @@ class JobRun:
             return Outcome(JobState.JOB_STATE_SUCCEEDED)
         return None  # a worker finished first; the primary decides
 
-    def _preempted(self) -> Outcome | None:
+    def _preempted(self) -> Outcome:
         self.executor.service_log(self.name, "nodes preempted: sending SIGTERM to every node")
         self._stop_nodes()
-        job = self.store.get(self.name)
-        if job.job_spec.scheduling.restart_job_on_worker_restart:
-            self.executor.service_log(self.name, f"restarting the job (attempt {self.record.attempt + 1})")
+        decision = vertex_retries.after_preemption(self.store.get(self.name), self.record.retries)
+        self.store.save_run(self.name, self.record)
+        return self._restart_or_stockout(decision)
+
+    def _restart_or_stockout(self, decision: vertex_retries.Decision) -> Outcome:
+        """Outcome(None) to run the job again, else FAILED with code 8 and the stockout text."""
+        self.executor.service_log(self.name, decision.reason)
+        if decision.restart:
             return Outcome(None)
-        region = job.name.split("/")[3]
+        region = self.name.split("/")[3]
         return Outcome(JobState.JOB_STATE_FAILED, code_pb2.RESOURCE_EXHAUSTED, STOCKOUT_MESSAGE.format(region=region))
+
+    def _quota_failure(self) -> Outcome:
+        """FAILED with code 8 and Vertex's quota text naming the metric of the job's primary pool."""
+        spec = self.store.get(self.name).job_spec
+        accelerator = spec.worker_pool_specs[0].machine_spec.accelerator_type.name
+        metric = quota_metric(accelerator, spec.scheduling.strategy.name)
+        return Outcome(JobState.JOB_STATE_FAILED, code_pb2.RESOURCE_EXHAUSTED, QUOTA_MESSAGE.format(metric=metric))
 
     def _watch(self, node: Node, attempt: int) -> None:
         status = node.wait()

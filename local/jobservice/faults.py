@@ -1,12 +1,14 @@
 """Faults the local JobService can be told to produce, for tests of the controller's error handling.
 
 - fail the next N CreateCustomJob calls with a gRPC code and Vertex's wording for it (optionally
-  after the job was created anyway, as when a response is lost on the way back);
-- hold the next N created jobs in JOB_STATE_QUEUED for some seconds (quota queueing, stuck jobs);
-- preempt a running job (see execution.py: SIGTERM to every replica, then a restart when
-  `restart_job_on_worker_restart` is set, else FAILED with the stockout message).
+  after the job was created anyway, as when a response is lost on the way back: UNKNOWN "Stream removed");
+- rate-limit the next N Get/List/Cancel calls (RESOURCE_EXHAUSTED, Vertex's request-rate text);
+- for the next created jobs: hold them in JOB_STATE_QUEUED (quota wait) or JOB_STATE_PENDING
+  (provisioning wait), fail them with code 8 and the quota text, or make their provisioning meet
+  stockouts (see vertex_retries.py for what Vertex does then);
+- preempt a running job (see vertex_retries.py).
 
-This module is the plan; control.py exposes it to other processes.
+This module is the plan; control.py exposes it to other processes, execution.py carries it out.
 """
 
 from __future__ import annotations
@@ -16,22 +18,31 @@ from dataclasses import dataclass
 
 import grpc
 
-# Vertex's texts (reference/vertex.md §6.1–6.2).
-QUOTA_MESSAGE = (
-    "The following quota metrics exceed quota limits: aiplatform.googleapis.com/custom_model_training_nvidia_a100_gpus"
-)
+# Vertex's texts (reference/vertex.md §6.1–6.2; sources in local/FIDELITY.md).
+QUOTA_MESSAGE = "The following quota metrics exceed quota limits: {metric}"
+DEFAULT_QUOTA_METRIC = "aiplatform.googleapis.com/custom_model_training_nvidia_a100_gpus"
 STOCKOUT_MESSAGE = (
     "Resources are insufficient in region: {region}. Try a different region or use a different accelerator."
 )
+# Google's request-rate quota text (service control's "Quota exceeded for quota metric …" form) for
+# Vertex's "Resource management (CRUD) requests per minute per region" quota.
+RATE_LIMIT_MESSAGE = (
+    "Quota exceeded for quota metric 'Resource management (CRUD) requests' and limit "
+    "'Resource management (CRUD) requests per minute per region' of service 'aiplatform.googleapis.com' "
+    "for consumer 'project_number:{project}'."
+)
+RATE_LIMITED_METHODS = ("GetCustomJob", "ListCustomJobs", "CancelCustomJob")
 
 DEFAULT_MESSAGES = {
     grpc.StatusCode.UNAVAILABLE: "The service is currently unavailable.",
-    grpc.StatusCode.RESOURCE_EXHAUSTED: QUOTA_MESSAGE,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: QUOTA_MESSAGE.format(metric=DEFAULT_QUOTA_METRIC),
     grpc.StatusCode.INVALID_ARGUMENT: (
         "List of found errors:\t1.Field: custom_job; Message: rejected by the local JobService's fault injection\t"
     ),
     grpc.StatusCode.DEADLINE_EXCEEDED: "Deadline exceeded.",
     grpc.StatusCode.INTERNAL: "Internal error encountered.",
+    # What gRPC reports when the HTTP/2 stream breaks before the answer arrived.
+    grpc.StatusCode.UNKNOWN: "Stream removed",
 }
 
 
@@ -42,12 +53,26 @@ class CreateFailure:
     after_create: bool  # the job is created, and the caller still gets the error
 
 
+@dataclass(frozen=True)
+class NewJobFaults:
+    """What the faults have in store for one newly created job."""
+
+    queue_hold: float = 0.0  # seconds in QUEUED
+    pending_hold: float = 0.0  # seconds in PENDING
+    quota_failure: bool = False  # ends FAILED, code 8, the quota text
+    stockouts: int = 0  # provisioning attempts that meet a stockout
+
+
 class FaultPlan:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._create_failures: list[CreateFailure] = []
-        self._queue_holds: list[float] = []
         self._create_delays: list[float] = []
+        self._rate_limits: list[frozenset[str]] = []
+        self._queue_holds: list[float] = []
+        self._pending_holds: list[float] = []
+        self._quota_failures = 0
+        self._stockouts: list[int] = []
 
     def fail_next_creates(
         self, code: grpc.StatusCode, count: int = 1, message: str | None = None, after_create: bool = False
@@ -60,14 +85,6 @@ class FaultPlan:
         with self._lock:
             return self._create_failures.pop(0) if self._create_failures else None
 
-    def hold_next_in_queue(self, seconds: float, count: int = 1) -> None:
-        with self._lock:
-            self._queue_holds += [seconds] * count
-
-    def next_queue_hold(self) -> float:
-        with self._lock:
-            return self._queue_holds.pop(0) if self._queue_holds else 0.0
-
     def delay_next_creates(self, seconds: float, count: int = 1) -> None:
         with self._lock:
             self._create_delays += [seconds] * count
@@ -76,8 +93,77 @@ class FaultPlan:
         with self._lock:
             return self._create_delays.pop(0) if self._create_delays else 0.0
 
+    def rate_limit_next_calls(self, count: int, methods: tuple[str, ...] = RATE_LIMITED_METHODS) -> None:
+        unknown = set(methods) - set(RATE_LIMITED_METHODS)
+        if unknown:
+            raise ValueError(f"methods: {sorted(unknown)} cannot be rate-limited; choose from {RATE_LIMITED_METHODS}")
+        with self._lock:
+            self._rate_limits += [frozenset(methods)] * count
+
+    def rate_limited(self, method: str) -> bool:
+        """Whether this call of `method` is refused for the request rate (and uses up one refusal)."""
+        with self._lock:
+            for index, methods in enumerate(self._rate_limits):
+                if method in methods:
+                    del self._rate_limits[index]
+                    return True
+            return False
+
+    def hold_next_in_queue(self, seconds: float, count: int = 1) -> None:
+        with self._lock:
+            self._queue_holds += [seconds] * count
+
+    def hold_next_in_pending(self, seconds: float, count: int = 1) -> None:
+        with self._lock:
+            self._pending_holds += [seconds] * count
+
+    def fail_next_for_quota(self, count: int = 1) -> None:
+        with self._lock:
+            self._quota_failures += count
+
+    def stock_out_next(self, count: int = 1) -> None:
+        """The next created job meets `count` stockouts before it gets its nodes."""
+        with self._lock:
+            self._stockouts.append(count)
+
+    def for_new_job(self) -> NewJobFaults:
+        """Take what is planned for the job being created now."""
+        with self._lock:
+            faults = NewJobFaults(
+                queue_hold=self._queue_holds.pop(0) if self._queue_holds else 0.0,
+                pending_hold=self._pending_holds.pop(0) if self._pending_holds else 0.0,
+                quota_failure=self._quota_failures > 0,
+                stockouts=self._stockouts.pop(0) if self._stockouts else 0,
+            )
+            self._quota_failures = max(0, self._quota_failures - 1)
+            return faults
+
     def clear(self) -> None:
         with self._lock:
             self._create_failures.clear()
-            self._queue_holds.clear()
             self._create_delays.clear()
+            self._rate_limits.clear()
+            self._queue_holds.clear()
+            self._pending_holds.clear()
+            self._quota_failures = 0
+            self._stockouts.clear()
+
+
+# Vertex's names for the GPU quota metrics differ from the accelerator enum names in places
+# (vertex-ai-samples common_util.py; the A3 Mega training guide for h100_mega).
+_GPU_METRIC_NAMES = {
+    "NVIDIA_H100_80GB": "nvidia_h100",
+    "NVIDIA_H100_MEGA_80GB": "nvidia_h100_mega",
+}
+_PREEMPTIBLE_STRATEGIES = frozenset({"SPOT", "FLEX_START"})
+
+
+def quota_metric(accelerator_type: str, strategy: str = "STRATEGY_UNSPECIFIED") -> str:
+    """The Vertex training quota metric that limits `accelerator_type` GPUs (an AcceleratorType name),
+    e.g. NVIDIA_TESLA_T4 → aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus. Spot and
+    FLEX_START jobs draw on the preemptible metric. Without an accelerator, the CPU metric."""
+    if not accelerator_type or accelerator_type == "ACCELERATOR_TYPE_UNSPECIFIED":
+        return "aiplatform.googleapis.com/custom_model_training_cpus"
+    name = _GPU_METRIC_NAMES.get(accelerator_type, accelerator_type.lower().replace("_tesla_", "_"))
+    preemptible = "preemptible_" if strategy in _PREEMPTIBLE_STRATEGIES else ""
+    return f"aiplatform.googleapis.com/custom_model_training_{preemptible}{name}_gpus"

@@ -24,7 +24,7 @@ import grpc
 
 from local.jobservice.control import control_handler
 from local.jobservice.execution import JobExecutor, TransitionHook, TransitionRefused
-from local.jobservice.faults import FaultPlan
+from local.jobservice.faults import RATE_LIMITED_METHODS, FaultPlan
 from local.jobservice.replicas import ExecutionSettings
 from local.jobservice.servicer import JobServiceServicer
 from local.jobservice.store import JobStore
@@ -100,6 +100,26 @@ class LocalJobService:
             self.faults.hold_next_in_queue(float(request["seconds"]), int(request.get("count", 1)))
             return {}
 
+        def rate_limit_next_calls(request: dict, context: grpc.ServicerContext) -> dict:
+            methods = tuple(request.get("methods") or RATE_LIMITED_METHODS)
+            try:
+                self.faults.rate_limit_next_calls(int(request["count"]), methods)
+            except ValueError as error:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            return {}
+
+        def hold_next_in_pending(request: dict, context: grpc.ServicerContext) -> dict:
+            self.faults.hold_next_in_pending(float(request["seconds"]), int(request.get("count", 1)))
+            return {}
+
+        def fail_next_for_quota(request: dict, context: grpc.ServicerContext) -> dict:
+            self.faults.fail_next_for_quota(int(request.get("count", 1)))
+            return {}
+
+        def stock_out_next(request: dict, context: grpc.ServicerContext) -> dict:
+            self.faults.stock_out_next(int(request.get("count", 1)))
+            return {}
+
         def preempt(request: dict, context: grpc.ServicerContext) -> dict:
             if self.store.get(request["name"]) is None:
                 context.abort(grpc.StatusCode.NOT_FOUND, f"The CustomJob {request['name']} does not exist.")
@@ -129,6 +149,10 @@ class LocalJobService:
         return {
             "FailNextCreates": fail_next_creates,
             "HoldNextInQueue": hold_next_in_queue,
+            "HoldNextInPending": hold_next_in_pending,
+            "RateLimitNextCalls": rate_limit_next_calls,
+            "FailNextForQuota": fail_next_for_quota,
+            "StockOutNext": stock_out_next,
             "DelayNextCreates": delay_next_creates,
             "Preempt": preempt,
             "ReplicaLogs": replica_logs,

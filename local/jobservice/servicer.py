@@ -4,7 +4,8 @@ it unchanged: CreateCustomJob, GetCustomJob, ListCustomJobs (filter, paging), Ca
 (returns Empty) and DeleteCustomJob (returns a finished long-running Operation).
 
 Errors follow Vertex: INVALID_ARGUMENT with "List of found errors" and BadRequest field violations,
-NOT_FOUND for unknown jobs, FAILED_PRECONDITION to cancel a job that ended or delete one that runs.
+NOT_FOUND for unknown jobs, FAILED_PRECONDITION to cancel a job that ended or delete one that runs,
+RESOURCE_EXHAUSTED with the request-rate text when a fault rate-limits Get/List/Cancel.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from local.jobservice.execution import ACTIVE_STATES, JobExecutor, TransitionRefused
-from local.jobservice.faults import FaultPlan
+from local.jobservice.faults import RATE_LIMIT_MESSAGE, FaultPlan
 from local.jobservice.filters import FilterError, parse_filter
 from local.jobservice.store import JobStore, job_id_of
 from local.jobservice.validation import PARENT_RE, create_request_problems, vertex_error_text
@@ -91,16 +92,18 @@ class JobServiceServicer:
         job.create_time = now
         job.update_time = now
         job = self.store.add(job)
-        self.executor.created(job, hold_seconds=self.faults.next_queue_hold())
+        self.executor.created(job, self.faults.for_new_job())
         time.sleep(self.faults.next_create_delay())  # the job exists; the caller is still waiting
         if failure is not None:
             context.abort(failure.code, failure.message)
         return job
 
     def get_custom_job(self, request: GetCustomJobRequest, context: grpc.ServicerContext) -> CustomJob:
+        self._refuse_if_rate_limited("GetCustomJob", request.name, context)
         return self._existing(request.name, context)
 
     def list_custom_jobs(self, request: ListCustomJobsRequest, context: grpc.ServicerContext) -> ListCustomJobsResponse:
+        self._refuse_if_rate_limited("ListCustomJobs", request.parent, context)
         if not PARENT_RE.fullmatch(request.parent):
             _abort_invalid(context, [("parent", f"must look like projects/P/locations/L, got {request.parent!r}")])
         try:
@@ -118,6 +121,7 @@ class JobServiceServicer:
         return ListCustomJobsResponse(custom_jobs=page, next_page_token=next_token)
 
     def cancel_custom_job(self, request: CancelCustomJobRequest, context: grpc.ServicerContext) -> empty_pb2.Empty:
+        self._refuse_if_rate_limited("CancelCustomJob", request.name, context)
         job = self._existing(request.name, context)
         try:
             self.executor.cancel(job.name)
@@ -139,6 +143,12 @@ class JobServiceServicer:
         operation.metadata.Pack(DeleteOperationMetadata.pb(metadata))
         operation.response.Pack(empty_pb2.Empty())
         return operation
+
+    def _refuse_if_rate_limited(self, method: str, resource: str, context: grpc.ServicerContext) -> None:
+        # Vertex checks the request-rate quota before it looks at the request.
+        if self.faults.rate_limited(method):
+            project = resource.split("/")[1] if resource.count("/") >= 1 else "unknown"
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMIT_MESSAGE.format(project=project))
 
     def _existing(self, name: str, context: grpc.ServicerContext) -> CustomJob:
         if not JOB_NAME_RE.fullmatch(name):

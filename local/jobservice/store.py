@@ -18,6 +18,8 @@ from pathlib import Path
 
 from google.cloud.aiplatform_v1.types import CustomJob
 
+from local.jobservice.vertex_retries import RetryCounts
+
 
 @dataclass
 class ReplicaRecord:
@@ -34,11 +36,17 @@ class RunRecord:
     master_port: int = 0
     replicas: list[ReplicaRecord] = field(default_factory=list)
     queued_until: float = 0.0  # wall-clock seconds; a fault may hold the job in QUEUED until then
+    pending_hold: float = 0.0  # seconds a fault holds the job in PENDING, counted from entering it
+    pending_until: float = 0.0  # wall-clock seconds, set on entering PENDING
+    quota_failure: bool = False  # a fault: the job fails for quota instead of leaving QUEUED
+    stockouts: int = 0  # a fault: provisioning attempts still to meet a stockout
+    retries: RetryCounts = field(default_factory=RetryCounts)  # Vertex's own restarts so far
 
     @classmethod
     def from_json(cls, text: str) -> RunRecord:
         data = json.loads(text)
         data["replicas"] = [ReplicaRecord(**replica) for replica in data.get("replicas", [])]
+        data["retries"] = RetryCounts(**data.get("retries", {}))
         return cls(**data)
 
 

@@ -40,6 +40,8 @@ def custom_job(
     output: str | None = None,
     timeout_seconds: int | None = None,
     restart_on_worker_restart: bool = False,
+    strategy: str | None = None,
+    disable_retries: bool = False,
 ) -> dict:
     spec: dict = {"worker_pool_specs": list(pools)}
     if output:
@@ -49,6 +51,10 @@ def custom_job(
         scheduling["timeout"] = {"seconds": timeout_seconds}
     if restart_on_worker_restart:
         scheduling["restart_job_on_worker_restart"] = True
+    if strategy:
+        scheduling["strategy"] = strategy
+    if disable_retries:
+        scheduling["disable_retries"] = True
     if scheduling:
         spec["scheduling"] = scheduling
     return {"display_name": display_name, "job_spec": spec, "labels": labels or {}}

@@ -27,6 +27,30 @@ def jobs_labelled(client: JobServiceClient, run: str) -> list:
     return list(client.list_custom_jobs(request={"parent": PARENT, "filter": f"labels.run={run}"}))
 
 
+def wait_for_attempt(control: JobServiceControl, name: str, attempt: int, timeout: float = 30) -> None:
+    """Until the primary's log shows that `attempt` of the job has started."""
+
+    def started() -> bool:
+        log = control.replica_logs(name).get("workerpool0-0")
+        return log is not None and f"attempt {attempt}:" in Path(log).read_text()
+
+    assert wait_until(started, timeout), f"attempt {attempt} of {name} did not start"
+
+
+def preempt_every_attempt(client: JobServiceClient, control: JobServiceControl, name: str, attempts: int):
+    """Preempt each of `attempts` attempts once it started, checking the job is still RUNNING (Vertex
+    restarted it rather than failing it); then the job as it ended."""
+    for attempt in range(1, attempts + 1):
+        wait_for_attempt(control, name, attempt)
+        assert client.get_custom_job(name=name).state == JobState.JOB_STATE_RUNNING
+        control.preempt(name)
+    return wait_for_state(client, name, timeout=30)
+
+
+def wait_for_state_seen(client: JobServiceClient, name: str, state: JobState, timeout: float = 20) -> None:
+    assert wait_until(lambda: client.get_custom_job(name=name).state == state, timeout), f"{name} never {state.name}"
+
+
 @pytest.mark.parametrize(
     ("code", "exception", "wording"),
     [
@@ -82,16 +106,17 @@ def test_a_preempted_job_restarts_when_restart_job_on_worker_restart_is_set(
     assert "attempt 2" in Path(jobservice_control.replica_logs(job.name)["workerpool0-0"]).read_text()
 
 
-def test_a_preempted_job_without_restart_fails_with_the_stockout_message(
+def test_a_preempted_job_without_restart_fails_with_the_stockout_message_once_vertex_gave_up(
     job_client: JobServiceClient, jobservice_control: JobServiceControl
 ):
+    """Guards issue 12 point 4: a stockout is retried by Vertex 3 times before the job fails."""
     job = create(job_client, custom_job(pool("--sleep", "60")))
     wait_for_state(job_client, job.name, [JobState.JOB_STATE_RUNNING])
 
-    jobservice_control.preempt(job.name)
-    done = wait_for_state(job_client, job.name, timeout=15)
+    done = preempt_every_attempt(job_client, jobservice_control, job.name, attempts=4)
 
     assert done.state == JobState.JOB_STATE_FAILED
+    assert done.error.code == 8
     assert done.error.message == (
         "Resources are insufficient in region: us-central1. Try a different region or use a different accelerator."
     )
@@ -120,3 +145,71 @@ def test_a_held_job_stays_queued_for_the_given_time_then_runs(
     assert done.state == JobState.JOB_STATE_SUCCEEDED
     assert time.monotonic() - began >= 2
     assert (done.start_time - done.create_time).total_seconds() >= 2
+
+
+def test_an_unknown_error_after_the_create_reads_as_a_broken_stream_and_the_job_exists(
+    job_client: JobServiceClient, jobservice_control: JobServiceControl
+):
+    """Guards issue 12 point 2: UNKNOWN on CreateCustomJob, with gRPC's broken-stream text, job made."""
+    run = unique_value()
+    jobservice_control.fail_next_creates("UNKNOWN", after_create=True)
+
+    with pytest.raises(exceptions.Unknown, match="Stream removed"):
+        create(job_client, custom_job(pool(), labels={"run": run}))
+
+    assert len(jobs_labelled(job_client, run)) == 1
+
+
+def test_reads_and_cancels_can_be_rate_limited_with_vertex_request_rate_text(
+    job_client: JobServiceClient, jobservice_control: JobServiceControl
+):
+    """Guards issue 12 point 2: RESOURCE_EXHAUSTED from Get/List/Cancel is the request-rate quota."""
+    job = create(job_client, custom_job(pool("--sleep", "60")))
+    jobservice_control.rate_limit_next_calls(2)
+
+    with pytest.raises(exceptions.ResourceExhausted, match="Quota exceeded for quota metric") as get_error:
+        job_client.get_custom_job(name=job.name)
+    with pytest.raises(exceptions.ResourceExhausted, match="requests per minute"):
+        list(job_client.list_custom_jobs(parent=PARENT))
+    assert job_client.get_custom_job(name=job.name).name == job.name  # the burst is over
+
+    jobservice_control.rate_limit_next_calls(1, methods=("CancelCustomJob",))
+    assert job_client.get_custom_job(name=job.name).name == job.name  # not a limited method
+    with pytest.raises(exceptions.ResourceExhausted):
+        job_client.cancel_custom_job(name=job.name)
+    job_client.cancel_custom_job(name=job.name)
+    assert "aiplatform.googleapis.com" in get_error.value.message
+    assert wait_for_state(job_client, job.name, timeout=20).state == JobState.JOB_STATE_CANCELLED
+
+
+def test_a_job_can_fail_for_quota_with_code_8_naming_its_gpu_metric(
+    job_client: JobServiceClient, jobservice_control: JobServiceControl
+):
+    """Guards issue 12 point 3: the third quota outcome, FAILED with code 8 and the metric."""
+    jobservice_control.fail_next_for_quota()
+    job = create(job_client, custom_job(pool(accelerator="NVIDIA_L4", machine="g2-standard-8", count=1)))
+
+    done = wait_for_state(job_client, job.name, timeout=20)
+
+    assert done.state == JobState.JOB_STATE_FAILED
+    assert done.error.code == 8
+    assert done.error.message == (
+        "The following quota metrics exceed quota limits: "
+        "aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"
+    )
+    assert "start_time" not in done  # it never ran
+
+
+def test_a_job_held_in_pending_waits_there_and_can_be_cancelled(
+    job_client: JobServiceClient, jobservice_control: JobServiceControl
+):
+    """Guards issue 12 point 3: a capacity wait is PENDING, told apart from the quota wait in QUEUED."""
+    jobservice_control.hold_next_in_pending(seconds=120)
+    job = create(job_client, custom_job(pool()))
+
+    wait_for_state_seen(job_client, job.name, JobState.JOB_STATE_PENDING)
+    time.sleep(1)
+    assert job_client.get_custom_job(name=job.name).state == JobState.JOB_STATE_PENDING
+    job_client.cancel_custom_job(name=job.name)
+
+    assert wait_for_state(job_client, job.name, timeout=20).state == JobState.JOB_STATE_CANCELLED

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfconfig import block, dynamic_block
+from tfconfig import TERRAFORM_DIR, block, dynamic_block
 
 FUNCTIONS = {"on_dataset_upload", "on_job_request", "on_job_state", "reconcile"}
 
@@ -93,10 +93,13 @@ def test_scheduler_calls_reconcile_with_an_oidc_token(tf):
     assert tf.variables["reconcile_schedule"]["default"] == "*/5 * * * *"
 
 
-def test_job_state_sink_routes_vertex_terminal_states_to_the_job_state_topic(tf):
+def test_job_state_sink_routes_vertex_service_lines_to_the_job_state_topic(tf):
+    """Guards issue 12 point 9: the sink's filter is the one file's text, and that text uses only the
+    documented ml_job fields, not the undocumented ml.googleapis.com/job_state label."""
     sink = tf.resource("google_logging_project_sink", "job_state")
     assert sink["destination"] == "pubsub.googleapis.com/${google_pubsub_topic.job_state.id}"
     assert sink["filter"] == "${local.job_state_log_filter}"
-    assert tf.locals["job_state_log_filter"] == (
-        'resource.type="ml_job" AND labels."ml.googleapis.com/job_state"=("SUCCEEDED" OR "FAILED" OR "CANCELLED")'
-    )
+    assert tf.locals["job_state_log_filter"] == '${trimspace(file("${path.module}/job_state_log_filter.txt"))}'
+    text = (TERRAFORM_DIR / "job_state_log_filter.txt").read_text().strip()
+    assert text == 'resource.type="ml_job" AND resource.labels.task_name="service"'
+    assert "job_state" not in text

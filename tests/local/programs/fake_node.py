@@ -38,6 +38,9 @@ def main() -> int:
     parser.add_argument("--sleep-unless-exists", type=Path, help="first run: create it and sleep; later runs: go on")
     parser.add_argument("--exit-code", type=int, default=0)
     parser.add_argument("--metrics", help="the primary writes this JSON as $AIP_MODEL_DIR/metrics.json")
+    parser.add_argument("--runs-file", type=Path, help="count this node's runs (one line per run) in this file")
+    parser.add_argument("--fail-first", type=int, help="with --runs-file: fail only the first N runs, then exit 0")
+    parser.add_argument("--signal", type=int, help="fail by dying of this signal instead of --exit-code")
     args = parser.parse_args()
     print(f"fake node {node_name()} started with {sys.argv[1:]}", flush=True)
     if args.ignore_sigterm:
@@ -54,6 +57,14 @@ def main() -> int:
         time.sleep(0.05)
     if args.metrics and node_name() == "workerpool0-0":
         write_metrics(args.metrics)
+    if args.runs_file:
+        with open(args.runs_file, "a") as runs:
+            runs.write("run\n")
+        if args.fail_first is not None and len(args.runs_file.read_text().splitlines()) > args.fail_first:
+            return 0
+    if args.signal:
+        signal.signal(args.signal, signal.SIG_DFL)
+        os.kill(os.getpid(), args.signal)
     return args.exit_code
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functions.planning import RUNS_PREFIX
 from functions.settings import Settings
 from schemas.errors import FieldError
-from schemas.events import CostEstimate
+from schemas.events import CostEstimate, approximate_prices
 from schemas.request import TrainingJobRequest
 from schemas.rules import format_duration, split_gs_uri
 
@@ -58,9 +58,9 @@ def admission_problems(
         refuse(
             "scheduling.timeout",
             "max_cost_usd",
-            f"this job can cost up to ${cost.max_usd:,.2f} (${cost.hourly_usd:,.2f}/h for "
-            f"{format_duration(request.scheduling.timeout)}); the limit is ${settings.max_cost_usd:,.2f}. "
-            "Shorten scheduling.timeout or use fewer GPUs",
+            f"this job can cost about ${cost.max_usd:,.2f} (${cost.hourly_usd:,.2f}/h for "
+            f"{format_duration(request.scheduling.timeout)}, {approximate_prices(cost)}); the limit is "
+            f"${settings.max_cost_usd:,.2f}. Shorten scheduling.timeout or use fewer GPUs",
         )
     image = request.trainer.image
     allowed_image = image is None or image == settings.trainer_image
@@ -79,7 +79,8 @@ def admission_problems(
             f"bucket {data_bucket} is not allowed; allowed: {', '.join(settings.allowed_data_buckets)}",
         )
     output_bucket, output_path = split_gs_uri(output_dir)
-    allowed_outputs = (settings.control_bucket, *settings.allowed_output_buckets)
+    # The operator may list the control bucket too: name each bucket once, in order.
+    allowed_outputs = tuple(dict.fromkeys((settings.control_bucket, *settings.allowed_output_buckets)))
     if output_bucket not in allowed_outputs:
         refuse(
             "output_dir",

@@ -14,7 +14,7 @@ from typing import Any
 from functions.settings import Settings
 from schemas import catalog
 from schemas.events import CostEstimate
-from schemas.request import TabularHyperparameters, TrainingJobRequest
+from schemas.request import MAX_DISPLAY_NAME, TabularHyperparameters, TrainingJobRequest
 from schemas.rules import sanitize_label_value
 
 REDUCTION_SERVER_BUCKET_CAP_MB = 64
@@ -152,6 +152,15 @@ def labels(request: TrainingJobRequest, request_key: str, attempt: int) -> dict[
     }
 
 
+def display_name(request: TrainingJobRequest, attempt: int) -> str:
+    """The request's name, plus " (attempt N)" on a resubmission, shortened to fit Vertex's limit."""
+    name = request.display_name or request.request_id
+    if attempt == 1:
+        return name
+    suffix = f" (attempt {attempt})"
+    return name[: MAX_DISPLAY_NAME - len(suffix)] + suffix
+
+
 def _duration(seconds: int) -> str:
     return f"{seconds}s"
 
@@ -165,7 +174,10 @@ def plan_custom_job(request: TrainingJobRequest, settings: Settings, request_key
         "accelerator_count": res.accelerator_count,
     }
     container = _container_spec(request, settings, reducers.enabled)
-    disk = {"boot_disk_type": res.boot_disk.type, "boot_disk_size_gb": res.boot_disk.size_gb}
+    disk: dict[str, Any] = {"boot_disk_size_gb": res.boot_disk.size_gb}
+    disk_type = catalog.boot_disk_type_to_send(res.machine_type, res.boot_disk.type)
+    if disk_type is not None:
+        disk["boot_disk_type"] = disk_type
 
     def workers(replicas: int) -> dict[str, Any]:
         return {
@@ -202,11 +214,8 @@ def plan_custom_job(request: TrainingJobRequest, settings: Settings, request_key
     service_account = request.service_account or settings.trainer_service_account
     if service_account:
         job_spec["service_account"] = service_account
-    display_name = request.display_name or request.request_id
-    if attempt > 1:
-        display_name = f"{display_name[: 128 - 12]} (attempt {attempt})"
     custom_job = {
-        "display_name": display_name,
+        "display_name": display_name(request, attempt),
         "job_spec": job_spec,
         "labels": labels(request, request_key, attempt),
     }

@@ -1,11 +1,13 @@
-"""The GPU catalog: which (machine_type, accelerator_type, accelerator_count) Vertex AI accepts, each
-machine's NIC egress bandwidth, and approximate hourly prices.
+"""The GPU catalog: which (machine_type, accelerator_type, accelerator_count) Vertex AI accepts, the boot
+disks each machine series takes, each machine's NIC egress bandwidth, and approximate hourly prices.
 
 Sources (see ../shared/reference/vertex.md): valid counts from Vertex "Configure compute resources"
-(§4.2), egress figures from Compute Engine "GPU machine types" (§3.3). Prices are approximate Vertex AI
-custom-training list prices for us-central1 in USD per node-hour, compiled on PRICES_TAKEN; they feed the
-cost guardrail and the estimates in events, not invoices. Check https://cloud.google.com/vertex-ai/pricing
-before you set a budget by them.
+(§4.2), egress figures from Compute Engine "GPU machine types" (§3.3), boot disks from Vertex's DiskSpec
+(§1.3). Prices: see PRICE_BASIS. They feed the cost guardrail and the estimates in events, not invoices.
+
+Only x86-64 machines are listed: the trainer image is built for linux/amd64, so A4X (Arm CPUs, the only
+home of NVIDIA_GB200) is left out (Vertex "Compute resources" for training clusters: A4X needs images
+built for Arm).
 """
 
 from __future__ import annotations
@@ -15,6 +17,16 @@ from dataclasses import dataclass
 
 PRICES_TAKEN = "2026-11-22"
 PRICES_REGION = "us-central1"
+PRICE_BASIS = """\
+Approximate and unverified: compiled by hand on PRICES_TAKEN, not read from a price list by any program.
+- N1 machines with attachable GPUs (T4, P4, P100, V100), A2, A3 High/Mega and G2, on demand: Vertex AI's
+  custom-training price tables, https://cloud.google.com/vertex-ai/pricing (us-central1, per node-hour;
+  accelerator-optimized machines include their GPUs). Spot-checked: a2-highgpu-8g at $35.26/h matches the
+  us-central1 figure quoted for 8 x A100 training.
+- A3 Ultra, A4 and G4, on demand: estimates, not confirmed on that page.
+- Spot: estimates at about a third of on demand; Spot training is billed at Spot VM rates
+  (https://cloud.google.com/spot-vms/pricing), which can change as often as once a day.
+Check https://cloud.google.com/vertex-ai/pricing before setting a budget by them."""
 
 REDUCER_MACHINE = "n1-highcpu-16"
 REDUCER_EGRESS_GBPS = 32
@@ -34,6 +46,45 @@ FLEX_START_ACCELERATORS = frozenset(
 
 # Machine families on which Reduction Server helps; A3/A4 use GPUDirect instead (vertex.md §3.3).
 REDUCTION_SERVER_FAMILIES = frozenset({"n1", "a2", "g2"})
+
+
+# Vertex's DiskSpec.boot_disk_type accepts these three (googleapis machine_resources.proto, vertex.md §1.3).
+BOOT_DISK_TYPES = ("pd-ssd", "pd-standard", "hyperdisk-balanced")
+
+
+@dataclass(frozen=True)
+class BootDisks:
+    """The boot disk types a machine series takes, the one trainctl wants by default, and the one Vertex picks
+    when DiskSpec.boot_disk_type is empty (so planning sends a type only when the two differ)."""
+
+    allowed: tuple[str, ...]
+    default: str
+    vertex_default: str = "pd-ssd"  # DiskSpec: "For non-A3U machines, the default value is pd-ssd"
+
+
+# N1, A2 and G2 predate Hyperdisk: Persistent Disk only, as DiskSpec offered before hyperdisk-balanced was added
+# for A3U (older DiskSpec: "Valid values: pd-ssd or pd-standard").
+_PERSISTENT_DISK = BootDisks(("pd-ssd", "pd-standard"), "pd-ssd")
+# A3 High/Mega: all three are let through; Vertex's answer to pd-standard there is not confirmed (FIDELITY.md).
+_A3_HIGH = BootDisks(BOOT_DISK_TYPES, "pd-ssd")
+# A3 Ultra: Hyperdisk only; DiskSpec: "for A3U machines, the default value is hyperdisk-balanced".
+_A3_ULTRA = BootDisks(("hyperdisk-balanced",), "hyperdisk-balanced", vertex_default="hyperdisk-balanced")
+# A4 and G4: Hyperdisk only. Vertex's "Configure compute resources" names hyperdisk-balanced the default for
+# a4-highgpu-8g, but the DiskSpec reference says pd-ssd for every non-A3U machine, and says nothing of G4:
+# with the sources disagreeing, trainctl sends hyperdisk-balanced itself.
+_HYPERDISK_ONLY = BootDisks(("hyperdisk-balanced",), "hyperdisk-balanced")
+
+# Machine-type prefix → its series' boot disks; the longest matching prefix wins (a3-ultragpu before a3).
+BOOT_DISKS_BY_SERIES: dict[str, BootDisks] = {
+    "n1": _PERSISTENT_DISK,
+    "a2": _PERSISTENT_DISK,
+    "g2": _PERSISTENT_DISK,
+    "a3-highgpu": _A3_HIGH,
+    "a3-megagpu": _A3_HIGH,
+    "a3-ultragpu": _A3_ULTRA,
+    "a4": _HYPERDISK_ONLY,
+    "g4": _HYPERDISK_ONLY,
+}
 
 
 @dataclass(frozen=True)
@@ -78,7 +129,6 @@ ACCELERATORS: dict[str, Accelerator] = {
         Accelerator("NVIDIA_H100_MEGA_80GB"),
         Accelerator("NVIDIA_H200_141GB"),
         Accelerator("NVIDIA_B200"),
-        Accelerator("NVIDIA_GB200"),
         Accelerator("NVIDIA_RTX_PRO_6000"),
     ]
 }
@@ -130,7 +180,6 @@ MACHINES: dict[str, Machine] = {
         _gpu("a3-megagpu-8g", 208, 106.50, 37.28, 1800, "NVIDIA_H100_MEGA_80GB", 8),
         _gpu("a3-ultragpu-8g", 224, 121.00, 42.35, 3600, "NVIDIA_H200_141GB", 8),
         _gpu("a4-highgpu-8g", 224, 150.00, 52.50, 3600, "NVIDIA_B200", 8),
-        _gpu("a4x-highgpu-4g", 140, 100.00, 35.00, 2400, "NVIDIA_GB200", 4),
     ]
 }
 
@@ -226,6 +275,29 @@ def node_hourly_price(machine_type: str, accelerator_type: str | None, count: in
         a = ACCELERATORS[accelerator_type]
         price += (a.attach_spot_price if spot else a.attach_price) * count
     return round(price, 4)
+
+
+def boot_disks(machine_type: str) -> BootDisks:
+    """The boot disks of this machine's series (Persistent Disk rules for a series the table does not name)."""
+    prefixes = [p for p in BOOT_DISKS_BY_SERIES if machine_type == p or machine_type.startswith(p + "-")]
+    return BOOT_DISKS_BY_SERIES[max(prefixes, key=len)] if prefixes else _PERSISTENT_DISK
+
+
+def boot_disk_problem(machine_type: str, disk_type: str) -> str | None:
+    """Why this machine cannot boot from this disk type, in words; None when it can."""
+    allowed = boot_disks(machine_type).allowed
+    if disk_type in allowed:
+        return None
+    return f"{machine_type} does not take a {disk_type} boot disk; allowed: {', '.join(allowed)}"
+
+
+def boot_disk_type_to_send(machine_type: str, chosen: str | None) -> str | None:
+    """DiskSpec.boot_disk_type for this machine: the user's choice, else the series' default where Vertex's
+    own default differs from it, else None (Vertex's default applies)."""
+    if chosen is not None:
+        return chosen
+    disks = boot_disks(machine_type)
+    return disks.default if disks.default != disks.vertex_default else None
 
 
 def reducers_needed(total_worker_egress_gbps: float) -> int:

@@ -64,6 +64,16 @@ class CostEstimate(_Strict):
     prices_as_of: str
 
 
+def approximate_prices(cost: CostEstimate) -> str:
+    """How every estimate is qualified where it is shown: the catalog's prices are approximate (catalog.PRICE_BASIS)."""
+    return f"approximate prices taken {cost.prices_as_of}"
+
+
+def cost_summary(cost: CostEstimate) -> str:
+    """The most a run can cost, in the words events and the command line use."""
+    return f"about ${cost.max_usd:,.2f} ({approximate_prices(cost)})"
+
+
 class Timestamps(_Strict):
     created: datetime | None = None
     started: datetime | None = None

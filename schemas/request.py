@@ -28,6 +28,8 @@ from schemas import catalog, rules
 API_VERSION = "trainctl/v1"
 MAX_TIMEOUT_SECONDS = 7 * 86400
 MAX_ENV_VARS = 100
+# Vertex: a CustomJob's display name "can be up to 128 characters long" (googleapis custom_job.proto).
+MAX_DISPLAY_NAME = 128
 # Labels the controller sets on every CustomJob; a request may not set them itself.
 RESERVED_LABELS = frozenset({"trainctl-key", "trainctl-attempt", "trainctl-request", "managed-by"})
 # Variables Vertex or the launcher set on every node; overriding them would break the job.
@@ -182,7 +184,11 @@ class Trainer(_Strict):
 
 
 class BootDisk(_Strict):
-    type: Literal["pd-ssd", "pd-standard", "hyperdisk-balanced"] = "pd-ssd"
+    type: Literal["pd-ssd", "pd-standard", "hyperdisk-balanced"] | None = Field(
+        None,
+        description="Default: the machine series' own (hyperdisk-balanced on A3 Ultra, A4 and G4, which take "
+        "nothing else; pd-ssd elsewhere). N1, A2 and G2 take pd-ssd or pd-standard.",
+    )
     size_gb: int = Field(100, ge=100, le=64_000)
 
 
@@ -245,6 +251,10 @@ class Resources(_Strict):
         if problem:
             path = "accelerator_type" if self.accelerator_type not in valid else "accelerator_count"
             raise _cross_field([(path, problem)])
+        if self.boot_disk.type is not None:
+            problem = catalog.boot_disk_problem(self.machine_type, self.boot_disk.type)
+            if problem:
+                raise _cross_field([("boot_disk.type", problem)])
         if self.total_gpus < 2:
             raise _cross_field(
                 [
@@ -317,7 +327,11 @@ class TrainingJobRequest(_Strict):
         examples=["churn-2026-11-22"],
     )
     display_name: PlainText | None = Field(
-        None, min_length=1, max_length=128, description="Shown in the Vertex console; default: request_id."
+        None,
+        min_length=1,
+        max_length=MAX_DISPLAY_NAME,
+        description="Shown in the Vertex console; default: request_id. Retries append ' (attempt N)', "
+        "shortening the name to fit Vertex's limit.",
     )
     dataset: Dataset
     trainer: Trainer

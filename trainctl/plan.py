@@ -17,6 +17,7 @@ import yaml
 
 from functions.planning import Plan, plan_custom_job
 from schemas.errors import RequestInvalid
+from schemas.events import approximate_prices
 from schemas.request import TrainingJobRequest
 from schemas.rules import format_duration
 from trainctl.context import cli_settings
@@ -77,8 +78,8 @@ def describe(request: TrainingJobRequest, plan: Plan) -> str:
         f"GPUs              {res.replica_count} node(s) × {res.accelerator_count} {res.accelerator_type} "
         f"on {res.machine_type} = {res.total_gpus}",
         f"reduction server  {plan.reduction_server.reason}",
-        f"cost estimate     ${cost.hourly_usd:,.2f}/h; at most ${cost.max_usd:,.2f} within the "
-        f"{format_duration(request.scheduling.timeout)} timeout (list prices of {cost.prices_as_of})",
+        f"cost estimate     about ${cost.hourly_usd:,.2f}/h; about ${cost.max_usd:,.2f} at most within the "
+        f"{format_duration(request.scheduling.timeout)} timeout ({approximate_prices(cost)})",
         f"scheduling        {spec['scheduling']['strategy']}, restart on worker restart: "
         f"{spec['scheduling']['restart_job_on_worker_restart']}",
         f"outputs           {plan.output_dir}{{model,checkpoints,logs}}/",

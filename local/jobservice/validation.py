@@ -12,11 +12,11 @@ import re
 from google.cloud.aiplatform_v1.types import CreateCustomJobRequest, WorkerPoolSpec
 
 from schemas.catalog import accelerator_problem
+from schemas.request import MAX_DISPLAY_NAME
 from schemas.rules import gs_uri_problem, labels_problems
 
 Problem = tuple[str, str]
 
-MAX_DISPLAY_NAME = 128
 MAX_ENV_VARS = 100
 PARENT_RE = re.compile(r"projects/[^/]+/locations/[^/]+")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -44,7 +44,7 @@ def test_timeout_limit(settings):
 def test_cost_ceiling_counts_the_whole_timeout(settings):
     s = dataclasses.replace(settings, max_cost_usd=100.0)
     (found,) = problems(s, scheduling={"timeout": "24h"})
-    assert found.startswith("scheduling.timeout: guardrail max_cost_usd: this job can cost up to $211.68")
+    assert found.startswith("scheduling.timeout: guardrail max_cost_usd: this job can cost about $211.68")
     assert "the limit is $100.00" in found
 
 

@@ -19,7 +19,15 @@ def test_plan_says_the_reduction_server_decision_and_the_cost():
     assert result.returncode == 0, result.stderr
     assert "reduction server  on (auto): 4-node A2 job; ceil(4 nodes × 100 Gbps / 32 Gbps) = 13" in result.stdout
     assert "  2 reducers 13 × n1-highcpu-16" in result.stdout
-    assert "at most $1,794.57 within the 12h timeout" in result.stdout
+    assert "about $1,794.57 at most within the 12h timeout (approximate prices taken " in result.stdout
+
+
+def test_plan_calls_its_prices_approximate_and_dates_them():
+    """Guards issue 12 point 16: the plan no longer presents the catalog's prices as list prices."""
+    result = plan(str(ROOT / "examples/tabular-2xa100.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert "list prices" not in result.stdout
+    assert "approximate prices taken 20" in result.stdout
 
 
 def test_plan_json_is_the_custom_job():

@@ -10,7 +10,9 @@ not CloudEvents; the bridge of the local stack turns them into CloudEvents.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -94,3 +96,20 @@ def start_fake_gcs(
 def _answers(url: str) -> bool:
     with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2) as response:
         return response.status == 200
+
+
+def create_bucket(url: str, project: str, name: str) -> None:
+    """Create a bucket with object versioning on, as Terraform creates every trainctl bucket (storage.tf): an
+    overwrite makes a new generation and the old one stays readable. fake-gcs-server takes `versioning` in the
+    JSON API's bucket insert body (fakestorage/bucket.go, createBucketByPost). An existing bucket is kept."""
+    request = urllib.request.Request(
+        f"{url}/storage/v1/b?project={project}",
+        data=json.dumps({"name": name, "versioning": {"enabled": True}}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except urllib.error.HTTPError as error:
+        if error.code != 409:  # already there
+            raise RuntimeError(f"creating bucket {name} on fake-gcs-server: {error.read().decode()}") from error

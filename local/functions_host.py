@@ -4,6 +4,10 @@ its own free port, with the controller's TRAINCTL_* settings and the emulators' 
 This is how the function code runs in the cloud too (functions-framework serving one target), so local runs
 and tests exercise the same HTTP path: CloudEvents in binary mode, raw Pub/Sub pushes, plain HTTP for
 `reconcile`. Per DESIGN.md §6 the repository root goes on PYTHONPATH.
+
+Each process runs with the timeout Terraform gives the deployed function: functions-framework hands
+CLOUD_RUN_TIMEOUT_SECONDS to gunicorn as its timeout (functions_framework/_http/gunicorn.py), as Cloud Run sets
+it, and the handlers read the same number as TRAINCTL_FUNCTION_TIMEOUT to keep their deadline inside it.
 """
 
 from __future__ import annotations
@@ -15,10 +19,29 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from functions.settings import Settings
 from local.processes import ManagedProcess, on_free_port, require_ready, start_process
+from schemas.rules import parse_duration
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENTRY_POINTS = ("on_dataset_upload", "on_job_request", "on_job_state", "reconcile")
+# Terraform's function_timeout_seconds default (a test compares them): one number for the settings' default,
+# the local functions' timeout and the local push subscriptions' ack deadline.
+FUNCTION_TIMEOUT_SECONDS = Settings.function_timeout
+
+
+def function_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment a function process gets: `env`, the repository on PYTHONPATH, and its timeout (the
+    TRAINCTL_FUNCTION_TIMEOUT of `env`, else Terraform's default) as both variables that carry it."""
+    timeout = parse_duration(env.get("TRAINCTL_FUNCTION_TIMEOUT") or str(FUNCTION_TIMEOUT_SECONDS))
+    return {
+        **os.environ,
+        **env,
+        "PYTHONPATH": str(REPO_ROOT),
+        "PYTHONUNBUFFERED": "1",
+        "CLOUD_RUN_TIMEOUT_SECONDS": str(timeout),
+        "TRAINCTL_FUNCTION_TIMEOUT": str(timeout),
+    }
 
 
 @dataclass
@@ -39,7 +62,7 @@ def start_function(
     target: str, env: Mapping[str, str], log_dir: Path, port: int | None = None, timeout: float = 30.0
 ) -> FunctionProcess:
     """Serve one entry point; `env` holds the TRAINCTL_* settings and the emulator variables."""
-    process_env = {**os.environ, **env, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+    process_env = function_environment(env)
 
     def start(port: int) -> FunctionProcess:
         command = [

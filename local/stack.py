@@ -14,8 +14,6 @@ import json
 import logging
 import os
 import shutil
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +21,8 @@ from typing import Any
 
 from functions.settings import env_names
 from local.eventarc import EventarcBridge
-from local.fake_gcs import FakeGcs, start_fake_gcs
-from local.functions_host import FunctionProcess, start_functions
+from local.fake_gcs import FakeGcs, create_bucket, start_fake_gcs
+from local.functions_host import FUNCTION_TIMEOUT_SECONDS, FunctionProcess, start_functions
 from local.jobservice.standalone import JobServiceProcess, start_jobservice_process
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
 from local.processes import ManagedProcess, process_start_time
@@ -47,8 +45,9 @@ DEFAULT_TEMPLATE: dict[str, Any] = {
 # up within seconds, so the backoff is shorter.
 REQUEST_MAX_DELIVERY_ATTEMPTS = 10
 REQUEST_RETRY_BACKOFF_SECONDS = (1, 10)
-# How long Pub/Sub waits for a pushed function's answer (Terraform: the function timeout).
-PUSH_ACK_DEADLINE_SECONDS = 120
+# How long Pub/Sub waits for a pushed function's answer: Terraform sets the push subscription's ack deadline
+# to the function timeout, and so does the local stack.
+PUSH_ACK_DEADLINE_SECONDS = FUNCTION_TIMEOUT_SECONDS
 
 # The names a stack records: every bucket, topic and subscription name Names gives.
 _NAME_PROPERTIES = tuple(name for name, value in vars(Names).items() if isinstance(value, property))
@@ -82,26 +81,13 @@ def controller_settings(options: StackOptions, names: Names, jobservice_address:
         "TRAINCTL_ALLOWED_OUTPUT_BUCKETS": names.control_bucket,
         "TRAINCTL_VERTEX_ENDPOINT": jobservice_address,
         "TRAINCTL_LEASE": options.lease,
+        "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
     }
     unknown = set(values) - set(env_names())
     assert not unknown, f"not controller settings: {unknown}"
     # Every other setting is set empty, which reads as unset (its default): a TRAINCTL_* variable of the
     # shell that started the stack (a real project's, say) must not reach the local functions.
     return {name: values.get(name, "") for name in env_names()}
-
-
-def _create_bucket(storage_url: str, project: str, bucket: str) -> None:
-    request = urllib.request.Request(
-        f"{storage_url}/storage/v1/b?project={project}",
-        data=json.dumps({"name": bucket}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        urllib.request.urlopen(request, timeout=10).close()
-    except urllib.error.HTTPError as error:
-        if error.code != 409:  # already there
-            raise RuntimeError(f"creating bucket {bucket} on fake-gcs-server: {error.read().decode()}") from error
 
 
 class LocalStack:
@@ -138,7 +124,7 @@ class LocalStack:
             self.pubsub.create_topic(topic)
         self.storage = start_fake_gcs(self.run_dir / "fake-gcs", pubsub=self.pubsub, env=_with(marker))
         for bucket in (names.data_bucket, names.control_bucket):
-            _create_bucket(self.storage.url, project, bucket)
+            create_bucket(self.storage.url, project, bucket)
         clients = {**marker, **self.pubsub.env, **self.storage.env}
 
         self.jobservice = start_jobservice_process(

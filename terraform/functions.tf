@@ -39,14 +39,20 @@ resource "google_storage_bucket_object" "source" {
   source = data.archive_file.source.output_path
 }
 
-# New grants take a while to reach Cloud Build; without the pause the first build may fail to fetch.
-resource "time_sleep" "build_grants_propagate" {
-  create_duration = "60s"
+# New grants take a while to reach Cloud Build, and on a fresh project Eventarc's service agent (created when
+# its API is enabled) and the triggers' grants take a while to reach Eventarc: without the pause the first
+# build may fail to fetch its source, or Eventarc may refuse the first trigger. Google documents no bound for
+# either; if the first apply still fails on one of them, running apply again finishes it (terraform/README.md).
+resource "time_sleep" "grants_propagate" {
+  create_duration = "120s"
 
   depends_on = [
+    google_project_service.enabled,
     google_project_iam_member.build_writes_logs,
     google_project_iam_member.build_reads_staged_source,
     google_artifact_registry_repository_iam_member.build_pushes_function_images,
+    google_project_iam_member.gcs_agent_publishes_events,
+    google_project_iam_member.eventarc_receives_events,
   ]
 }
 
@@ -72,7 +78,7 @@ resource "google_cloudfunctions2_function" "function" {
   }
 
   service_config {
-    available_memory      = var.function_memory
+    available_memory      = var.function_memory[each.key]
     timeout_seconds       = var.function_timeout_seconds
     min_instance_count    = var.function_min_instances
     max_instance_count    = var.function_max_instances
@@ -103,7 +109,7 @@ resource "google_cloudfunctions2_function" "function" {
   }
 
   depends_on = [
-    time_sleep.build_grants_propagate,
+    time_sleep.grants_propagate,
     # Eventarc checks these when it creates the triggers.
     google_project_iam_member.gcs_agent_publishes_events,
     google_project_iam_member.eventarc_receives_events,

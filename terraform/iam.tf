@@ -25,6 +25,8 @@ resource "google_project_iam_member" "function_uses_vertex" {
   project = var.project
   role    = "roles/aiplatform.user"
   member  = google_service_account.function[each.key].member
+
+  depends_on = [google_project_service.enabled]
 }
 
 # A CustomJob that runs as the trainer account may only be created by callers allowed to act as it.
@@ -112,6 +114,8 @@ resource "google_project_iam_member" "build_writes_logs" {
   project = var.project
   role    = "roles/logging.logWriter"
   member  = google_service_account.build.member
+
+  depends_on = [google_project_service.enabled]
 }
 
 resource "google_artifact_registry_repository_iam_member" "build_pushes_function_images" {
@@ -122,7 +126,13 @@ resource "google_artifact_registry_repository_iam_member" "build_pushes_function
 }
 
 # Cloud Functions copies the uploaded archive to its own gcf-v2-sources-<number>-<region> bucket, and the
-# build fetches it from there.
+# build fetches it from there. In IAM conditions a bucket is named projects/_/buckets/B and its objects
+# projects/_/buckets/B/objects/O (cloud.google.com/iam/docs/conditions-resource-attributes#resource-name), so
+# the condition names both: the build's listing of the bucket is checked against the bucket's own name.
+locals {
+  staged_source_bucket = "projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}"
+}
+
 resource "google_project_iam_member" "build_reads_staged_source" {
   project = var.project
   role    = "roles/storage.objectViewer"
@@ -130,9 +140,11 @@ resource "google_project_iam_member" "build_reads_staged_source" {
 
   condition {
     title       = "function-sources-only"
-    description = "The bucket Cloud Functions stages source archives in."
-    expression  = "resource.name.startsWith(\"projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}/\")"
+    description = "The bucket Cloud Functions stages source archives in, and its objects."
+    expression  = "resource.name == \"${local.staged_source_bucket}\" || resource.name.startsWith(\"${local.staged_source_bucket}/objects/\")"
   }
+
+  depends_on = [google_project_service.enabled]
 }
 
 # Who may start jobs: publishing a request, or uploading a dataset with its marker. Nobody else.

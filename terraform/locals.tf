@@ -66,8 +66,9 @@ locals {
   controller_env = { for name, value in local.controller_settings : name => value if value != "" }
 
   # The four entry points of functions/main.py and what each one needs. All four create, list and cancel
-  # CustomJobs as the trainer (aiplatform.user + act-as; see iam.tf). `reads_data`:
-  # reads dataset markers and objects. `trigger`: an Eventarc trigger, or null when something else calls the
+  # CustomJobs as the trainer (aiplatform.user + act-as; see iam.tf). `reads_data`: reads dataset markers
+  # and lists datasets (the intake functions at admission, on_job_state and reconcile when they diagnose a
+  # user failure); tests/terraform/test_terraform_reachable_calls.py derives it from the code. `trigger`: an Eventarc trigger, or null when something else calls the
   # function (on_job_request: our push subscription with a dead-letter policy; reconcile: Cloud Scheduler).
   functions = {
     on_dataset_upload = {
@@ -89,7 +90,7 @@ locals {
     on_job_state = {
       account     = "fn-job-state"
       description = "Publishes lifecycle events for job state changes routed from Cloud Logging."
-      reads_data  = false
+      reads_data  = true
       trigger = {
         event_type   = "google.cloud.pubsub.topic.v1.messagePublished"
         bucket       = null
@@ -99,7 +100,7 @@ locals {
     reconcile = {
       account     = "fn-reconcile"
       description = "Sweeps active jobs: missed state changes, stuck jobs, resubmissions."
-      reads_data  = false
+      reads_data  = true
       trigger     = null
     }
   }

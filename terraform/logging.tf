@@ -18,6 +18,8 @@ resource "google_logging_project_sink" "job_state" {
   destination            = "pubsub.googleapis.com/${google_pubsub_topic.job_state.id}"
   filter                 = local.job_state_log_filter
   unique_writer_identity = true
+
+  depends_on = [google_project_service.enabled]
 }
 
 resource "google_pubsub_topic_iam_member" "sink_publishes_job_states" {
@@ -32,6 +34,8 @@ resource "google_logging_project_bucket_config" "logs" {
   bucket_id      = "${var.name_prefix}-logs"
   retention_days = var.log_retention_days
   description    = "trainctl functions' logs and Vertex AI training job logs."
+
+  depends_on = [google_project_service.enabled]
 }
 
 # A sink into a log bucket of the same project needs no writer grant.
@@ -40,4 +44,6 @@ resource "google_logging_project_sink" "retained_logs" {
   description = "Copies trainctl's logs into its own log bucket, kept for var.log_retention_days."
   destination = "logging.googleapis.com/${google_logging_project_bucket_config.logs.id}"
   filter      = local.retained_log_filter
+
+  depends_on = [google_project_service.enabled]
 }

@@ -4,6 +4,9 @@ resource "google_project_service" "enabled" {
   for_each = toset([
     "aiplatform.googleapis.com",
     "artifactregistry.googleapis.com",
+    # The project data source, project-level IAM members and the log sinks call Cloud Resource Manager;
+    # it is off in many projects, and the first apply fails there without it.
+    "cloudresourcemanager.googleapis.com",
     "cloudbuild.googleapis.com",
     "cloudfunctions.googleapis.com",
     "cloudscheduler.googleapis.com",
@@ -22,6 +25,9 @@ resource "google_project_service" "enabled" {
 
 data "google_project" "this" {
   project_id = var.project
+
+  # Read once Cloud Resource Manager is on (above), not at the first plan of a project where it is off.
+  depends_on = [google_project_service.enabled]
 }
 
 # The data source (rather than a formatted address) also makes Cloud Storage create its agent if needed.

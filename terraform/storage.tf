@@ -8,6 +8,7 @@ resource "google_storage_bucket" "data" {
   uniform_bucket_level_access = true
   public_access_prevention    = "enforced"
   labels                      = local.labels
+  force_destroy               = var.force_destroy
 
   # An overwritten dataset stays recoverable for a while: runs point at a folder, not at a generation.
   versioning {
@@ -33,6 +34,7 @@ resource "google_storage_bucket" "control" {
   uniform_bucket_level_access = true
   public_access_prevention    = "enforced"
   labels                      = local.labels
+  force_destroy               = var.force_destroy
 
   # The ledger is rewritten with generation preconditions; old generations are the audit trail.
   versioning {
@@ -70,6 +72,7 @@ resource "google_storage_bucket" "source" {
   uniform_bucket_level_access = true
   public_access_prevention    = "enforced"
   labels                      = local.labels
+  force_destroy               = var.force_destroy
 
   versioning {
     enabled = true

@@ -22,12 +22,16 @@ resource "google_project_iam_member" "gcs_agent_publishes_events" {
   project = var.project
   role    = "roles/pubsub.publisher"
   member  = local.gcs_service_agent
+
+  depends_on = [google_project_service.enabled]
 }
 
 resource "google_project_iam_member" "eventarc_receives_events" {
   project = var.project
   role    = "roles/eventarc.eventReceiver"
   member  = google_service_account.eventarc.member
+
+  depends_on = [google_project_service.enabled]
 }
 
 resource "google_cloud_run_v2_service_iam_member" "eventarc_invokes" {

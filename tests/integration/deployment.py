@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +21,7 @@ from google.cloud import pubsub_v1, storage
 
 from functions.planning import key_hash
 from local.eventarc import finalized_event
+from local.fake_gcs import create_bucket
 from local.functions_host import FunctionProcess, start_functions
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE
 from schemas.events import JobEvent, parse_event
@@ -86,9 +88,8 @@ class Deployment:
 
     def provision(self) -> None:
         """The buckets and the events topic, without serving the functions (bench/cold_start.py runs its own)."""
-        client = self.storage()
-        client.create_bucket(self.data_bucket)
-        client.create_bucket(self.control_bucket)
+        for bucket in (self.data_bucket, self.control_bucket):
+            create_bucket(os.environ["STORAGE_EMULATOR_HOST"], LOCAL_PROJECT, bucket)  # versioned, as Terraform's
         publisher = pubsub_v1.PublisherClient()
         publisher.create_topic(name=publisher.topic_path(LOCAL_PROJECT, self.events_topic))
 

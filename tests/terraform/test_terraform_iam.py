@@ -200,7 +200,9 @@ def test_build_account_writes_logs_and_function_images_and_reads_staged_source(t
     pushes = granted["google_artifact_registry_repository_iam_member.build_pushes_function_images"]
     assert pushes["repository"] == "${google_artifact_registry_repository.functions.name}"
     staged = block(granted["google_project_iam_member.build_reads_staged_source"], "condition")
-    assert "buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}/" in staged["expression"]
+    bucket = "projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}"
+    assert tf.locals["staged_source_bucket"] == bucket
+    assert "${local.staged_source_bucket}" in staged["expression"]
     function = tf.resource("google_cloudfunctions2_function", "function")
     assert block(function, "build_config")["service_account"] == "${google_service_account.build.id}"
 

@@ -12,6 +12,7 @@ import pytest
 from trainer_runs import free_port, write_breast_cancer_shards
 
 import trainer.storage
+from local.fake_gcs import create_bucket
 
 
 def _fake_gcs_binary() -> Path:
@@ -61,7 +62,7 @@ def gcs_bucket(fake_gcs_url, monkeypatch):
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs_url)
     trainer.storage.gcs_client.cache_clear()
     name = f"test-{uuid.uuid4().hex[:12]}"
-    trainer.storage.gcs_client().create_bucket(name)
+    create_bucket(fake_gcs_url, "test-project", name)  # versioned, as Terraform's control bucket
     yield name
     trainer.storage.gcs_client.cache_clear()
 

@@ -1,0 +1,178 @@
+"""Every Cloud Storage and Pub/Sub call a function can reach is granted to that function's account in Terraform.
+
+The calls come from a static call graph over functions/*.py (reachable_calls.py), starting at each entry point
+of functions/main.py. Each adapter method maps to the IAM permissions it needs, each call site to the
+resource it touches; Terraform's grants map through their roles to the same permissions. A new adapter
+method, or a new call site of one, fails here until it is classified, so a grant cannot be forgotten.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from reachable_calls import FUNCTIONS_DIR, CallGraph, Site
+
+GCS = "functions.gcs.Gcs"
+PUBLISHER = "functions.publisher.EventPublisher"
+
+# What each adapter method needs. Replacing an existing object needs storage.objects.delete as well as
+# .create (https://cloud.google.com/storage/docs/access-control/iam-permissions, the note under
+# storage.objects.create); the ledger's compare-and-swap rewrites do exactly that.
+ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
+    (GCS, "__init__"): frozenset(),  # builds an authorised session; calls nothing
+    (GCS, "read"): frozenset({"storage.objects.get"}),
+    (GCS, "write"): frozenset({"storage.objects.create", "storage.objects.delete"}),
+    (GCS, "delete"): frozenset({"storage.objects.delete"}),
+    (GCS, "any_under"): frozenset({"storage.objects.list"}),
+    (GCS, "names"): frozenset({"storage.objects.list"}),
+    (GCS, "objects_under"): frozenset({"storage.objects.list"}),  # the admission preflight's listing
+    (PUBLISHER, "__init__"): frozenset(),
+    (PUBLISHER, "publish"): frozenset({"pubsub.topics.publish"}),
+}
+
+# Which resource each call site touches: "data" (the data bucket and extra_data_buckets), "control" (the
+# control bucket: ledger, templates, run outputs) or "events" (the events topic). Keyed by the calling
+# function, or by a class for all its methods, and the adapter method ("*": any).
+SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
+    # Ledger(gcs, settings.control_bucket), built in handlers.controller().
+    ("functions.ledger.Ledger", "*"): frozenset({"control"}),
+    # The one EventPublisher is built for settings.events_topic.
+    (PUBLISHER, "*"): frozenset({"events"}),
+    # The marker is read from the bucket its event came from: a watched (data) bucket.
+    ("functions.handlers._marker", "read"): frozenset({"data"}),
+    # Trigger templates (gs:// in trigger_rules) are kept in the control bucket (terraform/README.md).
+    ("functions.handlers._template", "read"): frozenset({"control"}),
+    # metrics.json under output_dir, which the guardrails keep in the allowed output bucket: control.
+    ("functions.controller.Controller._metrics", "read"): frozenset({"control"}),
+    # The trainer's failure note, under the run's model_dir.
+    ("functions.controller.Controller._diagnose", "read"): frozenset({"control"}),
+    # Diagnosis lists the dataset (data) and the run's output folder (control).
+    ("functions.controller.Controller._diagnose", "any_under"): frozenset({"data", "control"}),
+}
+
+# The storage and Pub/Sub permissions of the roles Terraform grants the functions
+# (https://cloud.google.com/storage/docs/access-control/iam-roles, https://cloud.google.com/pubsub/docs/access-control).
+ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
+    "roles/storage.objectViewer": frozenset({"storage.objects.get", "storage.objects.list"}),
+    "roles/storage.objectUser": frozenset(
+        {
+            "storage.objects.get",
+            "storage.objects.list",
+            "storage.objects.create",
+            "storage.objects.delete",
+            "storage.objects.update",
+        }
+    ),
+    "roles/pubsub.publisher": frozenset({"pubsub.topics.publish"}),
+}
+
+# How Terraform names the resources of SITE_RESOURCES in a grant.
+TERRAFORM_RESOURCES = {
+    ("bucket", "${google_storage_bucket.control.name}"): "control",
+    ("bucket", "${each.value.bucket}"): "data",  # only with for_each = local.data_readers (checked below)
+    ("topic", "${google_pubsub_topic.events.id}"): "events",
+}
+
+
+def entry_points() -> list[str]:
+    tree = ast.parse((FUNCTIONS_DIR / "main.py").read_text())
+    return [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+
+
+@pytest.fixture(scope="module")
+def graph() -> CallGraph:
+    return CallGraph({GCS, PUBLISHER})
+
+
+def site_resources(site: Site, graph: CallGraph) -> frozenset[str]:
+    owner = graph.owner.get(site.caller, "")
+    for key in [(site.caller, site.method), (site.caller, "*"), (owner, site.method), (owner, "*")]:
+        if key in SITE_RESOURCES:
+            return SITE_RESOURCES[key]
+    for key in [(site.adapter, site.method), (site.adapter, "*")]:
+        if key in SITE_RESOURCES:
+            return SITE_RESOURCES[key]
+    raise AssertionError(
+        f"{site.caller} calls {site.adapter}.{site.method}: add to SITE_RESOURCES which resource it touches"
+    )
+
+
+def needed(function: str, graph: CallGraph) -> dict[tuple[str, str], list[str]]:
+    """(resource, permission) -> the call sites that need it, for one entry point."""
+    need: dict[tuple[str, str], list[str]] = {}
+    for site in graph.reachable_sites(f"functions.main.{function}"):
+        permissions = ADAPTER_PERMISSIONS.get((site.adapter, site.method))
+        assert permissions is not None, (
+            f"{site.adapter}.{site.method} is not in ADAPTER_PERMISSIONS: say which IAM permissions it needs"
+        )
+        if not permissions:
+            continue
+        for resource in site_resources(site, graph):
+            for permission in permissions:
+                need.setdefault((resource, permission), []).append(f"{site.caller} -> {site.method}")
+    return need
+
+
+def granted(tf, function: str) -> set[tuple[str, str]]:
+    """(resource, permission) pairs Terraform grants one function's service account on buckets and topics."""
+    functions = tf.locals["functions"]
+    assert " if f.reads_data]" in tf.locals["data_readers"], "data_readers must select functions by reads_data"
+    pairs: set[tuple[str, str]] = set()
+    for kind in ("google_storage_bucket_iam_member", "google_pubsub_topic_iam_member"):
+        for name, body in tf.of_kind(kind).items():
+            if not body["member"].startswith("${google_service_account.function["):
+                continue
+            assert "condition" not in body, f"{kind}.{name}: conditional grants are not modelled here"
+            if body["for_each"] == "${local.functions}":
+                holders = set(functions)
+            elif body["for_each"] == "${local.data_readers}":
+                holders = {f for f, spec in functions.items() if spec["reads_data"] is True}
+            else:
+                raise AssertionError(f"{kind}.{name}: teach this test its for_each {body['for_each']}")
+            field = "bucket" if "bucket" in body else "topic"
+            resource = TERRAFORM_RESOURCES.get((field, body[field]))
+            assert resource is not None, f"{kind}.{name}: teach this test what {field} {body[field]} is"
+            assert resource != "data" or body["for_each"] == "${local.data_readers}", f"{kind}.{name}"
+            if function in holders:
+                pairs |= {(resource, p) for p in ROLE_PERMISSIONS[body["role"]]}
+    return pairs
+
+
+def test_every_adapter_method_is_classified():
+    """Guards issue 12 point 11: a new Gcs or EventPublisher method must say which permissions it needs."""
+    for adapter, path in [(GCS, "gcs.py"), (PUBLISHER, "publisher.py")]:
+        class_name = adapter.rsplit(".", 1)[1]
+        tree = ast.parse((FUNCTIONS_DIR / path).read_text())
+        (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
+        methods = [n.name for n in cls.body if isinstance(n, ast.FunctionDef)]
+        public = [m for m in methods if not m.startswith("_") or m == "__init__"]
+        unclassified = [m for m in public if (adapter, m) not in ADAPTER_PERMISSIONS]
+        assert unclassified == [], f"add {class_name}.{unclassified} to ADAPTER_PERMISSIONS"
+
+
+def test_the_call_graph_sees_every_adapter_call(graph):
+    """Guards issue 12 point 11: a call on something named like an adapter that the graph could not type
+    would be a call the grant check silently skips."""
+    assert graph.unresolved_adapter_looking_calls(("gcs", "publisher")) == []
+
+
+def test_the_call_graph_finds_known_paths(graph):
+    """The graph is not vacuous: the ledger's writes and the failure diagnosis are reached where expected."""
+    assert set(entry_points()) == {"on_dataset_upload", "on_job_request", "on_job_state", "reconcile"}
+    sites = graph.reachable_sites("functions.main.on_job_request")
+    assert Site("functions.ledger.Ledger.create", GCS, "write") in sites
+    assert Site("functions.controller.Controller._diagnose", GCS, "any_under") in graph.reachable_sites(
+        "functions.main.reconcile"
+    )
+
+
+@pytest.mark.parametrize("function", ["on_dataset_upload", "on_job_request", "on_job_state", "reconcile"])
+def test_each_function_is_granted_every_call_it_can_reach(tf, graph, function):
+    """Guards issue 12 point 11: on_job_state and reconcile list the dataset when they diagnose a user failure,
+    and the intake functions read it at admission; a call without its grant is a 403 in the cloud only."""
+    assert function in entry_points()
+    have = granted(tf, function)
+    missing = {f"{resource}: {permission}": sites for (resource, permission), sites in needed(function, graph).items()}
+    missing = {key: sites for key, sites in missing.items() if tuple(key.split(": ")) not in have}
+    assert missing == {}, f"{function} calls these without a grant in terraform/"

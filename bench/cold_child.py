@@ -1,6 +1,7 @@
 """One cold start in a fresh process (bench/cold_start.py runs it): load a function's source the way the
 functions-framework server does (`create_app`), hand it one HTTP request through the app's WSGI interface, and
-report, on the last line of stdout, the time since the parent's stamp and this process's peak RSS.
+report, on the last line of stdout, the time since the parent's stamp, the CPU seconds this process has used
+(user + sys, every thread, from getrusage) and its peak RSS.
 
     BENCH_T0=<parent's time.monotonic() just before starting us> python bench/cold_child.py SOURCE TARGET EVENT
 
@@ -13,6 +14,7 @@ not import.
 
 import json
 import os
+import resource
 import sys
 import time
 
@@ -34,11 +36,14 @@ def main() -> None:
     headers, body = json.loads(event)
     response = app.test_client().post("/", headers=headers, data=body.encode())
     handled = time.monotonic()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     start = float(os.environ["BENCH_T0"])
     result = {
         "status": response.status_code,
         "loaded_s": loaded - start,
         "handled_s": handled - start,
+        # What a fractional-vCPU function tier stretches: a sixth of a core makes each CPU second six.
+        "cpu_s": usage.ru_utime + usage.ru_stime,
         "peak_rss_kib": peak_rss_kib(),
         "modules": len(sys.modules),
         "vertex_client": any(name.startswith("google.cloud.aiplatform") for name in sys.modules),

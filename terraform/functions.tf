@@ -78,7 +78,7 @@ resource "google_cloudfunctions2_function" "function" {
   }
 
   service_config {
-    available_memory      = var.function_memory
+    available_memory      = var.function_memory[each.key]
     timeout_seconds       = var.function_timeout_seconds
     min_instance_count    = var.function_min_instances
     max_instance_count    = var.function_max_instances

@@ -226,13 +226,18 @@ variable "python_runtime" {
 }
 
 variable "function_memory" {
-  description = "Memory of each function instance. 256Mi is the tier the controller is built to fit."
-  type        = string
-  default     = "256Mi"
+  description = "Memory of each function's instances, which also sets its vCPU (256Mi: 0.167, 512Mi: 0.333, 1Gi: 0.583, 2Gi: 1; cloud.google.com/functions/docs/configuring/memory). The functions that submit jobs get the smallest tier on which a cold submission stays within its goal (bench/RESULTS.md, \"Function tiers\"); on_job_state and reconcile have no latency goal and get a third of a vCPU."
+  type = object({
+    on_dataset_upload = optional(string, "2Gi")
+    on_job_request    = optional(string, "2Gi")
+    on_job_state      = optional(string, "512Mi")
+    reconcile         = optional(string, "512Mi")
+  })
+  default = {}
 
   validation {
-    condition     = can(regex("^[0-9]+(Mi|Gi|M|G)$", var.function_memory))
-    error_message = "function_memory must be a size such as 256Mi or 1Gi."
+    condition     = alltrue([for size in values(var.function_memory) : can(regex("^[0-9]+(Mi|Gi|M|G)$", size))])
+    error_message = "function_memory values must be sizes such as 512Mi or 2Gi."
   }
 }
 

@@ -31,6 +31,9 @@ def test_cold_start_measures_every_path_against_the_baseline(stack, tmp_path):
     assert "(no Vertex client)" in figures["(a) ignored shard: time to first event"]
     assert "(no Vertex client)" in figures["(b) duplicate marker: time to first event"]
     assert "(Vertex client imported)" in figures["(c) submitting marker: time to first event"]
+    # Guards issue 12 point 14: CPU seconds per path, and the function tier they call for.
+    assert float(figures["(c) submitting marker: CPU (user + sys)"].removesuffix(" s")) > 0
+    assert figures["(c) submitting marker: smallest tier within the goal"] != ""
 
 
 def test_controller_load_submits_each_marker_once(stack, tmp_path):

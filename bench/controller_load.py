@@ -51,7 +51,7 @@ from functions.planning import key_hash  # noqa: E402
 from functions.triggers import derive_request_id  # noqa: E402
 from local.jobservice.client import job_service_client  # noqa: E402
 from local.names import LOCAL_PROJECT, LOCAL_REGION  # noqa: E402
-from tests.integration.deployment import Deployment  # noqa: E402
+from tests.integration.deployment import DATA_SHARD, Deployment  # noqa: E402
 
 
 @dataclass
@@ -225,14 +225,16 @@ def latency(phase: Intake, jobs: dict[str, list[float]]) -> tuple[list[float], l
 def upload_markers(
     deployment: Deployment, folder: str, count: int, rate: float, deliver: Callable[[Upload, Any], Any] | None
 ) -> list[Upload]:
-    """Upload `count` empty markers, paced at `rate` per second (0: all at once), from a pool of senders;
-    `deliver(upload, event)` hands each uploaded marker's CloudEvent on (None: Pub/Sub delivers it)."""
+    """Upload `count` empty markers (each after a data shard), paced at `rate` per second (0: all at once), from a
+    pool of senders; `deliver(upload, event)` hands each uploaded marker's CloudEvent on (None: Pub/Sub delivers it)."""
     local = threading.local()
     uploads = [Upload(deployment.data_bucket, f"churn/{folder}-{i:04d}/_SUCCESS") for i in range(count)]
 
     def upload(item: Upload) -> None:
         if not hasattr(local, "bucket"):
             local.bucket = deployment.storage().bucket(deployment.data_bucket)
+        # The data first, untimed: admission refuses a dataset with no data in it.
+        local.bucket.blob(item.name.replace("_SUCCESS", "part-0.csv")).upload_from_string(DATA_SHARD)
         blob = local.bucket.blob(item.name)
         item.started = time.time()
         blob.upload_from_string(b"")

@@ -39,7 +39,7 @@ def start_active(deployment: Deployment, count: int) -> list[str]:
     """Deliver `count` markers; the request keys of the submitted requests."""
 
     def deliver(i: int) -> str:
-        blob = deployment.upload(f"churn/active-{i:04d}/_SUCCESS")
+        blob = deployment.upload_marker(f"churn/active-{i:04d}/")
         status = deployment.deliver("on_dataset_upload", deployment.storage_event(blob))
         if status >= 300:
             raise RuntimeError(f"marker {blob.name} was not accepted ({status})")

@@ -1,10 +1,13 @@
-"""Admission: may this (schema-valid) request run here? The operator's guardrails, checked before any claim.
+"""Admission: may this (schema-valid) request run here? The operator's guardrails, checked before any claim,
+and whether its dataset holds data (from a listing the controller makes).
 
 Pure. Each problem names the guardrail, what the request asks for and the limit, so a rejected event tells the
 requester exactly what to change (or whom to ask).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from functions.planning import RUNS_PREFIX
 from functions.settings import Settings
@@ -100,3 +103,17 @@ def admission_problems(
         allowed = ", ".join(settings.allowed_service_accounts) or "none (only the default trainer account)"
         refuse("service_account", "allowed_service_accounts", f"{account} may not be used; allowed: {allowed}")
     return problems
+
+
+def dataset_problem(uri: str, objects: Iterable[tuple[str, int]], marker_names: tuple[str, ...]) -> FieldError | None:
+    """Whether the dataset holds data, from the listing of the objects (name, size) under its URI: a job on a
+    missing or empty dataset starts its nodes and fails a minute later, so it is refused before any money is spent.
+    Markers do not count as data (a marker's folder holds the marker itself)."""
+    seen_any = False
+    for name, size in objects:
+        seen_any = True
+        if size > 0 and name.rsplit("/", 1)[-1] not in marker_names:
+            return None
+    if not seen_any:
+        return FieldError("dataset.uri", f"{uri} does not exist: no object is under it")
+    return FieldError("dataset.uri", f"{uri} is empty: it holds only markers or empty objects, no data")

@@ -14,21 +14,23 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from functions import logs
-from functions.admission import admission_problems
+from functions import deadline, logs
+from functions.admission import admission_problems, dataset_problem
 from functions.errors import Transient
-from functions.gcs import Conflict, Gcs
+from functions.failures import QUOTA_ADVICE, quota_metric
+from functions.gcs import Conflict, Gcs, StorageError
 from functions.ledger import Ledger
 from functions.lifecycle import JobSnapshot, Record, backoff, decide_on_existing, job_ref, observe
 from functions.planning import Plan, key_hash, plan_custom_job
 from functions.publisher import EventPublisher
 from functions.settings import Settings
 from functions.vertex import CallRejected, VertexJobs
+from schemas.errors import FieldError
 from schemas.events import (
     Accepted,
     Artifacts,
@@ -39,6 +41,7 @@ from schemas.events import (
     Retrying,
     Submitted,
     Trigger,
+    cost_summary,
 )
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
@@ -50,6 +53,9 @@ OUTBOX_GRACE = timedelta(seconds=8)
 # How long a delivery waits for another delivery's live claim to finish before asking for redelivery.
 CLAIM_WAIT = timedelta(seconds=20)
 MAX_METRICS_BYTES = 1024 * 1024
+# A reconcile tick starts observing a record only with at least this much of its deadline left; the records it
+# does not reach are the next tick's (every record is visited in a fresh order, so none is always last).
+MIN_OBSERVE_SECONDS = 10.0
 # What the trainer leaves in its model folder when it fails (trainer/outputs.py; the trainer is configured
 # only by its command line, so the name is agreed here rather than imported).
 FAILURE_NOTE = "failure.json"
@@ -150,6 +156,8 @@ class Controller:
         digest = spec_hash(request)
         found = self.ledger.read(key_hash(key))
         if found is None:
+            if (problem := self._dataset_problem(request)) is not None:
+                return self.reject(request.request_id, key, delivery, [str(problem)], "the dataset holds no data")
             self._prepare_vertex()
             record = self._new_record(request, key, explicit_id, delivery, plan, digest)
             try:
@@ -190,7 +198,7 @@ class Controller:
             request_key=key,
             time=now,
             message=f"accepted: {request.resources.total_gpus} GPUs on {request.resources.replica_count} node(s), "
-            f"up to ${plan.cost.max_usd:,.2f}; {plan.reduction_server.reason}",
+            f"{cost_summary(plan.cost)}; {plan.reduction_server.reason}",
             trigger=delivery.trigger,
             cost=plan.cost,
         )
@@ -198,7 +206,7 @@ class Controller:
         return record
 
     def _handle_existing(self, found: tuple[Record, int], digest: str, delivery: Delivery) -> str:
-        deadline = self.clock() + min(CLAIM_WAIT, timedelta(seconds=self.settings.lease))
+        wait_until = self.clock() + min(CLAIM_WAIT, timedelta(seconds=self.settings.lease))
         while True:
             record, generation = found
             decision = decide_on_existing(record, digest, self.clock())
@@ -220,7 +228,7 @@ class Controller:
                     continue
                 logs.info("took over an expired claim", request_key=record.key, owner=self.owner)
                 return self._submit(record, generation)
-            if self.clock() >= deadline:
+            if self.clock() >= wait_until or not deadline.allows(1.0):
                 raise Transient(f"another delivery holds the claim on {record.key} until {record.lease_until}")
             time.sleep(random.uniform(0.1, 0.4))
             found = self._read(record.key_hash)
@@ -254,9 +262,32 @@ class Controller:
         record.lease_until = self.clock() + timedelta(seconds=self.settings.lease)
         return self._save(record, generation)
 
+    def _release(self, record: Record, generation: int) -> None:
+        """Give up the claim, so that the redelivery (or reconcile) takes over at once instead of waiting for
+        the lease to run out. Whoever does looks the job up by its labels first, so a create that took effect
+        after all is adopted, never made twice."""
+        record.owner = record.lease_until = None
+        with deadline.wrap_up(), contextlib.suppress(Exception):  # the lease runs out by itself if this fails
+            self._save(record, generation)
+
     def _save(self, record: Record, generation: int) -> int:
         record.updated = self.clock()
         return self.ledger.replace(record, generation)
+
+    def _dataset_problem(self, request: TrainingJobRequest) -> FieldError | None:
+        """Preflight of a new request's dataset (issue 12 point 17): it exists, holds data and can be read."""
+        uri = request.dataset.uri
+        if not uri.startswith("gs://"):
+            return None  # file:// in local mode: the nodes read it where the controller runs
+        bucket, prefix = split_gs_uri(uri)
+        try:
+            return dataset_problem(uri, self.gcs.objects_under(bucket, prefix), self.settings.marker_names)
+        except StorageError as exc:
+            return FieldError(
+                "dataset.uri",
+                f"{uri} cannot be read by trainctl's controller (Cloud Storage answered {exc.status}); "
+                f"its service account needs storage.objects.list on gs://{bucket}",
+            )
 
     # ---- submission ------------------------------------------------------------------------------------
 
@@ -264,14 +295,17 @@ class Controller:
         """DESIGN.md §4 steps 3-4, for the claim this controller holds."""
         request = TrainingJobRequest.model_validate(record.request)
         plan = plan_custom_job(request, self.settings, record.key, record.attempt)
-        job = self.vertex.find(record.key_hash, record.attempt)
-        if job is not None:
-            logs.info("adopted the job an earlier delivery created", job=job.name)
-        else:
-            try:
+        try:
+            job = self.vertex.find(record.key_hash, record.attempt)
+            if job is not None:
+                logs.info("adopted the job an earlier delivery created", job=job.name)
+            else:
                 job = self.vertex.create(plan.custom_job, record.key_hash, record.attempt)
-            except CallRejected as exc:
-                return self._refused_by_vertex(record, generation, exc)
+        except CallRejected as exc:
+            return self._refused_by_vertex(record, generation, exc)
+        except Transient:
+            self._release(record, generation)
+            raise
         now = self.clock()
         ref = job_ref(job.name, self.settings.region, self.settings.project)
         record.state, record.job_name, record.job_state = "submitted", job.name, job.state
@@ -316,13 +350,21 @@ class Controller:
                     trigger=record.trigger,
                     reason="quota",
                     max_attempts=record.max_attempts,
+                    quota_metric=quota_metric(exc.message),
                 )
             ]
             record.attempt += 1
             record.owner, record.lease_until, record.not_before = None, None, now + wait
         elif exc.reason == "quota":
             record.state = "failed"
-            events = [Failed(**common, message=f"Vertex AI quota exceeded: {exc.message}", reason="quota")]
+            events = [
+                Failed(
+                    **common,
+                    message=f"Vertex AI quota exceeded: {exc.message} {QUOTA_ADVICE}",
+                    reason="quota",
+                    quota_metric=quota_metric(exc.message),
+                )
+            ]
         else:
             record.state = "rejected"
             events = [
@@ -399,7 +441,7 @@ class Controller:
             self.ledger.mark_inactive(khash)
             return "missing"
         record, generation = found
-        with logs.request_context(record.request_id):
+        with logs.request_context(record.request_id), _tagged(record.request_id):
             record, generation = self._flush_stale(record, generation)
             now = self.clock()
             if record.final:
@@ -475,15 +517,38 @@ class Controller:
         return ""
 
     def reconcile(self) -> dict[str, int]:
-        """The sweep that never misses: every active request, one at a time, errors isolated."""
+        """The sweep that never misses: every active request, one at a time. Whatever goes wrong with one record
+        (a dependency down, a permission missing, a corrupt record) is logged and counted, and the sweep goes on;
+        records it has no time left for are counted as deferred, for the next tick."""
         summary = {"active": 0, "errors": 0}
-        for khash in self.ledger.active():
+        keys = self.ledger.active()
+        random.shuffle(keys)
+        for index, khash in enumerate(keys):
+            if not deadline.allows(MIN_OBSERVE_SECONDS):
+                summary["deferred"] = len(keys) - index
+                logs.warning(f"reconcile ran out of time; {len(keys) - index} records wait for the next tick")
+                break
             summary["active"] += 1
             try:
                 state = self.observe_record(khash)
-            except Transient as exc:
+            except Exception as exc:  # one record must never stop the sweep
                 summary["errors"] += 1
-                logs.warning(f"reconcile could not bring {khash} up to date: {exc}")
+                logs.error(
+                    f"reconcile could not bring {khash} up to date: {type(exc).__name__}: {exc}",
+                    request_id=getattr(exc, "trainctl_request_id", None),
+                    key_hash=khash,
+                    transient=isinstance(exc, Transient),
+                )
                 continue
             summary[state] = summary.get(state, 0) + 1
         return summary
+
+
+@contextlib.contextmanager
+def _tagged(request_id: str) -> Iterator[None]:
+    """Exceptions leaving the block carry the request id, for the log line of whoever catches them."""
+    try:
+        yield
+    except Exception as exc:
+        exc.trainctl_request_id = request_id  # type: ignore[attr-defined]
+        raise

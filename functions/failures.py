@@ -15,8 +15,19 @@ Reason = Literal["quota", "capacity", "preemption", "internal", "user", "invalid
 RESUBMITTABLE: frozenset[Reason] = frozenset({"capacity", "preemption", "internal"})
 
 # google.rpc.Code numbers, so the pure core needs no grpc import.
-INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED = 3, 5, 8, 13, 14, 4
-TRANSIENT_CALL_CODES = frozenset({UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, 10})  # 10 = ABORTED
+UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, RESOURCE_EXHAUSTED = 2, 3, 4, 5, 8
+FAILED_PRECONDITION, ABORTED, INTERNAL, UNAVAILABLE = 9, 10, 13, 14
+# UNKNOWN is what gRPC reports for a stream broken mid-call ("Stream removed"): the call may have taken effect,
+# and trying again (after looking, for a create) is right.
+TRANSIENT_CALL_CODES = frozenset({UNKNOWN, DEADLINE_EXCEEDED, ABORTED, INTERNAL, UNAVAILABLE})
+
+# Vertex names the GPU quota that is short in its RESOURCE_EXHAUSTED text (reference/vertex.md §6.1):
+# "The following quota metrics exceed quota limits: aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus".
+_QUOTA_METRIC = re.compile(r"aiplatform\.googleapis\.com/custom_model_training_[a-z0-9_]+")
+QUOTA_ADVICE = (
+    "Ask for more of this quota in the job's region (Console: IAM & Admin > Quotas & System Limits), "
+    "or choose another GPU type or region, or scheduling.strategy spot/flex_start, which use preemptible quota."
+)
 
 _QUOTA = re.compile(r"quota", re.I)
 _CAPACITY = re.compile(r"resources are insufficient|stockout|resource_pool_exhausted|insufficient capacity", re.I)
@@ -46,6 +57,24 @@ def classify_job_failure(code: int, message: str, started: bool) -> Reason:
     return "user"
 
 
+def quota_metric(message: str) -> str | None:
+    """The Vertex quota metric a message names (aiplatform.googleapis.com/custom_model_training_…), if any."""
+    found = _QUOTA_METRIC.search(message)
+    return found.group(0) if found else None
+
+
+def call_is_transient(code: int, message: str) -> bool:
+    """Whether a JobService call refused with `code` is worth retrying.
+
+    RESOURCE_EXHAUSTED is two things at Vertex: the API's request-rate limit ("Quota exceeded for quota metric
+    'Resource management (CRUD) requests' …", any method: retry with backoff), and, on CreateCustomJob, short
+    GPU quota, whose text names a custom_model_training metric (retrying in seconds will not help).
+    """
+    if code == RESOURCE_EXHAUSTED:
+        return quota_metric(message) is None
+    return code in TRANSIENT_CALL_CODES
+
+
 def call_failure_reason(code: int) -> Reason:
-    """Reason for a JobService call refused with a permanent code (not in TRANSIENT_CALL_CODES)."""
+    """Reason for a JobService call refused for good (not `call_is_transient`)."""
     return "quota" if code == RESOURCE_EXHAUSTED else "invalid"

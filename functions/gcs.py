@@ -14,15 +14,16 @@ from __future__ import annotations
 import json
 import os
 import random
-import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-from functions.errors import Transient
 from functions.rest import rest_session
+from functions.retry import Retryable, RetryPolicy
 
 _SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+POLICY = RetryPolicy(attempts=5, first_pause=0.25, max_pause=4.0, call_timeout=30.0)
 
 
 class Conflict(Exception):
@@ -32,29 +33,29 @@ class Conflict(Exception):
 class StorageError(Exception):
     """Cloud Storage refused a call for a reason retrying will not fix (permission, bad request …)."""
 
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
 
 class Gcs:
-    def __init__(self, project: str, attempts: int = 5, timeout: float = 30.0):
+    def __init__(self, project: str, policy: RetryPolicy = POLICY):
         self.project = project
         emulator = os.environ.get("STORAGE_EMULATOR_HOST")
         self._session, self._base = rest_session(emulator, "https://storage.googleapis.com", _SCOPES)
-        self._attempts = attempts
-        self._timeout = timeout
+        self._policy = policy
 
     def _object_url(self, bucket: str, name: str) -> str:
         return f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o/{quote(name, safe='')}"
 
     def _call(self, method: str, url: str, missing_ok: bool = False, **kwargs: Any) -> Any:
         """The response; None for 404 when `missing_ok`; Conflict on 412; Transient once retries run out."""
-        problem = ""
-        for attempt in range(self._attempts):
-            if attempt:
-                time.sleep(min(4.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.0))
+
+        def attempt(timeout: float) -> Any:
             try:
-                response = self._session.request(method, url, timeout=self._timeout, **kwargs)
+                response = self._session.request(method, url, timeout=timeout, **kwargs)
             except OSError as exc:  # requests' ConnectionError and Timeout are OSErrors
-                problem = f"cannot reach Cloud Storage: {exc}"
-                continue
+                raise Retryable(f"cannot reach Cloud Storage: {exc}") from None
             if response.status_code < 300:
                 return response
             if response.status_code == 404 and missing_ok:
@@ -62,9 +63,11 @@ class Gcs:
             if response.status_code == 412:
                 raise Conflict(f"{method} {url}: precondition failed")
             problem = f"Cloud Storage answered {response.status_code} to {method} {url}: {response.text[:200]}"
-            if response.status_code not in _RETRYABLE_STATUS:
-                raise StorageError(problem)
-        raise Transient(problem)
+            if response.status_code in _RETRYABLE_STATUS:
+                raise Retryable(problem)
+            raise StorageError(problem, response.status_code)
+
+        return self._policy.call(f"{method} {url}", attempt)
 
     def read(self, bucket: str, name: str, generation: int | None = None) -> tuple[bytes, int] | None:
         """(content, generation), or None when the object (at that generation) does not exist."""
@@ -102,12 +105,22 @@ class Gcs:
     def delete(self, bucket: str, name: str) -> None:
         self._call("DELETE", self._object_url(bucket, name), missing_ok=True)
 
+    def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
+        """(name, size) of each object whose name starts with `prefix`, page by page as they are consumed
+        (nothing for a missing bucket); StorageError when the listing is refused (403)."""
+        url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"
+        params: dict[str, Any] = {"prefix": prefix, "maxResults": 100, "fields": "items(name,size),nextPageToken"}
+        while True:
+            response = self._call("GET", url, missing_ok=True, params=params)
+            listing = response.json() if response is not None else {}
+            yield from ((item["name"], int(item.get("size", 0))) for item in listing.get("items", []))
+            if not listing.get("nextPageToken"):
+                return
+            params["pageToken"] = listing["nextPageToken"]
+
     def any_under(self, bucket: str, prefix: str) -> bool:
         """Whether any object's name starts with `prefix` (False for a missing bucket)."""
-        url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"
-        params = {"prefix": prefix, "maxResults": 1, "fields": "items(name)"}
-        response = self._call("GET", url, missing_ok=True, params=params)
-        return response is not None and bool(response.json().get("items"))
+        return next(self.objects_under(bucket, prefix), None) is not None
 
     def names(self, bucket: str, prefix: str) -> list[str]:
         url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"

@@ -2,6 +2,7 @@
 
 Retry or not is decided here, in one place, by exception type: `Transient` propagates (the trigger redelivers);
 input that can never become valid is answered with a `rejected` event and the function returns normally.
+Every entry point runs inside `within_deadline()`, the function's timeout less a margin (functions/deadline.py).
 Imports stay light until an event needs more: an upload that is not a marker costs a dictionary lookup.
 """
 
@@ -11,11 +12,14 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from functions import logs, triggers
+from functions import deadline, logs, triggers
+from functions.errors import Transient
 from functions.settings import Settings
 
 if TYPE_CHECKING:
@@ -44,6 +48,13 @@ def controller() -> Controller:
         publisher=EventPublisher(s.project, s.events_topic, f"//trainctl/projects/{s.project}/locations/{s.region}"),
         vertex_factory=lambda: VertexJobs(s.project, s.region, s.vertex_endpoint),
     )
+
+
+@contextmanager
+def within_deadline() -> Iterator[None]:
+    """The deadline of one invocation: the function's timeout (Terraform's function_timeout_seconds) less a margin."""
+    with deadline.handler_deadline(settings().function_timeout):
+        yield
 
 
 def _event_time(cloud_event: Any) -> datetime:
@@ -129,9 +140,13 @@ def _marker(
             template = _template(c, prefix)
             overrides: dict[str, Any] = {}
             if size > 0:
-                found = c.gcs.read(bucket, name, int(generation) if generation.isdigit() else None)
+                # Each generation of a marker is its own request with its own overrides: read exactly this one.
+                # The data bucket is versioned (terraform/storage.tf), so an overwritten generation stays readable.
+                if not generation.isdigit():
+                    raise DocumentInvalid(f"the event's generation {generation!r} is not a number")
+                found = c.gcs.read(bucket, name, int(generation))
                 if found is None:
-                    logs.info("marker was overwritten or deleted before it was read; the newer one counts")
+                    logs.info("this generation of the marker is gone (an unversioned bucket); the newer one counts")
                     return "ignored"
                 overrides = load_document(found[0], c.settings.max_request_bytes)
                 if not isinstance(overrides, dict):
@@ -216,10 +231,11 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
 
 # ---- on_job_state --------------------------------------------------------------------------------------
 
-LOG_STATE_LABEL = "ml.googleapis.com/job_state"
-
 
 def job_state(cloud_event: Any, ctl: Controller | None = None) -> str:
+    """A Vertex service log line about a job. Its labels are not documented, so the line only says which job to
+    look at: the state comes from Vertex (GetCustomJob). An error that retrying will not fix is logged and the
+    message acked; redelivering it for 24 hours would change nothing, and reconcile observes the job anyway."""
     _, raw = _pubsub_payload(cloud_event)
     try:
         entry = json.loads(raw) if raw is not None else None
@@ -229,11 +245,20 @@ def job_state(cloud_event: Any, ctl: Controller | None = None) -> str:
     labels = resource.get("labels") if isinstance(resource, dict) else None
     job_id = labels.get("job_id") if isinstance(labels, dict) else None
     if not isinstance(job_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", job_id):
-        logs.warning("not a Vertex job-state log entry; ignored", event_id=cloud_event["id"])
+        logs.warning("not a Vertex job log entry; ignored", event_id=cloud_event["id"])
         return "ignored"
-    state = (entry.get("labels") or {}).get(LOG_STATE_LABEL) if isinstance(entry.get("labels"), dict) else None
-    logs.info("job state changed", job_id=job_id, job_state=state)
-    return (ctl or controller()).observe_job(job_id)
+    logs.info("a job's service log line arrived; reading its state", job_id=job_id)
+    try:
+        return (ctl or controller()).observe_job(job_id)
+    except Transient:
+        raise
+    except Exception as exc:  # logged and acked: see the docstring
+        logs.error(
+            f"could not observe job {job_id}; left to reconcile: {type(exc).__name__}: {exc}",
+            request_id=getattr(exc, "trainctl_request_id", None),
+            job_id=job_id,
+        )
+        return "error"
 
 
 # ---- reconcile -----------------------------------------------------------------------------------------

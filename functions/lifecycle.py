@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.failures import RESUBMITTABLE, classify_job_failure
+from functions.failures import QUOTA_ADVICE, RESUBMITTABLE, classify_job_failure, quota_metric
 from schemas.events import (
     EVENT_ADAPTER,
     Artifacts,
@@ -192,12 +192,28 @@ def observe(
     if job.state in VERTEX_WAITING:
         if record.stuck:
             return Transition(events, "cancel")  # the earlier cancel has not taken effect (or failed): again
+        if job.start_time is not None or record.state == "running":
+            # Vertex restarts a job that ran, by itself, after a preemption, a stockout or a crash (reference/
+            # apis.md §6): the same job, the same attempt; max_pending is about waiting to start.
+            return Transition(events)
         waited = (now - job.create_time).total_seconds() if job.create_time else 0
         if waited > max_pending:
-            record.stuck = True
-            text = f"job waited {format_duration(int(waited))} in {job.state}, longer than max_pending"
+            reason = "quota" if job.state == "JOB_STATE_QUEUED" else "capacity"
+            record.stuck, record.failure_reason = True, reason
+            text = f"job waited {format_duration(int(waited))} in {job.state}, longer than max_pending; " + (
+                f"Vertex holds a job in QUEUED until GPU quota frees up. {QUOTA_ADVICE}"
+                if reason == "quota"
+                else "its machines could not be provisioned. Try another region or GPU type, or "
+                "scheduling.strategy flex_start, which waits for capacity instead of failing."
+            )
             events.append(
-                Stuck(**common | {"message": text}, pending_seconds=int(waited), max_pending_seconds=max_pending)
+                Stuck(
+                    **common | {"message": text},
+                    reason=reason,
+                    job_state=job.state,
+                    pending_seconds=int(waited),
+                    max_pending_seconds=max_pending,
+                )
             )
             return Transition(events, "cancel")
         return Transition(events)
@@ -228,12 +244,15 @@ def observe(
             return Transition([], "diagnose")
         running_if_missed()
         message = f"{job.error_message} {diagnosis}".strip() if diagnosis else job.error_message
+        metric = quota_metric(job.error_message) if reason == "quota" else None
         record.failure_reason, record.message = reason, message
         if reason in RESUBMITTABLE and record.attempt < record.max_attempts:
+            # Vertex has already restarted the job itself (stockout: 3 times, Spot preemption: 6), so this is
+            # the controller's own, later attempt.
+            text = f"attempt {record.attempt} failed ({reason}) after Vertex's own retries: {job.error_message}"
             events.append(
                 Retrying(
-                    **common
-                    | {"message": f"attempt {record.attempt} failed ({reason}): {job.error_message}; resubmitting"},
+                    **common | {"message": f"{text}; resubmitting"},
                     reason=reason,
                     max_attempts=record.max_attempts,
                 )
@@ -243,10 +262,12 @@ def observe(
             record.lease_until, record.not_before, record.stuck = None, now, False
             return Transition(events, "resubmit")
         record.state = "failed"
+        advice = f" {QUOTA_ADVICE}" if reason == "quota" else ""
         events.append(
             Failed(
-                **common | {"message": f"job {job.job_id} failed ({reason}): {message}"},
+                **common | {"message": f"job {job.job_id} failed ({reason}): {message}{advice}"},
                 reason=reason,
+                quota_metric=metric,
                 artifacts=record.artifacts,
                 duration_seconds=_duration(job),
             )
@@ -254,9 +275,16 @@ def observe(
         return Transition(events)
     if job.state == "JOB_STATE_CANCELLED":
         record.state = "cancelled"
-        why = "after waiting longer than max_pending" if record.stuck else "by request"
+        stuck_reason = (
+            record.failure_reason if record.stuck and record.failure_reason in ("quota", "capacity") else None
+        )
+        why = f"after waiting longer than max_pending ({stuck_reason})" if stuck_reason else "by request"
         events.append(
-            Cancelled(**common | {"message": f"job {job.job_id} was cancelled {why}"}, duration_seconds=_duration(job))
+            Cancelled(
+                **common | {"message": f"job {job.job_id} was cancelled {why}"},
+                reason=stuck_reason,
+                duration_seconds=_duration(job),
+            )
         )
         return Transition(events)
     return Transition(events)  # CANCELLING and other passing states: wait for the next observation

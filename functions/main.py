@@ -1,4 +1,5 @@
-"""Cloud Function entry points, and nothing else: each decodes nothing itself and delegates to handlers."""
+"""Cloud Function entry points, and nothing else: each decodes nothing itself and delegates to handlers,
+inside the invocation's deadline."""
 
 import functions_framework
 
@@ -8,22 +9,26 @@ from functions import handlers
 @functions_framework.cloud_event
 def on_dataset_upload(cloud_event):
     """google.cloud.storage.object.v1.finalized: a marker object starts a job; anything else is ignored."""
-    handlers.dataset_upload(cloud_event)
+    with handlers.within_deadline():
+        handlers.dataset_upload(cloud_event)
 
 
 @functions_framework.cloud_event
 def on_job_request(cloud_event):
     """google.cloud.pubsub.topic.v1.messagePublished carrying a TrainingJobRequest (JSON or YAML)."""
-    handlers.job_request(cloud_event)
+    with handlers.within_deadline():
+        handlers.job_request(cloud_event)
 
 
 @functions_framework.cloud_event
 def on_job_state(cloud_event):
     """Pub/Sub messages from the log sink on Vertex job-state log lines."""
-    handlers.job_state(cloud_event)
+    with handlers.within_deadline():
+        handlers.job_state(cloud_event)
 
 
 @functions_framework.http
 def reconcile(request):
     """The scheduler tick: bring every active request up to date with Vertex."""
-    return handlers.reconcile_tick()
+    with handlers.within_deadline():
+        return handlers.reconcile_tick()

@@ -9,42 +9,42 @@ from __future__ import annotations
 
 import base64
 import os
-import random
-import time
 
 from functions.errors import Transient
 from functions.rest import rest_session
+from functions.retry import Retryable, RetryPolicy
 from schemas.events import JobEvent, to_pubsub_message
 
 _SCOPES = ["https://www.googleapis.com/auth/pubsub"]
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+POLICY = RetryPolicy(attempts=4, first_pause=0.25, max_pause=4.0, call_timeout=10.0)
 
 
 class EventPublisher:
-    def __init__(self, project: str, topic: str, source: str, attempts: int = 4, timeout: float = 10.0):
+    def __init__(self, project: str, topic: str, source: str, policy: RetryPolicy = POLICY):
         emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
         self._session, base = rest_session(emulator and f"http://{emulator}", "https://pubsub.googleapis.com", _SCOPES)
         self._url = f"{base}/v1/projects/{project}/topics/{topic}:publish"
         self.source = source
-        self._attempts = attempts
-        self._timeout = timeout
+        self._policy = policy
 
     def publish(self, event: JobEvent) -> str:
         """Publish one event; returns its message id. Raises Transient when Pub/Sub stays unreachable."""
         message = to_pubsub_message(event, self.source)
         body = {"messages": [{"data": base64.b64encode(message.data).decode(), "attributes": message.attributes}]}
-        problem = ""
-        for attempt in range(self._attempts):
-            if attempt:
-                time.sleep(min(4.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.0))
+
+        def attempt(timeout: float) -> str:
             try:
-                response = self._session.post(self._url, json=body, timeout=self._timeout)
+                response = self._session.post(self._url, json=body, timeout=timeout)
             except OSError as exc:  # requests' ConnectionError and Timeout are OSErrors
-                problem = f"cannot reach Pub/Sub: {exc}"
-                continue
+                raise Retryable(f"cannot reach Pub/Sub: {exc}") from None
             if response.status_code == 200:
                 return response.json()["messageIds"][0]
             problem = f"Pub/Sub answered {response.status_code}: {response.text[:200]}"
-            if response.status_code not in _RETRYABLE_STATUS:
-                break
-        raise Transient(f"could not publish {event.ce_type} for {event.request_id}: {problem}")
+            if response.status_code in _RETRYABLE_STATUS:
+                raise Retryable(problem)
+            # Refused (permission, missing topic): not retried here, but the event stays in the record's
+            # outbox and the delivery is redelivered, so it goes out once the deployment is fixed.
+            raise Transient(f"could not publish {event.ce_type} for {event.request_id}: {problem}")
+
+        return self._policy.call(f"publishing {event.ce_type} for {event.request_id}", attempt)

@@ -1,24 +1,24 @@
 """The Vertex AI JobService, through the GAPIC `JobServiceClient` (v1), imported only when a job is touched.
 
 The regional endpoint ({region}-aiplatform.googleapis.com), or `vertex_endpoint` (host:port, an insecure
-channel) for the local JobService. The client has no default retry (vertex.md §1.4), so every call here
-passes its own deadline and retries transient codes with jittered backoff — except CreateCustomJob, which is
-not idempotent: before creating again after an error, the job is looked up by its labels.
+channel) for the local JobService. The client has no default retry (vertex.md §1.4), so every call here goes
+through the adapters' retry policy (functions/retry.py), which cuts each call's timeout to the handler's
+deadline. CreateCustomJob is not idempotent: before creating again after an error, the job is looked up by
+its labels.
 """
 
 from __future__ import annotations
 
 import json
-import random
-import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from functions.errors import Transient
-from functions.failures import TRANSIENT_CALL_CODES, call_failure_reason
+from functions.failures import FAILED_PRECONDITION, NOT_FOUND, call_failure_reason, call_is_transient
 from functions.lifecycle import JobSnapshot
+from functions.retry import Retryable, RetryPolicy
 
-CALL_TIMEOUT = 30.0
+POLICY = RetryPolicy(attempts=5, first_pause=0.5, max_pause=8.0, call_timeout=30.0)
 
 
 class CallRejected(Exception):
@@ -29,18 +29,14 @@ class CallRejected(Exception):
         self.code, self.reason, self.message = code, reason, message
 
 
-def _permanent_or_message(exc: Exception) -> str:
-    """Raise CallRejected for a permanent gRPC code; return the message of a transient one."""
+def _retryable_or_rejected(exc: Exception) -> Exception:
+    """Retryable for a transient gRPC code, CallRejected for a permanent one."""
     status = getattr(exc, "grpc_status_code", None)
     code = status.value[0] if status is not None else 2  # UNKNOWN
     message = getattr(exc, "message", None) or str(exc)
-    if code not in TRANSIENT_CALL_CODES:
-        raise CallRejected(code, call_failure_reason(code), message) from None
-    return message
-
-
-def _pause(attempt: int) -> None:
-    time.sleep(min(8.0, 0.5 * 2**attempt) * random.uniform(0.5, 1.0))
+    if call_is_transient(code, message):
+        return Retryable(f"{type(exc).__name__} {code}: {message}")
+    return CallRejected(code, call_failure_reason(code), message)
 
 
 def _time(value: Any) -> datetime | None:
@@ -51,7 +47,7 @@ def _time(value: Any) -> datetime | None:
 
 
 class VertexJobs:
-    def __init__(self, project: str, region: str, endpoint: str = "", attempts: int = 5):
+    def __init__(self, project: str, region: str, endpoint: str = "", policy: RetryPolicy = POLICY):
         from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
 
         if endpoint:
@@ -63,20 +59,21 @@ class VertexJobs:
         else:
             self._client = JobServiceClient(client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
         self.parent = f"projects/{project}/locations/{region}"
-        self._attempts = attempts
+        self._policy = policy
 
-    def _call(self, what: str, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-        """Call with retries on transient codes; CallRejected on permanent ones, Transient when retries run out."""
+    def _call(
+        self, what: str, fn: Callable[..., Any], before_retry: Callable[[], Any] | None = None, **kwargs: Any
+    ) -> Any:
+        """`fn(**kwargs)` with the retry policy; CallRejected on permanent codes, Transient when retries run out."""
         from google.api_core import exceptions as gexc
 
-        for attempt in range(self._attempts):
-            if attempt:
-                _pause(attempt)
+        def attempt(timeout: float) -> Any:
             try:
-                return fn(*args, timeout=CALL_TIMEOUT, **kwargs)
+                return fn(timeout=timeout, **kwargs)
             except gexc.GoogleAPICallError as exc:
-                problem = _permanent_or_message(exc)
-        raise Transient(f"Vertex AI stayed unavailable for {what} ({problem})")
+                raise _retryable_or_rejected(exc) from None
+
+        return self._policy.call(what, attempt, before_retry)
 
     @staticmethod
     def _snapshot(job: Any) -> JobSnapshot:
@@ -102,29 +99,31 @@ class VertexJobs:
         return None
 
     def create(self, custom_job: dict[str, Any], key_hash: str, job_attempt: int) -> JobSnapshot:
-        from google.api_core import exceptions as gexc
+        """Create the job; after a failed attempt (which may have created it: a lost response, a broken
+        stream), look it up by its labels before creating again."""
         from google.cloud.aiplatform_v1 import CustomJob
 
         request = {"parent": self.parent, "custom_job": CustomJob.from_json(json.dumps(custom_job))}
-        for attempt in range(self._attempts):
-            if attempt:
-                _pause(attempt)
-                existing = self.find(key_hash, job_attempt)
-                if existing is not None:
-                    return existing  # the failed call had created it after all
-            try:
-                return self._snapshot(self._client.create_custom_job(request=request, timeout=CALL_TIMEOUT))
-            except gexc.GoogleAPICallError as exc:
-                problem = _permanent_or_message(exc)
-        raise Transient(f"Vertex AI stayed unavailable for CreateCustomJob ({problem})")
+        job = self._call(
+            "CreateCustomJob",
+            self._client.create_custom_job,
+            before_retry=lambda: self.find(key_hash, job_attempt),
+            request=request,
+        )
+        return job if isinstance(job, JobSnapshot) else self._snapshot(job)
 
     def get(self, name: str) -> JobSnapshot | None:
         try:
             return self._snapshot(self._call("GetCustomJob", self._client.get_custom_job, name=name))
         except CallRejected as exc:
-            if exc.code == 5:  # NOT_FOUND: deleted, or a log line about a job from elsewhere
+            if exc.code == NOT_FOUND:  # deleted, or a log line about a job from elsewhere
                 return None
             raise
 
     def cancel(self, name: str) -> None:
-        self._call("CancelCustomJob", self._client.cancel_custom_job, name=name)
+        """Ask Vertex to cancel; a job that has already ended (FAILED_PRECONDITION) or is gone is left alone."""
+        try:
+            self._call("CancelCustomJob", self._client.cancel_custom_job, name=name)
+        except CallRejected as exc:
+            if exc.code not in (FAILED_PRECONDITION, NOT_FOUND):
+                raise

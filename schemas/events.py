@@ -134,10 +134,20 @@ class Retrying(_Event):
     state: Literal["retrying"] = "retrying"
     reason: FailureReason
     max_attempts: int
+    quota_metric: str | None = Field(
+        None,
+        description="The Vertex quota that is short, when Vertex names it "
+        "(aiplatform.googleapis.com/custom_model_training_…); ask for more of it, or change GPU type or region.",
+    )
 
 
 class Stuck(_Event):
     state: Literal["stuck"] = "stuck"
+    reason: Literal["quota", "capacity"] = Field(
+        description="quota: Vertex held the job in QUEUED, which it does until GPU quota frees up; "
+        "capacity: the job waited in PENDING for machines to be provisioned."
+    )
+    job_state: str = Field(description="The Vertex state the job waited in (JOB_STATE_QUEUED or JOB_STATE_PENDING).")
     pending_seconds: int
     max_pending_seconds: int
 
@@ -153,12 +163,20 @@ class Succeeded(_Event):
 class Failed(_Event):
     state: Literal["failed"] = "failed"
     reason: FailureReason
+    quota_metric: str | None = Field(
+        None,
+        description="The Vertex quota that is short, when Vertex names it "
+        "(aiplatform.googleapis.com/custom_model_training_…); ask for more of it, or change GPU type or region.",
+    )
     artifacts: Artifacts | None = None
     duration_seconds: float | None = None
 
 
 class Cancelled(_Event):
     state: Literal["cancelled"] = "cancelled"
+    reason: Literal["quota", "capacity"] | None = Field(
+        None, description="Set when trainctl cancelled the job for waiting longer than max_pending: why it waited."
+    )
     duration_seconds: float | None = None
 
 

@@ -27,6 +27,11 @@ from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE
 from schemas.events import JobEvent, parse_event
 
 FAKE_NODE_IMAGE = "localhost/tests/fake-node"
+# The dataset of fake-node requests: shared by the deployments of a worker's stack, made by the first one
+# (admission refuses a dataset with no data in it).
+SHARED_DATA_BUCKET = "it-data"
+SHARED_DATASET = f"gs://{SHARED_DATA_BUCKET}/whatever/"
+DATA_SHARD = "a,y\n1,0\n"
 
 
 def fake_node_request(request_id: str, *args: str, **sections: Any) -> dict[str, Any]:
@@ -34,7 +39,7 @@ def fake_node_request(request_id: str, *args: str, **sections: Any) -> dict[str,
     return {
         "api_version": "trainctl/v1",
         "request_id": request_id,
-        "dataset": {"uri": "gs://it-data/whatever/", "target": "y"},
+        "dataset": {"uri": SHARED_DATASET, "target": "y"},
         "trainer": {"image": f"{FAKE_NODE_IMAGE}:1", "args": list(args)},
         "resources": {"machine_type": "g2-standard-24"},
         **sections,
@@ -88,8 +93,9 @@ class Deployment:
 
     def provision(self) -> None:
         """The buckets and the events topic, without serving the functions (bench/cold_start.py runs its own)."""
-        for bucket in (self.data_bucket, self.control_bucket):
+        for bucket in (self.data_bucket, self.control_bucket, SHARED_DATA_BUCKET):
             create_bucket(os.environ["STORAGE_EMULATOR_HOST"], LOCAL_PROJECT, bucket)  # versioned, as Terraform's
+        self.storage().bucket(SHARED_DATA_BUCKET).blob("whatever/part-0.csv").upload_from_string(DATA_SHARD)
         publisher = pubsub_v1.PublisherClient()
         publisher.create_topic(name=publisher.topic_path(LOCAL_PROJECT, self.events_topic))
 
@@ -111,6 +117,11 @@ class Deployment:
         blob.upload_from_string(data)
         blob.reload()
         return blob
+
+    def upload_marker(self, folder: str, data: bytes | str = b"") -> storage.Blob:
+        """A dataset landing in `folder` (ending in /): a data shard, then the marker."""
+        self.upload(f"{folder}part-0.csv", DATA_SHARD)
+        return self.upload(f"{folder}_SUCCESS", data)
 
     def storage_event(self, blob: storage.Blob) -> tuple[dict[str, str], bytes]:
         """The finalized CloudEvent Eventarc would deliver for `blob` (through the bridge's conversion)."""

@@ -1,10 +1,12 @@
 """Every state change reported exactly once, whichever path sees it first: `reconcile` alone, the log sink's
-messages through `on_job_state`, or both; stuck jobs cancelled; preempted jobs resubmitted."""
+messages through `on_job_state`, or both; stuck jobs cancelled for quota or capacity; jobs Vertex restarts
+itself kept as one attempt; jobs that fail after Vertex's own retries resubmitted."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from google.cloud import pubsub_v1
 
 from local.jobservice.client import wait_for_state
@@ -73,43 +75,81 @@ def test_a_log_line_about_a_job_trainctl_does_not_know_is_ignored(deployment):
     assert deployment.post("on_job_state", deployment.push_body(b"not a log entry")) == 200
 
 
-def test_a_job_held_in_the_queue_beyond_max_pending_is_cancelled_as_stuck(deployment, jobservice_control):
+@pytest.mark.parametrize(
+    ("hold", "vertex_state", "reason"),
+    [("hold_next_in_queue", "JOB_STATE_QUEUED", "quota"), ("hold_next_in_pending", "JOB_STATE_PENDING", "capacity")],
+)
+def test_a_job_waiting_beyond_max_pending_is_cancelled_as_stuck_for_its_reason(
+    deployment, jobservice_control, hold, vertex_state, reason
+):
+    """Guards issue 12 point 3: Vertex holds a job in QUEUED until GPU quota frees up (reason quota), in
+    PENDING while it provisions machines (capacity); before, both were reported as short capacity."""
     events = deployment.events()
-    jobservice_control.hold_next_in_queue(seconds=120)
-    request = fake_node_request("stuck-1", scheduling={"max_pending": "2s"})
-    assert deployment.request(request) == 200
-    stuck = events.wait_for("stuck-1", "stuck", act=deployment.reconcile)
+    getattr(jobservice_control, hold)(seconds=120)
+    request_id = f"stuck-{reason}-1"
+    assert deployment.request(fake_node_request(request_id, scheduling={"max_pending": "2s"})) == 200
+    stuck = events.wait_for(request_id, "stuck", act=deployment.reconcile)
+    assert (stuck.reason, stuck.job_state) == (reason, vertex_state)
     assert stuck.max_pending_seconds == 2 and stuck.pending_seconds >= 2
-    cancelled = events.wait_for("stuck-1", "cancelled", act=deployment.reconcile)
-    assert "max_pending" in cancelled.message
-    assert counts(events, "stuck-1") == {"accepted": 1, "submitted": 1, "stuck": 1, "cancelled": 1}
+    cancelled = events.wait_for(request_id, "cancelled", act=deployment.reconcile)
+    assert cancelled.reason == reason and "max_pending" in cancelled.message
+    assert counts(events, request_id) == {"accepted": 1, "submitted": 1, "stuck": 1, "cancelled": 1}
 
 
-def test_a_preempted_job_with_attempts_left_is_resubmitted_and_succeeds(
+def test_a_job_vertex_fails_for_quota_is_reported_failed_for_quota_with_the_metric(deployment, jobservice_control):
+    """Guards issue 12 point 3: FAILED with code 8 and Vertex's quota text is reason quota, the metric named,
+    not resubmitted (more attempts would meet the same quota), with advice in the message."""
+    events = deployment.events()
+    jobservice_control.fail_next_for_quota()
+    assert deployment.request(fake_node_request("quota-failed-1")) == 200
+    failed = events.wait_for("quota-failed-1", "failed", act=deployment.reconcile)
+    assert failed.reason == "quota"
+    assert failed.quota_metric == "aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"  # g2: L4
+    assert "Ask for more of this quota" in failed.message
+    assert "retrying" not in events.states("quota-failed-1")
+
+
+def test_a_spot_job_vertex_restarts_after_a_preemption_is_one_attempt_that_succeeds(
     deployment, jobservice_control, job_client, tmp_path
 ):
+    """Guards issue 12 point 4: Vertex restarts a preempted Spot job itself (the same job); trainctl reports
+    no retry of its own and keeps attempt 1."""
     events = deployment.events()
-    first_attempt_marker = str(tmp_path / "first-attempt")  # attempt 1 runs until preempted, attempt 2 finishes
+    first_run = str(tmp_path / "first-run")  # the first run waits to be preempted, the restart finishes
     request = fake_node_request(
-        "preempted-1",
-        *("--sleep-unless-exists", first_attempt_marker, "--metrics", METRICS),
-        scheduling={"restart_job_on_worker_restart": False},
+        "spot-restarted-1",
+        *("--sleep-unless-exists", first_run, "--metrics", METRICS),
+        scheduling={"strategy": "spot"},
     )
     assert deployment.request(request) == 200
-    first_job = deployment.record("request:preempted-1")["job_name"]
-    events.wait_for("preempted-1", "running", act=deployment.reconcile)
-    jobservice_control.preempt(first_job)
-    wait_for_state(job_client, first_job)
-    retrying = events.wait_for("preempted-1", "retrying", act=deployment.reconcile)
-    assert retrying.reason == "preemption" and retrying.attempt == 1
-    succeeded = events.wait_for("preempted-1", "succeeded", act=deployment.reconcile)
+    job = deployment.record("request:spot-restarted-1")["job_name"]
+    events.wait_for("spot-restarted-1", "running", act=deployment.reconcile)
+    jobservice_control.preempt(job)
+    succeeded = events.wait_for("spot-restarted-1", "succeeded", act=deployment.reconcile)
+    assert succeeded.attempt == 1 and succeeded.job.name == job
+    assert events.states("spot-restarted-1") == ["accepted", "submitted", "running", "succeeded"]
+
+
+def test_a_job_still_stocked_out_after_vertexs_retries_is_resubmitted_and_succeeds(
+    deployment, jobservice_control, job_client
+):
+    """Vertex retries a stockout 3 times, then fails the job (code 8, its stockout text); that failure is
+    trainctl's to retry: one `retrying` (capacity), attempt 2 into the same output directory."""
+    events = deployment.events()
+    jobservice_control.stock_out_next(count=4)
+    assert deployment.request(fake_node_request("stocked-out-1", "--metrics", METRICS)) == 200
+    first_job = deployment.record("request:stocked-out-1")["job_name"]
+    retrying = events.wait_for("stocked-out-1", "retrying", act=deployment.reconcile)
+    assert retrying.reason == "capacity" and retrying.attempt == 1
+    assert "after Vertex's own retries" in retrying.message
+    succeeded = events.wait_for("stocked-out-1", "succeeded", act=deployment.reconcile)
     assert succeeded.attempt == 2 and succeeded.job.name != first_job
-    assert events.states("preempted-1") == [
-        "accepted", "submitted", "running", "retrying", "submitted", "running", "succeeded"
+    assert events.states("stocked-out-1") == [
+        "accepted", "submitted", "retrying", "submitted", "running", "succeeded"
     ]  # fmt: skip
     second = job_client.get_custom_job(name=succeeded.job.name)
     assert second.labels["trainctl-attempt"] == "2"
-    assert second.job_spec.base_output_directory.output_uri_prefix.endswith("/runs/preempted-1/")  # resumes there
+    assert second.job_spec.base_output_directory.output_uri_prefix.endswith("/runs/stocked-out-1/")  # resumes there
 
 
 def test_a_failed_user_job_is_reported_failed_with_reason_user_and_not_retried(deployment, job_client):

@@ -41,7 +41,7 @@ def test_twenty_data_files_and_one_marker_start_exactly_one_job(deployment, job_
 
 def test_the_same_storage_event_delivered_20_times_concurrently_submits_once(deployment, job_client):
     events = deployment.events()
-    marker = deployment.upload("churn/day2/_SUCCESS")
+    marker = deployment.upload_marker("churn/day2/")
     event = deployment.storage_event(marker)
     with ThreadPoolExecutor(max_workers=20) as pool:
         statuses = list(pool.map(lambda _: deployment.deliver("on_dataset_upload", event), range(20)))
@@ -54,6 +54,23 @@ def test_the_same_storage_event_delivered_20_times_concurrently_submits_once(dep
     duplicates = events.of(request_id, "duplicate")
     assert len(duplicates) == 19
     assert len({d.ce_id for d in duplicates}) == 1  # one delivery, one id: consumers keep one copy
+
+
+def test_each_generation_of_an_overwritten_marker_starts_its_own_job_with_its_own_overrides(deployment, job_client):
+    """Guards issue 12 point 8: the data bucket is versioned (as Terraform makes it), so the first generation's
+    event still reads the first generation's overrides after the marker was overwritten. On an unversioned
+    local bucket the first event found nothing and started nothing."""
+    first = deployment.upload_marker("churn/day3/", json.dumps({"display_name": "first-marker"}))
+    second = deployment.upload("churn/day3/_SUCCESS", json.dumps({"display_name": "second-marker"}))
+    assert first.generation != second.generation
+    for marker in (first, second):
+        assert deployment.post("on_dataset_upload", deployment.storage_event(marker)) == 200
+    names = {}
+    for marker in (first, second):
+        (job,) = jobs_with_key(job_client, f"gcs:{deployment.data_bucket}/churn/day3/_SUCCESS#{marker.generation}")
+        names[marker.generation] = job.display_name
+    assert names[first.generation].startswith("first-marker")
+    assert names[second.generation].startswith("second-marker")
 
 
 def test_a_request_with_schema_errors_is_rejected_naming_the_fields_and_acknowledged(deployment):

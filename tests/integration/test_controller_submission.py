@@ -16,6 +16,7 @@ from functions.ledger import Ledger
 from functions.publisher import EventPublisher
 from functions.settings import Settings
 from functions.vertex import VertexJobs
+from local.jobservice.client import wait_for_state
 from local.names import LOCAL_PROJECT
 from tests.integration.deployment import fake_node_request
 from tests.integration.test_controller_intake import jobs_with_key
@@ -34,6 +35,32 @@ def test_a_lost_create_response_is_adopted_not_repeated(deployment, jobservice_c
     assert deployment.request(fake_node_request("lost-response-1")) == 200
     assert len(jobs_with_key(job_client, "request:lost-response-1")) == 1
     assert deployment.record("request:lost-response-1")["state"] == "submitted"
+
+
+def test_unknown_from_a_create_that_took_effect_is_adopted_not_rejected(deployment, jobservice_control, job_client):
+    """Guards issue 12 point 2: UNKNOWN (a broken stream) says nothing of whether the job exists; before, it
+    was a permanent refusal and the request was rejected while its job ran."""
+    events = deployment.events()
+    jobservice_control.fail_next_creates("UNKNOWN", count=1, after_create=True)
+    assert deployment.request(fake_node_request("broken-stream-1")) == 200
+    assert len(jobs_with_key(job_client, "request:broken-stream-1")) == 1
+    assert deployment.record("request:broken-stream-1")["state"] == "submitted"
+    assert events.states("broken-stream-1") == ["accepted", "submitted"]
+
+
+def test_a_burst_of_rate_limited_reads_is_retried_and_the_job_is_still_observed(
+    deployment, jobservice_control, job_client
+):
+    """Guards issue 12 point 2: RESOURCE_EXHAUSTED from Get/List/Cancel is Vertex's request-rate limit, worth
+    retrying with backoff; before, it was a quota refusal and the record's observation failed."""
+    events = deployment.events()
+    assert deployment.request(fake_node_request("rate-limited-1", "--sleep", "0.2")) == 200
+    job = deployment.record("request:rate-limited-1")["job_name"]
+    wait_for_state(job_client, job)
+    jobservice_control.rate_limit_next_calls(count=3)
+    summary = deployment.reconcile()
+    assert summary["errors"] == 0
+    assert events.of("rate-limited-1", "succeeded")
 
 
 def test_invalid_argument_from_vertex_is_rejected_without_retry(deployment, jobservice_control, job_client):

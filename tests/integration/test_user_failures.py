@@ -1,6 +1,7 @@
-"""A job that fails by the user's hand is reported `failed` with reason `user` and a message naming the
-path at fault, using the built-in trainer on the local JobService: a dataset that does not exist, and an
-output folder the job cannot write.
+"""A request that would fail by the user's hand is refused before any GPU is paid for when that can be known
+(a dataset with no data: issue 12 point 17), and otherwise reported `failed` with reason `user` and a message
+naming the path at fault, using the built-in trainer on the local JobService: a dataset without CSV or Parquet
+files, and an output folder the job cannot write.
 
 Guards the failure diagnosis: Vertex reports only a replica's exit status; without the trainer's failure
 note and the controller's checks the requester would have to dig through node logs."""
@@ -37,15 +38,41 @@ def tabular_request(request_id: str, dataset: str, **sections) -> dict:
     }
 
 
-def test_a_missing_dataset_fails_with_reason_user_naming_the_dataset(deployment):
+@pytest.mark.parametrize(
+    ("folder", "objects", "rule"),
+    [
+        ("nothing-here/", {}, "does not exist: no object is under it"),
+        (
+            "only-markers/",
+            {"_SUCCESS": "", "empty.csv": ""},
+            "is empty: it holds only markers or empty objects, no data",
+        ),
+    ],
+)
+def test_a_dataset_without_data_is_rejected_before_any_job_starts(deployment, folder, objects, rule):
+    """Guards issue 12 point 17: refused at admission with the path and the reason; nothing is claimed."""
     events = deployment.events()
-    missing = f"gs://{deployment.data_bucket}/nothing-here/"
-    assert deployment.request(tabular_request("missing-data-1", missing)) == 200
-    failed = events.wait_for("missing-data-1", "failed", timeout=240, act=deployment.reconcile)
+    for name, data in objects.items():
+        deployment.upload(folder + name, data)
+    request_id = f"no-data-{folder.strip('/')}"
+    dataset = f"gs://{deployment.data_bucket}/{folder}"
+    assert deployment.request(tabular_request(request_id, dataset)) == 200
+    rejected = events.wait_for(request_id, "rejected", timeout=60)
+    assert rejected.errors == [f"dataset.uri: {dataset} {rule}"]
+    assert deployment.record(f"request:{request_id}") is None
+    assert events.states(request_id) == ["rejected"]
+
+
+def test_a_dataset_without_csv_or_parquet_fails_with_reason_user_naming_the_dataset(deployment):
+    events = deployment.events()
+    deployment.upload("notes/readme.txt", "not a table")
+    dataset = f"gs://{deployment.data_bucket}/notes/"
+    assert deployment.request(tabular_request("no-table-1", dataset)) == 200
+    failed = events.wait_for("no-table-1", "failed", timeout=240, act=deployment.reconcile)
     assert failed.reason == "user"
     assert "exited with a non-zero status" in failed.message
-    assert f"no CSV or Parquet files at '{missing}'" in failed.message  # the trainer's own words
-    assert "retrying" not in events.states("missing-data-1")
+    assert f"no CSV or Parquet files at '{dataset}'" in failed.message  # the trainer's own words
+    assert "retrying" not in events.states("no-table-1")
 
 
 def test_an_unwritable_output_dir_fails_with_reason_user_naming_the_folder(deployment):

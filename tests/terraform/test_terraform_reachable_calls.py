@@ -49,6 +49,8 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.controller.Controller._diagnose", "read"): frozenset({"control"}),
     # Diagnosis lists the dataset (data) and the run's output folder (control).
     ("functions.controller.Controller._diagnose", "any_under"): frozenset({"data", "control"}),
+    # Admission's preflight lists the request's dataset.
+    ("functions.controller.Controller._dataset_problem", "objects_under"): frozenset({"data"}),
 }
 
 # The storage and Pub/Sub permissions of the roles Terraform grants the functions

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from functions.admission import admission_problems
+import pytest
+
+from functions.admission import admission_problems, dataset_problem
 from functions.planning import plan_custom_job
 from tests.unit.conftest import make_request
 
@@ -87,3 +89,19 @@ def test_outputs_in_the_control_bucket_stay_under_runs(settings):
         "output_dir: guardrail allowed_output_buckets: in the control bucket, outputs go under "
         "gs://proj-trainctl-control/runs/"
     ]
+
+
+@pytest.mark.parametrize(
+    ("objects", "problem"),
+    [
+        ([("d/part-0.csv", 9)], None),
+        ([("d/_SUCCESS", 0), ("d/part-0.csv", 9)], None),
+        ([], "dataset.uri: gs://b/d/ does not exist: no object is under it"),
+        ([("d/_SUCCESS", 120)], "dataset.uri: gs://b/d/ is empty: it holds only markers or empty objects, no data"),
+        ([("d/part-0.csv", 0)], "dataset.uri: gs://b/d/ is empty: it holds only markers or empty objects, no data"),
+    ],
+)
+def test_a_dataset_must_hold_data(objects, problem):
+    """Guards issue 12 point 17: a marker, even one with overrides, is not data."""
+    found = dataset_problem("gs://b/d/", iter(objects), ("_SUCCESS",))
+    assert (str(found) if found else None) == problem

@@ -2,7 +2,13 @@
 
 import pytest
 
-from functions.failures import RESUBMITTABLE, call_failure_reason, classify_job_failure
+from functions.failures import (
+    RESUBMITTABLE,
+    call_failure_reason,
+    call_is_transient,
+    classify_job_failure,
+    quota_metric,
+)
 
 QUOTA = (
     "The following quota metrics exceed quota limits: aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"
@@ -36,3 +42,35 @@ def test_resubmittable_reasons():
 def test_refused_calls():
     assert call_failure_reason(8) == "quota"
     assert call_failure_reason(3) == "invalid"
+
+
+RATE_LIMIT = (
+    "Quota exceeded for quota metric 'Resource management (CRUD) requests' and limit "
+    "'Resource management (CRUD) requests per minute per region' of service 'aiplatform.googleapis.com'"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "transient"),
+    [
+        (8, RATE_LIMIT, True),      # the API's request-rate limit, on any call: back off and retry
+        (8, QUOTA, False),          # short GPU quota at create: minutes to hours, not seconds
+        (2, "Stream removed", True),  # a broken stream: the call may have taken effect; look, then retry
+        (14, "The service is currently unavailable.", True),
+        (4, "Deadline exceeded.", True),
+        (3, "List of found errors", False),
+        (9, "The job is already in a final state", False),
+        (7, "Permission denied", False),
+    ],
+)  # fmt: skip
+def test_call_codes_are_classified_as_vertex_returns_them(code, message, transient):
+    """Guards issue 12 point 2: RESOURCE_EXHAUSTED is a rate limit unless a training quota is named; UNKNOWN
+    is transient."""
+    assert call_is_transient(code, message) is transient
+
+
+def test_the_quota_metric_is_read_from_vertexs_text():
+    """Guards issue 12 point 3: the metric name travels with the quota outcome."""
+    assert quota_metric(QUOTA) == "aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"
+    assert quota_metric(RATE_LIMIT) is None
+    assert quota_metric("") is None

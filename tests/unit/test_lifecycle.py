@@ -74,17 +74,54 @@ def test_success_asks_for_metrics_then_reports_missed_running_and_success():
     assert rec.state == "succeeded" and rec.final
 
 
-def test_waiting_longer_than_max_pending_is_stuck_and_cancelled_once():
+@pytest.mark.parametrize(
+    ("vertex_state", "reason", "advice"),
+    [("JOB_STATE_QUEUED", "quota", "quota"), ("JOB_STATE_PENDING", "capacity", "flex_start")],
+)
+def test_waiting_longer_than_max_pending_is_stuck_for_its_reason_and_cancelled_once(vertex_state, reason, advice):
+    """Guards issue 12 point 3: Vertex holds a job in QUEUED for quota, in PENDING for provisioning."""
     rec = record()
-    waiting = job("JOB_STATE_QUEUED")
+    waiting = job(vertex_state)
     assert observe(rec, waiting, REF, NOW, 3600, None).events == []
     transition = observe(rec, waiting, REF, NOW, 60, None)
-    assert [e.state for e in transition.events] == ["stuck"] and transition.action == "cancel"
+    assert [(e.state, e.reason, e.job_state) for e in transition.events] == [("stuck", reason, vertex_state)]
+    assert advice in transition.events[0].message and transition.action == "cancel"
     again = observe(rec, waiting, REF, NOW, 60, None)
     assert again.events == [] and again.action == "cancel"
     cancelled = observe(rec, job("JOB_STATE_CANCELLED", end_time=NOW), REF, NOW, 60, None)
-    assert [e.state for e in cancelled.events] == ["cancelled"]
+    assert [(e.state, e.reason) for e in cancelled.events] == [("cancelled", reason)]
     assert "max_pending" in cancelled.events[0].message
+
+
+def test_a_job_cancelled_by_request_has_no_stuck_reason():
+    cancelled = observe(record(), job("JOB_STATE_CANCELLED", end_time=NOW), REF, NOW, 60, None)
+    assert [(e.state, e.reason) for e in cancelled.events] == [("cancelled", None)]
+
+
+@pytest.mark.parametrize("vertex_state", ["JOB_STATE_PENDING", "JOB_STATE_QUEUED"])
+def test_a_job_vertex_restarts_by_itself_is_never_stuck(vertex_state):
+    """Guards issue 12 point 4: after a preemption Vertex restarts the same job; waiting again for machines
+    long after it was created is not waiting to start."""
+    rec = record(state="running")
+    restarting = job(vertex_state, start_time=NOW - timedelta(minutes=4))
+    transition = observe(rec, restarting, REF, NOW, 60, None)
+    assert transition.events == [] and transition.action == "none"
+    assert (rec.state, rec.attempt, rec.stuck) == ("running", 1, False)
+
+
+def test_a_job_vertex_failed_for_quota_names_the_metric_and_what_to_do():
+    """Guards issue 12 point 3: FAILED with code 8 and Vertex's quota text is reason quota, with the metric."""
+    metric = "aiplatform.googleapis.com/custom_model_training_nvidia_a100_gpus"
+    failed = job(
+        "JOB_STATE_FAILED",
+        end_time=NOW,
+        error_code=8,
+        error_message=f"The following quota metrics exceed quota limits: {metric}",
+    )
+    transition = observe(record(), failed, REF, NOW, 3600, None)
+    [event] = transition.events
+    assert (event.state, event.reason, event.quota_metric) == ("failed", "quota", metric)
+    assert "Ask for more of this quota" in event.message
 
 
 def test_preemption_with_attempts_left_is_retried_on_a_new_attempt():

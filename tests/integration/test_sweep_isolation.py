@@ -1,0 +1,51 @@
+"""One bad record never stops the sweep (issue 12 point 1): reconcile catches whatever goes wrong with a
+record, counts it, logs it, and brings every other record up to date; a cancel of a job that has already
+ended (FAILED_PRECONDITION at Vertex) is not an error."""
+
+from __future__ import annotations
+
+import time
+
+from functions.planning import key_hash
+from functions.settings import Settings
+from functions.vertex import VertexJobs
+from tests.integration.deployment import fake_node_request
+from tests.integration.test_controller_intake import jobs_with_key
+
+
+def test_a_corrupt_record_is_counted_and_every_other_record_is_reconciled(deployment, job_client, tmp_path):
+    """Guards issue 12 point 1: before, the corrupt record's error escaped, the tick answered 500 and the
+    records listed after it were not reconciled."""
+    events = deployment.events()
+    hold = tmp_path / "never"
+    assert deployment.request(fake_node_request("corrupt-1", "--until-file", str(hold))) == 200
+    assert deployment.request(fake_node_request("healthy-1", "--sleep", "0.2")) == 200
+    corrupt = (
+        deployment.storage().bucket(deployment.control_bucket).blob(f"ledger/{key_hash('request:corrupt-1')}.json")
+    )
+    corrupt.upload_from_string(b'{"key": "request:corrupt-1", "truncated')
+    _wait_until_ended(job_client, "request:healthy-1")
+
+    summary = deployment.reconcile()  # an HTTPError (500) before the fix
+
+    assert summary["errors"] == 1
+    assert summary["succeeded"] == 1
+    assert [e.state for e in events.of("healthy-1", "succeeded")] == ["succeeded"]
+    hold.touch()  # let corrupt-1's job end
+
+
+def test_cancelling_a_job_that_has_already_ended_is_not_an_error(deployment, job_client):
+    """Guards issue 12 point 1: Vertex answers FAILED_PRECONDITION to cancelling an ended job."""
+    assert deployment.request(fake_node_request("ended-1", "--sleep", "0.2")) == 200
+    [job] = _wait_until_ended(job_client, "request:ended-1")
+    settings = Settings.from_env(deployment.settings_env())
+    VertexJobs(settings.project, settings.region, settings.vertex_endpoint).cancel(job.name)  # no CallRejected
+
+
+def _wait_until_ended(job_client, request_key: str) -> list:
+    for _ in range(240):
+        jobs = jobs_with_key(job_client, request_key)
+        if jobs and all(j.state.name in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED") for j in jobs):
+            return jobs
+        time.sleep(0.5)
+    raise AssertionError(f"the job of {request_key} did not end")

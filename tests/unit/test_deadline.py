@@ -1,0 +1,103 @@
+"""The handler's deadline and the one retry policy: retries stop at the deadline, call timeouts shrink to it.
+
+Guards issue 12 point 5 (the pure part; tests/integration/test_deadlines.py holds the handlers to it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions import deadline
+from functions.errors import Transient
+from functions.retry import Retryable, RetryPolicy
+
+FAST = RetryPolicy(attempts=4, first_pause=0.01, max_pause=0.02, call_timeout=30.0)
+
+
+def test_no_deadline_outside_a_handler():
+    assert deadline.remaining() is None
+    assert deadline.allows(10_000)
+    assert deadline.call_timeout(30.0, "x") == 30.0
+
+
+def test_the_deadline_keeps_a_margin_inside_the_timeout():
+    assert deadline.margin(120) == 15.0
+    assert deadline.margin(20) == 5.0
+    with deadline.handler_deadline(120):
+        left = deadline.remaining()
+        assert left is not None and 100 < left <= 105
+        assert deadline.call_timeout(30.0, "x") == 30.0
+        assert not deadline.allows(106)
+    assert deadline.remaining() is None
+
+
+def test_a_call_timeout_is_cut_to_what_is_left():
+    with deadline.handler_deadline(8):  # margin 2 s: 6 s left
+        assert deadline.call_timeout(30.0, "x") <= 6.0
+
+
+def test_nothing_is_called_once_the_deadline_has_passed():
+    with deadline.handler_deadline(0), pytest.raises(deadline.DeadlineReached):
+        deadline.call_timeout(30.0, "GetCustomJob")
+
+
+def test_retries_stop_at_the_deadline_and_leave_the_work_to_the_redelivery():
+    calls: list[float] = []
+
+    def always_busy(timeout: float) -> None:
+        calls.append(timeout)
+        raise Retryable("503")
+
+    slow = RetryPolicy(attempts=5, first_pause=10.0, max_pause=10.0)
+    with deadline.handler_deadline(8), pytest.raises(deadline.DeadlineReached) as caught:
+        slow.call("GetCustomJob", always_busy)
+    assert len(calls) == 1  # a 5-10 s pause does not fit in the 6 s left
+    assert isinstance(caught.value, Transient)  # so the entry point raises and the event is redelivered
+    assert "503" in str(caught.value)
+
+
+def test_retries_run_out_as_transient():
+    calls = []
+
+    def always_busy(timeout: float) -> None:
+        calls.append(timeout)
+        raise Retryable("503")
+
+    with pytest.raises(Transient, match="failed 4 times; the last: 503"):
+        FAST.call("x", always_busy)
+    assert len(calls) == 4
+
+
+def test_a_retry_first_looks_whether_the_failed_attempt_took_effect():
+    looked = []
+
+    def lost_response(timeout: float) -> str:
+        raise Retryable("Stream removed")
+
+    def look() -> str | None:
+        looked.append(1)
+        return "the job the first attempt created"
+
+    assert FAST.call("create", lost_response, before_retry=look) == "the job the first attempt created"
+    assert looked == [1]
+
+
+def test_permanent_errors_are_not_retried():
+    calls = []
+
+    def refused(timeout: float) -> None:
+        calls.append(timeout)
+        raise ValueError("403")
+
+    with pytest.raises(ValueError):
+        FAST.call("x", refused)
+    assert len(calls) == 1
+
+
+def test_the_margin_is_open_for_saving_state_after_the_deadline():
+    with deadline.handler_deadline(8):  # deadline 6 s from now, the timeout 8 s
+        with deadline.wrap_up():
+            left = deadline.remaining()
+            assert left is not None and 6 < left <= 7
+        assert deadline.remaining() <= 6
+    with deadline.wrap_up():
+        assert deadline.remaining() is None

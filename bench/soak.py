@@ -231,7 +231,7 @@ def invariants(messages: list[tuple[dict[str, str], bytes]], jobs: list[Any]) ->
         if e.state in TERMINAL_STATES:
             terminal[e.request_key].add(e.ce_id)
     submitted = {(e.job.name, e.request_key, e.attempt) for e in events if e.state == "submitted" and e.job}
-    from functions.planning import key_hash
+    from functions.keys import key_hash
 
     key_of_hash = {key_hash(k): k for k in accepted}
     unsuccessful = {

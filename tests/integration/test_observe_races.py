@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from functions.controller import Controller
 from functions.gcs import Gcs
+from functions.keys import key_hash
 from functions.ledger import Ledger
 from functions.lifecycle import Record
-from functions.planning import key_hash
 from functions.publisher import EventPublisher
 from functions.settings import Settings
 from functions.vertex import VertexJobs

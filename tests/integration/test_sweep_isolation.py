@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from functions.planning import key_hash
+from functions.keys import key_hash
 from functions.settings import Settings
 from functions.vertex import VertexJobs
 from tests.integration.deployment import fake_node_request

@@ -13,6 +13,8 @@ import ast
 import pytest
 from reachable_calls import FUNCTIONS_DIR, CallGraph, Site
 
+import functions.main
+
 GCS = "functions.gcs.Gcs"
 PUBLISHER = "functions.publisher.EventPublisher"
 
@@ -161,7 +163,7 @@ def test_the_call_graph_sees_every_adapter_call(graph):
 
 def test_the_call_graph_finds_known_paths(graph):
     """The graph is not vacuous: the ledger's writes and the failure diagnosis are reached where expected."""
-    assert set(entry_points()) == {"on_dataset_upload", "on_job_request", "on_job_state", "reconcile"}
+    assert set(entry_points()) == set(functions.main.__all__)
     sites = graph.reachable_sites("functions.main.on_job_request")
     assert Site("functions.ledger.Ledger.create", GCS, "write") in sites
     assert Site("functions.controller.Controller._diagnose", GCS, "any_under") in graph.reachable_sites(
@@ -169,7 +171,7 @@ def test_the_call_graph_finds_known_paths(graph):
     )
 
 
-@pytest.mark.parametrize("function", ["on_dataset_upload", "on_job_request", "on_job_state", "reconcile"])
+@pytest.mark.parametrize("function", functions.main.__all__)
 def test_each_function_is_granted_every_call_it_can_reach(tf, graph, function):
     """Guards issue 12 point 11: on_job_state and reconcile list the dataset when they diagnose a user failure,
     and the intake functions read it at admission; a call without its grant is a 403 in the cloud only."""

@@ -34,20 +34,8 @@ def settings() -> Settings:
 @cache
 def controller() -> Controller:
     from functions.controller import Controller
-    from functions.gcs import Gcs
-    from functions.ledger import Ledger
-    from functions.publisher import EventPublisher
-    from functions.vertex import VertexJobs
 
-    s = settings()
-    gcs = Gcs(s.project)
-    return Controller(
-        settings=s,
-        ledger=Ledger(gcs, s.control_bucket),
-        gcs=gcs,
-        publisher=EventPublisher(s.project, s.events_topic, f"//trainctl/projects/{s.project}/locations/{s.region}"),
-        vertex_factory=lambda: VertexJobs(s.project, s.region, s.vertex_endpoint),
-    )
+    return Controller.from_settings(settings())
 
 
 @contextmanager

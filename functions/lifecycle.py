@@ -54,6 +54,7 @@ class Record(BaseModel):
     state: RequestState = "claimed"
     attempt: int = 1
     max_attempts: int = 1
+    max_pending: int | None = Field(None, description="Seconds the job may wait to start (scheduling.max_pending).")
     lease_until: datetime | None = None
     owner: str | None = None
     not_before: datetime | None = None

@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from functions.controller import OUTBOX_GRACE
+from functions.outbox import OUTBOX_GRACE
 from local.fake_gcs import start_fake_gcs
 from local.functions_host import start_function
 from local.jobservice.client import wait_for_state

@@ -46,13 +46,13 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     # Trigger templates (gs:// in trigger_rules) are kept in the control bucket (terraform/README.md).
     ("functions.handlers._template", "read"): frozenset({"control"}),
     # metrics.json under output_dir, which the guardrails keep in the allowed output bucket: control.
-    ("functions.controller.Controller._metrics", "read"): frozenset({"control"}),
+    ("functions.observation.Observation._metrics", "read"): frozenset({"control"}),
     # The trainer's failure note, under the run's model_dir.
-    ("functions.controller.Controller._diagnose", "read"): frozenset({"control"}),
+    ("functions.observation.Observation._diagnose", "read"): frozenset({"control"}),
     # Diagnosis lists the dataset (data) and the run's output folder (control).
-    ("functions.controller.Controller._diagnose", "any_under"): frozenset({"data", "control"}),
+    ("functions.observation.Observation._diagnose", "any_under"): frozenset({"data", "control"}),
     # Admission's preflight lists the request's dataset.
-    ("functions.controller.Controller._dataset_problem", "objects_under"): frozenset({"data"}),
+    ("functions.submission.Submission._dataset_problem", "objects_under"): frozenset({"data"}),
 }
 
 # The storage and Pub/Sub permissions of the roles Terraform grants the functions
@@ -86,7 +86,7 @@ def entry_points() -> list[str]:
 
 @pytest.fixture(scope="module")
 def graph() -> CallGraph:
-    return CallGraph({GCS, PUBLISHER})
+    return CallGraph({GCS, PUBLISHER}, ports={"functions.ports.Storage": GCS, "functions.ports.Events": PUBLISHER})
 
 
 def site_resources(site: Site, graph: CallGraph) -> frozenset[str]:
@@ -166,7 +166,7 @@ def test_the_call_graph_finds_known_paths(graph):
     assert set(entry_points()) == set(functions.main.__all__)
     sites = graph.reachable_sites("functions.main.on_job_request")
     assert Site("functions.ledger.Ledger.create", GCS, "write") in sites
-    assert Site("functions.controller.Controller._diagnose", GCS, "any_under") in graph.reachable_sites(
+    assert Site("functions.observation.Observation._diagnose", GCS, "any_under") in graph.reachable_sites(
         "functions.main.reconcile"
     )
 

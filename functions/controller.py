@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from functions.ledger import Ledger
 from functions.observation import Observation
@@ -40,7 +40,7 @@ class Controller:
         from functions.vertex import LazyJobs
 
         self.jobs = LazyJobs(self.vertex_factory)
-        self.outbox = Outbox(self.ledger, self.publisher, self.clock)
+        self.outbox = Outbox(self.ledger, self.publisher, self.clock, timedelta(seconds=self.settings.outbox_grace))
         self.submission = Submission(
             self.settings, self.ledger, self.gcs, self.publisher, self.jobs, self.outbox, self.clock, self.owner
         )

@@ -15,11 +15,6 @@ from functions.ledger import Ledger
 from functions.lifecycle import Record
 from functions.ports import Events
 
-# An outbox entry older than this was left by a handler that died (or lost Pub/Sub) after its state change:
-# whoever reads the record next publishes it. Shorter than Pub/Sub's 10 s minimum redelivery backoff, so
-# the redelivery of the failed event already does it; far longer than a publish takes.
-OUTBOX_GRACE = timedelta(seconds=8)
-
 
 def whole_outbox(record: Record) -> set[str]:
     """The claim's holder owns the record's whole outbox: its own events and whatever a dead holder left."""
@@ -31,7 +26,10 @@ class Outbox:
     ledger: Ledger
     publisher: Events
     clock: Callable[[], datetime]
-    grace: timedelta = OUTBOX_GRACE
+    # An outbox entry older than this was left by a handler that died (or lost Pub/Sub) after its state change:
+    # whoever reads the record next publishes it. Shorter than Pub/Sub's 10 s minimum redelivery backoff, so
+    # the redelivery of the failed event already does it; far longer than a publish takes (settings.outbox_grace).
+    grace: timedelta
 
     def read(self, khash: str) -> tuple[Record, int]:
         found = self.ledger.read(khash)

@@ -49,9 +49,6 @@ from schemas.events import (
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
 
-# How long a delivery waits for another delivery's live claim to finish before asking for redelivery.
-CLAIM_WAIT = timedelta(seconds=20)
-
 
 def spec_hash(request: TrainingJobRequest) -> str:
     canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
@@ -86,7 +83,6 @@ class Submission:
     outbox: Outbox
     clock: Callable[[], datetime]
     owner: str
-    claim_wait: timedelta = CLAIM_WAIT
 
     def reject(
         self, request_id: str, key: str, delivery: Delivery, errors: list[str], message: str, reason: str = "invalid"
@@ -187,7 +183,7 @@ class Submission:
         return record
 
     def _handle_existing(self, found: tuple[Record, int], digest: str, delivery: Delivery) -> str:
-        wait_until = self.clock() + min(self.claim_wait, timedelta(seconds=self.settings.lease))
+        wait_until = self.clock() + timedelta(seconds=min(self.settings.claim_wait, self.settings.lease))
         while True:
             record, generation = found
             decision = decide_on_existing(record, digest, self.clock())

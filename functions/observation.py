@@ -8,9 +8,11 @@ The decisions are lifecycle.observe's (pure); this module reads the job, loads w
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import random
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -148,31 +150,38 @@ class Observation:
         return ""
 
     def reconcile(self) -> dict[str, int]:
-        """The sweep that never misses: every active request, one at a time. Whatever goes wrong with one record
-        (a dependency down, a permission missing, a corrupt record) is logged and counted, and the sweep goes on;
-        records it has no time left for are counted as deferred, for the next tick."""
-        summary = {"active": 0, "errors": 0}
+        """The sweep that never misses: every active request, `settings.reconcile_concurrency` at a time.
+        Whatever goes wrong with one record (a dependency down, a permission missing, a corrupt record) is
+        logged and counted, and the sweep goes on; records it has no time left for are counted as deferred,
+        for the next tick."""
         keys = self.ledger.active()
-        random.shuffle(keys)
-        for index, khash in enumerate(keys):
-            if not deadline.allows(MIN_OBSERVE_SECONDS):
-                summary["deferred"] = len(keys) - index
-                logs.warning(f"reconcile ran out of time; {len(keys) - index} records wait for the next tick")
-                break
-            summary["active"] += 1
-            try:
-                state = self.observe_record(khash)
-            except Exception as exc:  # one record must never stop the sweep
-                summary["errors"] += 1
-                logs.error(
-                    f"reconcile could not bring {khash} up to date: {type(exc).__name__}: {exc}",
-                    request_id=getattr(exc, "trainctl_request_id", None),
-                    key_hash=khash,
-                    transient=isinstance(exc, Transient),
-                )
-                continue
-            summary[state] = summary.get(state, 0) + 1
+        random.shuffle(keys)  # so that no record is always last
+        summary = {"active": 0, "errors": 0}
+        with ThreadPoolExecutor(self.settings.reconcile_concurrency, thread_name_prefix="reconcile") as pool:
+            # Each record is observed in a copy of this context: the deadline and the log fields go along.
+            outcomes = pool.map(lambda khash: contextvars.copy_context().run(self._sweep_one, khash), keys)
+            for outcome in outcomes:
+                if outcome != "deferred":
+                    summary["active"] += 1
+                summary[outcome] = summary.get(outcome, 0) + 1
+        if deferred := summary.get("deferred"):
+            logs.warning(f"reconcile ran out of time; {deferred} records wait for the next tick")
         return summary
+
+    def _sweep_one(self, khash: str) -> str:
+        """One record's outcome in the sweep: its state, "errors", or "deferred" when no time is left."""
+        if not deadline.allows(MIN_OBSERVE_SECONDS):
+            return "deferred"
+        try:
+            return self.observe_record(khash)
+        except Exception as exc:  # one record must never stop the sweep
+            logs.error(
+                f"reconcile could not bring {khash} up to date: {type(exc).__name__}: {exc}",
+                request_id=getattr(exc, "trainctl_request_id", None),
+                key_hash=khash,
+                transient=isinstance(exc, Transient),
+            )
+            return "errors"
 
 
 def _max_pending(record: Record) -> int:

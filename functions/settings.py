@@ -45,6 +45,9 @@ class Settings:
     max_request_bytes: int = 64 * 1024
     vertex_endpoint: str = ""  # host:port of a JobService to use instead of {region}-aiplatform.googleapis.com
     lease: int = 600
+    # How many active requests a reconcile tick observes at once: each observation waits mostly on Cloud
+    # Storage and Vertex; each costs a GetCustomJob of Vertex's per-minute read quota.
+    reconcile_concurrency: int = 8
     max_event_age: int = 24 * 3600
     # The function's own timeout (Terraform's function_timeout_seconds): every handler works to a deadline
     # inside it, so that it answers before Cloud Run cuts the request off and the event is redelivered.

@@ -197,7 +197,8 @@ class CallGraph:
         return found
 
     def edges(self, qualname: str) -> Iterator[str]:
-        """Every function this one calls, properties it reads included; constructors as Class.__init__."""
+        """Every function this one calls, properties it reads and methods it passes on included; constructors as
+        Class.__init__."""
         env = self._environment(qualname)
         for node in ast.walk(self.functions[qualname]):
             if isinstance(node, ast.Call):
@@ -208,8 +209,10 @@ class CallGraph:
                     else:
                         yield target
             elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Store):
+                # A property read is a call; so, conservatively, is a method passed on as a value (to a thread
+                # pool, say): whoever receives it may call it.
                 for cls in self.expression_types(node.value, env, qualname):
-                    if node.attr in self.classes[cls].properties:
+                    if node.attr in self.classes[cls].properties or node.attr in self.classes[cls].methods:
                         yield f"{cls}.{node.attr}"
 
     def adapter_of(self, qualname: str) -> str | None:

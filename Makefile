@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(PY) bench/cold_start.py --profile
 	$(PY) bench/controller_load.py
 	$(PY) bench/reconcile_scale.py
+	$(PY) bench/reconcile_sweep.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -47,7 +47,7 @@ class Settings:
     lease: int = 600
     # How many active requests a reconcile tick observes at once: each observation waits mostly on Cloud
     # Storage and Vertex; each costs a GetCustomJob of Vertex's per-minute read quota.
-    reconcile_concurrency: int = 8
+    reconcile_concurrency: int = 16
     max_event_age: int = 24 * 3600
     # The function's own timeout (Terraform's function_timeout_seconds): every handler works to a deadline
     # inside it, so that it answers before Cloud Run cuts the request off and the event is redelivered.

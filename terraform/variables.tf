@@ -192,7 +192,7 @@ variable "max_request_bytes" {
 variable "reconcile_concurrency" {
   description = "How many active requests a reconcile tick observes at once. Each observation costs one GetCustomJob against Vertex AI's per-minute, per-region read quota (Resource management (CRUD) requests): keep concurrency × ticks' requests within it."
   type        = number
-  default     = 8
+  default     = 16
 
   validation {
     condition     = var.reconcile_concurrency >= 1 && var.reconcile_concurrency <= 64

@@ -172,8 +172,10 @@ class Observation:
         random.shuffle(keys)  # so that no record is always last
         summary = {"active": 0, "errors": 0}
         with ThreadPoolExecutor(self.settings.reconcile_concurrency, thread_name_prefix="reconcile") as pool:
-            # Each record is observed in a copy of this context: the deadline and the log fields go along.
-            outcomes = pool.map(lambda khash: contextvars.copy_context().run(self._sweep_one, khash), keys)
+            # Each record is observed in its own copy of this thread's context (copied here, not in the worker):
+            # the deadline and the log fields go along.
+            contexts = [contextvars.copy_context() for _ in keys]
+            outcomes = pool.map(lambda context, khash: context.run(self._sweep_one, khash), contexts, keys)
             for outcome in outcomes:
                 if outcome != "deferred":
                     summary["active"] += 1

@@ -260,6 +260,7 @@ def wait_for_intake(
 ) -> float:
     """Until every marker's first delivery and its redelivery were answered; the time of the last answer."""
     deadline = time.monotonic() + timeout
+
     # Count the markers only: with Pub/Sub's push the bridge also gets the data shards uploaded before them.
     def delivered() -> int:
         return sum(1 for upload in uploads if upload.name in bridge.first)

@@ -163,6 +163,7 @@ class Submission:
             trigger=delivery.trigger,
             max_attempts=request.scheduling.max_attempts,
             max_pending=request.scheduling.max_pending,
+            max_silence=request.scheduling.max_silence,
             lease_until=now + timedelta(seconds=self.settings.lease),
             owner=self.owner,
             cost=plan.cost,

@@ -23,7 +23,7 @@ State = Literal[
     "accepted", "duplicate", "rejected", "submitted", "running", "retrying", "stuck", "succeeded", "failed", "cancelled"
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-FailureReason = Literal["quota", "capacity", "preemption", "internal", "user", "invalid"]
+FailureReason = Literal["quota", "capacity", "preemption", "hang", "internal", "user", "invalid"]
 # Where a request stands in the controller's ledger: claimed until its job exists, then as its job goes.
 RequestState = Literal["claimed", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]
 FINAL_REQUEST_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "rejected"})
@@ -146,13 +146,16 @@ class Retrying(_Event):
 
 class Stuck(_Event):
     state: Literal["stuck"] = "stuck"
-    reason: Literal["quota", "capacity"] = Field(
+    reason: Literal["quota", "capacity", "hang"] = Field(
         description="quota: Vertex held the job in QUEUED, which it does until GPU quota frees up; "
-        "capacity: the job waited in PENDING for machines to be provisioned."
+        "capacity: the job waited in PENDING for machines to be provisioned; "
+        "hang: the job was RUNNING but its trainer's progress stood still longer than max_silence."
     )
-    job_state: str = Field(description="The Vertex state the job waited in (JOB_STATE_QUEUED or JOB_STATE_PENDING).")
-    pending_seconds: int
-    max_pending_seconds: int
+    job_state: str = Field(description="The Vertex state the job was in (QUEUED, PENDING, or RUNNING for a hang).")
+    pending_seconds: int | None = Field(None, description="How long it waited to start (quota, capacity).")
+    max_pending_seconds: int | None = None
+    silent_seconds: int | None = Field(None, description="How long its progress stood still (hang).")
+    max_silence_seconds: int | None = None
 
 
 class Succeeded(_Event):

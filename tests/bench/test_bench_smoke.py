@@ -51,4 +51,4 @@ def test_reconcile_scale_ticks_with_and_without_history(stack, tmp_path):
 def test_reconcile_sweep_ticks_every_active_request_at_each_concurrency(stack, tmp_path):
     figures = figures_of(reconcile_sweep, stack, tmp_path, "--active", "20", "--jobs", "2", "--concurrency", "1,4")
     total = 20 + 2
-    assert set(figures) == {f"reconcile tick, {total:,} active, concurrency {c}" for c in (1, 4)}
+    assert {f"reconcile tick, {total:,} active, concurrency {c}" for c in (1, 4)} <= set(figures)

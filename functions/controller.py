@@ -201,6 +201,7 @@ class Controller:
             f"{cost_summary(plan.cost)}; {plan.reduction_server.reason}",
             trigger=delivery.trigger,
             cost=plan.cost,
+            labels=request.labels or None,
         )
         record.add_events([accepted])
         return record

@@ -106,6 +106,9 @@ class _Event(_Strict):
 class Accepted(_Event):
     state: Literal["accepted"] = "accepted"
     cost: CostEstimate
+    labels: dict[str, str] | None = Field(
+        None, description="The request's labels (e.g. team), so history can be grouped by one of them."
+    )
 
 
 class Duplicate(_Event):

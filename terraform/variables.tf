@@ -398,3 +398,27 @@ variable "force_destroy" {
   type        = bool
   default     = false
 }
+
+# ---- operations: history, dashboards, alerts, webhooks ------------------------------------------------
+
+variable "history_retention_days" {
+  description = "Days each day of event history is kept in BigQuery (the dataset's and the events table's partition expiry)."
+  type        = number
+  default     = 400
+
+  validation {
+    condition     = var.history_retention_days >= 1 && floor(var.history_retention_days) == var.history_retention_days
+    error_message = "history_retention_days must be a whole number of days, 1 or more."
+  }
+}
+
+variable "history_cost_label" {
+  description = "The request label (e.g. team) the gpu_hours_by_label view groups GPU-hours and estimated cost by."
+  type        = string
+  default     = "team"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9_-]{0,62}$", var.history_cost_label))
+    error_message = "history_cost_label must be a label key: a lowercase letter, then up to 62 of [a-z0-9_-]."
+  }
+}

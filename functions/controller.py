@@ -26,6 +26,7 @@ from functions.failures import QUOTA_ADVICE, quota_metric
 from functions.gcs import Conflict, Gcs, StorageError
 from functions.ledger import Ledger
 from functions.lifecycle import JobSnapshot, Record, backoff, decide_on_existing, job_ref, observe
+from functions.monitoring_fields import published_fields, rejection_rule
 from functions.planning import Plan, key_hash, plan_custom_job
 from functions.publisher import EventPublisher
 from functions.settings import Settings
@@ -131,18 +132,18 @@ class Controller:
     ) -> str:
         """Publish `rejected` for input that will never become valid; nothing is written to the ledger."""
         logs.warning(message, errors=errors, request_key=key)
-        self.publisher.publish(
-            Rejected(
-                request_id=request_id,
-                request_key=key,
-                time=delivery.time,
-                message=message,
-                trigger=delivery.trigger,
-                delivery=delivery.event_id,
-                reason=reason,
-                errors=errors,
-            )
+        event = Rejected(
+            request_id=request_id,
+            request_key=key,
+            time=delivery.time,
+            message=message,
+            trigger=delivery.trigger,
+            delivery=delivery.event_id,
+            reason=reason,
+            errors=errors,
         )
+        self.publisher.publish(event)
+        logs.info("published rejected", **published_fields(event), rule=rejection_rule(errors))
         return "rejected"
 
     def handle_request(self, request: TrainingJobRequest, key: str, explicit_id: bool, delivery: Delivery) -> str:
@@ -395,7 +396,7 @@ class Controller:
             return record, generation
         for event in events:
             self.publisher.publish(event)
-            logs.info(f"published {event.state}", ce_id=event.ce_id, attempt=event.attempt)
+            logs.info(f"published {event.state}", **published_fields(event))
         done = {e.ce_id for e in events}
         for _ in range(5):
             record.mark_published(done)

@@ -24,6 +24,7 @@ from functions.admission import admission_problems, dataset_problem
 from functions.errors import Transient
 from functions.failures import QUOTA_ADVICE, quota_metric
 from functions.gcs import Conflict, Gcs, StorageError
+from functions.history import FINAL_EVENT_STATES, outcome_of
 from functions.ledger import Ledger
 from functions.lifecycle import JobSnapshot, Record, backoff, decide_on_existing, job_ref, observe
 from functions.monitoring_fields import published_fields, rejection_rule
@@ -144,6 +145,7 @@ class Controller:
         )
         self.publisher.publish(event)
         logs.info("published rejected", **published_fields(event), rule=rejection_rule(errors))
+        self.ledger.record_outcome(outcome_of(event, None), f"rejected-{event.ce_id}")
         return "rejected"
 
     def handle_request(self, request: TrainingJobRequest, key: str, explicit_id: bool, delivery: Delivery) -> str:
@@ -397,6 +399,9 @@ class Controller:
         for event in events:
             self.publisher.publish(event)
             logs.info(f"published {event.state}", **published_fields(event))
+            if event.state in FINAL_EVENT_STATES:
+                # Before the outbox is cleared: a crash here republishes (same ce-id) and files it then.
+                self.ledger.record_outcome(outcome_of(event, record), record.key_hash)
         done = {e.ce_id for e in events}
         for _ in range(5):
             record.mark_published(done)

@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(PY) bench/cold_start.py --profile
 	$(PY) bench/controller_load.py
 	$(PY) bench/reconcile_scale.py
+	$(PY) bench/report_listing.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import cold_start, controller_load, reconcile_scale
+from bench import cold_start, controller_load, reconcile_scale, report_listing
 from bench.report import record
 from bench.stack import Stack
 
@@ -46,3 +46,9 @@ def test_controller_load_submits_each_marker_once(stack, tmp_path):
 def test_reconcile_scale_ticks_with_and_without_history(stack, tmp_path):
     figures = figures_of(reconcile_scale, stack, tmp_path, "--active", "2", "--finished", "20", "--runs", "1")
     assert "ratio (with history / without)" in figures
+
+
+def test_report_listing_lists_every_outcome_filed(stack, tmp_path):
+    """Guards issue 15 item 4: the benchmark of the report's listing at scale still runs (tiny here)."""
+    figures = figures_of(report_listing, stack, tmp_path, "--finished", "30", "--days", "3", "--runs", "1")
+    assert figures["listing calls"] == "1"

@@ -46,7 +46,9 @@ def controller() -> Controller:
         settings=s,
         ledger=Ledger(gcs, s.control_bucket),
         gcs=gcs,
-        publisher=EventPublisher(s.project, s.events_topic, f"//trainctl/projects/{s.project}/locations/{s.region}"),
+        publisher=EventPublisher(
+            s.project, s.events_topic, f"//trainctl/projects/{s.project}/locations/{s.region}", region=s.region
+        ),
         vertex_factory=lambda: VertexJobs(s.project, s.region, s.vertex_endpoint),
     )
 

@@ -472,3 +472,18 @@ variable "alert_function_error_ratio" {
     error_message = "alert_function_error_ratio must be between 0 and 1."
   }
 }
+
+variable "event_webhooks" {
+  description = "Endpoints outside the project that receive lifecycle events: name => { url (https), filter (a Pub/Sub subscription filter on the event attributes, e.g. attributes.state = \"failed\"; empty: every event), audience (the OIDC token's audience; null: the url) }. Each becomes an ordered push subscription signed with an OIDC token (README.md, \"Webhooks\")."
+  type = map(object({
+    url      = string
+    filter   = optional(string, "")
+    audience = optional(string)
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for name, hook in var.event_webhooks : can(regex("^[a-z][a-z0-9-]{0,29}$", name)) && startswith(hook.url, "https://") && length(hook.filter) <= 256])
+    error_message = "event_webhooks: each name must be 1-30 of [a-z0-9-] starting with a letter, each url must start with https://, and each filter must be at most 256 bytes (Pub/Sub's limit)."
+  }
+}

@@ -81,7 +81,14 @@ class MemoryGcs:
         found = self.objects.get((bucket, name))
         return found if found and generation in (None, found[1]) else None
 
-    def write(self, bucket: str, name: str, data: bytes | str, if_generation_match: int) -> int:
+    def write(
+        self,
+        bucket: str,
+        name: str,
+        data: bytes | str,
+        if_generation_match: int,
+        custom_metadata: dict[str, str] | None = None,  # the history index's outcome; the dry run keeps none
+    ) -> int:
         current = self.objects.get((bucket, name))
         if (current[1] if current else 0) != if_generation_match:
             raise Conflict(f"gs://{bucket}/{name} is not at generation {if_generation_match}")

@@ -50,5 +50,5 @@ def test_reconcile_scale_ticks_with_and_without_history(stack, tmp_path):
 
 def test_report_listing_lists_every_outcome_filed(stack, tmp_path):
     """Guards issue 15 item 4: the benchmark of the report's listing at scale still runs (tiny here)."""
-    figures = figures_of(report_listing, stack, tmp_path, "--finished", "30", "--days", "3", "--runs", "1")
-    assert figures["listing calls"] == "1"
+    figures = figures_of(report_listing, stack, tmp_path, "--finished", "300", "--stored", "30", "--days", "3", "--runs", "1")
+    assert figures["listing calls at 300 finished requests"] == "1"

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from functions.gcs import Conflict, Gcs
+from functions.gcs import Conflict
 from functions.history import METADATA_KEY, Outcome
 from functions.lifecycle import Record
+from functions.ports import Storage
 
 LEDGER_PREFIX = "ledger/"
 ACTIVE_PREFIX = "active/"
@@ -23,7 +24,7 @@ HISTORY_PREFIX = "history/"
 
 
 class Ledger:
-    def __init__(self, gcs: Gcs, bucket: str):
+    def __init__(self, gcs: Storage, bucket: str):
         self._gcs = gcs
         self.bucket = bucket
 

@@ -10,7 +10,7 @@ Layout under the control bucket:
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from functions.gcs import Conflict
 from functions.history import METADATA_KEY, Outcome
@@ -74,7 +74,7 @@ class Ledger:
     def record_outcome(self, outcome: Outcome, name: str) -> None:
         """File a finished request under the day it finished; `name` is unique to it (its key hash, or the
         rejected delivery's event id). Writing it again (a redelivery) keeps the first."""
-        day = f"{outcome.time:%Y-%m-%d}"
+        day = f"{outcome.time.astimezone(UTC):%Y-%m-%d}"
         try:
             self._gcs.write(
                 self.bucket, f"{HISTORY_PREFIX}{day}/{name}", b"", 0, {METADATA_KEY: outcome.model_dump_json()}
@@ -84,7 +84,8 @@ class Ledger:
 
     def outcomes(self, since: datetime) -> list[Outcome]:
         """Every request that finished at or after `since`, from the listing alone (no object is read)."""
-        listing = self._gcs.metadata_under(self.bucket, HISTORY_PREFIX, f"{HISTORY_PREFIX}{since:%Y-%m-%d}")
+        first_day = f"{HISTORY_PREFIX}{since.astimezone(UTC):%Y-%m-%d}"
+        listing = self._gcs.metadata_under(self.bucket, HISTORY_PREFIX, first_day)
         found = (Outcome.model_validate_json(meta[METADATA_KEY]) for _, meta in listing if METADATA_KEY in meta)
         return [outcome for outcome in found if outcome.time >= since]
 

@@ -71,6 +71,7 @@ class Record(BaseModel):
     updated: datetime
     outbox: list[dict[str, Any]] = Field(default_factory=list)
     published: list[str] = Field(default_factory=list)
+    sequence: int = Field(0, description="The last sequence number given to one of this request's events.")
 
     @property
     def final(self) -> bool:
@@ -80,10 +81,15 @@ class Record(BaseModel):
         return self.lease_until is not None and self.lease_until > now
 
     def add_events(self, events: list[JobEvent]) -> set[str]:
-        """Queue events not published or queued before (same ce-id), in order; the ce-ids queued."""
+        """Queue events not published or queued before (same ce-id), in order, each numbered after the last
+        (in the same compare-and-swap as the state change, so no two get one number); the ce-ids queued."""
         known = set(self.published) | {e.ce_id for e in self.outbox_events()}
         fresh = [e for e in events if e.ce_id not in known]
-        self.outbox.extend(e.model_dump(mode="json", exclude_none=True) for e in fresh)
+        for event in fresh:
+            self.sequence += 1
+            self.outbox.append(
+                event.model_copy(update={"sequence": self.sequence}).model_dump(mode="json", exclude_none=True)
+            )
         return {e.ce_id for e in fresh}
 
     def outbox_events(self) -> list[JobEvent]:

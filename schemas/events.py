@@ -2,9 +2,9 @@
 
 Every event shares the same envelope fields; `to_pubsub_message` turns one into JSON bytes plus the
 CloudEvents attributes of the Pub/Sub binary binding (`ce-*`) and the plain `request_id` and `state`
-attributes that subscription filters use. `ce-id` is a hash of (request key, state, attempt) — and, for
-events about one delivery (duplicate, rejected), of that delivery's id — so a re-published event keeps its id
-and consumers can drop the copy.
+attributes that subscription filters use; it is published with the request id as its ordering key. `ce-id`
+is a hash of (request key, state, attempt) — and, for events about one delivery (duplicate, rejected), of
+that delivery's id — so a re-published event keeps its id and consumers can drop the copy.
 """
 
 from __future__ import annotations
@@ -96,6 +96,13 @@ class _Event(_Strict):
     )
     job: JobRef | None = None
     timestamps: Timestamps | None = None
+    sequence: int | None = Field(
+        None,
+        ge=1,
+        description="This event's place among its request's lifecycle events (1 is `accepted`), given once when "
+        "the event is recorded, so consumers can order them and drop copies (copies keep it, and their ce-id). "
+        "Absent on events about one delivery (duplicate, rejected at intake), which change no state.",
+    )
 
     @property
     def ce_type(self) -> str:
@@ -109,6 +116,9 @@ class _Event(_Strict):
 class Accepted(_Event):
     state: Literal["accepted"] = "accepted"
     cost: CostEstimate
+    labels: dict[str, str] | None = Field(
+        None, description="The request's labels (e.g. team), so history can be grouped by one of them."
+    )
 
 
 class Duplicate(_Event):
@@ -203,6 +213,8 @@ def event_id(request_key: str, state: str, attempt: int, delivery: str | None = 
 class PubsubMessage:
     data: bytes
     attributes: dict[str, str]
+    # Pub/Sub delivers messages of one key in publish order to subscriptions with message ordering on.
+    ordering_key: str
 
 
 def _rfc3339(moment: datetime) -> str:
@@ -223,6 +235,7 @@ def to_pubsub_message(event: JobEvent, source: str) -> PubsubMessage:
             "request_id": event.request_id,
             "state": event.state,
         },
+        ordering_key=event.request_id,
     )
 
 

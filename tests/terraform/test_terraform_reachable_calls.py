@@ -29,6 +29,7 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (GCS, "any_under"): frozenset({"storage.objects.list"}),
     (GCS, "names"): frozenset({"storage.objects.list"}),
     (GCS, "objects_under"): frozenset({"storage.objects.list"}),  # the admission preflight's listing
+    (GCS, "metadata_under"): frozenset({"storage.objects.list"}),  # the history index, names with their metadata
     (PUBLISHER, "__init__"): frozenset(),
     (PUBLISHER, "publish"): frozenset({"pubsub.topics.publish"}),
 }

@@ -150,6 +150,7 @@ class LocalStack:
             pubsub_host=self.pubsub.host,
             storage_url=self.storage.url,
             jobservice_address=self.jobservice.address,
+            jobservice_rest_url=self.jobservice.rest_url,
             bridge_url=self.bridge.url,
             function_urls={target: function.url for target, function in self.functions.items()},
             reconcile_every=self.options.reconcile_every,

@@ -195,7 +195,10 @@ def describe(state: StackState) -> str:
     rows = [
         ("Pub/Sub emulator", state.pubsub_host),
         ("fake-gcs-server", state.storage_url),
-        ("Vertex JobService", state.jobservice_address),
+        (
+            "Vertex JobService",
+            f"{state.jobservice_address} (gRPC), {state.jobservice_rest_url} (REST, for gcloud and the SDK)",
+        ),
         ("on_dataset_upload", f"{urls['on_dataset_upload']}  ← uploads to gs://{data} via {state.bridge_url}"),
         ("on_job_request", f"{urls['on_job_request']}  ← topic {names['requests_topic']}"),
         ("on_job_state", f"{urls['on_job_state']}  ← topic {names['job_state_topic']} (JobService states)"),

@@ -45,7 +45,7 @@ def test_local_env_prints_what_another_shell_and_gcloud_need(stack: RunningStack
     assert re.fullmatch(r"http://127\.0\.0\.1:[0-9]+/", state.jobservice_rest_url)
     assert variables["TRAINCTL_LOCAL_VERTEX_REST_URL"] == state.jobservice_rest_url.rstrip("/")
     assert variables["CLOUDSDK_CORE_PROJECT"] == LOCAL_PROJECT
-    assert variables["TRAINCTL_VERTEX_ENDPOINT"] == state.jobservice_address
+    assert variables["TRAINCTL_VERTEX_ENDPOINT"] == state.jobservice_rest_url.rstrip("/")
     assert variables["TRAINCTL_DATA_BUCKET"] == NAMES.data_bucket
     assert variables["TRAINCTL_REQUESTS_TOPIC"] == NAMES.requests_topic
     assert variables["TRAINCTL_LOCAL_ON_JOB_REQUEST_URL"] == state.function_urls["on_job_request"]

@@ -43,3 +43,26 @@ def test_a_shard_and_a_duplicate_leave_the_vertex_client_unimported(deployment, 
     assert loaded == []
     assert any('"not a marker; ignored"' in line for line in log)
     assert any('"duplicate delivery; starts nothing"' in line for line in log)
+
+
+def test_a_submission_calls_vertex_without_importing_its_client_library(deployment, tmp_path):
+    """Guards issue 13 item 5: the submitting path calls Vertex's REST API; google.cloud.aiplatform, most of a
+    cold submission before, is not imported by the function at all."""
+    marker = deployment.upload("churn/cold-submit/part-0000.csv", "a,y\n1,0\n") and deployment.upload(
+        "churn/cold-submit/_SUCCESS"
+    )
+    headers, body = deployment.storage_event(marker)
+    attributes = {k.removeprefix("ce-"): v for k, v in headers.items() if k.startswith("ce-")}
+    (tmp_path / "main.py").write_text((REPO_ROOT / "terraform" / "root_main.py").read_text())
+    env = {**os.environ, **deployment.settings_env(), "PYTHONPATH": f"{tmp_path}:{REPO_ROOT}"}
+    result = subprocess.run(
+        [sys.executable, "-c", HANDLE_TWO_EVENTS, json.dumps([(attributes, json.loads(body))])],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    log, loaded = result.stdout.strip().splitlines()[:-1], json.loads(result.stdout.strip().splitlines()[-1])
+    assert any('"message": "submitted"' in line for line in log), log
+    assert loaded == []

@@ -21,6 +21,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("google.cloud.aip
 
 
 def test_a_shard_and_a_duplicate_leave_the_vertex_client_unimported(deployment, tmp_path):
+    deployment.upload("churn/cold/part-0000.csv", "a,y\n1,0\n")  # admission refuses a dataset without data
     marker = deployment.upload("churn/cold/_SUCCESS")
     assert deployment.post("on_dataset_upload", deployment.storage_event(marker)) == 200  # the first delivery
     events = []
@@ -28,18 +29,7 @@ def test_a_shard_and_a_duplicate_leave_the_vertex_client_unimported(deployment, 
         headers, body = deployment.storage_event(blob)
         attributes = {k.removeprefix("ce-"): v for k, v in headers.items() if k.startswith("ce-")}
         events.append((attributes, json.loads(body)))
-    # The deploy archive's layout: a root main.py re-exporting functions/main.py (terraform/root_main.py).
-    (tmp_path / "main.py").write_text((REPO_ROOT / "terraform" / "root_main.py").read_text())
-    env = {**os.environ, **deployment.settings_env(), "PYTHONPATH": f"{tmp_path}:{REPO_ROOT}"}
-    result = subprocess.run(
-        [sys.executable, "-c", HANDLE_TWO_EVENTS, json.dumps(events)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    log, loaded = result.stdout.strip().splitlines()[:-1], json.loads(result.stdout.strip().splitlines()[-1])
+    log, loaded = handle_in_a_fresh_process(deployment, tmp_path, events)
     assert loaded == []
     assert any('"not a marker; ignored"' in line for line in log)
     assert any('"duplicate delivery; starts nothing"' in line for line in log)
@@ -53,16 +43,25 @@ def test_a_submission_calls_vertex_without_importing_its_client_library(deployme
     )
     headers, body = deployment.storage_event(marker)
     attributes = {k.removeprefix("ce-"): v for k, v in headers.items() if k.startswith("ce-")}
+
+    log, loaded = handle_in_a_fresh_process(deployment, tmp_path, [(attributes, json.loads(body))])
+
+    assert any('"message": "submitted"' in line for line in log), log
+    assert loaded == []
+
+
+def handle_in_a_fresh_process(deployment, tmp_path, events: list) -> tuple[list[str], list[str]]:
+    """(log lines, google.cloud.aiplatform modules loaded) of a new process handling `events` in turn."""
+    # The deploy archive's layout: a root main.py re-exporting functions/main.py (terraform/root_main.py).
     (tmp_path / "main.py").write_text((REPO_ROOT / "terraform" / "root_main.py").read_text())
     env = {**os.environ, **deployment.settings_env(), "PYTHONPATH": f"{tmp_path}:{REPO_ROOT}"}
     result = subprocess.run(
-        [sys.executable, "-c", HANDLE_TWO_EVENTS, json.dumps([(attributes, json.loads(body))])],
+        [sys.executable, "-c", HANDLE_TWO_EVENTS, json.dumps(events)],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    log, loaded = result.stdout.strip().splitlines()[:-1], json.loads(result.stdout.strip().splitlines()[-1])
-    assert any('"message": "submitted"' in line for line in log), log
-    assert loaded == []
+    lines = result.stdout.strip().splitlines()
+    return lines[:-1], json.loads(lines[-1])

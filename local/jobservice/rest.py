@@ -95,7 +95,7 @@ class RestContext:
 @dataclass(frozen=True)
 class RestRequest:
     method: str
-    path: str  # without the leading "/v1/" or "/v2/" and the query
+    path: str  # the URL path, without the query
     query: dict[str, str]
     body: bytes
 

@@ -125,7 +125,9 @@ def test_the_vertex_sdk_example_runs_to_succeeded_with_the_vertex_environment(st
     arguments runs to JOB_STATE_SUCCEEDED, its nodes see the Vertex environment, and README shows it as is."""
     env_dir = tmp_path / "env"
 
-    ran = stack.shell(f"python {SDK_EXAMPLE} {FAKE_NODE_IMAGE}:1 --record-env {env_dir}", timeout=180)
+    # Every node records its environment, then waits for the worker's record: the chief cannot end the job first.
+    node_args = f"--record-env {env_dir} --until-file {env_dir / 'workerpool1-0.json'}"
+    ran = stack.shell(f"python {SDK_EXAMPLE} {FAKE_NODE_IMAGE}:1 {node_args}", timeout=180)
 
     assert ran.returncode == 0, ran.stdout + ran.stderr
     name, state = ran.stdout.split()[-2:]

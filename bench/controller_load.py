@@ -47,7 +47,7 @@ from bench.delivery import (  # noqa: E402
 )
 from bench.report import RESULTS, Figure, percentile  # noqa: E402
 from bench.stack import Stack, run_benchmark  # noqa: E402
-from functions.planning import key_hash  # noqa: E402
+from functions.keys import key_hash, marker_key  # noqa: E402
 from functions.triggers import derive_request_id  # noqa: E402
 from local.jobservice.client import job_service_client  # noqa: E402
 from local.names import LOCAL_PROJECT, LOCAL_REGION  # noqa: E402
@@ -64,7 +64,7 @@ class Upload:
 
     @property
     def request_key(self) -> str:
-        return f"gcs:{self.bucket}/{self.name}#{self.generation}"
+        return marker_key(self.bucket, self.name, self.generation)
 
     @property
     def key_hash(self) -> str:
@@ -260,12 +260,17 @@ def wait_for_intake(
 ) -> float:
     """Until every marker's first delivery and its redelivery were answered; the time of the last answer."""
     deadline = time.monotonic() + timeout
-    while len(bridge.first) < len(uploads) or len(redeliveries) < len(uploads):
+
+    # Count the markers only: with Pub/Sub's push the bridge also gets the data shards uploaded before them.
+    def delivered() -> int:
+        return sum(1 for upload in uploads if upload.name in bridge.first)
+
+    while delivered() < len(uploads) or len(redeliveries) < len(uploads):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(bridge.first)} of {len(uploads)} markers delivered after {timeout} s")
+            raise TimeoutError(f"{delivered()} of {len(uploads)} markers delivered after {timeout} s")
         time.sleep(0.05)
     wait(redeliveries, timeout=max(1.0, deadline - time.monotonic()))
-    return max(time.time(), *(d.answered for d in bridge.first.values()))
+    return max(time.time(), *(bridge.first[upload.name].answered for upload in uploads))
 
 
 def duplicate_storm(deployment: Deployment, events: list, threads: int) -> tuple[list[int], float]:

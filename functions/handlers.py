@@ -12,13 +12,14 @@ import base64
 import binascii
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from functions import deadline, logs, triggers
+from functions import deadline, keys, logs, triggers
 from functions.errors import Transient
 from functions.settings import Settings
 
@@ -34,20 +35,8 @@ def settings() -> Settings:
 @cache
 def controller() -> Controller:
     from functions.controller import Controller
-    from functions.gcs import Gcs
-    from functions.ledger import Ledger
-    from functions.publisher import EventPublisher
-    from functions.vertex import VertexJobs
 
-    s = settings()
-    gcs = Gcs(s.project)
-    return Controller(
-        settings=s,
-        ledger=Ledger(gcs, s.control_bucket),
-        gcs=gcs,
-        publisher=EventPublisher(s.project, s.events_topic, f"//trainctl/projects/{s.project}/locations/{s.region}"),
-        vertex_factory=lambda: VertexJobs(s.project, s.region, s.vertex_endpoint),
-    )
+    return Controller.from_settings(settings())
 
 
 @contextmanager
@@ -133,7 +122,7 @@ def _marker(
     from schemas.errors import RequestInvalid, parse_request
 
     delivery = _delivery({"kind": "gcs", "bucket": bucket, "object": name, "generation": generation}, cloud_event, when)
-    key = f"gcs:{bucket}/{name}#{generation}"
+    key = keys.marker_key(bucket, name, generation)
     request_id = triggers.derive_request_id(name, generation)
     with logs.request_context(request_id):
         try:
@@ -158,7 +147,7 @@ def _marker(
         except RequestInvalid as exc:
             return c.reject(request_id, key, delivery, [str(e) for e in exc.errors], "the request is invalid")
         if explicit:
-            key = f"request:{request.request_id}"
+            key = keys.request_key(request.request_id)
             logs.set_request_id(request.request_id)
         return c.handle_request(request, key, explicit, delivery)
 
@@ -211,7 +200,7 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
     message, raw = _pubsub_payload(cloud_event)
     message_id = str(message.get("messageId") or cloud_event["id"])
     delivery = _delivery({"kind": "pubsub", "message_id": message_id, "topic": _topic(cloud_event)}, cloud_event, when)
-    key = f"pubsub:{message_id}"
+    key = keys.message_key(message_id)
     with logs.request_context(None):
         if raw is None:
             return c.reject("unknown", key, delivery, ["message.data: missing or not base64"], "unreadable message")
@@ -226,7 +215,7 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
             request = parse_request(document)
         except RequestInvalid as exc:
             return c.reject(request_id, key, delivery, [str(e) for e in exc.errors], "the request is invalid")
-        return c.handle_request(request, f"request:{request.request_id}", True, delivery)
+        return c.handle_request(request, keys.request_key(request.request_id), True, delivery)
 
 
 # ---- on_job_state --------------------------------------------------------------------------------------
@@ -265,6 +254,15 @@ def job_state(cloud_event: Any, ctl: Controller | None = None) -> str:
 
 
 def reconcile_tick() -> dict[str, int]:
-    summary = controller().reconcile()
-    logs.info("reconciled", **summary)
+    from functions.monitoring_fields import RECONCILE_DURATION, RECONCILE_TICK_FAILED
+
+    started = time.monotonic()
+    try:
+        summary = controller().reconcile()
+    except Exception as exc:
+        # Cloud Monitoring counts failed ticks (terraform/monitoring.tf): one that never summed up counts too.
+        logs.error(f"reconcile tick failed: {type(exc).__name__}: {exc}", **{RECONCILE_TICK_FAILED: True})
+        raise
+    fields = {RECONCILE_DURATION: round(time.monotonic() - started, 3), RECONCILE_TICK_FAILED: summary["errors"] > 0}
+    logs.info("reconciled", **summary, **fields)
     return summary

@@ -14,12 +14,15 @@ up by its labels.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from functions.failures import FAILED_PRECONDITION, NOT_FOUND, call_failure_reason, call_is_transient
 from functions.lifecycle import JobSnapshot
+from functions.ports import Jobs
 from functions.rest import rest_session
 from functions.retry import Retryable, RetryPolicy
 
@@ -127,23 +130,28 @@ class VertexJobs:
         return self._policy.call(what, attempt, before_retry)
 
     def find(self, key_hash: str, attempt: int) -> JobSnapshot | None:
-        """The job this request's attempt already created, if any (the adopt step of DESIGN.md §4)."""
+        """The job this request's attempt created, if any."""
         filter_ = f'labels.trainctl-key="{key_hash}" AND labels.trainctl-attempt="{attempt}"'
         found = self._call("ListCustomJobs", "GET", f"{self.parent}/customJobs", params={"filter": filter_})
         jobs = found.get("customJobs") or []
         return snapshot(jobs[0]) if jobs else None
 
-    def create(self, custom_job: dict[str, Any], key_hash: str, job_attempt: int) -> JobSnapshot:
-        """Create the job; after a failed attempt (which may have created it: a lost response, a broken
-        stream), look it up by its labels before creating again."""
+    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]:
+        """DESIGN.md §4 step 3, the one place it is done: (the job, adopted). The job this request's attempt
+        already created, if there is one; else a new one, labelled with the key and attempt. CreateCustomJob
+        is not idempotent, so before each retry of it (its failed attempt may have taken effect: a lost
+        answer, a broken stream) the job is looked for again."""
+        existing = self.find(key_hash, attempt)
+        if existing is not None:
+            return existing, True
         job = self._call(
             "CreateCustomJob",
             "POST",
             f"{self.parent}/customJobs",
-            before_retry=lambda: self.find(key_hash, job_attempt),
+            before_retry=lambda: self.find(key_hash, attempt),
             json=json_names(custom_job),
         )
-        return job if isinstance(job, JobSnapshot) else snapshot(job)
+        return (job, True) if isinstance(job, JobSnapshot) else (snapshot(job), False)
 
     def get(self, name: str) -> JobSnapshot | None:
         try:
@@ -160,3 +168,42 @@ class VertexJobs:
         except CallRejected as exc:
             if exc.code not in (FAILED_PRECONDITION, NOT_FOUND):
                 raise
+
+
+class LazyJobs:
+    """The Vertex adapter, built on first use: data shards, duplicates and rejections never build it.
+    `prepare()` builds it in the background when a submission is coming (in the cloud that reads the
+    credentials), while the ledger writes and the `accepted` event wait on the network."""
+
+    def __init__(self, factory: Callable[[], Jobs]):
+        self._factory = factory
+        self._jobs: Jobs | None = None
+        self._lock = threading.Lock()
+
+    def _built(self) -> Jobs:
+        with self._lock:
+            if self._jobs is None:
+                self._jobs = self._factory()
+            return self._jobs
+
+    def prepare(self) -> None:
+        """Build the adapter in the background; a failure here surfaces when it is used."""
+        if self._jobs is None:
+            threading.Thread(target=self._build_quietly, name="vertex-client", daemon=True).start()
+
+    def _build_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            self._built()
+
+    @property
+    def parent(self) -> str:
+        return self._built().parent
+
+    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]:
+        return self._built().find_or_create(custom_job, key_hash, attempt)
+
+    def get(self, name: str) -> JobSnapshot | None:
+        return self._built().get(name)
+
+    def cancel(self, name: str) -> None:
+        self._built().cancel(name)

@@ -227,7 +227,7 @@ class Resources(_Strict):
     def _valid_combination(self) -> Resources:
         m = catalog.machine(self.machine_type)
         if m is None:
-            raise _cross_field([("machine_type", catalog.accelerator_problem(self.machine_type, None, None))])
+            raise _cross_field([("machine_type", catalog.unknown_machine(self.machine_type))])
         valid = catalog.valid_accelerators(self.machine_type)
         if self.accelerator_type is None:
             raise _cross_field(
@@ -236,8 +236,9 @@ class Resources(_Strict):
         if self.accelerator_count is None:
             counts = valid.get(self.accelerator_type)
             if counts is None:
-                problem = catalog.accelerator_problem(self.machine_type, self.accelerator_type, 1)
-                raise _cross_field([("accelerator_type", problem)])
+                raise _cross_field(
+                    [("accelerator_type", catalog.unknown_accelerator(self.machine_type, self.accelerator_type))]
+                )
             raise _cross_field(
                 [
                     (
@@ -300,6 +301,12 @@ class Scheduling(_Strict):
     max_pending: Duration = Field(
         3600, description="Longest a job may wait in QUEUED/PENDING before it is cancelled as stuck."
     )
+    max_silence: Duration = Field(
+        1800,
+        description="Longest the built-in trainer's progress record (checkpoints/progress.json) may stand still "
+        "while the job is RUNNING before the job is taken for hung: cancelled and resubmitted while attempts "
+        "remain. A job that writes no progress record is never judged.",
+    )
     restart_job_on_worker_restart: bool = Field(
         True, description="Restart the whole job when a worker restarts (DDP needs a fixed world)."
     )
@@ -307,7 +314,7 @@ class Scheduling(_Strict):
         3, ge=1, le=10, description="Submissions in all, counting resubmissions after capacity/preemption/internal."
     )
 
-    @field_validator("timeout", "max_pending")
+    @field_validator("timeout", "max_pending", "max_silence")
     @classmethod
     def _at_most_seven_days(cls, seconds: int) -> int:
         if seconds > MAX_TIMEOUT_SECONDS:

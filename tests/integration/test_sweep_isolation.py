@@ -4,9 +4,10 @@ ended (FAILED_PRECONDITION at Vertex) is not an error."""
 
 from __future__ import annotations
 
+import json
 import time
 
-from functions.planning import key_hash
+from functions.keys import key_hash
 from functions.settings import Settings
 from functions.vertex import VertexJobs
 from tests.integration.deployment import fake_node_request
@@ -31,6 +32,12 @@ def test_a_corrupt_record_is_counted_and_every_other_record_is_reconciled(deploy
     assert summary["errors"] == 1
     assert summary["succeeded"] == 1
     assert [e.state for e in events.of("healthy-1", "succeeded")] == ["succeeded"]
+
+    # The same record reached through the log sink: logged and acked, not a 500 that Eventarc would redeliver
+    # for a day (before the fix the error escaped on_job_state too).
+    [job] = jobs_with_key(job_client, "request:corrupt-1")
+    line = {"resource": {"type": "ml_job", "labels": {"job_id": job.name.rsplit("/", 1)[-1], "task_name": "service"}}}
+    assert deployment.post("on_job_state", deployment.push_body(json.dumps(line).encode())) == 200
     hold.touch()  # let corrupt-1's job end
 
 
@@ -49,3 +56,18 @@ def _wait_until_ended(job_client, request_key: str) -> list:
             return jobs
         time.sleep(0.5)
     raise AssertionError(f"the job of {request_key} did not end")
+
+
+def test_a_concurrent_sweep_reports_each_state_change_once(deployment, job_client):
+    """Issue 16 item 6: a tick observes records side by side (settings.reconcile_concurrency); every request
+    whose job ended in between still gets exactly one `running` and one `succeeded`."""
+    events = deployment.events()
+    ids = [f"swept-{i}" for i in range(6)]
+    for request_id in ids:
+        assert deployment.request(fake_node_request(request_id, "--sleep", "0.2")) == 200
+    for request_id in ids:
+        _wait_until_ended(job_client, f"request:{request_id}")
+    for _ in range(2):
+        deployment.reconcile()
+    for request_id in ids:
+        assert events.states(request_id) == ["accepted", "submitted", "running", "succeeded"], request_id

@@ -21,12 +21,13 @@ from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
 from local.jobservice.client import JobServiceControl, job_service_client
 from local.processes import ManagedProcess, StartupError, process_alive, start_process, stop_group
 
-_LISTENING = re.compile(r"listening on (\S+)")
+_LISTENING = re.compile(r"listening on ([^\s,]+), REST on (\S+)")
 
 
 @dataclass
 class JobServiceProcess:
     address: str
+    rest_url: str  # http://HOST:PORT/: Vertex's REST mapping and Cloud Logging's entries:list
     state_dir: Path
     process: ManagedProcess
     _launch: dict = field(repr=False)
@@ -35,6 +36,10 @@ class JobServiceProcess:
     @property
     def port(self) -> int:
         return int(self.address.rsplit(":", 1)[1])
+
+    @property
+    def rest_port(self) -> int:
+        return int(self.rest_url.rstrip("/").rsplit(":", 1)[1])
 
     @property
     def control(self) -> JobServiceControl:
@@ -62,9 +67,9 @@ class JobServiceProcess:
         """Start a new server on the same port and state folder (after `kill` or `stop`)."""
         if self.running():
             self.stop()
-        launch = {**self._launch, "port": self.port}
+        launch = {**self._launch, "port": self.port, "rest_port": self.rest_port}
         fresh = start_jobservice_process(**launch, timeout=timeout)
-        self.process, self.address = fresh.process, fresh.address
+        self.process, self.address, self.rest_url = fresh.process, fresh.address, fresh.rest_url
         if self._control is not None:
             self._control.close()
             self._control = None
@@ -74,6 +79,7 @@ def start_jobservice_process(
     work_dir: Path,
     state_dir: Path | None = None,
     port: int = 0,
+    rest_port: int = 0,
     env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
     timeout: float = 30.0,
@@ -82,18 +88,20 @@ def start_jobservice_process(
     go to `work_dir/jobservice.log`."""
     state_dir = state_dir or work_dir / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "local.jobservice", "--port", str(port), "--state-dir", str(state_dir)]
+    command = [sys.executable, "-m", "local.jobservice", "--port", str(port), "--rest-port", str(rest_port)]
+    command += ["--state-dir", str(state_dir)]
     command += list(extra_args)
     log_path = work_dir / "jobservice.log"
     process = start_process("jobservice", command, log_path, env=env, stdout_pipe=True)
-    address = _read_address(process, timeout)
+    address, rest_url = _read_addresses(process, timeout)
     # Keep draining stdout into the log so the server never blocks on a full pipe.
     threading.Thread(target=_copy_to_log, args=(process, log_path), daemon=True).start()
     launch = {"work_dir": work_dir, "state_dir": state_dir, "env": env, "extra_args": tuple(extra_args)}
-    return JobServiceProcess(address, state_dir, process, launch)
+    return JobServiceProcess(address, rest_url, state_dir, process, launch)
 
 
-def _read_address(process: ManagedProcess, timeout: float) -> str:
+def _read_addresses(process: ManagedProcess, timeout: float) -> tuple[str, str]:
+    """(gRPC address, REST URL) from the line the server prints once it listens."""
     deadline = time.monotonic() + timeout
     stdout = process.popen.stdout
     while time.monotonic() < deadline:
@@ -102,7 +110,7 @@ def _read_address(process: ManagedProcess, timeout: float) -> str:
             line = stdout.readline().decode(errors="replace")
             match = _LISTENING.search(line)
             if match:
-                return match.group(1)
+                return match.group(1), match.group(2)
             if not line:  # end of output: the server exited
                 break
     process.stop(grace=1.0)

@@ -181,6 +181,7 @@ class LocalStack:
             retry_backoff_seconds=REQUEST_RETRY_BACKOFF_SECONDS,
         )
         pubsub.create_subscription(names.dead_letter_subscription, names.dead_letter_topic)
+        assert self.storage.notifications_topic is not None  # the stack starts fake-gcs-server with notifications
         notifications = self.storage.notifications_topic.rsplit("/", 1)[-1]
         pubsub.create_subscription(
             storage_subscription, notifications, self.bridge.url, ack_deadline_seconds=PUSH_ACK_DEADLINE_SECONDS

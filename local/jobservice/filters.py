@@ -14,7 +14,7 @@ import datetime as dt
 import fnmatch
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from google.cloud.aiplatform_v1.types import CustomJob, JobState
 
@@ -139,7 +139,7 @@ def _label_comparison(key: str, operator: str, value: str) -> Predicate:
 
 def _state_comparison(operator: str, value: str) -> Predicate:
     try:
-        state = JobState[value]
+        state = cast(Any, JobState)[value]  # proto-plus enums are untyped to the type checker
     except KeyError:
         raise FilterError(f"unknown job state {value!r}; use a JobState name such as JOB_STATE_RUNNING") from None
     if operator == "=":

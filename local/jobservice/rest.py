@@ -17,7 +17,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -145,7 +145,7 @@ def parse_message(body: dict[str, Any], message_type: Any, where: str) -> Any:
     return message
 
 
-def error_response(code: grpc.StatusCode, message: str, details: list[Any] = ()) -> RestResponse:
+def error_response(code: grpc.StatusCode, message: str, details: Sequence[Any] = ()) -> RestResponse:
     """Google's REST error body for a gRPC status (https://cloud.google.com/apis/design/errors)."""
     error: dict[str, Any] = {"code": HTTP_STATUS[code], "message": message, "status": code.name}
     if details:
@@ -248,7 +248,7 @@ class RestServer:
     @property
     def url(self) -> str:
         host = self._httpd.server_address[0]
-        return f"http://{host}:{self.port}/"
+        return f"http://{host!s}:{self.port}/"
 
     def start(self) -> str:
         self._thread.start()

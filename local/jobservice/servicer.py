@@ -99,7 +99,7 @@ class JobServiceServicer:
             delattr(job, field)
         now = dt.datetime.now(dt.UTC)
         job.name = f"{request.parent}/customJobs/{self.store.new_job_id()}"
-        job.state = JobState.JOB_STATE_QUEUED
+        job.state = JobState.JOB_STATE_QUEUED  # type: ignore[assignment]  # proto-plus enum members are ints
         job.create_time = now
         job.update_time = now
         job = self.store.add(job)
@@ -178,6 +178,7 @@ class JobServiceServicer:
         job = self.store.get(name)
         if job is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"The CustomJob {name} does not exist.")
+            raise AssertionError("context.abort raises")
         return job
 
 

@@ -6,6 +6,7 @@ folder. The pytest fixtures and `trainctl local up` use this.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
 import select
@@ -104,6 +105,7 @@ def _read_addresses(process: ManagedProcess, timeout: float) -> tuple[str, str]:
     """(gRPC address, REST URL) from the line the server prints once it listens."""
     deadline = time.monotonic() + timeout
     stdout = process.popen.stdout
+    assert stdout is not None  # started with stdout=PIPE
     while time.monotonic() < deadline:
         ready, _, _ = select.select([stdout], [], [], 0.1)
         if ready:
@@ -118,8 +120,10 @@ def _read_addresses(process: ManagedProcess, timeout: float) -> tuple[str, str]:
 
 
 def _copy_to_log(process: ManagedProcess, log_path: Path) -> None:
+    stdout = process.popen.stdout
+    assert isinstance(stdout, io.BufferedReader)  # started with stdout=PIPE, in bytes
     with open(log_path, "ab") as log, contextlib.suppress(ValueError, OSError):
-        while chunk := process.popen.stdout.read1(65536):
+        while chunk := stdout.read1(65536):
             log.write(chunk)
             log.flush()
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from trainer import collectives
 from trainer.preprocess import Preprocessor
 
 EVAL_CHUNK_ROWS = 8192
@@ -51,8 +51,7 @@ class Objective:
                 sums[2] += (y**2).sum().double()
             sums[3] += len(y)
         model.train(was_training)
-        dist.all_reduce(sums)
-        loss_sum, model_score, baseline_score, rows = sums.tolist()
+        loss_sum, model_score, baseline_score, rows = collectives.all_reduce(sums).cpu().tolist()
         rows = max(rows, 1.0)
         if self.classification:
             return {

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import logs
+from trainer import collectives, logs
 from trainer.batches import EpochBatches
 from trainer.checkpoint import Checkpoints
 from trainer.data import FORMATS, load_rank_data
@@ -27,10 +27,8 @@ from trainer.distributed import (
     PREEMPTED_EXIT_CODE,
     Coordination,
     StopSignal,
-    max_across_ranks,
     process_group,
     stop_when_launcher_dies,
-    sum_across_ranks,
 )
 from trainer.model import BUILTIN_MLP, build_model
 from trainer.objective import Objective
@@ -134,8 +132,7 @@ def save_checkpoint(checkpoints, step, steps_per_epoch, model, optimizer, histor
         "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
         "epoch_loss": float(sum(epoch_losses)),  # losses of this epoch's steps so far, summed
     }
-    rank_states: list = [None] * dist.get_world_size()
-    dist.all_gather_object(rank_states, rank_state)
+    rank_states = collectives.gather_objects(rank_state)
     if dist.get_rank() == 0:
         checkpoints.save(
             step,
@@ -151,18 +148,17 @@ def save_checkpoint(checkpoints, step, steps_per_epoch, model, optimizer, histor
                 "history": history,
             },
         )
-    dist.barrier()
+    collectives.wait_for_all()
 
 
 def resume(checkpoints, model, optimizer, steps_per_epoch, device) -> dict | None:
     """Load the newest committed checkpoint, or return None. Rank 0 reads and checks it once and hands it to
     the others: every rank resumes from the same step, and the folder need not be readable from every node."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    found = [checkpoints.latest() if rank == 0 else None]
-    dist.broadcast_object_list(found)
-    if found[0] is None:
+    found = collectives.from_rank_zero(checkpoints.latest() if rank == 0 else None)
+    if found is None:
         return None
-    _, state = found[0]
+    _, state = found
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     if state["world_size"] == world_size and state["steps_per_epoch"] == steps_per_epoch:
@@ -202,7 +198,9 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
         val_inputs, val_targets = val_inputs[rank::world_size], val_targets[rank::world_size]
     if device.type == "cuda":
         inputs, targets = inputs.pin_memory(), targets.pin_memory()
-    largest_rank_rows = max_across_ranks(len(inputs), device) if data.sharded else math.ceil(len(inputs) / world_size)
+    largest_rank_rows = (
+        collectives.max_across_ranks(len(inputs)) if data.sharded else math.ceil(len(inputs) / world_size)
+    )
     batches = EpochBatches(
         len(inputs),
         args.batch_size,
@@ -254,7 +252,7 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
             global_batch_size=samples_per_step,
             train_rows=len(inputs),
         )
-    coordination = Coordination(device, COORDINATE_EVERY_SECONDS, first_step=step)
+    coordination = Coordination(COORDINATE_EVERY_SECONDS, first_step=step)
     if coordination.agree(step, stop.requested, False, None)[0]:
         logs.warning("stopping before the first step (SIGTERM)", step=step)
         return PREEMPTED_EXIT_CODE
@@ -294,8 +292,7 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
                            data_seconds)  # fmt: skip
 
             if step_in_epoch == steps_per_epoch - 1:
-                epoch_loss = torch.stack(epoch_losses).sum()
-                dist.all_reduce(epoch_loss)
+                epoch_loss = collectives.all_reduce(torch.stack(epoch_losses).sum())
                 record = {
                     "epoch": epoch + 1,
                     "step": step,
@@ -332,8 +329,8 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
         "resumed_from_step": restored["step"] if restored else None,
         "steps": step,
         "global_batch_size": samples_per_step,
-        "train_rows": sum_across_ranks(len(inputs), device) if data.sharded else len(inputs),
-        "validation_rows": sum_across_ranks(len(val_inputs), device),
+        "train_rows": collectives.sum_across_ranks(len(inputs)) if data.sharded else len(inputs),
+        "validation_rows": collectives.sum_across_ranks(len(val_inputs)),
         "seed": args.seed,
         "elapsed_seconds": round(time.monotonic() - started, 3),
     }
@@ -341,7 +338,7 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
         tensorboard.flush()
         write_outputs(args.model_dir, ddp.module, spec, prep, metrics, history)
         logs.log("training finished", **metrics)
-    dist.barrier()
+    collectives.wait_for_all()
     return 0
 
 

@@ -18,9 +18,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainer import logs
+from trainer import accelerators, logs
+from trainer.accelerators import LOCAL_PROCS_ENV
 
-LOCAL_PROCS_ENV = "TRAINCTL_LOCAL_PROCS_PER_NODE"
 DEFAULT_MASTER_PORT = 29500
 TRAINING_POOLS = ("workerpool0", "workerpool1")  # workerpool2: Reduction Server, workerpool3: evaluators
 
@@ -107,6 +107,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args, train_args = parse_args(sys.argv[1:] if argv is None else argv)
+    refusal = accelerators.refusal(os.environ)
+    if refusal:
+        logs.error(refusal)
+        if os.environ.get("AIP_MODEL_DIR"):  # so the controller's `failed` event can say why
+            from trainer.outputs import report_failure
+
+            report_failure(os.environ["AIP_MODEL_DIR"], RuntimeError(refusal))
+        return 1
     import torch
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError

@@ -94,3 +94,12 @@ def from_rank_zero(obj: Any) -> Any:
 def wait_for_all() -> None:
     """Block until every rank is here — typically after rank 0's long I/O — with the long start-up timeout."""
     dist.barrier(group=_side())
+
+
+def shorten_timeout(seconds: float) -> None:
+    """From now on a collective of the default group that waits longer than `seconds` fails this rank (NCCL
+    aborts the process), so a dead or stuck peer ends the run instead of holding it for the start-up timeout.
+    Every rank meets first on the side group, so none shortens it while another is still in a slow first step
+    (torchtitan's `set_pg_timeouts` does the same)."""
+    wait_for_all()
+    dist.distributed_c10d._set_pg_timeout(timedelta(seconds=seconds))

@@ -34,6 +34,7 @@ from trainer.model import BUILTIN_MLP, build_model
 from trainer.objective import Objective
 from trainer.outputs import report_failure, write_history, write_outputs
 from trainer.preprocess import TASKS, Combine, Preprocessor, drop_unlabelled, keep_columns
+from trainer.progress import ProgressRecord
 from trainer.tensorboard import ScalarWriter
 from trainer.throughput import Throughput
 
@@ -75,7 +76,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-every-seconds", type=float, default=600.0, help="0 turns time-based checkpoints off")
     p.add_argument("--keep-checkpoints", type=int, default=3)
     p.add_argument("--log-every-steps", type=int, default=50)
-    p.add_argument("--init-timeout-seconds", type=float, default=1800.0)
+    p.add_argument(
+        "--init-timeout-seconds",
+        type=float,
+        default=1800.0,
+        help="start-up, and waits for rank 0's downloads and uploads (on a gloo side group)",
+    )
+    p.add_argument(
+        "--collective-timeout-seconds",
+        type=float,
+        default=45.0,
+        help="after the first step, a collective waiting longer than this fails the rank (a dead or stuck peer)",
+    )
+    p.add_argument("--progress-every-seconds", type=float, default=60.0, help="how often rank 0 rewrites progress.json")
     p.add_argument("--model-dir", default=os.environ.get("AIP_MODEL_DIR") or "trainer_output/model")
     p.add_argument("--checkpoint-dir", default=os.environ.get("AIP_CHECKPOINT_DIR") or "trainer_output/checkpoints")
     p.add_argument("--tensorboard-dir", default=os.environ.get("AIP_TENSORBOARD_LOG_DIR") or "trainer_output/logs")
@@ -252,6 +265,9 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
             global_batch_size=samples_per_step,
             train_rows=len(inputs),
         )
+    progress = ProgressRecord(args.checkpoint_dir, args.progress_every_seconds, total_steps, enabled=is_main)
+    progress.write(step, step // steps_per_epoch, state="starting", force=True)
+    first_step_of_this_process = step + 1
     coordination = Coordination(COORDINATE_EVERY_SECONDS, first_step=step)
     if coordination.agree(step, stop.requested, False, None)[0]:
         logs.warning("stopping before the first step (SIGTERM)", step=step)
@@ -267,6 +283,9 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
             step += 1
             epoch_losses.append(loss)
             log_losses.append(loss)
+            if step == first_step_of_this_process:
+                collectives.shorten_timeout(args.collective_timeout_seconds)
+            progress.write(step, epoch)
 
             stop_now = time_due = False
             if coordination.due(step):
@@ -337,6 +356,7 @@ def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> i
     if is_main:
         tensorboard.flush()
         write_outputs(args.model_dir, ddp.module, spec, prep, metrics, history)
+        progress.write(step, args.epochs, state="finished", force=True)
         logs.log("training finished", **metrics)
     collectives.wait_for_all()
     return 0

@@ -25,6 +25,14 @@ class Objective:
         self.majority_class = max(range(len(prep.class_counts)), key=prep.class_counts.__getitem__, default=0)
         self.metric = "accuracy" if self.classification else "rmse"
 
+    def better(self, record: dict, than: dict | None) -> bool:
+        """Whether an evaluation `record` beats the best one so far (higher accuracy, lower RMSE); ties keep the
+        earlier epoch."""
+        if than is None:
+            return True
+        key = f"val_{self.metric}"
+        return record[key] > than[key] if self.classification else record[key] < than[key]
+
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
         # Under bf16 autocast both losses are computed in float32 anyway.
         if self.classification:

@@ -54,6 +54,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0,
         help="stop after this many epochs without a better validation metric (0: train every epoch)",
     )
+    p.add_argument(
+        "--deterministic",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="bitwise-reproducible GPU kernels; auto: on for the built-in MLP, off for a custom --model "
+        "(common ops such as index_add_ or scatter_ have no deterministic CUDA kernel and would raise)",
+    )
     p.add_argument("--compile", action="store_true", help="torch.compile the model (worth it for larger models)")
     p.add_argument("--checkpoint-every-steps", type=int, default=1000, help="0 turns step-based checkpoints off")
     p.add_argument("--checkpoint-every-seconds", type=float, default=600.0, help="0 turns time-based checkpoints off")
@@ -93,3 +100,10 @@ def model_spec(args: argparse.Namespace) -> dict:
             **kwargs,
         }
     return {"factory": args.model, "kwargs": kwargs}
+
+
+def wants_determinism(args: argparse.Namespace) -> bool:
+    """Whether GPU runs use deterministic algorithms: asked for, or by default for the built-in MLP only."""
+    if args.deterministic != "auto":
+        return args.deterministic == "on"
+    return args.model == BUILTIN_MLP

@@ -26,7 +26,7 @@ from trainer.batches import EpochBatches
 from trainer.checkpoint import Checkpoints
 from trainer.data import load_rank_data
 from trainer.distributed import PREEMPTED_EXIT_CODE, Coordination, StopSignal, process_group, stop_when_launcher_dies
-from trainer.flags import model_spec, parse_args
+from trainer.flags import model_spec, parse_args, wants_determinism
 from trainer.model import build_model
 from trainer.objective import Objective
 from trainer.outputs import report_failure, write_history, write_outputs
@@ -96,7 +96,7 @@ def load_tables(args: argparse.Namespace) -> Tables:
 def set_up(args: argparse.Namespace, device: torch.device) -> Run:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     started = time.monotonic()
-    if device.type == "cuda":
+    if device.type == "cuda" and wants_determinism(args):
         # Same seed and world size → same weights on GPUs too (cuBLAS needs a fixed workspace for that).
         # The CPU kernels used here are deterministic already, and the switch would slow them.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

@@ -56,3 +56,15 @@ def test_compile_is_opt_in(world_of_one):
     compiled = gpu_feeding.forward_of(ddp, compile_model=True)  # compiled lazily: nothing is built here
     assert compiled is not ddp and compiled._orig_mod is ddp
     assert parse_args(["--data", "d.csv", "--target", "y"]).compile is False
+
+
+def test_deterministic_gpu_kernels_by_default_only_for_the_built_in_model():
+    """Guards issue 17 item 10: use_deterministic_algorithms raises for custom models using common ops on CUDA,
+    so it is on for the built-in MLP (bitwise resume on GPUs) and opt-in for custom --models."""
+    from trainer.flags import wants_determinism
+
+    base = ["--data", "d.csv", "--target", "y"]
+    assert wants_determinism(parse_args(base))
+    assert not wants_determinism(parse_args([*base, "--model", "mine:factory"]))
+    assert wants_determinism(parse_args([*base, "--model", "mine:factory", "--deterministic", "on"]))
+    assert not wants_determinism(parse_args([*base, "--deterministic", "off"]))

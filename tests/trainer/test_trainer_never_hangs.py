@@ -64,22 +64,13 @@ def test_killing_one_rank_of_two_nodes_at_a_random_moment_ends_or_restarts_every
         victims = workers_of(victim_node.pid)
         if victims:
             os.kill(victims[0], signal.SIGKILL)
-        killed_at = time.monotonic()
-        ended = deadline = time.monotonic() + ENDED_WITHIN_SECONDS
+        deadline = time.monotonic() + ENDED_WITHIN_SECONDS
         while time.monotonic() < deadline and (node0.process.poll() is None or node1.process.poll() is None):
             time.sleep(0.2)
-        ended = time.monotonic()
         still_running = [n.log_path.name for n in (node0, node1) if n.process.poll() is None]
+        # Either way is fine — ended (non-zero) or restarted and finished (0) — but nothing may be left running.
         assert not still_running, f"{still_running} still running:\n" + "\n".join(
             n.output()[-3000:] for n in (node0, node1)
-        )
-        print(
-            "HANGSTAT",
-            repetition,
-            bool(victims),
-            round(ended - killed_at, 1),
-            node0.process.returncode,
-            node1.process.returncode,
         )
 
 

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainer import accelerators, logs, shared_memory
+from trainer import accelerators, logs, nccl_env, shared_memory
 from trainer.accelerators import LOCAL_PROCS_ENV
 
 DEFAULT_MASTER_PORT = 29500
@@ -160,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
     os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+    rdma = nccl_env.rdma_environment(os.environ)
+    if rdma:
+        os.environ.update(rdma)
+        logs.log("NCCL environment for GPUDirect RDMA", script=str(nccl_env.RDMA_SCRIPT), variables=sorted(rdma))
     cluster = cluster_from_env(os.environ)
     nproc = processes_per_node(args.nproc_per_node, os.environ, torch.cuda.device_count())
     run_id = os.environ.get("CLOUD_ML_JOB_ID") or "trainctl"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainer import shared_memory
+from trainer import nccl_env, shared_memory
 from trainer.launch import LOCAL_PROCS_ENV, Cluster, cluster_from_env, parse_args, processes_per_node, torchrun_argv
 
 
@@ -95,3 +95,14 @@ def test_arguments_launch_does_not_know_pass_through_to_the_trainer():
     args, rest = parse_args(["--nproc-per-node", "2", "--data", "gs://b/d", "--max-restarts", "1", "--nproc", "9"])
     assert (args.nproc_per_node, args.max_restarts) == (2, 1)
     assert rest == ["--data", "gs://b/d", "--nproc", "9"]  # no abbreviations: --nproc is the trainer's business
+
+
+def test_vertex_rdma_nccl_script_is_sourced_when_present(tmp_path):
+    """Guards issue 17 item 6: on RDMA machines the variables of Vertex's set_nccl_env.sh reach the workers."""
+    script = tmp_path / "set_nccl_env.sh"
+    script.write_text(
+        'export NCCL_NET=gIB\nexport NCCL_CROSS_NIC=0\nexport LD_LIBRARY_PATH="/g/lib:$LD_LIBRARY_PATH"\n'
+    )
+    added = nccl_env.rdma_environment({"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/x"}, script)
+    assert added == {"NCCL_NET": "gIB", "NCCL_CROSS_NIC": "0", "LD_LIBRARY_PATH": "/g/lib:/x"}
+    assert nccl_env.rdma_environment({"PATH": "/usr/bin"}, tmp_path / "absent.sh") == {}

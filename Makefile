@@ -20,6 +20,7 @@ demo: $(STAMP)
 # Two workers, one per core, each with its own emulators; a test file stays on one worker (its module fixtures).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -n 2 --dist loadfile
 
 # The performance goals of issue 8 on the emulators and the local JobService; each script appends its figures,
@@ -28,10 +29,12 @@ bench: $(STAMP)
 	$(PY) bench/cold_start.py --profile
 	$(PY) bench/controller_load.py
 	$(PY) bench/reconcile_scale.py
+	$(PY) bench/reconcile_sweep.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/hadolint trainer/Dockerfile
 
 # Regenerate the checked-in JSON Schema files from the pydantic models.

@@ -47,7 +47,7 @@ from bench.delivery import (  # noqa: E402
 )
 from bench.report import RESULTS, Figure, percentile  # noqa: E402
 from bench.stack import Stack, run_benchmark  # noqa: E402
-from functions.planning import key_hash  # noqa: E402
+from functions.keys import key_hash, marker_key  # noqa: E402
 from functions.triggers import derive_request_id  # noqa: E402
 from local.jobservice.client import job_service_client  # noqa: E402
 from local.names import LOCAL_PROJECT, LOCAL_REGION  # noqa: E402
@@ -64,7 +64,7 @@ class Upload:
 
     @property
     def request_key(self) -> str:
-        return f"gcs:{self.bucket}/{self.name}#{self.generation}"
+        return marker_key(self.bucket, self.name, self.generation)
 
     @property
     def key_hash(self) -> str:

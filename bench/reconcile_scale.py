@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO_ROOT))  # run as a script: bench/ is on sys.path, th
 
 from bench.report import RESULTS, Figure  # noqa: E402
 from bench.stack import Stack, run_benchmark  # noqa: E402
-from functions.planning import key_hash  # noqa: E402
+from functions.keys import key_hash, marker_key  # noqa: E402
 from tests.integration.deployment import Deployment  # noqa: E402
 
 RATIO_GOAL = 1.2
@@ -43,7 +43,7 @@ def start_active(deployment: Deployment, count: int) -> list[str]:
         status = deployment.deliver("on_dataset_upload", deployment.storage_event(blob))
         if status >= 300:
             raise RuntimeError(f"marker {blob.name} was not accepted ({status})")
-        return f"gcs:{blob.bucket.name}/{blob.name}#{blob.generation}"
+        return marker_key(blob.bucket.name, blob.name, blob.generation)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         return list(pool.map(deliver, range(count)))
@@ -58,7 +58,7 @@ def write_finished(stack: Stack, deployment: Deployment, template: dict, count: 
     def write(i: int) -> None:
         if not hasattr(local, "connection"):
             local.connection = http.client.HTTPConnection(host, timeout=60)
-        key = f"gcs:{deployment.data_bucket}/churn/history-{i:05d}/_SUCCESS#{i + 1}"
+        key = marker_key(deployment.data_bucket, f"churn/history-{i:05d}/_SUCCESS", i + 1)
         finished = {
             **template,
             "key": key,

@@ -178,10 +178,11 @@ class Soak:
 
     # ---- the run -------------------------------------------------------------------------------------
 
-    def run(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
+    def run(self, seconds: float | None = None, actions: int | None = None) -> None:
+        """Random actions for `seconds`, or a fixed number of them (the same ones for a seed, however fast)."""
+        deadline = time.monotonic() + seconds if seconds is not None else float("inf")
         names, weights = zip(*MIX.items(), strict=True)
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and (actions is None or sum(self.actions.values()) < actions):
             action = self.rng.choices(names, weights)[0]
             getattr(self, action)()
             self.actions[action] += 1
@@ -231,7 +232,7 @@ def invariants(messages: list[tuple[dict[str, str], bytes]], jobs: list[Any]) ->
         if e.state in TERMINAL_STATES:
             terminal[e.request_key].add(e.ce_id)
     submitted = {(e.job.name, e.request_key, e.attempt) for e in events if e.state == "submitted" and e.job}
-    from functions.planning import key_hash
+    from functions.keys import key_hash
 
     key_of_hash = {key_hash(k): k for k in accepted}
     unsuccessful = {
@@ -267,12 +268,12 @@ VIOLATIONS = (
 )
 
 
-def soak(seconds: float, seed: int, settle_seconds: float = 180.0) -> dict[str, Any]:
+def soak(seconds: float | None, seed: int, settle_seconds: float = 180.0, actions: int | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="trainctl-soak-") as directory:
         run = Soak(Path(directory), seed)
         run.up()
         try:
-            run.run(seconds)
+            run.run(seconds, actions)
             messages = run.collect(settle_seconds)
             parent = f"projects/{run.state.project}/locations/{run.state.region}"
             request = {"parent": parent, "filter": "labels.managed-by=trainctl"}

@@ -66,8 +66,11 @@ def admission_problems(
             f"${settings.max_cost_usd:,.2f}. Shorten scheduling.timeout or use fewer GPUs",
         )
     image = request.trainer.image
-    allowed_image = image is None or image == settings.trainer_image
-    if not allowed_image and not any(image.startswith(prefix) for prefix in settings.allowed_image_prefixes):
+    if (
+        image is not None
+        and image != settings.trainer_image
+        and not any(image.startswith(prefix) for prefix in settings.allowed_image_prefixes)
+    ):
         allowed = ", ".join(settings.allowed_image_prefixes) or "none (only the built-in trainer)"
         refuse(
             "trainer.image",

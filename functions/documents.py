@@ -22,7 +22,7 @@ class DocumentInvalid(ValueError):
 class _NoAliasLoader(yaml.SafeLoader):
     """SafeLoader without anchors/aliases: a few bytes of aliases can expand into gigabytes ("billion laughs")."""
 
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+    def compose_node(self, parent, index):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
             raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed", event.start_mark)

@@ -9,9 +9,9 @@ Pure. Two questions are answered in one place:
 from __future__ import annotations
 
 import re
-from typing import Literal
 
-Reason = Literal["quota", "capacity", "preemption", "internal", "user", "invalid"]
+from schemas.events import FailureReason as Reason
+
 RESUBMITTABLE: frozenset[Reason] = frozenset({"capacity", "preemption", "internal"})
 
 # google.rpc.Code numbers, so the pure core needs no grpc import.

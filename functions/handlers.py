@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from functions import deadline, logs, triggers
+from functions import deadline, keys, logs, triggers
 from functions.errors import Transient
 from functions.settings import Settings
 
@@ -34,20 +34,8 @@ def settings() -> Settings:
 @cache
 def controller() -> Controller:
     from functions.controller import Controller
-    from functions.gcs import Gcs
-    from functions.ledger import Ledger
-    from functions.publisher import EventPublisher
-    from functions.vertex import VertexJobs
 
-    s = settings()
-    gcs = Gcs(s.project)
-    return Controller(
-        settings=s,
-        ledger=Ledger(gcs, s.control_bucket),
-        gcs=gcs,
-        publisher=EventPublisher(s.project, s.events_topic, f"//trainctl/projects/{s.project}/locations/{s.region}"),
-        vertex_factory=lambda: VertexJobs(s.project, s.region, s.vertex_endpoint),
-    )
+    return Controller.from_settings(settings())
 
 
 @contextmanager
@@ -133,7 +121,7 @@ def _marker(
     from schemas.errors import RequestInvalid, parse_request
 
     delivery = _delivery({"kind": "gcs", "bucket": bucket, "object": name, "generation": generation}, cloud_event, when)
-    key = f"gcs:{bucket}/{name}#{generation}"
+    key = keys.marker_key(bucket, name, generation)
     request_id = triggers.derive_request_id(name, generation)
     with logs.request_context(request_id):
         try:
@@ -158,7 +146,7 @@ def _marker(
         except RequestInvalid as exc:
             return c.reject(request_id, key, delivery, [str(e) for e in exc.errors], "the request is invalid")
         if explicit:
-            key = f"request:{request.request_id}"
+            key = keys.request_key(request.request_id)
             logs.set_request_id(request.request_id)
         return c.handle_request(request, key, explicit, delivery)
 
@@ -211,7 +199,7 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
     message, raw = _pubsub_payload(cloud_event)
     message_id = str(message.get("messageId") or cloud_event["id"])
     delivery = _delivery({"kind": "pubsub", "message_id": message_id, "topic": _topic(cloud_event)}, cloud_event, when)
-    key = f"pubsub:{message_id}"
+    key = keys.message_key(message_id)
     with logs.request_context(None):
         if raw is None:
             return c.reject("unknown", key, delivery, ["message.data: missing or not base64"], "unreadable message")
@@ -226,7 +214,7 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
             request = parse_request(document)
         except RequestInvalid as exc:
             return c.reject(request_id, key, delivery, [str(e) for e in exc.errors], "the request is invalid")
-        return c.handle_request(request, f"request:{request.request_id}", True, delivery)
+        return c.handle_request(request, keys.request_key(request.request_id), True, delivery)
 
 
 # ---- on_job_state --------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ Layout under the control bucket:
 
 from __future__ import annotations
 
-from functions.gcs import Conflict, Gcs
+from functions.gcs import Conflict
 from functions.lifecycle import Record
+from functions.ports import Storage
 
 LEDGER_PREFIX = "ledger/"
 ACTIVE_PREFIX = "active/"
@@ -18,7 +19,7 @@ IDS_PREFIX = "ids/"
 
 
 class Ledger:
-    def __init__(self, gcs: Gcs, bucket: str):
+    def __init__(self, gcs: Storage, bucket: str):
         self._gcs = gcs
         self.bucket = bucket
 

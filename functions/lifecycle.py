@@ -18,12 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from functions.failures import QUOTA_ADVICE, RESUBMITTABLE, classify_job_failure, quota_metric
 from schemas.events import (
     EVENT_ADAPTER,
+    FINAL_REQUEST_STATES,
     Artifacts,
     Cancelled,
     CostEstimate,
     Failed,
     JobEvent,
     JobRef,
+    RequestState,
     Retrying,
     Running,
     Stuck,
@@ -33,8 +35,6 @@ from schemas.events import (
 )
 from schemas.rules import format_duration
 
-RecordState = Literal["claimed", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]
-FINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 # Vertex states in which a job has not started yet, and those in which it has ended.
 VERTEX_WAITING = frozenset({"JOB_STATE_QUEUED", "JOB_STATE_PENDING"})
 VERTEX_RUNNING = frozenset({"JOB_STATE_RUNNING", "JOB_STATE_UPDATING"})
@@ -51,9 +51,10 @@ class Record(BaseModel):
     explicit_id: bool = Field(description="The requester named the id, so a different spec under it is a conflict.")
     request: dict[str, Any]
     trigger: Trigger | None = None
-    state: RecordState = "claimed"
+    state: RequestState = "claimed"
     attempt: int = 1
     max_attempts: int = 1
+    max_pending: int | None = Field(None, description="Seconds the job may wait to start (scheduling.max_pending).")
     lease_until: datetime | None = None
     owner: str | None = None
     not_before: datetime | None = None
@@ -71,7 +72,7 @@ class Record(BaseModel):
 
     @property
     def final(self) -> bool:
-        return self.state in FINAL_STATES
+        return self.state in FINAL_REQUEST_STATES
 
     def lease_live(self, now: datetime) -> bool:
         return self.lease_until is not None and self.lease_until > now

@@ -5,6 +5,10 @@ import functions_framework
 
 from functions import handlers
 
+# The deployed functions, by name: Terraform's root main.py re-exports exactly these, and the local stack
+# serves each (terraform/locals.tf's keys must match; tests/terraform checks).
+__all__ = ["on_dataset_upload", "on_job_request", "on_job_state", "reconcile"]
+
 
 @functions_framework.cloud_event
 def on_dataset_upload(cloud_event):

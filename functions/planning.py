@@ -7,11 +7,11 @@ request the Vertex adapter sends, and `trainctl plan` can print it as it is.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from functions.keys import key_hash
 from functions.settings import Settings
 from schemas import catalog
 from schemas.events import CostEstimate
@@ -41,11 +41,6 @@ class Plan:
     reduction_server: ReductionServerPlan
     cost: CostEstimate
     output_dir: str
-
-
-def key_hash(request_key: str) -> str:
-    """The label value that ties a CustomJob to its ledger record (labels allow ≤ 63 of [a-z0-9_-])."""
-    return hashlib.sha256(request_key.encode()).hexdigest()[:40]
 
 
 def output_dir(request: TrainingJobRequest, settings: Settings) -> str:

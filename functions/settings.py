@@ -45,10 +45,18 @@ class Settings:
     max_request_bytes: int = 64 * 1024
     vertex_endpoint: str = ""  # host:port of a JobService to use instead of {region}-aiplatform.googleapis.com
     lease: int = 600
+    # How many active requests a reconcile tick observes at once: each observation waits mostly on Cloud
+    # Storage and Vertex; each costs a GetCustomJob of Vertex's per-minute read quota.
+    reconcile_concurrency: int = 16
     max_event_age: int = 24 * 3600
     # The function's own timeout (Terraform's function_timeout_seconds): every handler works to a deadline
     # inside it, so that it answers before Cloud Run cuts the request off and the event is redelivered.
     function_timeout: int = 120
+    # Tuning for tests, right as they are in the cloud (Terraform leaves them unset): how old an unpublished
+    # outbox event must be before another handler publishes it (functions/outbox.py), and how long a delivery
+    # waits for another delivery's live claim before asking for redelivery (functions/submission.py).
+    outbox_grace: int = 8
+    claim_wait: int = 20
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -72,7 +80,7 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
             if not isinstance(rules, dict):
                 raise ValueError("must be a JSON object mapping gs:// prefixes to templates")
             return rules
-        if attr in ("max_timeout", "lease", "max_event_age", "function_timeout"):
+        if attr in ("max_timeout", "lease", "max_event_age", "function_timeout", "outbox_grace", "claim_wait"):
             return parse_duration(raw)
         if isinstance(default, tuple):
             return tuple(item.strip() for item in raw.split(",") if item.strip())

@@ -9,13 +9,16 @@ its labels.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from functions.failures import FAILED_PRECONDITION, NOT_FOUND, call_failure_reason, call_is_transient
 from functions.lifecycle import JobSnapshot
+from functions.ports import Jobs
 from functions.retry import Retryable, RetryPolicy
 
 POLICY = RetryPolicy(attempts=5, first_pause=0.5, max_pause=8.0, call_timeout=30.0)
@@ -89,7 +92,7 @@ class VertexJobs:
         )
 
     def find(self, key_hash: str, attempt: int) -> JobSnapshot | None:
-        """The job this request's attempt already created, if any (the adopt step of DESIGN.md §4)."""
+        """The job this request's attempt created, if any."""
         filter_ = f'labels.trainctl-key="{key_hash}" AND labels.trainctl-attempt="{attempt}"'
         pager = self._call(
             "ListCustomJobs", self._client.list_custom_jobs, request={"parent": self.parent, "filter": filter_}
@@ -98,19 +101,24 @@ class VertexJobs:
             return self._snapshot(job)
         return None
 
-    def create(self, custom_job: dict[str, Any], key_hash: str, job_attempt: int) -> JobSnapshot:
-        """Create the job; after a failed attempt (which may have created it: a lost response, a broken
-        stream), look it up by its labels before creating again."""
+    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]:
+        """DESIGN.md §4 step 3, the one place it is done: (the job, adopted). The job this request's attempt
+        already created, if there is one; else a new one, labelled with the key and attempt. CreateCustomJob
+        is not idempotent, so before each retry of it (its failed attempt may have taken effect: a lost
+        answer, a broken stream) the job is looked for again."""
         from google.cloud.aiplatform_v1 import CustomJob
 
+        existing = self.find(key_hash, attempt)
+        if existing is not None:
+            return existing, True
         request = {"parent": self.parent, "custom_job": CustomJob.from_json(json.dumps(custom_job))}
         job = self._call(
             "CreateCustomJob",
             self._client.create_custom_job,
-            before_retry=lambda: self.find(key_hash, job_attempt),
+            before_retry=lambda: self.find(key_hash, attempt),
             request=request,
         )
-        return job if isinstance(job, JobSnapshot) else self._snapshot(job)
+        return (job, True) if isinstance(job, JobSnapshot) else (self._snapshot(job), False)
 
     def get(self, name: str) -> JobSnapshot | None:
         try:
@@ -127,3 +135,42 @@ class VertexJobs:
         except CallRejected as exc:
             if exc.code not in (FAILED_PRECONDITION, NOT_FOUND):
                 raise
+
+
+class LazyJobs:
+    """The Vertex adapter, built on first use: data shards, duplicates and rejections never import the Vertex
+    client. `prepare()` builds it in the background when a submission is coming: its import is most of a cold
+    submission, and the ledger writes and the `accepted` event before it mostly wait on the network."""
+
+    def __init__(self, factory: Callable[[], Jobs]):
+        self._factory = factory
+        self._jobs: Jobs | None = None
+        self._lock = threading.Lock()
+
+    def _built(self) -> Jobs:
+        with self._lock:
+            if self._jobs is None:
+                self._jobs = self._factory()
+            return self._jobs
+
+    def prepare(self) -> None:
+        """Build the client in the background; a failure here surfaces when the client is used."""
+        if self._jobs is None:
+            threading.Thread(target=self._build_quietly, name="vertex-client", daemon=True).start()
+
+    def _build_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            self._built()
+
+    @property
+    def parent(self) -> str:
+        return self._built().parent
+
+    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]:
+        return self._built().find_or_create(custom_job, key_hash, attempt)
+
+    def get(self, name: str) -> JobSnapshot | None:
+        return self._built().get(name)
+
+    def cancel(self, name: str) -> None:
+        self._built().cancel(name)

@@ -19,12 +19,13 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+from functions.main import __all__ as deployed_functions
 from functions.settings import Settings
 from local.processes import ManagedProcess, on_free_port, require_ready, start_process
 from schemas.rules import parse_duration
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-ENTRY_POINTS = ("on_dataset_upload", "on_job_request", "on_job_state", "reconcile")
+ENTRY_POINTS: tuple[str, ...] = tuple(deployed_functions)
 # Terraform's function_timeout_seconds default (a test compares them): one number for the settings' default,
 # the local functions' timeout and the local push subscriptions' ack deadline.
 FUNCTION_TIMEOUT_SECONDS = Settings.function_timeout

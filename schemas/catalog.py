@@ -240,6 +240,15 @@ def valid_accelerators(machine_type: str) -> dict[str, tuple[int, ...]]:
     return dict(N1_ACCELERATORS.get(machine_type, {}))
 
 
+def unknown_machine(machine_type: str) -> str:
+    return f"unknown machine type {machine_type!r}; known GPU machine types: {', '.join(sorted(MACHINES))}"
+
+
+def unknown_accelerator(machine_type: str, accelerator_type: str | None) -> str:
+    choices = ", ".join(valid_accelerators(machine_type)) or "none"
+    return f"{machine_type} does not take {accelerator_type}; valid accelerator types: {choices}"
+
+
 def accelerator_problem(machine_type: str, accelerator_type: str | None, count: int | None) -> str | None:
     """Why this combination is not valid on Vertex, in words; None when it is.
 
@@ -247,11 +256,10 @@ def accelerator_problem(machine_type: str, accelerator_type: str | None, count: 
     must be present.
     """
     if machine_type not in MACHINES:
-        return f"unknown machine type {machine_type!r}; known GPU machine types: {', '.join(sorted(MACHINES))}"
+        return unknown_machine(machine_type)
     valid = valid_accelerators(machine_type)
     if accelerator_type not in valid:
-        choices = ", ".join(valid) or "none"
-        return f"{machine_type} does not take {accelerator_type}; valid accelerator types: {choices}"
+        return unknown_accelerator(machine_type, accelerator_type)
     counts = valid[accelerator_type]
     if count not in counts:
         if len(counts) == 1 and MACHINES[machine_type].accelerator_optimized:

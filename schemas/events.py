@@ -24,6 +24,9 @@ State = Literal[
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 FailureReason = Literal["quota", "capacity", "preemption", "internal", "user", "invalid"]
+# Where a request stands in the controller's ledger: claimed until its job exists, then as its job goes.
+RequestState = Literal["claimed", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]
+FINAL_REQUEST_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 
 
 class _Strict(BaseModel):

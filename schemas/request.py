@@ -227,7 +227,7 @@ class Resources(_Strict):
     def _valid_combination(self) -> Resources:
         m = catalog.machine(self.machine_type)
         if m is None:
-            raise _cross_field([("machine_type", catalog.accelerator_problem(self.machine_type, None, None))])
+            raise _cross_field([("machine_type", catalog.unknown_machine(self.machine_type))])
         valid = catalog.valid_accelerators(self.machine_type)
         if self.accelerator_type is None:
             raise _cross_field(
@@ -236,8 +236,9 @@ class Resources(_Strict):
         if self.accelerator_count is None:
             counts = valid.get(self.accelerator_type)
             if counts is None:
-                problem = catalog.accelerator_problem(self.machine_type, self.accelerator_type, 1)
-                raise _cross_field([("accelerator_type", problem)])
+                raise _cross_field(
+                    [("accelerator_type", catalog.unknown_accelerator(self.machine_type, self.accelerator_type))]
+                )
             raise _cross_field(
                 [
                     (

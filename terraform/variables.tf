@@ -189,6 +189,17 @@ variable "max_request_bytes" {
   }
 }
 
+variable "reconcile_concurrency" {
+  description = "How many active requests a reconcile tick observes at once. Each observation costs one GetCustomJob against Vertex AI's per-minute, per-region read quota (Resource management (CRUD) requests): keep concurrency × ticks' requests within it."
+  type        = number
+  default     = 16
+
+  validation {
+    condition     = var.reconcile_concurrency >= 1 && var.reconcile_concurrency <= 64
+    error_message = "reconcile_concurrency must be between 1 and 64."
+  }
+}
+
 variable "lease" {
   description = "How long a claim in the ledger holds before another delivery may take it over, as seconds or a duration such as 10m. Keep it above function_timeout_seconds."
   type        = string

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from functions.keys import request_key
 from functions.planning import Plan, plan_custom_job
 from schemas.errors import RequestInvalid
 from schemas.events import approximate_prices
@@ -44,7 +45,7 @@ def run_plan(args: argparse.Namespace) -> int:
             print(f"  {error}")
         return EXIT_INVALID
     settings = cli_settings()
-    plan = plan_custom_job(request, settings, f"request:{request.request_id}")
+    plan = plan_custom_job(request, settings, request_key(request.request_id))
     if args.json:
         print(json.dumps(plan_json(plan), indent=2))
     elif args.gcloud:

@@ -24,7 +24,6 @@ from cloudevents.http import CloudEvent
 from functions import handlers, logs
 from functions.controller import Controller
 from functions.gcs import Conflict
-from functions.ledger import Ledger
 from functions.lifecycle import JobSnapshot
 from trainctl.context import cli_settings
 
@@ -96,6 +95,9 @@ class MemoryGcs:
     def names(self, bucket: str, prefix: str) -> list[str]:
         return [n for b, n in self.objects if b == bucket and n.startswith(prefix)]
 
+    def any_under(self, bucket: str, prefix: str) -> bool:
+        return bool(self.names(bucket, prefix))
+
     def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
         """The dry run cannot see the user's data: the dataset preflight is skipped, and says so."""
         logs.info("dry run: the dataset is not checked; assumed to hold data", dataset=f"gs://{bucket}/{prefix}")
@@ -113,12 +115,9 @@ class PrintingPublisher:
 class PrintingVertex:
     parent = "projects/dry-run/locations/dry-run"
 
-    def find(self, key_hash: str, attempt: int) -> None:
-        return None
-
-    def create(self, custom_job: dict[str, Any], key_hash: str, job_attempt: int) -> JobSnapshot:
+    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]:
         logs.info("dry run: would create CustomJob", custom_job=custom_job)
-        return JobSnapshot(f"{self.parent}/customJobs/dry-run", "JOB_STATE_QUEUED")
+        return JobSnapshot(f"{self.parent}/customJobs/dry-run", "JOB_STATE_QUEUED"), False
 
     def get(self, name: str) -> None:
         return None
@@ -134,13 +133,7 @@ NO_AGE_LIMIT = 100 * 365 * 86400
 def dry_run_controller() -> Controller:
     settings = dataclasses.replace(cli_settings(), max_event_age=NO_AGE_LIMIT)
     gcs = MemoryGcs()
-    return Controller(
-        settings=settings,
-        ledger=Ledger(gcs, settings.control_bucket),  # type: ignore[arg-type]
-        gcs=gcs,  # type: ignore[arg-type]
-        publisher=PrintingPublisher(),  # type: ignore[arg-type]
-        vertex_factory=PrintingVertex,  # type: ignore[arg-type]
-    )
+    return Controller.from_settings(settings, gcs=gcs, publisher=PrintingPublisher(), vertex_factory=PrintingVertex)
 
 
 def run_replay(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import cold_start, controller_load, reconcile_scale
+from bench import cold_start, controller_load, reconcile_scale, reconcile_sweep
 from bench.report import record
 from bench.stack import Stack
 
@@ -46,3 +46,9 @@ def test_controller_load_submits_each_marker_once(stack, tmp_path):
 def test_reconcile_scale_ticks_with_and_without_history(stack, tmp_path):
     figures = figures_of(reconcile_scale, stack, tmp_path, "--active", "2", "--finished", "20", "--runs", "1")
     assert "ratio (with history / without)" in figures
+
+
+def test_reconcile_sweep_ticks_every_active_request_at_each_concurrency(stack, tmp_path):
+    figures = figures_of(reconcile_sweep, stack, tmp_path, "--active", "20", "--jobs", "2", "--concurrency", "1,4")
+    total = 20 + 2
+    assert set(figures) == {f"reconcile tick, {total:,} active, concurrency {c}" for c in (1, 4)}

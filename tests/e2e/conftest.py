@@ -19,6 +19,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
     assert started.returncode == 0, started.stdout + started.stderr
     stack_id = running.state.stack_id
     try:
+        running.land_shared_dataset()
         yield running
     finally:
         stopped = running.trainctl("local", "down")

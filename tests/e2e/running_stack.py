@@ -13,16 +13,19 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from functions.settings import env_names
+from local.fake_gcs import create_bucket
 from local.jobservice.client import job_service_client
 from local.stack_state import LOCAL_DIR_VAR, STACK_MARKER_VAR, StackState, read_state
 from tests.conftest import REPO_ROOT, TEST_IMAGE_MAP
-from tests.integration.deployment import FAKE_NODE_IMAGE
+from tests.integration.deployment import DATA_SHARD, FAKE_NODE_IMAGE, SHARED_DATA_BUCKET
 
 VENV_BIN = Path(sys.executable).parent
 # What a marker under gs://<data bucket>/fake/ starts: the test image, quick, with metrics.
@@ -72,6 +75,19 @@ class RunningStack:
         state = read_state(self.local_dir)
         assert state is not None, f"no stack recorded in {self.local_dir}"
         return state
+
+    def land_shared_dataset(self) -> None:
+        """The dataset fake-node requests name (tests/integration/deployment.SHARED_DATASET), in this stack's
+        Cloud Storage: admission refuses a dataset with no data in it."""
+        url = self.state.storage_url
+        create_bucket(url, self.state.project, SHARED_DATA_BUCKET)
+        name = urllib.parse.quote("whatever/part-0.csv", safe="")
+        upload = urllib.request.Request(
+            f"{url.rstrip('/')}/upload/storage/v1/b/{SHARED_DATA_BUCKET}/o?uploadType=media&name={name}",
+            data=DATA_SHARD.encode(),
+            method="POST",
+        )
+        urllib.request.urlopen(upload, timeout=30).close()
 
     def trainctl(self, *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
         return run(["trainctl", *args], self.env, timeout)

@@ -34,6 +34,7 @@ def test_ctrl_c_stops_the_stack_and_the_jobs_it_runs(tmp_path: Path):
     try:
         assert wait_until(lambda: read_state(stack.local_dir) is not None or up.poll() is not None, timeout=120)
         state = stack.state
+        stack.land_shared_dataset()
         request = tmp_path / "long.yaml"
         request.write_text(yaml.safe_dump(fake_node_request("runs-until-stopped", "--sleep", "600")))
         assert stack.trainctl("submit", str(request)).returncode == 0

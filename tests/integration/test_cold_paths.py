@@ -21,7 +21,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("google.cloud.aip
 
 
 def test_a_shard_and_a_duplicate_leave_the_vertex_client_unimported(deployment, tmp_path):
-    marker = deployment.upload("churn/cold/_SUCCESS")
+    marker = deployment.upload_marker("churn/cold/")
     assert deployment.post("on_dataset_upload", deployment.storage_event(marker)) == 200  # the first delivery
     events = []
     for blob in (deployment.upload("churn/cold/part-0001.csv", "a,y\n1,0\n"), marker):

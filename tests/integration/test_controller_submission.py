@@ -11,13 +11,9 @@ from cloudevents.http import CloudEvent
 
 from functions import handlers
 from functions.controller import Controller
-from functions.gcs import Gcs
-from functions.ledger import Ledger
-from functions.publisher import EventPublisher
 from functions.settings import Settings
 from functions.vertex import VertexJobs
 from local.jobservice.client import wait_for_state
-from local.names import LOCAL_PROJECT
 from tests.integration.deployment import fake_node_request
 from tests.integration.test_controller_intake import jobs_with_key
 
@@ -102,18 +98,11 @@ def test_a_crash_after_create_is_adopted_by_the_redelivery(deployment, job_clien
         def __init__(self):
             self.__dict__ = vertex.__dict__
 
-        def create(self, *args, **kwargs):
-            vertex.create(*args, **kwargs)
+        def find_or_create(self, *args, **kwargs):
+            vertex.find_or_create(*args, **kwargs)
             raise Crash("the function process died here")
 
-    gcs = Gcs(LOCAL_PROJECT)
-    crashing = Controller(
-        settings=settings,
-        ledger=Ledger(gcs, settings.control_bucket),
-        gcs=gcs,
-        publisher=EventPublisher(settings.project, settings.events_topic, "test"),
-        vertex_factory=CrashingVertex,
-    )
+    crashing = Controller.from_settings(settings, vertex_factory=CrashingVertex)
     push_headers, push_body = deployment.push_body(_json(fake_node_request("crash-1")), "msg-crash-1")
     event = CloudEvent(
         {

@@ -15,11 +15,7 @@ import pytest
 
 from functions import deadline
 from functions.controller import Controller
-from functions.gcs import Gcs
-from functions.ledger import Ledger
-from functions.publisher import EventPublisher
 from functions.settings import Settings
-from functions.vertex import VertexJobs
 from tests.integration.deployment import Deployment, fake_node_request
 from tests.integration.test_controller_intake import jobs_with_key
 
@@ -64,14 +60,7 @@ def test_a_reconcile_tick_defers_what_it_has_no_time_for(deployment):
     for i in range(2):
         assert deployment.request(fake_node_request(f"deferred-{i}")) == 200
     settings = Settings.from_env(deployment.settings_env())
-    gcs = Gcs(settings.project)
-    controller = Controller(
-        settings=settings,
-        ledger=Ledger(gcs, settings.control_bucket),
-        gcs=gcs,
-        publisher=EventPublisher(settings.project, settings.events_topic, "//trainctl/tests"),
-        vertex_factory=lambda: VertexJobs(settings.project, settings.region, settings.vertex_endpoint),
-    )
+    controller = Controller.from_settings(settings)
     active = len(controller.ledger.active())
     assert active >= 2
     with deadline.handler_deadline(12):  # 9 s left: less than a record's observation may take

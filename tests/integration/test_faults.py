@@ -16,7 +16,6 @@ from collections import Counter
 
 import pytest
 
-from functions.controller import OUTBOX_GRACE
 from local.fake_gcs import start_fake_gcs
 from local.functions_host import start_function
 from local.jobservice.client import wait_for_state
@@ -27,6 +26,7 @@ from tests.integration.deployment import Deployment, fake_node_request
 from tests.integration.test_controller_intake import jobs_with_key
 
 METRICS = '{"val_accuracy": 0.5}'
+OUTBOX_GRACE = 2  # seconds (TRAINCTL_OUTBOX_GRACE; 8 s deployed): the tests wait it out instead of 9 s
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def own_deployment(tmp_path, jobservice):
 
     def deploy(jobservice_address: str = jobservice.address) -> Deployment:
         deployed = Deployment(uuid.uuid4().hex[:8], jobservice_address)
-        deployed.create(tmp_path / f"functions-{len(started)}")
+        deployed.create(tmp_path / f"functions-{len(started)}", TRAINCTL_OUTBOX_GRACE=str(OUTBOX_GRACE))
         started.append(deployed)
         return deployed
 
@@ -68,7 +68,7 @@ def test_pubsub_down_while_publishing_submitted_is_published_once_by_the_redeliv
         assert record["state"] == "submitted" and len(record["outbox"]) == 1
         emulator = start_pubsub_emulator(LOCAL_PROJECT, tmp_path / "pubsub", port=int(emulator.host.split(":")[1]))
         _recreate(deployment, events)
-        time.sleep(OUTBOX_GRACE.total_seconds() + 1)  # Pub/Sub redelivers after ≥ 10 s
+        time.sleep(OUTBOX_GRACE + 1)  # a redelivery comes after the grace (Pub/Sub's backoff is ≥ 10 s)
         assert deployment.post("on_job_request", push) == 200
         published = events.drain()
         submitted = [(e, a) for e, a in published if e.request_id == "pubsub-down-1" and e.state == "submitted"]
@@ -104,7 +104,7 @@ def test_a_terminal_event_left_in_the_outbox_is_published_even_when_the_job_is_o
         emulator = start_pubsub_emulator(LOCAL_PROJECT, tmp_path / "pubsub", port=int(emulator.host.split(":")[1]))
         _recreate(deployment, events)
         deployment.reconcile()  # within the grace: the event is left to its (dead) handler, the request stays active
-        time.sleep(OUTBOX_GRACE.total_seconds() + 1)
+        time.sleep(OUTBOX_GRACE + 1)
         deployment.reconcile()
         assert deployment.record("request:outbox-final-1")["outbox"] == []
         assert Counter(events.states("outbox-final-1")) == {"accepted": 1, "submitted": 1, "running": 1, "succeeded": 1}

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from functions.controller import Controller
 from functions.gcs import Gcs
+from functions.keys import key_hash
 from functions.ledger import Ledger
 from functions.lifecycle import Record
-from functions.planning import key_hash
-from functions.publisher import EventPublisher
 from functions.settings import Settings
-from functions.vertex import VertexJobs
 from local.jobservice.client import wait_for_state
 from tests.integration.deployment import fake_node_request
 
@@ -34,14 +32,7 @@ class LedgerChangedAfterEachFirstRead(Ledger):
 
 def observer(deployment, ledger_type: type[Ledger]) -> Controller:
     settings = Settings.from_env(deployment.settings_env())
-    gcs = Gcs(settings.project)
-    return Controller(
-        settings=settings,
-        ledger=ledger_type(gcs, settings.control_bucket),
-        gcs=gcs,
-        publisher=EventPublisher(settings.project, settings.events_topic, "//trainctl/tests"),
-        vertex_factory=lambda: VertexJobs(settings.project, settings.region, settings.vertex_endpoint),
-    )
+    return Controller.from_settings(settings, ledger=ledger_type(Gcs(settings.project), settings.control_bucket))
 
 
 def test_an_observer_whose_record_changed_meanwhile_reads_it_again_and_reports_once(deployment, job_client):

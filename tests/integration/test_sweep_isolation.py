@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from functions.planning import key_hash
+from functions.keys import key_hash
 from functions.settings import Settings
 from functions.vertex import VertexJobs
 from tests.integration.deployment import fake_node_request
@@ -49,3 +49,18 @@ def _wait_until_ended(job_client, request_key: str) -> list:
             return jobs
         time.sleep(0.5)
     raise AssertionError(f"the job of {request_key} did not end")
+
+
+def test_a_concurrent_sweep_reports_each_state_change_once(deployment, job_client):
+    """Issue 16 item 6: a tick observes records side by side (settings.reconcile_concurrency); every request
+    whose job ended in between still gets exactly one `running` and one `succeeded`."""
+    events = deployment.events()
+    ids = [f"swept-{i}" for i in range(6)]
+    for request_id in ids:
+        assert deployment.request(fake_node_request(request_id, "--sleep", "0.2")) == 200
+    for request_id in ids:
+        _wait_until_ended(job_client, f"request:{request_id}")
+    for _ in range(2):
+        deployment.reconcile()
+    for request_id in ids:
+        assert events.states(request_id) == ["accepted", "submitted", "running", "succeeded"], request_id

@@ -1,7 +1,7 @@
 """Which adapter methods each Cloud Function can reach: a static call graph over functions/*.py.
 
 Calls are resolved the way a reader would: module functions by name and import, methods through the
-receiver's annotated type (parameters, dataclass fields, `self.x = <typed value>` in __init__, return
+receiver's annotated type (parameters, dataclass fields, `self.x = <typed value>` in __init__ or __post_init__, return
 annotations, `a or b`). A nested function's body counts as part of the function it is nested in. Adapter
 classes are leaves: a call into them is recorded as a site (caller, method) and not followed further.
 """
@@ -36,8 +36,12 @@ class Site:
 
 
 class CallGraph:
-    def __init__(self, adapters: set[str], directory: Path = FUNCTIONS_DIR):
+    def __init__(
+        self, adapters: set[str], ports: dict[str, str] | None = None, directory: Path = FUNCTIONS_DIR
+    ) -> None:
+        """`ports`: Protocol class → the adapter implementing it in the deployed functions (functions/ports.py)."""
         self.adapters = adapters
+        self.ports = ports or {}
         self.imports: dict[str, dict[str, str]] = {}
         self.functions: dict[str, ast.FunctionDef] = {}
         self.owner: dict[str, str] = {}  # function qualname -> its class qualname
@@ -86,16 +90,17 @@ class CallGraph:
     def _attribute_types(self, qualname: str, info: ClassInfo) -> None:
         for name, annotation in info.annotations.items():
             info.attributes[name] = self.annotation_types(annotation, self.module_of[qualname])
-        init = info.methods.get("__init__")
-        if init is None:
-            return
-        env = self._environment(f"{qualname}.__init__")
-        for node in ast.walk(init):
-            if isinstance(node, ast.Assign):
-                for target in node.targets:
-                    if _is_self_attribute(target):
-                        types = self.expression_types(node.value, env, f"{qualname}.__init__")
-                        info.attributes.setdefault(target.attr, set()).update(types)
+        for method in ("__init__", "__post_init__"):  # a dataclass sets its derived attributes in the latter
+            init = info.methods.get(method)
+            if init is None:
+                continue
+            env = self._environment(f"{qualname}.{method}")
+            for node in ast.walk(init):
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if _is_self_attribute(target):
+                            types = self.expression_types(node.value, env, f"{qualname}.{method}")
+                            info.attributes.setdefault(target.attr, set()).update(types)
 
     # ---- types ----------------------------------------------------------------------------------------
 
@@ -116,7 +121,9 @@ class CallGraph:
         for node in ast.walk(annotation):
             if isinstance(node, ast.Name):
                 target = self.resolve_name(node.id, module)
-                if target in self.classes:
+                if target in self.ports:
+                    found.add(self.ports[target])
+                elif target in self.classes:
                     found.add(target)
         return found
 
@@ -190,7 +197,8 @@ class CallGraph:
         return found
 
     def edges(self, qualname: str) -> Iterator[str]:
-        """Every function this one calls, properties it reads included; constructors as Class.__init__."""
+        """Every function this one calls, properties it reads and methods it passes on included; constructors as
+        Class.__init__."""
         env = self._environment(qualname)
         for node in ast.walk(self.functions[qualname]):
             if isinstance(node, ast.Call):
@@ -201,8 +209,10 @@ class CallGraph:
                     else:
                         yield target
             elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Store):
+                # A property read is a call; so, conservatively, is a method passed on as a value (to a thread
+                # pool, say): whoever receives it may call it.
                 for cls in self.expression_types(node.value, env, qualname):
-                    if node.attr in self.classes[cls].properties:
+                    if node.attr in self.classes[cls].properties or node.attr in self.classes[cls].methods:
                         yield f"{cls}.{node.attr}"
 
     def adapter_of(self, qualname: str) -> str | None:

@@ -6,9 +6,10 @@ import re
 
 from tfconfig import TERRAFORM_DIR, block, dynamic_block
 
+import functions.main
 from bench.function_tiers import VCPU_OF_MEMORY
 
-FUNCTIONS = {"on_dataset_upload", "on_job_request", "on_job_state", "reconcile"}
+FUNCTIONS = set(functions.main.__all__)
 
 
 def test_the_four_entry_points_are_deployed_by_one_resource(tf):

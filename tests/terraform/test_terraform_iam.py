@@ -6,6 +6,8 @@ import re
 
 from tfconfig import TERRAFORM_DIR, block, strings
 
+import functions.main
+
 PRIMITIVE_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
 IAM_MEMBER_KINDS = (
     "google_project_iam_member",
@@ -87,7 +89,7 @@ def test_service_account_ids_fit_iam_limits_with_the_longest_prefix(tf):
 
 def test_every_function_may_submit_as_the_trainer_and_nothing_more(tf):
     # The intake functions submit; on_job_state and reconcile resubmit preempted jobs.
-    assert set(tf.locals["functions"]) == {"on_dataset_upload", "on_job_request", "on_job_state", "reconcile"}
+    assert set(tf.locals["functions"]) == set(functions.main.__all__)
     act_as = tf.resource("google_service_account_iam_member", "function_acts_as_trainer")
     assert act_as["for_each"] == "${local.functions}"
     assert act_as["service_account_id"] == "${google_service_account.trainer.name}"

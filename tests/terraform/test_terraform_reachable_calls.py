@@ -13,6 +13,8 @@ import ast
 import pytest
 from reachable_calls import FUNCTIONS_DIR, CallGraph, Site
 
+import functions.main
+
 GCS = "functions.gcs.Gcs"
 PUBLISHER = "functions.publisher.EventPublisher"
 
@@ -44,13 +46,13 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     # Trigger templates (gs:// in trigger_rules) are kept in the control bucket (terraform/README.md).
     ("functions.handlers._template", "read"): frozenset({"control"}),
     # metrics.json under output_dir, which the guardrails keep in the allowed output bucket: control.
-    ("functions.controller.Controller._metrics", "read"): frozenset({"control"}),
+    ("functions.observation.Observation._metrics", "read"): frozenset({"control"}),
     # The trainer's failure note, under the run's model_dir.
-    ("functions.controller.Controller._diagnose", "read"): frozenset({"control"}),
+    ("functions.observation.Observation._diagnose", "read"): frozenset({"control"}),
     # Diagnosis lists the dataset (data) and the run's output folder (control).
-    ("functions.controller.Controller._diagnose", "any_under"): frozenset({"data", "control"}),
+    ("functions.observation.Observation._diagnose", "any_under"): frozenset({"data", "control"}),
     # Admission's preflight lists the request's dataset.
-    ("functions.controller.Controller._dataset_problem", "objects_under"): frozenset({"data"}),
+    ("functions.submission.Submission._dataset_problem", "objects_under"): frozenset({"data"}),
 }
 
 # The storage and Pub/Sub permissions of the roles Terraform grants the functions
@@ -84,7 +86,7 @@ def entry_points() -> list[str]:
 
 @pytest.fixture(scope="module")
 def graph() -> CallGraph:
-    return CallGraph({GCS, PUBLISHER})
+    return CallGraph({GCS, PUBLISHER}, ports={"functions.ports.Storage": GCS, "functions.ports.Events": PUBLISHER})
 
 
 def site_resources(site: Site, graph: CallGraph) -> frozenset[str]:
@@ -161,15 +163,15 @@ def test_the_call_graph_sees_every_adapter_call(graph):
 
 def test_the_call_graph_finds_known_paths(graph):
     """The graph is not vacuous: the ledger's writes and the failure diagnosis are reached where expected."""
-    assert set(entry_points()) == {"on_dataset_upload", "on_job_request", "on_job_state", "reconcile"}
+    assert set(entry_points()) == set(functions.main.__all__)
     sites = graph.reachable_sites("functions.main.on_job_request")
     assert Site("functions.ledger.Ledger.create", GCS, "write") in sites
-    assert Site("functions.controller.Controller._diagnose", GCS, "any_under") in graph.reachable_sites(
+    assert Site("functions.observation.Observation._diagnose", GCS, "any_under") in graph.reachable_sites(
         "functions.main.reconcile"
     )
 
 
-@pytest.mark.parametrize("function", ["on_dataset_upload", "on_job_request", "on_job_state", "reconcile"])
+@pytest.mark.parametrize("function", functions.main.__all__)
 def test_each_function_is_granted_every_call_it_can_reach(tf, graph, function):
     """Guards issue 12 point 11: on_job_state and reconcile list the dataset when they diagnose a user failure,
     and the intake functions read it at admission; a call without its grant is a 403 in the cloud only."""

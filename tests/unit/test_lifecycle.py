@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.controller import artifacts
 from functions.lifecycle import JobSnapshot, Record, decide_on_existing, job_ref, observe
+from functions.submission import artifacts
 from schemas.events import CostEstimate
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

@@ -7,7 +7,8 @@ import json
 import pytest
 from google.cloud.aiplatform_v1 import CustomJob
 
-from functions.planning import REDUCTION_SERVER_BUCKET_CAP_MB, key_hash, plan_custom_job
+from functions.keys import key_hash
+from functions.planning import REDUCTION_SERVER_BUCKET_CAP_MB, plan_custom_job
 from tests.unit.conftest import make_request
 
 KEY = "request:churn-1"

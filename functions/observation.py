@@ -1,0 +1,201 @@
+"""Observation: bring a request's record up to date with its job — from a log line (`on_job_state`) or from
+the sweep over every active request (`reconcile`, the source of truth) — publishing each change once.
+
+The decisions are lifecycle.observe's (pure); this module reads the job, loads what a decision asks for
+(metrics.json, the cause of a user failure), saves the record, cancels or resubmits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import random
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from functions import deadline, logs
+from functions.errors import Transient
+from functions.gcs import Conflict
+from functions.ledger import Ledger
+from functions.lifecycle import JobSnapshot, Record, job_ref, observe
+from functions.outbox import Outbox
+from functions.ports import Jobs, Storage
+from functions.settings import Settings
+from functions.submission import Submission
+from schemas.request import TrainingJobRequest
+from schemas.rules import split_gs_uri
+
+MAX_METRICS_BYTES = 1024 * 1024
+# A reconcile tick starts observing a record only with at least this much of its deadline left; the records it
+# does not reach are the next tick's (every record is visited in a fresh order, so none is always last).
+MIN_OBSERVE_SECONDS = 10.0
+# What the trainer leaves in its model folder when it fails (trainer/outputs.py; the trainer is configured
+# only by its command line, so the name is agreed here rather than imported).
+FAILURE_NOTE = "failure.json"
+
+
+@dataclass
+class Observation:
+    settings: Settings
+    ledger: Ledger
+    gcs: Storage
+    jobs: Jobs
+    outbox: Outbox
+    submission: Submission  # a claimed record whose lease ran out, or a failure worth another attempt
+    clock: Callable[[], datetime]
+    owner: str
+
+    def observe_job(self, job_id: str) -> str:
+        """A job's service log line arrived: bring its record up to date."""
+        job = self.jobs.get(f"{self.jobs.parent}/customJobs/{job_id}")
+        khash = (job.labels or {}).get("trainctl-key") if job else None
+        if khash is None:
+            logs.info("not a trainctl job; ignored", job_id=job_id)
+            return "ignored"
+        return self.observe_record(khash)
+
+    def observe_record(self, khash: str) -> str:
+        # on_job_state and reconcile observe the same jobs: when another one changed the record after we read
+        # it, our compare-and-swap fails before anything was published or done; look again at the new record.
+        for _ in range(5):
+            try:
+                return self._observe_record_once(khash)
+            except Conflict:
+                logs.info("the ledger record changed while observing it; reading it again", key_hash=khash)
+        raise Transient(f"the ledger record {khash} kept changing while it was observed")
+
+    def _observe_record_once(self, khash: str) -> str:
+        found = self.ledger.read(khash)
+        if found is None:
+            self.ledger.mark_inactive(khash)
+            return "missing"
+        record, generation = found
+        with logs.request_context(record.request_id), _tagged(record.request_id):
+            record, generation = self.outbox.flush_stale(record, generation)
+            now = self.clock()
+            if record.final:
+                self.outbox.retire_when_done(record)
+                return record.state
+            if record.state == "claimed":
+                if record.lease_live(now) or (record.not_before and record.not_before > now):
+                    return "claimed"
+                generation = self.submission.claim(record, generation)
+                return self.submission.submit(record, generation)
+            return self._observe_submitted(record, generation, now)
+
+    def _observe_submitted(self, record: Record, generation: int, now: datetime) -> str:
+        assert record.job_name is not None
+        job = self.jobs.get(record.job_name)
+        ref = job_ref(record.job_name, self.settings.region, self.settings.project)
+        if job is None:
+            job = JobSnapshot(record.job_name, "JOB_STATE_FAILED", 13, "the job no longer exists in Vertex AI")
+        max_pending = _max_pending(record)
+        before = record.model_dump()
+        transition = observe(record, job, ref, now, max_pending, metrics=None)
+        if transition.action == "load_metrics":
+            transition = observe(record, job, ref, now, max_pending, self._metrics(record))
+        elif transition.action == "diagnose":
+            transition = observe(record, job, ref, now, max_pending, None, self._diagnose(record))
+        if record.model_dump() == before:
+            if transition.action == "cancel":
+                self.jobs.cancel(job.name)
+            return record.state
+        mine = record.add_events(transition.events)
+        if transition.action == "resubmit":
+            record.owner = self.owner
+            record.lease_until = now + timedelta(seconds=self.settings.lease)
+        generation = self.outbox.save(record, generation)
+        if transition.action == "cancel":
+            self.jobs.cancel(job.name)
+        record, generation = self.outbox.flush(record, generation, mine)
+        self.outbox.retire_when_done(record)
+        if transition.action == "resubmit":
+            return self.submission.submit(record, generation)
+        return record.state
+
+    def _metrics(self, record: Record) -> dict[str, Any]:
+        bucket, name = split_gs_uri(record.artifacts.metrics_uri)
+        found = self.gcs.read(bucket, name)
+        if found is None:
+            return {}
+        try:
+            metrics = json.loads(found[0][:MAX_METRICS_BYTES])
+        except ValueError:
+            logs.warning("metrics.json is not JSON; reported without metrics", uri=record.artifacts.metrics_uri)
+            return {}
+        return metrics if isinstance(metrics, dict) else {}
+
+    def _diagnose(self, record: Record) -> str:
+        """Why a job failed by the user's hand, in words that name the path: the trainer's own note when it
+        could write one, else what is missing (the dataset, or any output at all)."""
+        bucket, name = split_gs_uri(record.artifacts.model_dir + FAILURE_NOTE)
+        found = self.gcs.read(bucket, name)
+        if found is not None:
+            try:
+                return f"The trainer reported: {json.loads(found[0])['error']}"
+            except (ValueError, KeyError, TypeError):
+                pass
+        dataset = record.request["dataset"]["uri"]
+        bucket, prefix = split_gs_uri(dataset)
+        if not self.gcs.any_under(bucket, prefix):
+            return f"The dataset {dataset} has no objects."
+        output = record.artifacts.model_dir.removesuffix("model/")
+        bucket, prefix = split_gs_uri(output)
+        if not self.gcs.any_under(bucket, prefix):
+            return f"Nothing was written under {output}: can the job's service account write there?"
+        return ""
+
+    def reconcile(self) -> dict[str, int]:
+        """The sweep that never misses: every active request, `settings.reconcile_concurrency` at a time.
+        Whatever goes wrong with one record (a dependency down, a permission missing, a corrupt record) is
+        logged and counted, and the sweep goes on; records it has no time left for are counted as deferred,
+        for the next tick."""
+        keys = self.ledger.active()
+        random.shuffle(keys)  # so that no record is always last
+        summary = {"active": 0, "errors": 0}
+        with ThreadPoolExecutor(self.settings.reconcile_concurrency, thread_name_prefix="reconcile") as pool:
+            # Each record is observed in a copy of this context: the deadline and the log fields go along.
+            outcomes = pool.map(lambda khash: contextvars.copy_context().run(self._sweep_one, khash), keys)
+            for outcome in outcomes:
+                if outcome != "deferred":
+                    summary["active"] += 1
+                summary[outcome] = summary.get(outcome, 0) + 1
+        if deferred := summary.get("deferred"):
+            logs.warning(f"reconcile ran out of time; {deferred} records wait for the next tick")
+        return summary
+
+    def _sweep_one(self, khash: str) -> str:
+        """One record's outcome in the sweep: its state, "errors", or "deferred" when no time is left."""
+        if not deadline.allows(MIN_OBSERVE_SECONDS):
+            return "deferred"
+        try:
+            return self.observe_record(khash)
+        except Exception as exc:  # one record must never stop the sweep
+            logs.error(
+                f"reconcile could not bring {khash} up to date: {type(exc).__name__}: {exc}",
+                request_id=getattr(exc, "trainctl_request_id", None),
+                key_hash=khash,
+                transient=isinstance(exc, Transient),
+            )
+            return "errors"
+
+
+def _max_pending(record: Record) -> int:
+    """The request's max_pending, kept on the record; records written before it was kept have only the request."""
+    if record.max_pending is not None:
+        return record.max_pending
+    return TrainingJobRequest.model_validate(record.request).scheduling.max_pending
+
+
+@contextlib.contextmanager
+def _tagged(request_id: str) -> Iterator[None]:
+    """Exceptions leaving the block carry the request id, for the log line of whoever catches them."""
+    try:
+        yield
+    except Exception as exc:
+        exc.trainctl_request_id = request_id  # type: ignore[attr-defined]
+        raise

@@ -1,0 +1,42 @@
+"""What the controller's core needs of Cloud Storage, Pub/Sub and Vertex: the adapters' shapes as Protocols,
+so that each adapter (functions/gcs.py, publisher.py, vertex.py) and trainctl replay's in-memory stand-ins are
+checked against the same interface by the type checker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from functions.lifecycle import JobSnapshot
+from schemas.events import JobEvent
+
+
+class Storage(Protocol):
+    def read(self, bucket: str, name: str, generation: int | None = None) -> tuple[bytes, int] | None: ...
+
+    def write(self, bucket: str, name: str, data: bytes | str, if_generation_match: int) -> int: ...
+
+    def delete(self, bucket: str, name: str) -> None: ...
+
+    def names(self, bucket: str, prefix: str) -> list[str]: ...
+
+    def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]: ...
+
+    def any_under(self, bucket: str, prefix: str) -> bool: ...
+
+
+class Events(Protocol):
+    source: str
+
+    def publish(self, event: JobEvent) -> str: ...
+
+
+class Jobs(Protocol):
+    @property
+    def parent(self) -> str: ...
+
+    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]: ...
+
+    def get(self, name: str) -> JobSnapshot | None: ...
+
+    def cancel(self, name: str) -> None: ...

@@ -1,0 +1,334 @@
+"""Submission: admit → plan → claim → submit, exactly once from at-least-once deliveries (DESIGN.md §4).
+
+The steps, in the order a new request takes them (each labelled below):
+  0. admit: guardrails and the dataset preflight, before anything is written;
+  1. claim: create the ledger record with if_generation_match=0 (CLAIMED, a lease), queue `accepted`;
+  2. a record that exists: duplicate, conflict, wait for a live claim, or take over an expired one;
+  3. find-or-create the job labelled with the key and attempt (functions/vertex.py, the one place);
+  4. record SUBMITTED and the job name (compare-and-swap), publish `submitted`.
+A crash at any point leaves a live lease (the redelivery waits) or a labelled job (adopted). Never two jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from functions import deadline, logs
+from functions.admission import admission_problems, dataset_problem
+from functions.errors import Transient
+from functions.failures import QUOTA_ADVICE, quota_metric
+from functions.gcs import Conflict, StorageError
+from functions.keys import key_hash
+from functions.ledger import Ledger
+from functions.lifecycle import Record, backoff, decide_on_existing, job_ref
+from functions.outbox import Outbox, whole_outbox
+from functions.planning import Plan, plan_custom_job
+from functions.ports import Events, Storage
+from functions.settings import Settings
+from functions.vertex import CallRejected, LazyJobs
+from schemas.errors import FieldError
+from schemas.events import (
+    Accepted,
+    Artifacts,
+    Duplicate,
+    Failed,
+    JobEvent,
+    Rejected,
+    Retrying,
+    Submitted,
+    Trigger,
+    cost_summary,
+)
+from schemas.request import TrainingJobRequest
+from schemas.rules import split_gs_uri
+
+
+def spec_hash(request: TrainingJobRequest) -> str:
+    canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def artifacts(output_dir: str) -> Artifacts:
+    return Artifacts(
+        model_dir=f"{output_dir}model/",
+        metrics_uri=f"{output_dir}model/metrics.json",
+        checkpoint_dir=f"{output_dir}checkpoints/",
+        tensorboard_dir=f"{output_dir}logs/",
+    )
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One arrival of a request: what triggered it, the arrival's id and time (for per-delivery events)."""
+
+    trigger: Trigger
+    event_id: str
+    time: datetime
+
+
+@dataclass
+class Submission:
+    settings: Settings
+    ledger: Ledger
+    gcs: Storage
+    publisher: Events
+    jobs: LazyJobs
+    outbox: Outbox
+    clock: Callable[[], datetime]
+    owner: str
+
+    def reject(
+        self, request_id: str, key: str, delivery: Delivery, errors: list[str], message: str, reason: str = "invalid"
+    ) -> str:
+        """Publish `rejected` for input that will never become valid; nothing is written to the ledger."""
+        logs.warning(message, errors=errors, request_key=key)
+        self.publisher.publish(
+            Rejected(
+                request_id=request_id,
+                request_key=key,
+                time=delivery.time,
+                message=message,
+                trigger=delivery.trigger,
+                delivery=delivery.event_id,
+                reason=reason,
+                errors=errors,
+            )
+        )
+        return "rejected"
+
+    def handle_request(self, request: TrainingJobRequest, key: str, explicit_id: bool, delivery: Delivery) -> str:
+        """Admit, plan and submit one request exactly once; returns what happened in a word."""
+        plan = plan_custom_job(request, self.settings, key)
+        # Step 0: admit.
+        problems = admission_problems(request, self.settings, plan.cost, plan.output_dir)
+        if problems:
+            return self.reject(
+                request.request_id, key, delivery, [str(p) for p in problems], "the request breaks a guardrail"
+            )
+        digest = spec_hash(request)
+        found = self.ledger.read(key_hash(key))
+        if found is None:
+            if (problem := self._dataset_problem(request)) is not None:
+                return self.reject(request.request_id, key, delivery, [str(problem)], "the dataset holds no data")
+            self.jobs.prepare()
+            # Step 1: claim.
+            record = self._new_record(request, key, explicit_id, delivery, plan, digest)
+            try:
+                generation = self.ledger.create(record)
+            except Conflict:
+                found = self.ledger.read(key_hash(key))
+                if found is None:
+                    raise Transient("the ledger record vanished between create and read") from None
+            else:
+                logs.info("claimed", request_key=key, owner=self.owner)
+                self.ledger.mark_active(record.key_hash)
+                record, generation = self.outbox.flush(record, generation, whole_outbox(record))
+                return self.submit(record, generation, plan)
+        # Step 2: the record exists.
+        return self._handle_existing(found, digest, delivery)
+
+    def _dataset_problem(self, request: TrainingJobRequest) -> FieldError | None:
+        """Preflight of a new request's dataset (issue 12 point 17): it exists, holds data and can be read."""
+        uri = request.dataset.uri
+        if not uri.startswith("gs://"):
+            return None  # file:// in local mode: the nodes read it where the controller runs
+        bucket, prefix = split_gs_uri(uri)
+        try:
+            return dataset_problem(uri, self.gcs.objects_under(bucket, prefix), self.settings.marker_names)
+        except StorageError as exc:
+            return FieldError(
+                "dataset.uri",
+                f"{uri} cannot be read by trainctl's controller (Cloud Storage answered {exc.status}); "
+                f"its service account needs storage.objects.list on gs://{bucket}",
+            )
+
+    def _new_record(
+        self, request: TrainingJobRequest, key: str, explicit_id: bool, delivery: Delivery, plan: Plan, digest: str
+    ) -> Record:
+        now = self.clock()
+        record = Record(
+            key=key,
+            key_hash=key_hash(key),
+            request_id=request.request_id,
+            spec_hash=digest,
+            explicit_id=explicit_id,
+            request=request.model_dump(mode="json"),
+            trigger=delivery.trigger,
+            max_attempts=request.scheduling.max_attempts,
+            max_pending=request.scheduling.max_pending,
+            lease_until=now + timedelta(seconds=self.settings.lease),
+            owner=self.owner,
+            cost=plan.cost,
+            artifacts=artifacts(plan.output_dir),
+            created=now,
+            updated=now,
+        )
+        accepted = Accepted(
+            request_id=request.request_id,
+            request_key=key,
+            time=now,
+            message=f"accepted: {request.resources.total_gpus} GPUs on {request.resources.replica_count} node(s), "
+            f"{cost_summary(plan.cost)}; {plan.reduction_server.reason}",
+            trigger=delivery.trigger,
+            cost=plan.cost,
+        )
+        record.add_events([accepted])
+        return record
+
+    def _handle_existing(self, found: tuple[Record, int], digest: str, delivery: Delivery) -> str:
+        wait_until = self.clock() + timedelta(seconds=min(self.settings.claim_wait, self.settings.lease))
+        while True:
+            record, generation = found
+            decision = decide_on_existing(record, digest, self.clock())
+            if decision == "conflict":
+                return self.reject(
+                    record.request_id,
+                    record.key,
+                    delivery,
+                    [f"request_id: {record.request_id!r} was already used for a different request"],
+                    "request_id reused with a different spec; change the request_id to submit a new job",
+                )
+            if decision == "duplicate":
+                return self._duplicate(record, generation, delivery)
+            if decision == "take_over":
+                try:
+                    generation = self.claim(record, generation)
+                except Conflict:
+                    found = self.outbox.read(record.key_hash)
+                    continue
+                logs.info("took over an expired claim", request_key=record.key, owner=self.owner)
+                return self.submit(record, generation)
+            if self.clock() >= wait_until or not deadline.allows(1.0):
+                raise Transient(f"another delivery holds the claim on {record.key} until {record.lease_until}")
+            time.sleep(random.uniform(0.1, 0.4))
+            found = self.outbox.read(record.key_hash)
+
+    def _duplicate(self, record: Record, generation: int, delivery: Delivery) -> str:
+        logs.info("duplicate delivery; starts nothing", request_key=record.key, existing_state=record.state)
+        self.outbox.flush_stale(record, generation)
+        self.publisher.publish(
+            Duplicate(
+                request_id=record.request_id,
+                request_key=record.key,
+                attempt=record.attempt,
+                time=delivery.time,
+                message=f"already {record.state}; this delivery starts nothing",
+                trigger=delivery.trigger,
+                delivery=delivery.event_id,
+                job=job_ref(record.job_name, self.settings.region, self.settings.project) if record.job_name else None,
+                existing_state=record.state,
+            )
+        )
+        return "duplicate"
+
+    def claim(self, record: Record, generation: int) -> int:
+        """Take the record's claim (compare-and-swap from `generation`); the new generation."""
+        record.owner = self.owner
+        record.lease_until = self.clock() + timedelta(seconds=self.settings.lease)
+        return self.outbox.save(record, generation)
+
+    def _release(self, record: Record, generation: int) -> None:
+        """Give up the claim, so that the redelivery (or reconcile) takes over at once instead of waiting for
+        the lease to run out. Whoever does looks the job up by its labels first, so a create that took effect
+        after all is adopted, never made twice."""
+        record.owner = record.lease_until = None
+        with deadline.wrap_up(), contextlib.suppress(Exception):  # the lease runs out by itself if this fails
+            self.outbox.save(record, generation)
+
+    def submit(self, record: Record, generation: int, plan: Plan | None = None) -> str:
+        """Steps 3-4 for the claim this controller holds; `plan` when the caller has just made it."""
+        if plan is None:
+            request = TrainingJobRequest.model_validate(record.request)
+            plan = plan_custom_job(request, self.settings, record.key, record.attempt)
+        # Step 3: find or create the job.
+        try:
+            job, adopted = self.jobs.find_or_create(plan.custom_job, record.key_hash, record.attempt)
+        except CallRejected as exc:
+            return self._refused_by_vertex(record, generation, exc)
+        except Transient:
+            self._release(record, generation)
+            raise
+        if adopted:
+            logs.info("adopted the job an earlier delivery created", job=job.name)
+        # Step 4: record SUBMITTED, publish `submitted`.
+        now = self.clock()
+        record.state, record.job_name, record.job_state = "submitted", job.name, job.state
+        record.owner = record.lease_until = record.not_before = None
+        record.add_events(
+            [
+                Submitted(
+                    request_id=record.request_id,
+                    request_key=record.key,
+                    attempt=record.attempt,
+                    time=now,
+                    message=f"submitted {job.job_id} (attempt {record.attempt})",
+                    trigger=record.trigger,
+                    job=job_ref(job.name, self.settings.region, self.settings.project),
+                    cost=plan.cost,
+                    artifacts=record.artifacts,
+                    reduction_server_replicas=plan.reduction_server.replicas,
+                )
+            ]
+        )
+        try:
+            generation = self.outbox.save(record, generation)
+        except Conflict:
+            current, _ = self.outbox.read(record.key_hash)
+            if current.job_name != job.name:
+                raise Transient(f"lost the claim on {record.key} while submitting") from None
+            return "submitted"  # whoever took over adopted the same job and reports it
+        self.outbox.flush(record, generation, whole_outbox(record))
+        logs.info("submitted", job=job.name, attempt=record.attempt)
+        return "submitted"
+
+    def _refused_by_vertex(self, record: Record, generation: int, exc: CallRejected) -> str:
+        now = self.clock()
+        common = dict(request_id=record.request_id, request_key=record.key, attempt=record.attempt, time=now)
+        events: list[JobEvent]
+        if exc.reason == "quota" and record.attempt < record.max_attempts:
+            wait = backoff(record.attempt)
+            events = [
+                Retrying(
+                    **common,
+                    message=f"Vertex AI quota exceeded; trying again in {int(wait.total_seconds())} s: {exc.message}",
+                    trigger=record.trigger,
+                    reason="quota",
+                    max_attempts=record.max_attempts,
+                    quota_metric=quota_metric(exc.message),
+                )
+            ]
+            record.attempt += 1
+            record.owner, record.lease_until, record.not_before = None, None, now + wait
+        elif exc.reason == "quota":
+            record.state = "failed"
+            events = [
+                Failed(
+                    **common,
+                    message=f"Vertex AI quota exceeded: {exc.message} {QUOTA_ADVICE}",
+                    reason="quota",
+                    quota_metric=quota_metric(exc.message),
+                )
+            ]
+        else:
+            record.state = "rejected"
+            events = [
+                Rejected(
+                    **common,
+                    message="Vertex AI refused the job",
+                    trigger=record.trigger,
+                    reason=exc.reason,
+                    errors=[f"vertex: {exc.message}"],
+                )
+            ]
+        record.failure_reason, record.message = exc.reason, exc.message
+        record.add_events(events)
+        record, generation = self.outbox.flush(record, self.outbox.save(record, generation), whole_outbox(record))
+        self.outbox.retire_when_done(record)
+        return events[0].state

@@ -134,7 +134,10 @@ def trainer_run(data: str, epochs: int, out: Path) -> tuple[dict, dict]:
         raise RuntimeError("the trainer did not finish")
     torch.distributed.barrier()  # rank 0 has written model.pt
     metrics = json.loads((out / "model" / "metrics.json").read_text())
-    weights = torch.load(out / "model" / "model.pt", weights_only=True)["state_dict"]
+    # The last step's weights, as the hand-written loop ends with them: model.pt holds the best epoch's, which is
+    # the last one only when validation keeps improving.
+    last = max((out / "checkpoints").glob("step-*"))
+    weights = torch.load(last / "state.pt", weights_only=True)["model"]
     return metrics, weights
 
 

@@ -5,9 +5,10 @@ GPU run. Held here without a GPU by a backend that serves only (fake) CUDA tenso
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import re
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 import torch.distributed as dist
+from trainer_runs import process_env
 
 TRAINER = Path(__file__).resolve().parents[2] / "trainer"
 WORLD = 2
@@ -67,18 +69,21 @@ def _rank_program(rank: int, store_path: str, out_path: str) -> None:
 def test_every_collective_runs_on_the_groups_device_under_a_backend_that_refuses_cpu_tensors(tmp_path):
     """Guards issue 17 item 1: preprocessing statistics, stop/checkpoint agreement, evaluation sums, epoch loss
     and the across-ranks counts all reach a NCCL-like group on its device; a CPU tensor there would raise."""
-    context = multiprocessing.get_context("spawn")
     outs = [tmp_path / f"rank-{r}.json" for r in range(WORLD)]
     ranks = [
-        context.Process(target=_rank_program, args=(r, str(tmp_path / "store"), str(outs[r]))) for r in range(WORLD)
-    ]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join(timeout=120)
-        if process.is_alive():
+        subprocess.Popen(
+            [sys.executable, "-c", "from test_trainer_collectives import _rank_program; "
+             f"_rank_program({r}, {str(tmp_path / 'store')!r}, {str(outs[r])!r})"],
+            env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        for r in range(WORLD)
+    ]  # fmt: skip
+    try:
+        outputs = [process.communicate(timeout=120)[0].decode(errors="replace") for process in ranks]
+    finally:
+        for process in ranks:
             process.kill()
-    assert [p.exitcode for p in ranks] == [0, 0], "a rank failed; see its traceback above"
+    assert [p.returncode for p in ranks] == [0, 0], "\n".join(o[-3000:] for o in outputs)
 
     results = [json.loads(out.read_text()) for out in outs]
     for rank, result in enumerate(results):

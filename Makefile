@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(PY) bench/controller_load.py
 	$(PY) bench/reconcile_scale.py
 	$(PY) bench/reconcile_sweep.py
+	$(PY) bench/report_listing.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

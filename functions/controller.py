@@ -70,7 +70,8 @@ class Controller:
             settings=settings,
             ledger=ledger or Ledger(gcs, settings.control_bucket),
             gcs=gcs,
-            publisher=publisher or EventPublisher(settings.project, settings.events_topic, source),
+            publisher=publisher
+            or EventPublisher(settings.project, settings.events_topic, source, region=settings.region),
             vertex_factory=vertex_factory
             or (lambda: VertexJobs(settings.project, settings.region, settings.vertex_endpoint)),
         )

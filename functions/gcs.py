@@ -79,12 +79,23 @@ class Gcs:
             return None
         return response.content, int(response.headers["x-goog-generation"])
 
-    def write(self, bucket: str, name: str, data: bytes | str, if_generation_match: int) -> int:
-        """Write only if the object is at `if_generation_match` (0: does not exist); returns the new generation."""
+    def write(
+        self,
+        bucket: str,
+        name: str,
+        data: bytes | str,
+        if_generation_match: int,
+        custom_metadata: dict[str, str] | None = None,
+    ) -> int:
+        """Write only if the object is at `if_generation_match` (0: does not exist); returns the new generation.
+        `custom_metadata` is the object's own key/value metadata, which listings can return without a read."""
         content_type = "application/json" if name.endswith(".json") else "application/octet-stream"
         # A multipart upload, as the client library makes: fake-gcs-server ignores preconditions on media ones.
         boundary = f"trainctl-{random.getrandbits(64):016x}"
-        metadata = json.dumps({"name": name, "contentType": content_type})
+        resource: dict[str, Any] = {"name": name, "contentType": content_type}
+        if custom_metadata:
+            resource["metadata"] = custom_metadata
+        metadata = json.dumps(resource)
         body = b"".join(
             [
                 f"--{boundary}\r\ncontent-type: application/json; charset=UTF-8\r\n\r\n{metadata}\r\n".encode(),
@@ -121,6 +132,20 @@ class Gcs:
     def any_under(self, bucket: str, prefix: str) -> bool:
         """Whether any object's name starts with `prefix` (False for a missing bucket)."""
         return next(self.objects_under(bucket, prefix), None) is not None
+
+    def metadata_under(self, bucket: str, prefix: str, start_offset: str = "") -> Iterator[tuple[str, dict[str, str]]]:
+        """(name, custom metadata) of each object under `prefix` whose name sorts at or after `start_offset`,
+        1,000 to a page: a listing carries each object's metadata, so no object is read."""
+        url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"
+        params: dict[str, Any] = {"prefix": prefix, "maxResults": 1000, "fields": "items(name,metadata),nextPageToken"}
+        if start_offset:
+            params["startOffset"] = start_offset
+        while True:
+            listing = self._call("GET", url, params=params).json()
+            yield from ((item["name"], item.get("metadata") or {}) for item in listing.get("items", []))
+            if not listing.get("nextPageToken"):
+                return
+            params["pageToken"] = listing["nextPageToken"]
 
     def names(self, bucket: str, prefix: str) -> list[str]:
         url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"

@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -253,6 +254,15 @@ def job_state(cloud_event: Any, ctl: Controller | None = None) -> str:
 
 
 def reconcile_tick() -> dict[str, int]:
-    summary = controller().reconcile()
-    logs.info("reconciled", **summary)
+    from functions.monitoring_fields import RECONCILE_DURATION, RECONCILE_TICK_FAILED
+
+    started = time.monotonic()
+    try:
+        summary = controller().reconcile()
+    except Exception as exc:
+        # Cloud Monitoring counts failed ticks (terraform/monitoring.tf): one that never summed up counts too.
+        logs.error(f"reconcile tick failed: {type(exc).__name__}: {exc}", **{RECONCILE_TICK_FAILED: True})
+        raise
+    fields = {RECONCILE_DURATION: round(time.monotonic() - started, 3), RECONCILE_TICK_FAILED: summary["errors"] > 0}
+    logs.info("reconciled", **summary, **fields)
     return summary

@@ -5,17 +5,22 @@ Layout under the control bucket:
   ledger/<key hash>.json   the Record (never deleted: it is the audit trail and the duplicate detector)
   active/<key hash>        exists while the request is not final
   ids/<request id>         the key hash of the request that first used this id (for `trainctl status ID`)
+  history/<day>/<id>       one per finished request, its Outcome in the object's metadata (functions/history.py)
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from functions.gcs import Conflict
+from functions.history import METADATA_KEY, Outcome
 from functions.lifecycle import Record
 from functions.ports import Storage
 
 LEDGER_PREFIX = "ledger/"
 ACTIVE_PREFIX = "active/"
 IDS_PREFIX = "ids/"
+HISTORY_PREFIX = "history/"
 
 
 class Ledger:
@@ -65,6 +70,24 @@ class Ledger:
     def all_records(self) -> list[Record]:
         names = self._gcs.names(self.bucket, LEDGER_PREFIX)
         return [found[0] for name in names if (found := self.read(name.removeprefix(LEDGER_PREFIX)[: -len(".json")]))]
+
+    def record_outcome(self, outcome: Outcome, name: str) -> None:
+        """File a finished request under the day it finished; `name` is unique to it (its key hash, or the
+        rejected delivery's event id). Writing it again (a redelivery) keeps the first."""
+        day = f"{outcome.time.astimezone(UTC):%Y-%m-%d}"
+        try:
+            self._gcs.write(
+                self.bucket, f"{HISTORY_PREFIX}{day}/{name}", b"", 0, {METADATA_KEY: outcome.model_dump_json()}
+            )
+        except Conflict:
+            pass
+
+    def outcomes(self, since: datetime) -> list[Outcome]:
+        """Every request that finished at or after `since`, from the listing alone (no object is read)."""
+        first_day = f"{HISTORY_PREFIX}{since.astimezone(UTC):%Y-%m-%d}"
+        listing = self._gcs.metadata_under(self.bucket, HISTORY_PREFIX, first_day)
+        found = (Outcome.model_validate_json(meta[METADATA_KEY]) for _, meta in listing if METADATA_KEY in meta)
+        return [outcome for outcome in found if outcome.time >= since]
 
     @staticmethod
     def _name(record: Record) -> str:

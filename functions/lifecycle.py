@@ -23,6 +23,7 @@ from schemas.events import (
     Cancelled,
     CostEstimate,
     Failed,
+    FailureReason,
     JobEvent,
     JobRef,
     RequestState,
@@ -55,6 +56,7 @@ class Record(BaseModel):
     attempt: int = 1
     max_attempts: int = 1
     max_pending: int | None = Field(None, description="Seconds the job may wait to start (scheduling.max_pending).")
+    max_silence: int | None = Field(None, description="Seconds its progress may stand still (scheduling.max_silence).")
     lease_until: datetime | None = None
     owner: str | None = None
     not_before: datetime | None = None
@@ -69,6 +71,7 @@ class Record(BaseModel):
     updated: datetime
     outbox: list[dict[str, Any]] = Field(default_factory=list)
     published: list[str] = Field(default_factory=list)
+    sequence: int = Field(0, description="The last sequence number given to one of this request's events.")
 
     @property
     def final(self) -> bool:
@@ -78,10 +81,15 @@ class Record(BaseModel):
         return self.lease_until is not None and self.lease_until > now
 
     def add_events(self, events: list[JobEvent]) -> set[str]:
-        """Queue events not published or queued before (same ce-id), in order; the ce-ids queued."""
+        """Queue events not published or queued before (same ce-id), in order, each numbered after the last
+        (in the same compare-and-swap as the state change, so no two get one number); the ce-ids queued."""
         known = set(self.published) | {e.ce_id for e in self.outbox_events()}
         fresh = [e for e in events if e.ce_id not in known]
-        self.outbox.extend(e.model_dump(mode="json", exclude_none=True) for e in fresh)
+        for event in fresh:
+            self.sequence += 1
+            self.outbox.append(
+                event.model_copy(update={"sequence": self.sequence}).model_dump(mode="json", exclude_none=True)
+            )
         return {e.ce_id for e in fresh}
 
     def outbox_events(self) -> list[JobEvent]:
@@ -136,7 +144,7 @@ class Transition:
     """What an observation changes: events to queue and an action for the orchestrator."""
 
     events: list[JobEvent]
-    action: Literal["none", "cancel", "resubmit", "load_metrics", "diagnose"] = "none"
+    action: Literal["none", "cancel", "resubmit", "load_metrics", "diagnose", "load_progress"] = "none"
 
 
 def job_ref(name: str, region: str, project: str) -> JobRef:
@@ -174,12 +182,18 @@ def observe(
     max_pending: int,
     metrics: dict[str, Any] | None,
     diagnosis: str | None = None,
+    *,
+    max_silence: int | None = None,
+    progress: dict[str, Any] | None = None,
 ) -> Transition:
     """Fold one observation of the record's job into the record; pure apart from mutating `record`.
 
     `metrics` is None until the orchestrator has loaded metrics.json: a SUCCEEDED job first asks for it.
     `diagnosis` is None until the orchestrator has looked for the cause of a user failure (the trainer's
     failure note, a missing dataset, an output folder nothing reached): such a FAILED job first asks for it.
+    `progress` is None until the orchestrator has read the trainer's progress record ({} when there is none):
+    with a `max_silence`, a RUNNING job first asks for it, and one whose progress has not moved for longer is
+    hung — Vertex restarts only workers that exit, and a collective stuck forever never exits.
     """
     events: list[JobEvent] = []
     common = _common(record, job, ref, now, "")
@@ -219,9 +233,31 @@ def observe(
             return Transition(events, "cancel")
         return Transition(events)
     if job.state in VERTEX_RUNNING:
+        if record.stuck:
+            return Transition(events, "cancel")  # declared hung; the earlier cancel has not taken effect
+        if max_silence is not None and progress is None:
+            return Transition([], "load_progress")
         if record.state == "submitted":
             events.append(Running(**common | {"message": f"job {job.job_id} is running"}))
             record.state = "running"
+        silent = _silence(progress, now)
+        if max_silence is not None and silent is not None and silent > max_silence:
+            record.stuck, record.failure_reason = True, "hang"
+            step = progress.get("step") if progress else None
+            text = (
+                f"job {job.job_id} is RUNNING but its training has not advanced for {format_duration(int(silent))} "
+                f"(step {step}), longer than max_silence: a hang (a collective stuck on some rank); cancelling it"
+            )
+            events.append(
+                Stuck(
+                    **common | {"message": text},
+                    reason="hang",
+                    job_state=job.state,
+                    silent_seconds=int(silent),
+                    max_silence_seconds=max_silence,
+                )
+            )
+            return Transition(events, "cancel")
         return Transition(events)
     if job.state == "JOB_STATE_SUCCEEDED":
         if metrics is None:
@@ -251,17 +287,7 @@ def observe(
             # Vertex has already restarted the job itself (stockout: 3 times, Spot preemption: 6), so this is
             # the controller's own, later attempt.
             text = f"attempt {record.attempt} failed ({reason}) after Vertex's own retries: {job.error_message}"
-            events.append(
-                Retrying(
-                    **common | {"message": f"{text}; resubmitting"},
-                    reason=reason,
-                    max_attempts=record.max_attempts,
-                )
-            )
-            record.state, record.job_name, record.job_state = "claimed", None, None
-            record.attempt += 1
-            record.lease_until, record.not_before, record.stuck = None, now, False
-            return Transition(events, "resubmit")
+            return _resubmit(record, events, common, reason, text, now)
         record.state = "failed"
         advice = f" {QUOTA_ADVICE}" if reason == "quota" else ""
         events.append(
@@ -275,6 +301,21 @@ def observe(
         )
         return Transition(events)
     if job.state == "JOB_STATE_CANCELLED":
+        if record.stuck and record.failure_reason == "hang":
+            running_if_missed()
+            text = f"attempt {record.attempt} hung and was cancelled"
+            if record.attempt < record.max_attempts:
+                return _resubmit(record, events, common, "hang", f"{text}", now)
+            record.state, record.message = "failed", text
+            events.append(
+                Failed(
+                    **common | {"message": f"job {job.job_id} failed (hang): {text}; no attempts left"},
+                    reason="hang",
+                    artifacts=record.artifacts,
+                    duration_seconds=_duration(job),
+                )
+            )
+            return Transition(events)
         record.state = "cancelled"
         stuck_reason = (
             record.failure_reason if record.stuck and record.failure_reason in ("quota", "capacity") else None
@@ -289,6 +330,29 @@ def observe(
         )
         return Transition(events)
     return Transition(events)  # CANCELLING and other passing states: wait for the next observation
+
+
+def _resubmit(
+    record: Record, events: list[JobEvent], common: dict[str, Any], reason: FailureReason, text: str, now: datetime
+) -> Transition:
+    """A new attempt of the request, into the same output directory (the trainer resumes from its checkpoint)."""
+    events.append(
+        Retrying(**common | {"message": f"{text}; resubmitting"}, reason=reason, max_attempts=record.max_attempts)
+    )
+    record.state, record.job_name, record.job_state = "claimed", None, None
+    record.attempt += 1
+    record.lease_until, record.not_before, record.stuck = None, now, False
+    return Transition(events, "resubmit")
+
+
+def _silence(progress: dict[str, Any] | None, now: datetime) -> float | None:
+    """Seconds since the trainer last reported progress; None when it reports none, or has finished."""
+    if not progress or progress.get("state") == "finished":
+        return None
+    written = progress.get("time")
+    if isinstance(written, bool) or not isinstance(written, int | float):
+        return None
+    return now.timestamp() - written
 
 
 def backoff(attempt: int, base: timedelta = timedelta(minutes=2), cap: timedelta = timedelta(minutes=30)) -> timedelta:

@@ -29,13 +29,15 @@ from functions.submission import Submission
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
 
-MAX_METRICS_BYTES = 1024 * 1024
+MAX_JSON_BYTES = 1024 * 1024
 # A reconcile tick starts observing a record only with at least this much of its deadline left; the records it
 # does not reach are the next tick's (every record is visited in a fresh order, so none is always last).
 MIN_OBSERVE_SECONDS = 10.0
-# What the trainer leaves in its model folder when it fails (trainer/outputs.py; the trainer is configured
-# only by its command line, so the name is agreed here rather than imported).
+# What the trainer leaves in its model folder when it fails (trainer/outputs.py), and the heartbeat it keeps in
+# its checkpoint folder (trainer/progress.py); the trainer is configured only by its command line, so the names
+# are agreed here rather than imported.
 FAILURE_NOTE = "failure.json"
+PROGRESS_FILE = "progress.json"
 
 
 @dataclass
@@ -93,13 +95,17 @@ class Observation:
         ref = job_ref(record.job_name, self.settings.region, self.settings.project)
         if job is None:
             job = JobSnapshot(record.job_name, "JOB_STATE_FAILED", 13, "the job no longer exists in Vertex AI")
-        max_pending = _max_pending(record)
+        max_pending, max_silence = _limits(record)
         before = record.model_dump()
-        transition = observe(record, job, ref, now, max_pending, metrics=None)
+        transition = observe(record, job, ref, now, max_pending, None, max_silence=max_silence)
         if transition.action == "load_metrics":
-            transition = observe(record, job, ref, now, max_pending, self._metrics(record))
+            transition = observe(record, job, ref, now, max_pending, self._metrics(record), max_silence=max_silence)
         elif transition.action == "diagnose":
-            transition = observe(record, job, ref, now, max_pending, None, self._diagnose(record))
+            diagnosis = self._diagnose(record)
+            transition = observe(record, job, ref, now, max_pending, None, diagnosis, max_silence=max_silence)
+        elif transition.action == "load_progress":
+            progress = self._progress(record)
+            transition = observe(record, job, ref, now, max_pending, None, max_silence=max_silence, progress=progress)
         if record.model_dump() == before:
             if transition.action == "cancel":
                 self.jobs.cancel(job.name)
@@ -118,16 +124,24 @@ class Observation:
         return record.state
 
     def _metrics(self, record: Record) -> dict[str, Any]:
-        bucket, name = split_gs_uri(record.artifacts.metrics_uri)
+        return self._json_object(record.artifacts.metrics_uri, "reported without metrics")
+
+    def _progress(self, record: Record) -> dict[str, Any]:
+        """The trainer's heartbeat (trainer/progress.py); {} when it writes none (a custom image, say)."""
+        return self._json_object(record.artifacts.checkpoint_dir + PROGRESS_FILE, "its progress is not judged")
+
+    def _json_object(self, uri: str, otherwise: str) -> dict[str, Any]:
+        """A small JSON object the job wrote; {} when it is missing or not one."""
+        bucket, name = split_gs_uri(uri)
         found = self.gcs.read(bucket, name)
         if found is None:
             return {}
         try:
-            metrics = json.loads(found[0][:MAX_METRICS_BYTES])
+            value = json.loads(found[0][:MAX_JSON_BYTES])
         except ValueError:
-            logs.warning("metrics.json is not JSON; reported without metrics", uri=record.artifacts.metrics_uri)
+            logs.warning(f"{uri} is not JSON; {otherwise}", uri=uri)
             return {}
-        return metrics if isinstance(metrics, dict) else {}
+        return value if isinstance(value, dict) else {}
 
     def _diagnose(self, record: Record) -> str:
         """Why a job failed by the user's hand, in words that name the path: the trainer's own note when it
@@ -158,8 +172,10 @@ class Observation:
         random.shuffle(keys)  # so that no record is always last
         summary = {"active": 0, "errors": 0}
         with ThreadPoolExecutor(self.settings.reconcile_concurrency, thread_name_prefix="reconcile") as pool:
-            # Each record is observed in a copy of this context: the deadline and the log fields go along.
-            outcomes = pool.map(lambda khash: contextvars.copy_context().run(self._sweep_one, khash), keys)
+            # Each record is observed in its own copy of this thread's context (copied here, not in the worker):
+            # the deadline and the log fields go along.
+            contexts = [contextvars.copy_context() for _ in keys]
+            outcomes = pool.map(lambda context, khash: context.run(self._sweep_one, khash), contexts, keys)
             for outcome in outcomes:
                 if outcome != "deferred":
                     summary["active"] += 1
@@ -184,11 +200,12 @@ class Observation:
             return "errors"
 
 
-def _max_pending(record: Record) -> int:
-    """The request's max_pending, kept on the record; records written before it was kept have only the request."""
-    if record.max_pending is not None:
-        return record.max_pending
-    return TrainingJobRequest.model_validate(record.request).scheduling.max_pending
+def _limits(record: Record) -> tuple[int, int]:
+    """(max_pending, max_silence), kept on the record; records written before they were have only the request."""
+    if record.max_pending is not None and record.max_silence is not None:
+        return record.max_pending, record.max_silence
+    scheduling = TrainingJobRequest.model_validate(record.request).scheduling
+    return scheduling.max_pending, scheduling.max_silence
 
 
 @contextlib.contextmanager

@@ -11,8 +11,10 @@ from datetime import datetime, timedelta
 from functions import logs
 from functions.errors import Transient
 from functions.gcs import Conflict
+from functions.history import FINAL_EVENT_STATES, outcome_of
 from functions.ledger import Ledger
 from functions.lifecycle import Record
+from functions.monitoring_fields import published_fields
 from functions.ports import Events
 
 
@@ -52,7 +54,10 @@ class Outbox:
             return record, generation
         for event in events:
             self.publisher.publish(event)
-            logs.info(f"published {event.state}", ce_id=event.ce_id, attempt=event.attempt)
+            logs.info(f"published {event.state}", **published_fields(event))
+            if event.state in FINAL_EVENT_STATES:
+                # Before the outbox is cleared: a crash here republishes (same ce-id) and files it then.
+                self.ledger.record_outcome(outcome_of(event, record), record.key_hash)
         done = {e.ce_id for e in events}
         for _ in range(5):
             record.mark_published(done)

@@ -14,7 +14,14 @@ from schemas.events import JobEvent
 class Storage(Protocol):
     def read(self, bucket: str, name: str, generation: int | None = None) -> tuple[bytes, int] | None: ...
 
-    def write(self, bucket: str, name: str, data: bytes | str, if_generation_match: int) -> int: ...
+    def write(
+        self,
+        bucket: str,
+        name: str,
+        data: bytes | str,
+        if_generation_match: int,
+        custom_metadata: dict[str, str] | None = None,
+    ) -> int: ...
 
     def delete(self, bucket: str, name: str) -> None: ...
 
@@ -23,6 +30,10 @@ class Storage(Protocol):
     def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]: ...
 
     def any_under(self, bucket: str, prefix: str) -> bool: ...
+
+    def metadata_under(
+        self, bucket: str, prefix: str, start_offset: str = ""
+    ) -> Iterator[tuple[str, dict[str, str]]]: ...
 
 
 class Events(Protocol):

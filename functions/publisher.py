@@ -3,6 +3,10 @@
 One small HTTPS call per event instead of the gRPC publisher client: that client's import and its batching
 threads cost more at cold start than the whole duplicate path (reference/functions.md §8), and a function
 publishes a handful of messages per invocation. Honours PUBSUB_EMULATOR_HOST like the client libraries do.
+
+Each event carries its request id as the ordering key. Pub/Sub keeps a key's order only among publishes that
+reach one region (cloud.google.com/pubsub/docs/ordering), so the controller publishes through its own
+region's endpoint rather than the global one, which routes to the nearest region.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ POLICY = RetryPolicy(attempts=4, first_pause=0.25, max_pause=4.0, call_timeout=1
 
 
 class EventPublisher:
-    def __init__(self, project: str, topic: str, source: str, policy: RetryPolicy = POLICY):
+    def __init__(self, project: str, topic: str, source: str, policy: RetryPolicy = POLICY, region: str | None = None):
         emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
-        self._session, base = rest_session(emulator and f"http://{emulator}", "https://pubsub.googleapis.com", _SCOPES)
+        endpoint = f"https://{region}-pubsub.googleapis.com" if region else "https://pubsub.googleapis.com"
+        self._session, base = rest_session(emulator and f"http://{emulator}", endpoint, _SCOPES)
         self._url = f"{base}/v1/projects/{project}/topics/{topic}:publish"
         self.source = source
         self._policy = policy
@@ -31,7 +36,15 @@ class EventPublisher:
     def publish(self, event: JobEvent) -> str:
         """Publish one event; returns its message id. Raises Transient when Pub/Sub stays unreachable."""
         message = to_pubsub_message(event, self.source)
-        body = {"messages": [{"data": base64.b64encode(message.data).decode(), "attributes": message.attributes}]}
+        body = {
+            "messages": [
+                {
+                    "data": base64.b64encode(message.data).decode(),
+                    "attributes": message.attributes,
+                    "orderingKey": message.ordering_key,
+                }
+            ]
+        }
 
         def attempt(timeout: float) -> str:
             try:

@@ -25,9 +25,11 @@ from functions.admission import admission_problems, dataset_problem
 from functions.errors import Transient
 from functions.failures import QUOTA_ADVICE, quota_metric
 from functions.gcs import Conflict, StorageError
+from functions.history import outcome_of
 from functions.keys import key_hash
 from functions.ledger import Ledger
 from functions.lifecycle import Record, backoff, decide_on_existing, job_ref
+from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
 from functions.planning import Plan, plan_custom_job
 from functions.ports import Events, Storage
@@ -89,18 +91,20 @@ class Submission:
     ) -> str:
         """Publish `rejected` for input that will never become valid; nothing is written to the ledger."""
         logs.warning(message, errors=errors, request_key=key)
-        self.publisher.publish(
-            Rejected(
-                request_id=request_id,
-                request_key=key,
-                time=delivery.time,
-                message=message,
-                trigger=delivery.trigger,
-                delivery=delivery.event_id,
-                reason=reason,
-                errors=errors,
-            )
+        event = Rejected(
+            request_id=request_id,
+            request_key=key,
+            time=delivery.time,
+            message=message,
+            trigger=delivery.trigger,
+            delivery=delivery.event_id,
+            reason=reason,
+            errors=errors,
         )
+        self.publisher.publish(event)
+        logs.info("published rejected", **published_fields(event), rule=rejection_rule(errors))
+        # Nothing else of it is in the ledger: its outcome is filed for `trainctl report` (functions/history.py).
+        self.ledger.record_outcome(outcome_of(event, None), f"rejected-{event.ce_id}")
         return "rejected"
 
     def handle_request(self, request: TrainingJobRequest, key: str, explicit_id: bool, delivery: Delivery) -> str:
@@ -163,6 +167,7 @@ class Submission:
             trigger=delivery.trigger,
             max_attempts=request.scheduling.max_attempts,
             max_pending=request.scheduling.max_pending,
+            max_silence=request.scheduling.max_silence,
             lease_until=now + timedelta(seconds=self.settings.lease),
             owner=self.owner,
             cost=plan.cost,
@@ -178,6 +183,7 @@ class Submission:
             f"{cost_summary(plan.cost)}; {plan.reduction_server.reason}",
             trigger=delivery.trigger,
             cost=plan.cost,
+            labels=request.labels or None,
         )
         record.add_events([accepted])
         return record

@@ -2,9 +2,9 @@
 
 Every event shares the same envelope fields; `to_pubsub_message` turns one into JSON bytes plus the
 CloudEvents attributes of the Pub/Sub binary binding (`ce-*`) and the plain `request_id` and `state`
-attributes that subscription filters use. `ce-id` is a hash of (request key, state, attempt) — and, for
-events about one delivery (duplicate, rejected), of that delivery's id — so a re-published event keeps its id
-and consumers can drop the copy.
+attributes that subscription filters use; it is published with the request id as its ordering key. `ce-id`
+is a hash of (request key, state, attempt) — and, for events about one delivery (duplicate, rejected), of
+that delivery's id — so a re-published event keeps its id and consumers can drop the copy.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ State = Literal[
     "accepted", "duplicate", "rejected", "submitted", "running", "retrying", "stuck", "succeeded", "failed", "cancelled"
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-FailureReason = Literal["quota", "capacity", "preemption", "internal", "user", "invalid"]
+FailureReason = Literal["quota", "capacity", "preemption", "hang", "internal", "user", "invalid"]
 # Where a request stands in the controller's ledger: claimed until its job exists, then as its job goes.
 RequestState = Literal["claimed", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]
 FINAL_REQUEST_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "rejected"})
@@ -96,6 +96,13 @@ class _Event(_Strict):
     )
     job: JobRef | None = None
     timestamps: Timestamps | None = None
+    sequence: int | None = Field(
+        None,
+        ge=1,
+        description="This event's place among its request's lifecycle events (1 is `accepted`), given once when "
+        "the event is recorded, so consumers can order them and drop copies (copies keep it, and their ce-id). "
+        "Absent on events about one delivery (duplicate, rejected at intake), which change no state.",
+    )
 
     @property
     def ce_type(self) -> str:
@@ -109,6 +116,9 @@ class _Event(_Strict):
 class Accepted(_Event):
     state: Literal["accepted"] = "accepted"
     cost: CostEstimate
+    labels: dict[str, str] | None = Field(
+        None, description="The request's labels (e.g. team), so history can be grouped by one of them."
+    )
 
 
 class Duplicate(_Event):
@@ -146,13 +156,16 @@ class Retrying(_Event):
 
 class Stuck(_Event):
     state: Literal["stuck"] = "stuck"
-    reason: Literal["quota", "capacity"] = Field(
+    reason: Literal["quota", "capacity", "hang"] = Field(
         description="quota: Vertex held the job in QUEUED, which it does until GPU quota frees up; "
-        "capacity: the job waited in PENDING for machines to be provisioned."
+        "capacity: the job waited in PENDING for machines to be provisioned; "
+        "hang: the job was RUNNING but its trainer's progress stood still longer than max_silence."
     )
-    job_state: str = Field(description="The Vertex state the job waited in (JOB_STATE_QUEUED or JOB_STATE_PENDING).")
-    pending_seconds: int
-    max_pending_seconds: int
+    job_state: str = Field(description="The Vertex state the job was in (QUEUED, PENDING, or RUNNING for a hang).")
+    pending_seconds: int | None = Field(None, description="How long it waited to start (quota, capacity).")
+    max_pending_seconds: int | None = None
+    silent_seconds: int | None = Field(None, description="How long its progress stood still (hang).")
+    max_silence_seconds: int | None = None
 
 
 class Succeeded(_Event):
@@ -200,6 +213,8 @@ def event_id(request_key: str, state: str, attempt: int, delivery: str | None = 
 class PubsubMessage:
     data: bytes
     attributes: dict[str, str]
+    # Pub/Sub delivers messages of one key in publish order to subscriptions with message ordering on.
+    ordering_key: str
 
 
 def _rfc3339(moment: datetime) -> str:
@@ -220,6 +235,7 @@ def to_pubsub_message(event: JobEvent, source: str) -> PubsubMessage:
             "request_id": event.request_id,
             "state": event.state,
         },
+        ordering_key=event.request_id,
     )
 
 

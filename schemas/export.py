@@ -1,4 +1,5 @@
-"""Generate the JSON Schema files from the models: `python -m schemas.export` (or `make schemas`)."""
+"""Generate the JSON Schema files from the models, and the event history's BigQuery table schema from the
+event schema: `python -m schemas.export` (or `make schemas`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from schemas import bigquery
 from schemas.events import EVENT_ADAPTER
 from schemas.request import TrainingJobRequest
 
@@ -38,6 +40,8 @@ def main() -> None:
     for path, schema in ((REQUEST_SCHEMA, request_schema()), (EVENT_SCHEMA, event_schema())):
         path.write_text(render(schema))
         print(f"wrote {path}")
+    bigquery.BIGQUERY_SCHEMA.write_text(bigquery.render(bigquery.table_schema(event_schema())))
+    print(f"wrote {bigquery.BIGQUERY_SCHEMA}")
 
 
 if __name__ == "__main__":

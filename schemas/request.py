@@ -303,6 +303,12 @@ class Scheduling(_Strict):
     max_pending: Duration = Field(
         3600, description="Longest a job may wait in QUEUED/PENDING before it is cancelled as stuck."
     )
+    max_silence: Duration = Field(
+        1800,
+        description="Longest the built-in trainer's progress record (checkpoints/progress.json) may stand still "
+        "while the job is RUNNING before the job is taken for hung: cancelled and resubmitted while attempts "
+        "remain. A job that writes no progress record is never judged.",
+    )
     restart_job_on_worker_restart: bool = Field(
         True, description="Restart the whole job when a worker restarts (DDP needs a fixed world)."
     )
@@ -310,7 +316,7 @@ class Scheduling(_Strict):
         3, ge=1, le=10, description="Submissions in all, counting resubmissions after capacity/preemption/internal."
     )
 
-    @field_validator("timeout", "max_pending")
+    @field_validator("timeout", "max_pending", "max_silence")
     @classmethod
     def _at_most_seven_days(cls, seconds: int) -> int:
         if seconds > MAX_TIMEOUT_SECONDS:

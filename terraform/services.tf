@@ -4,6 +4,7 @@ resource "google_project_service" "enabled" {
   for_each = toset([
     "aiplatform.googleapis.com",
     "artifactregistry.googleapis.com",
+    "bigquery.googleapis.com",
     # The project data source, project-level IAM members and the log sinks call Cloud Resource Manager;
     # it is off in many projects, and the first apply fails there without it.
     "cloudresourcemanager.googleapis.com",
@@ -13,6 +14,7 @@ resource "google_project_service" "enabled" {
     "eventarc.googleapis.com",
     "iam.googleapis.com",
     "logging.googleapis.com",
+    "monitoring.googleapis.com",
     "pubsub.googleapis.com",
     "run.googleapis.com",
     "storage.googleapis.com",

@@ -62,14 +62,14 @@ resource "google_cloud_run_v2_service_iam_member" "push_invokes_on_job_request" 
 }
 
 # Only projects created before 2021-04-08 need this: their Pub/Sub service agent lacks the token creation
-# that newer projects give it, and it mints the OIDC tokens of the push subscription and of the Eventarc
-# triggers (which deliver through Pub/Sub too).
+# that newer projects give it, and it mints the OIDC tokens of the push subscription, of the Eventarc
+# triggers (which deliver through Pub/Sub too) and of the webhooks (webhooks.tf).
 resource "google_service_account_iam_member" "pubsub_agent_mints_tokens" {
   for_each = {
-    for caller, account in {
+    for caller, account in merge({
       push     = google_service_account.push.name
       eventarc = google_service_account.eventarc.name
-    } : caller => account if var.legacy_pubsub_push_auth
+    }, { for signer in google_service_account.webhook_signer : "webhooks" => signer.name }) : caller => account if var.legacy_pubsub_push_auth
   }
 
   service_account_id = each.value

@@ -409,3 +409,92 @@ variable "force_destroy" {
   type        = bool
   default     = false
 }
+
+# ---- operations: history, dashboards, alerts, webhooks ------------------------------------------------
+
+variable "history_retention_days" {
+  description = "Days each day of event history is kept in BigQuery (the dataset's and the events table's partition expiry)."
+  type        = number
+  default     = 400
+
+  validation {
+    condition     = var.history_retention_days >= 1 && floor(var.history_retention_days) == var.history_retention_days
+    error_message = "history_retention_days must be a whole number of days, 1 or more."
+  }
+}
+
+variable "history_cost_label" {
+  description = "The request label (e.g. team) the gpu_hours_by_label view groups GPU-hours and estimated cost by."
+  type        = string
+  default     = "team"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9_-]{0,62}$", var.history_cost_label))
+    error_message = "history_cost_label must be a label key: a lowercase letter, then up to 62 of [a-z0-9_-]."
+  }
+}
+
+variable "notification_channels" {
+  description = "Cloud Monitoring notification channels every alert policy notifies (projects/P/notificationChannels/ID). Empty: the alerts open incidents in the console only."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.notification_channels : can(regex("^projects/[^/]+/notificationChannels/[^/]+$", c))])
+    error_message = "notification_channels entries must be channel names such as projects/my-project/notificationChannels/1234567890."
+  }
+}
+
+variable "runbook_url" {
+  description = "Where the alerts' documentation links to: the address of this repository's README.md as your team reads it (each alert links to its own entry under \"Operating trainctl\")."
+  type        = string
+  default     = "README.md"
+}
+
+variable "alert_failed_jobs_per_hour" {
+  description = "The failures alert fires when more jobs than this fail within an hour."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.alert_failed_jobs_per_hour >= 0
+    error_message = "alert_failed_jobs_per_hour must be 0 or more."
+  }
+}
+
+variable "alert_reconcile_window" {
+  description = "The reconcile alert fires on two failed ticks within this window: twice reconcile_schedule's interval (600s for the default */5)."
+  type        = string
+  default     = "600s"
+
+  validation {
+    condition     = can(regex("^[0-9]+s$", var.alert_reconcile_window)) && try(tonumber(trimsuffix(var.alert_reconcile_window, "s")) >= 60, false)
+    error_message = "alert_reconcile_window must be seconds such as 600s, at least 60s."
+  }
+}
+
+variable "alert_function_error_ratio" {
+  description = "The function errors alert fires when a function answers more than this share of its requests with a 5xx for 5 minutes."
+  type        = number
+  default     = 0.05
+
+  validation {
+    condition     = var.alert_function_error_ratio > 0 && var.alert_function_error_ratio < 1
+    error_message = "alert_function_error_ratio must be between 0 and 1."
+  }
+}
+
+variable "event_webhooks" {
+  description = "Endpoints outside the project that receive lifecycle events: name => { url (https), filter (a Pub/Sub subscription filter on the event attributes, e.g. attributes.state = \"failed\"; empty: every event), audience (the OIDC token's audience; null: the url) }. Each becomes an ordered push subscription signed with an OIDC token (README.md, \"Webhooks\")."
+  type = map(object({
+    url      = string
+    filter   = optional(string, "")
+    audience = optional(string)
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for name, hook in var.event_webhooks : can(regex("^[a-z][a-z0-9-]{0,29}$", name)) && startswith(hook.url, "https://") && length(hook.filter) <= 256])
+    error_message = "event_webhooks: each name must be 1-30 of [a-z0-9-] starting with a letter, each url must start with https://, and each filter must be at most 256 bytes (Pub/Sub's limit)."
+  }
+}

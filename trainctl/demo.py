@@ -3,7 +3,8 @@
 Starts the local stack, writes a real tabular dataset (scikit-learn's breast-cancer data, shipped in the
 wheel) into the local data bucket as CSV shards, then the `_SUCCESS` marker whose content asks for 2 nodes;
 prints each lifecycle event as it arrives; then a summary (job, nodes × processes, the metrics against the
-trivial baseline, artifacts, wall time), a loss-curve PNG, and a check that the model loads and predicts.
+trivial baseline, artifacts, wall time), a loss-curve PNG, a check that the model loads and predicts, and
+the short `trainctl report` of what it ran.
 Stops the stack in every case. Exit 0 only when `succeeded` arrived and the model loads; otherwise the
 failing step is named with where its logs are.
 """
@@ -121,7 +122,21 @@ def _flow(state: Any, timeout: float, out_dir: Path, started: float) -> int:
     curve = _loss_curve(succeeded.artifacts.model_dir, out_dir)
     say("5/5 done\n")
     say(_summary(succeeded, predictions, curve, time.monotonic() - started))
+    say("\n$ trainctl report --since 1h\n" + _short_report())
     return 0
+
+
+def _short_report() -> str:
+    """What an operator would see of this run: the report the ledger gives (the stack is still up)."""
+    from trainctl.report import format_report, report_from_ledger
+
+    # The outcome is filed right after `succeeded` is published; the model check above usually covers that.
+    for _ in range(40):
+        report = report_from_ledger(timedelta(hours=1))
+        if report["total"]["requests"]:
+            break
+        time.sleep(0.25)
+    return format_report(report)
 
 
 def _upload_dataset(project: str, bucket_name: str) -> str:

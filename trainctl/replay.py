@@ -80,7 +80,14 @@ class MemoryGcs:
         found = self.objects.get((bucket, name))
         return found if found and generation in (None, found[1]) else None
 
-    def write(self, bucket: str, name: str, data: bytes | str, if_generation_match: int) -> int:
+    def write(
+        self,
+        bucket: str,
+        name: str,
+        data: bytes | str,
+        if_generation_match: int,
+        custom_metadata: dict[str, str] | None = None,  # the history index's outcome; the dry run keeps none
+    ) -> int:
         current = self.objects.get((bucket, name))
         if (current[1] if current else 0) != if_generation_match:
             raise Conflict(f"gs://{bucket}/{name} is not at generation {if_generation_match}")
@@ -102,6 +109,10 @@ class MemoryGcs:
         """The dry run cannot see the user's data: the dataset preflight is skipped, and says so."""
         logs.info("dry run: the dataset is not checked; assumed to hold data", dataset=f"gs://{bucket}/{prefix}")
         yield f"{prefix}assumed-data", 1
+
+    def metadata_under(self, bucket: str, prefix: str, start_offset: str = "") -> Iterator[tuple[str, dict[str, str]]]:
+        """The dry run's history index is as empty as its ledger (it keeps no metadata)."""
+        yield from ((n, {}) for n in sorted(self.names(bucket, prefix)) if n >= start_offset)
 
 
 class PrintingPublisher:

@@ -29,5 +29,9 @@ def test_the_demo_trains_a_two_node_job_from_a_dataset_upload_and_cleans_up(tmp_
     assert float(accuracy) > float(baseline) + 0.2
     assert "(loaded; " in out
     assert (tmp_path / "out" / "loss-curve.png").stat().st_size > 1000
+    # Guards issue 15 item 6: the demo ends with the report of what it ran, from the ledger.
+    report = out[out.index("$ trainctl report --since 1h") :]
+    assert "all: 1 requests  (succeeded 1  failed 0  cancelled 0  rejected 0)" in report, report
+    assert "success rate     100%" in report
     stack_id = re.search(r"starting local stack (\w+)", out).group(1)
     assert leftover_processes(stack_id, var=STACK_MARKER_VAR) == []

@@ -4,6 +4,7 @@ ended (FAILED_PRECONDITION at Vertex) is not an error."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from functions.keys import key_hash
@@ -31,6 +32,12 @@ def test_a_corrupt_record_is_counted_and_every_other_record_is_reconciled(deploy
     assert summary["errors"] == 1
     assert summary["succeeded"] == 1
     assert [e.state for e in events.of("healthy-1", "succeeded")] == ["succeeded"]
+
+    # The same record reached through the log sink: logged and acked, not a 500 that Eventarc would redeliver
+    # for a day (before the fix the error escaped on_job_state too).
+    [job] = jobs_with_key(job_client, "request:corrupt-1")
+    line = {"resource": {"type": "ml_job", "labels": {"job_id": job.name.rsplit("/", 1)[-1], "task_name": "service"}}}
+    assert deployment.post("on_job_state", deployment.push_body(json.dumps(line).encode())) == 200
     hold.touch()  # let corrupt-1's job end
 
 

@@ -17,6 +17,7 @@ IAM_MEMBER_KINDS = (
     "google_pubsub_subscription_iam_member",
     "google_artifact_registry_repository_iam_member",
     "google_cloud_run_v2_service_iam_member",
+    "google_bigquery_table_iam_member",
 )
 
 
@@ -142,7 +143,7 @@ def test_trainer_reads_data_and_writes_run_outputs_only(tf):
 # --- service agents and callers -------------------------------------------------------------------------
 
 
-def test_pubsub_agent_gets_exactly_what_dead_lettering_needs(tf):
+def test_pubsub_agent_gets_exactly_what_dead_lettering_and_history_need(tf):
     granted = grants_to(tf, "${local.pubsub_service_agent}")
     dead_letter = granted.pop("google_pubsub_topic_iam_member.pubsub_agent_publishes_dead_letters")
     assert (dead_letter["topic"], dead_letter["role"]) == (
@@ -153,6 +154,11 @@ def test_pubsub_agent_gets_exactly_what_dead_lettering_needs(tf):
     assert (acks["subscription"], acks["role"]) == (
         "${google_pubsub_subscription.requests_push.id}",
         "roles/pubsub.subscriber",
+    )
+    history = granted.pop("google_bigquery_table_iam_member.pubsub_agent_writes_history")
+    assert (history["table_id"], history["role"]) == (
+        "${google_bigquery_table.events.table_id}",
+        "roles/bigquery.dataEditor",
     )
     # The one other grant is opt-in, for old projects' OIDC tokens, and scoped to the two calling identities.
     assert list(granted) == ["google_service_account_iam_member.pubsub_agent_mints_tokens"]

@@ -29,6 +29,7 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (GCS, "any_under"): frozenset({"storage.objects.list"}),
     (GCS, "names"): frozenset({"storage.objects.list"}),
     (GCS, "objects_under"): frozenset({"storage.objects.list"}),  # the admission preflight's listing
+    (GCS, "metadata_under"): frozenset({"storage.objects.list"}),  # the history index, names with their metadata
     (PUBLISHER, "__init__"): frozenset(),
     (PUBLISHER, "publish"): frozenset({"pubsub.topics.publish"}),
 }
@@ -45,8 +46,9 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.handlers._marker", "read"): frozenset({"data"}),
     # Trigger templates (gs:// in trigger_rules) are kept in the control bucket (terraform/README.md).
     ("functions.handlers._template", "read"): frozenset({"control"}),
-    # metrics.json under output_dir, which the guardrails keep in the allowed output bucket: control.
-    ("functions.observation.Observation._metrics", "read"): frozenset({"control"}),
+    # metrics.json and progress.json under output_dir, which the guardrails keep in the allowed output bucket:
+    # control.
+    ("functions.observation.Observation._json_object", "read"): frozenset({"control"}),
     # The trainer's failure note, under the run's model_dir.
     ("functions.observation.Observation._diagnose", "read"): frozenset({"control"}),
     # Diagnosis lists the dataset (data) and the run's output folder (control).

@@ -164,3 +164,50 @@ def test_outbox_never_queues_the_same_event_twice():
     rec.mark_published({transition.events[0].ce_id})
     assert rec.add_events(transition.events) == set()
     assert rec.outbox == []
+
+
+def test_a_running_job_first_asks_for_its_progress_when_silence_is_judged():
+    rec = record()
+    transition = observe(rec, job("JOB_STATE_RUNNING", start_time=NOW), REF, NOW, 3600, None, max_silence=600)
+    assert (transition.action, transition.events, rec.state) == ("load_progress", [], "submitted")
+
+
+@pytest.mark.parametrize(
+    "progress",
+    [
+        {},  # the job writes no progress record (a custom image): never judged
+        {"step": 10, "time": (NOW - timedelta(seconds=60)).timestamp(), "state": "training"},
+        {"step": 99, "time": (NOW - timedelta(hours=5)).timestamp(), "state": "finished"},
+        {"step": 10, "time": "yesterday", "state": "training"},
+    ],
+)
+def test_a_running_job_that_advances_or_reports_nothing_is_left_running(progress):
+    rec = record()
+    transition = observe(
+        rec, job("JOB_STATE_RUNNING", start_time=NOW), REF, NOW, 3600, None, max_silence=600, progress=progress
+    )
+    assert [e.state for e in transition.events] == ["running"] and transition.action == "none"
+    assert not rec.stuck
+
+
+def test_a_running_job_whose_progress_stood_still_is_hung_then_resubmitted():
+    """Issue 16 item 5: a RUNNING job that no longer trains is stuck (hang), cancelled, then a new attempt."""
+    rec = record(state="running")
+    stale = {"step": 42, "time": (NOW - timedelta(minutes=45)).timestamp(), "state": "training"}
+    running = job("JOB_STATE_RUNNING", start_time=NOW - timedelta(hours=1))
+    transition = observe(rec, running, REF, NOW, 3600, None, max_silence=1800, progress=stale)
+    [stuck] = transition.events
+    assert (stuck.state, stuck.reason, stuck.silent_seconds, stuck.max_silence_seconds) == ("stuck", "hang", 2700, 1800)
+    assert "step 42" in stuck.message and transition.action == "cancel"
+    assert observe(rec, running, REF, NOW, 3600, None, max_silence=1800, progress=stale).action == "cancel"
+    cancelled = job("JOB_STATE_CANCELLED", start_time=NOW - timedelta(hours=1), end_time=NOW)
+    transition = observe(rec, cancelled, REF, NOW, 3600, None, max_silence=1800)
+    assert [(e.state, e.reason, e.attempt) for e in transition.events] == [("retrying", "hang", 1)]
+    assert transition.action == "resubmit" and (rec.state, rec.attempt, rec.stuck) == ("claimed", 2, False)
+
+
+def test_a_hung_job_without_attempts_left_fails_for_hang():
+    rec = record(state="running", attempt=3, max_attempts=3, stuck=True, failure_reason="hang")
+    cancelled = job("JOB_STATE_CANCELLED", start_time=NOW - timedelta(hours=1), end_time=NOW)
+    [failed] = observe(rec, cancelled, REF, NOW, 3600, None).events
+    assert (failed.state, failed.reason, rec.state) == ("failed", "hang", "failed")

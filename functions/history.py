@@ -1,0 +1,61 @@
+"""What each finished request came to, kept small enough to travel in a listing.
+
+When a request reaches a final state (or is rejected at intake, which writes no ledger record) the controller
+writes an empty object `history/<day>/<id>` whose custom metadata holds its Outcome. `trainctl report` then
+lists only the days it asks about, and each page of the listing brings 1,000 outcomes with no object read:
+at 100,000 finished requests that is 100 listing calls instead of 100,000 reads (bench/report_listing.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from functions.lifecycle import Record
+from schemas.events import JobEvent
+
+FINAL_EVENT_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
+METADATA_KEY = "outcome"
+
+
+class Outcome(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    request_id: str
+    state: str = Field(description="succeeded, failed, cancelled or rejected.")
+    reason: str | None = None
+    time: datetime = Field(description="When the final event happened (its `time`).")
+    accepted: datetime | None = Field(None, description="When the request was accepted (its record was created).")
+    started: datetime | None = Field(None, description="When the last attempt's job started running (Vertex).")
+    ended: datetime | None = Field(None, description="When it ended (Vertex).")
+    gpus: int = 0
+    hourly_usd: float = 0.0
+    attempt: int = 1
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def run_seconds(self) -> float | None:
+        return (self.ended - self.started).total_seconds() if self.started and self.ended else None
+
+    @property
+    def start_seconds(self) -> float | None:
+        return (self.started - self.accepted).total_seconds() if self.started and self.accepted else None
+
+
+def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
+    """The outcome a final event records; `record` is None for a rejection at intake (nothing was accepted)."""
+    stamps = event.timestamps
+    return Outcome(
+        request_id=event.request_id,
+        state=event.state,
+        reason=getattr(event, "reason", None),
+        time=event.time,
+        accepted=record.created if record else None,
+        started=stamps.started if stamps else None,
+        ended=stamps.ended if stamps else None,
+        gpus=record.cost.gpus if record else 0,
+        hourly_usd=record.cost.hourly_usd if record else 0.0,
+        attempt=event.attempt,
+        labels=(record.request.get("labels") or {}) if record else {},
+    )

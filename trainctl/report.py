@@ -1,0 +1,147 @@
+"""`trainctl report --since 7d [--by LABEL] [--json] [--png FILE]`: what finished in a time window, from the
+ledger's history index (functions/history.py), the same against the local stack and a deployment.
+
+Figures: requests by final state, failures by reason, success rate (succeeded among the requests that got a
+job: succeeded, failed, cancelled), p50/p95 time to start (accepted → the job running) and run time (the last
+attempt's job, start → end), GPU-hours (GPUs × run time) and estimated cost (the catalog's hourly list price
+× run time). Percentiles are nearest-rank: the smallest value with at least p% of the values at or below it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import Counter, defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from functions.history import Outcome
+from schemas.rules import parse_duration
+
+NO_LABEL = "(none)"
+STATES = ("succeeded", "failed", "cancelled", "rejected")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser("report", help="what finished in a time window: states, failures, times, GPU-hours, cost")
+    cmd.add_argument("--since", default="7d", help="the window, back from now: 7d, 24h, 90m (default 7d)")
+    cmd.add_argument("--by", metavar="LABEL", help="one group per value of this request label (e.g. team)")
+    cmd.add_argument("--json", action="store_true", help="the figures as JSON, for programs")
+    cmd.add_argument("--png", metavar="FILE", type=Path, help="also draw jobs per day by state and GPU-hours per day")
+    cmd.set_defaults(run=run_report)
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def figures(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Every figure the report shows, for one group of outcomes."""
+    states = Counter(o.state for o in outcomes)
+    got_a_job = states["succeeded"] + states["failed"] + states["cancelled"]
+    start = [s for o in outcomes if (s := o.start_seconds) is not None]
+    run = [s for o in outcomes if (s := o.run_seconds) is not None]
+    reasons = Counter(o.reason or "unknown" for o in outcomes if o.state == "failed")
+    return {
+        "requests": len(outcomes),
+        "by_state": {state: states[state] for state in STATES},
+        "failures_by_reason": dict(sorted(reasons.items())),
+        "success_rate": round(states["succeeded"] / got_a_job, 4) if got_a_job else None,
+        "time_to_start_seconds": {"p50": percentile(start, 50), "p95": percentile(start, 95)},
+        "run_time_seconds": {"p50": percentile(run, 50), "p95": percentile(run, 95)},
+        "gpu_hours": round(sum(o.gpus * (o.run_seconds or 0) for o in outcomes) / 3600, 4),
+        "estimated_cost_usd": round(sum(o.hourly_usd * (o.run_seconds or 0) for o in outcomes) / 3600, 2),
+    }
+
+
+def per_day(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
+    """Requests by state and GPU-hours, per day the requests finished on (UTC)."""
+    days: dict[str, dict[str, Any]] = defaultdict(lambda: {"by_state": dict.fromkeys(STATES, 0), "gpu_hours": 0.0})
+    for o in outcomes:
+        day = days[f"{o.time.astimezone(UTC):%Y-%m-%d}"]
+        day["by_state"][o.state] += 1
+        day["gpu_hours"] += o.gpus * (o.run_seconds or 0) / 3600
+    return {d: days[d] | {"gpu_hours": round(days[d]["gpu_hours"], 4)} for d in sorted(days)}
+
+
+def build_report(outcomes: list[Outcome], since: datetime, until: datetime, by: str | None) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "since": since.isoformat(),
+        "until": until.isoformat(),
+        "prices": "approximate: catalog list prices × run time, reducers included",
+        "total": figures(outcomes),
+        "per_day": per_day(outcomes),
+    }
+    if by:
+        groups: dict[str, list[Outcome]] = defaultdict(list)
+        for o in outcomes:
+            groups[o.labels.get(by, NO_LABEL)].append(o)
+        report["by"] = by
+        report["groups"] = {value: figures(groups[value]) for value in sorted(groups)}
+    return report
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}s" if value < 120 else f"{value / 60:.1f}m" if value < 7200 else f"{value / 3600:.1f}h"
+
+
+def _lines(name: str, f: dict[str, Any]) -> list[str]:
+    states = "  ".join(f"{s} {n}" for s, n in f["by_state"].items())
+    reasons = ", ".join(f"{r} {n}" for r, n in f["failures_by_reason"].items()) or "-"
+    rate = "-" if f["success_rate"] is None else f"{f['success_rate']:.0%}"
+    start, run = f["time_to_start_seconds"], f["run_time_seconds"]
+    return [
+        f"{name}: {f['requests']} requests  ({states})",
+        f"  success rate     {rate}",
+        f"  failures         {reasons}",
+        f"  time to start    p50 {_seconds(start['p50'])}  p95 {_seconds(start['p95'])}",
+        f"  run time         p50 {_seconds(run['p50'])}  p95 {_seconds(run['p95'])}",
+        f"  GPU-hours        {f['gpu_hours']:.2f}   estimated cost ${f['estimated_cost_usd']:,.2f}",
+    ]
+
+
+def format_report(report: dict[str, Any]) -> str:
+    head = (
+        f"trainctl report: requests finished {report['since'][:19]} → {report['until'][:19]} UTC ({report['prices']})"
+    )
+    lines = [head, *_lines("all", report["total"])]
+    for value, group in report.get("groups", {}).items():
+        lines += _lines(f"{report['by']}={value}", group)
+    return "\n".join(lines)
+
+
+def report_from_ledger(since: timedelta, by: str | None = None) -> dict[str, Any]:
+    from functions.gcs import Gcs
+    from functions.ledger import Ledger
+    from trainctl.context import cli_settings
+
+    settings = cli_settings()
+    until = datetime.now(UTC)
+    start = until - since
+    outcomes = Ledger(Gcs(settings.project), settings.control_bucket).outcomes(start)
+    return build_report(outcomes, start, until, by)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    try:
+        window = timedelta(seconds=parse_duration(args.since))
+    except ValueError as exc:
+        print(f"--since: {exc}")
+        return 2
+    report = report_from_ledger(window, args.by)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    if args.png:
+        from trainctl.report_chart import draw
+
+        draw(report, args.png)
+        if not args.json:
+            print(f"chart: {args.png}")
+    return 0

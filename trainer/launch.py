@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainer import accelerators, logs, nccl_env, shared_memory
+from trainer import accelerators, finished_watch, logs, nccl_env, shared_memory
 from trainer.accelerators import LOCAL_PROCS_ENV
 
 DEFAULT_MASTER_PORT = 29500
@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     run_id = os.environ.get("CLOUD_ML_JOB_ID") or "trainctl"
     argv = torchrun_argv(cluster, nproc, args.max_restarts, run_id, train_args, args.rendezvous_timeout_seconds)
     shared_memory.check(nproc)
+    if cluster.nnodes > 1:  # a finished run must not hang on a node whose rank died while exiting
+        finished_watch.watch(finished_watch.checkpoint_dir(train_args, dict(os.environ)))
     logs.log(
         "launching torchrun",
         rank=cluster.node_rank,

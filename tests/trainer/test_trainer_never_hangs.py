@@ -96,3 +96,18 @@ def test_a_rank_stuck_for_good_after_start_up_fails_the_run_after_the_collective
     # The heartbeat stopped where training did: a controller reading it sees a silent job.
     record = json.loads((tmp_path / "out" / "checkpoints" / "progress.json").read_text())
     assert record["state"] == "training" and record["step"] < record["total_steps"]
+
+
+def test_the_finished_watch_reads_the_checkpoint_folder_and_ignores_an_earlier_runs_record(tmp_path):
+    """Guards issue 16 item 5: the launcher's watch finds progress.json where trainer.train writes it, and only a
+    `finished` record counts."""
+    from trainer.finished_watch import checkpoint_dir, finished_at
+
+    assert checkpoint_dir(["--data", "d", "--checkpoint-dir", "gs://b/c/"], {}) == "gs://b/c/"
+    assert checkpoint_dir(["--checkpoint-dir=/x"], {"AIP_CHECKPOINT_DIR": "gs://b/y/"}) == "/x"
+    assert checkpoint_dir([], {"AIP_CHECKPOINT_DIR": "gs://b/y/"}) == "gs://b/y/"
+    assert finished_at(str(tmp_path)) is None
+    (tmp_path / "progress.json").write_text(json.dumps({"state": "training", "time": 5.0}))
+    assert finished_at(str(tmp_path)) is None
+    (tmp_path / "progress.json").write_text(json.dumps({"state": "finished", "time": 7.5}))
+    assert finished_at(str(tmp_path)) == 7.5

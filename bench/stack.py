@@ -41,7 +41,7 @@ class Stack:
 
     def deployment(self) -> Deployment:
         """A fresh deployment (own buckets and topic) on this stack; provisioning and serving are up to the caller."""
-        return Deployment(uuid.uuid4().hex[:8], self.jobservice.address)
+        return Deployment(uuid.uuid4().hex[:8], self.jobservice.rest_url)
 
 
 @contextmanager

@@ -1,16 +1,20 @@
-"""The Vertex AI JobService, through the GAPIC `JobServiceClient` (v1), imported only when a job is touched.
+"""The Vertex AI JobService over its REST API (v1), one small HTTP call per operation.
 
-The regional endpoint ({region}-aiplatform.googleapis.com), or `vertex_endpoint` (host:port, an insecure
-channel) for the local JobService. The client has no default retry (vertex.md §1.4), so every call here goes
-through the adapters' retry policy (functions/retry.py), which cuts each call's timeout to the handler's
-deadline. CreateCustomJob is not idempotent: before creating again after an error, the job is looked up by
-its labels.
+Not the GAPIC client: importing `google.cloud.aiplatform_v1` was most of a cold submission (bench/RESULTS.md),
+and the controller makes four calls. The client library stays the source of truth for the API's shape: a test
+parses every body sent here into `aiplatform_v1.CustomJob` with `json_format` (tests/unit/test_vertex_bodies.py).
+
+The regional endpoint (https://{region}-aiplatform.googleapis.com), or `vertex_endpoint` (the local stack's
+JobService REST URL). Errors arrive in Google's REST shape, `{"error": {"code", "message", "status"}}`; the
+status name is read back into its google.rpc.Code number, so failures.py classifies a call as it always has.
+Every call goes through the adapters' retry policy (functions/retry.py), which cuts each call's timeout to the
+handler's deadline. CreateCustomJob is not idempotent: before creating again after an error, the job is looked
+up by its labels.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -19,9 +23,21 @@ from typing import Any
 from functions.failures import FAILED_PRECONDITION, NOT_FOUND, call_failure_reason, call_is_transient
 from functions.lifecycle import JobSnapshot
 from functions.ports import Jobs
+from functions.rest import rest_session
 from functions.retry import Retryable, RetryPolicy
 
 POLICY = RetryPolicy(attempts=5, first_pause=0.5, max_pause=8.0, call_timeout=30.0)
+_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+# google/rpc/code.proto: the names Google's REST errors carry in `status`, and their numbers.
+RPC_CODES = {
+    "OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
+    "ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9, "ABORTED": 10,
+    "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14, "DATA_LOSS": 15,
+    "UNAUTHENTICATED": 16,
+}  # fmt: skip
+# For an answer without Google's error body (a proxy's page): code.proto's HTTP mapping read backwards.
+_CODE_OF_HTTP_STATUS = {400: 3, 401: 16, 403: 7, 404: 5, 409: 10, 429: 8, 499: 1, 501: 12, 503: 14, 504: 4}
+_MAP_FIELDS = frozenset({"labels"})  # their keys are data, not field names
 
 
 class CallRejected(Exception):
@@ -32,97 +48,114 @@ class CallRejected(Exception):
         self.code, self.reason, self.message = code, reason, message
 
 
-def _retryable_or_rejected(exc: Exception) -> Exception:
-    """Retryable for a transient gRPC code, CallRejected for a permanent one."""
-    status = getattr(exc, "grpc_status_code", None)
-    code = status.value[0] if status is not None else 2  # UNKNOWN
-    message = getattr(exc, "message", None) or str(exc)
-    if call_is_transient(code, message):
-        return Retryable(f"{type(exc).__name__} {code}: {message}")
-    return CallRejected(code, call_failure_reason(code), message)
+def json_names(value: Any) -> Any:
+    """A CustomJob dict with the proto's field names → the JSON names (lowerCamelCase) of its REST form;
+    the keys of map fields (labels) are kept as they are."""
+    if isinstance(value, list):
+        return [json_names(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    renamed = {}
+    for key, item in value.items():
+        head, *rest = key.split("_")
+        name = head + "".join(part[:1].upper() + part[1:] for part in rest)
+        renamed[name] = dict(item) if key in _MAP_FIELDS and isinstance(item, dict) else json_names(item)
+    return renamed
+
+
+def _error_code(status: int, body: Any) -> tuple[int, str]:
+    """(google.rpc.Code number, message) of a refused call."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("status") in RPC_CODES:
+        return RPC_CODES[error["status"]], str(error.get("message", ""))
+    return _CODE_OF_HTTP_STATUS.get(status, 13 if status >= 500 else 2), f"HTTP {status}"
 
 
 def _time(value: Any) -> datetime | None:
-    # proto-plus returns DatetimeWithNanoseconds for set timestamps and the epoch (or None) for unset ones.
-    if not value or value.timestamp() <= 0:
+    if not value:
         return None
-    return value
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def snapshot(job: dict[str, Any]) -> JobSnapshot:
+    """What the controller keeps of a CustomJob in its REST form."""
+    error = job.get("error") or {}
+    return JobSnapshot(
+        name=job["name"],
+        state=job.get("state", "JOB_STATE_UNSPECIFIED"),
+        error_code=int(error.get("code", 0)),
+        error_message=error.get("message", ""),
+        create_time=_time(job.get("createTime")),
+        start_time=_time(job.get("startTime")),
+        end_time=_time(job.get("endTime")),
+        labels=dict(job.get("labels") or {}),
+    )
 
 
 class VertexJobs:
     def __init__(self, project: str, region: str, endpoint: str = "", policy: RetryPolicy = POLICY):
-        from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
-
-        if endpoint:
-            import grpc
-            from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
-
-            transport = JobServiceGrpcTransport(channel=grpc.insecure_channel(endpoint))
-            self._client = JobServiceClient(transport=transport)
-        else:
-            self._client = JobServiceClient(client_options={"api_endpoint": f"{region}-aiplatform.googleapis.com"})
+        api = f"https://{region}-aiplatform.googleapis.com"
+        self._session, self._base = rest_session(endpoint or None, api, _SCOPES)
         self.parent = f"projects/{project}/locations/{region}"
         self._policy = policy
 
     def _call(
-        self, what: str, fn: Callable[..., Any], before_retry: Callable[[], Any] | None = None, **kwargs: Any
+        self,
+        what: str,
+        method: str,
+        path: str,
+        before_retry: Callable[[], Any] | None = None,
+        **kwargs: Any,
     ) -> Any:
-        """`fn(**kwargs)` with the retry policy; CallRejected on permanent codes, Transient when retries run out."""
-        from google.api_core import exceptions as gexc
+        """The JSON answer of `method /v1/{path}`, with the retry policy; CallRejected on a permanent code,
+        Transient when the retries run out."""
+        url = f"{self._base}/v1/{path}"
 
         def attempt(timeout: float) -> Any:
             try:
-                return fn(timeout=timeout, **kwargs)
-            except gexc.GoogleAPICallError as exc:
-                raise _retryable_or_rejected(exc) from None
+                response = self._session.request(method, url, timeout=timeout, **kwargs)
+            except OSError as exc:  # requests' ConnectionError and Timeout: the call may or may not have run
+                raise Retryable(f"cannot reach Vertex AI: {exc}") from None
+            try:
+                body = response.json()
+            except ValueError:
+                body = None
+            if response.status_code < 300:
+                return body if body is not None else {}
+            code, message = _error_code(response.status_code, body)
+            if call_is_transient(code, message):
+                raise Retryable(f"{what} {response.status_code} (code {code}): {message}")
+            raise CallRejected(code, call_failure_reason(code), message)
 
         return self._policy.call(what, attempt, before_retry)
-
-    @staticmethod
-    def _snapshot(job: Any) -> JobSnapshot:
-        return JobSnapshot(
-            name=job.name,
-            state=job.state.name,
-            error_code=job.error.code,
-            error_message=job.error.message,
-            create_time=_time(job.create_time),
-            start_time=_time(job.start_time),
-            end_time=_time(job.end_time),
-            labels=dict(job.labels),
-        )
 
     def find(self, key_hash: str, attempt: int) -> JobSnapshot | None:
         """The job this request's attempt created, if any."""
         filter_ = f'labels.trainctl-key="{key_hash}" AND labels.trainctl-attempt="{attempt}"'
-        pager = self._call(
-            "ListCustomJobs", self._client.list_custom_jobs, request={"parent": self.parent, "filter": filter_}
-        )
-        for job in pager:
-            return self._snapshot(job)
-        return None
+        found = self._call("ListCustomJobs", "GET", f"{self.parent}/customJobs", params={"filter": filter_})
+        jobs = found.get("customJobs") or []
+        return snapshot(jobs[0]) if jobs else None
 
     def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]:
         """DESIGN.md §4 step 3, the one place it is done: (the job, adopted). The job this request's attempt
         already created, if there is one; else a new one, labelled with the key and attempt. CreateCustomJob
         is not idempotent, so before each retry of it (its failed attempt may have taken effect: a lost
         answer, a broken stream) the job is looked for again."""
-        from google.cloud.aiplatform_v1 import CustomJob
-
         existing = self.find(key_hash, attempt)
         if existing is not None:
             return existing, True
-        request = {"parent": self.parent, "custom_job": CustomJob.from_json(json.dumps(custom_job))}
         job = self._call(
             "CreateCustomJob",
-            self._client.create_custom_job,
+            "POST",
+            f"{self.parent}/customJobs",
             before_retry=lambda: self.find(key_hash, attempt),
-            request=request,
+            json=json_names(custom_job),
         )
-        return (job, True) if isinstance(job, JobSnapshot) else (self._snapshot(job), False)
+        return (job, True) if isinstance(job, JobSnapshot) else (snapshot(job), False)
 
     def get(self, name: str) -> JobSnapshot | None:
         try:
-            return self._snapshot(self._call("GetCustomJob", self._client.get_custom_job, name=name))
+            return snapshot(self._call("GetCustomJob", "GET", name))
         except CallRejected as exc:
             if exc.code == NOT_FOUND:  # deleted, or a log line about a job from elsewhere
                 return None
@@ -131,16 +164,16 @@ class VertexJobs:
     def cancel(self, name: str) -> None:
         """Ask Vertex to cancel; a job that has already ended (FAILED_PRECONDITION) or is gone is left alone."""
         try:
-            self._call("CancelCustomJob", self._client.cancel_custom_job, name=name)
+            self._call("CancelCustomJob", "POST", f"{name}:cancel", json={})
         except CallRejected as exc:
             if exc.code not in (FAILED_PRECONDITION, NOT_FOUND):
                 raise
 
 
 class LazyJobs:
-    """The Vertex adapter, built on first use: data shards, duplicates and rejections never import the Vertex
-    client. `prepare()` builds it in the background when a submission is coming: its import is most of a cold
-    submission, and the ledger writes and the `accepted` event before it mostly wait on the network."""
+    """The Vertex adapter, built on first use: data shards, duplicates and rejections never build it.
+    `prepare()` builds it in the background when a submission is coming (in the cloud that reads the
+    credentials), while the ledger writes and the `accepted` event wait on the network."""
 
     def __init__(self, factory: Callable[[], Jobs]):
         self._factory = factory
@@ -154,7 +187,7 @@ class LazyJobs:
             return self._jobs
 
     def prepare(self) -> None:
-        """Build the client in the background; a failure here surfaces when the client is used."""
+        """Build the adapter in the background; a failure here surfaces when it is used."""
         if self._jobs is None:
             threading.Thread(target=self._build_quietly, name="vertex-client", daemon=True).start()
 

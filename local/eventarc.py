@@ -97,7 +97,7 @@ class EventarcBridge:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/"
+        return f"http://{host!s}:{port}/"
 
     def stop(self) -> None:
         self._server.shutdown()

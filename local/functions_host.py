@@ -89,7 +89,7 @@ def start_functions(
         futures = {target: pool.submit(start_function, target, env, log_dir) for target in targets}
         wait(futures.values())
     started = {target: future.result() for target, future in futures.items() if future.exception() is None}
-    failures = [future.exception() for future in futures.values() if future.exception() is not None]
+    failures = [error for future in futures.values() if (error := future.exception()) is not None]
     if failures:
         for function in started.values():
             function.stop()

@@ -67,7 +67,7 @@ class StackOptions:
     lease: str = "60s"
 
 
-def controller_settings(options: StackOptions, names: Names, jobservice_address: str) -> dict[str, str]:
+def controller_settings(options: StackOptions, names: Names, jobservice_rest_url: str) -> dict[str, str]:
     """The TRAINCTL_* environment of every function: Terraform's settings, pointed at the local stack."""
     trainer_registry = LOCAL_TRAINER_IMAGE.rsplit("/", 1)[0] + "/"
     values = {
@@ -79,7 +79,7 @@ def controller_settings(options: StackOptions, names: Names, jobservice_address:
         "TRAINCTL_TRIGGER_RULES": json.dumps({f"gs://{names.data_bucket}/": DEFAULT_TEMPLATE, **options.trigger_rules}),
         "TRAINCTL_ALLOWED_IMAGE_PREFIXES": ",".join([trainer_registry, *options.allowed_image_prefixes]),
         "TRAINCTL_ALLOWED_OUTPUT_BUCKETS": names.control_bucket,
-        "TRAINCTL_VERTEX_ENDPOINT": jobservice_address,
+        "TRAINCTL_VERTEX_ENDPOINT": jobservice_rest_url.rstrip("/"),  # the controller calls Vertex's REST API
         "TRAINCTL_LEASE": options.lease,
         "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
     }
@@ -136,7 +136,7 @@ class LocalStack:
                 "--workdir", str(REPO_ROOT),
             ],
         )  # fmt: skip
-        settings = controller_settings(self.options, names, self.jobservice.address)
+        settings = controller_settings(self.options, names, self.jobservice.rest_url)
         self.functions = start_functions({**clients, **settings}, self.run_dir / "functions")
         self.bridge = EventarcBridge(self.functions["on_dataset_upload"].url, bucket=names.data_bucket)
         subscriptions = self._subscribe()
@@ -150,6 +150,7 @@ class LocalStack:
             pubsub_host=self.pubsub.host,
             storage_url=self.storage.url,
             jobservice_address=self.jobservice.address,
+            jobservice_rest_url=self.jobservice.rest_url,
             bridge_url=self.bridge.url,
             function_urls={target: function.url for target, function in self.functions.items()},
             reconcile_every=self.options.reconcile_every,
@@ -180,6 +181,7 @@ class LocalStack:
             retry_backoff_seconds=REQUEST_RETRY_BACKOFF_SECONDS,
         )
         pubsub.create_subscription(names.dead_letter_subscription, names.dead_letter_topic)
+        assert self.storage.notifications_topic is not None  # the stack starts fake-gcs-server with notifications
         notifications = self.storage.notifications_topic.rsplit("/", 1)[-1]
         pubsub.create_subscription(
             storage_subscription, notifications, self.bridge.url, ack_deadline_seconds=PUSH_ACK_DEADLINE_SECONDS

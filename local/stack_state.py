@@ -52,6 +52,8 @@ class StackState:
     settings_env: dict[str, str]  # the TRAINCTL_* settings every function got
     run_dir: str  # everything the stack writes: logs, the JobService's jobs
     logs: dict[str, str]  # piece → its log file
+    # Vertex's REST mapping and Cloud Logging's entries:list (gcloud's endpoint form, http://HOST:PORT/).
+    jobservice_rest_url: str = ""
 
     def running(self) -> bool:
         return process_alive(self.pid) and process_start_time(self.pid) == self.pid_start
@@ -73,6 +75,9 @@ class StackState:
             # gcloud reaches the emulators through endpoint overrides; any token will do.
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": self.storage_url.rstrip("/") + "/",
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB": f"http://{self.pubsub_host}/",
+            # `gcloud ai custom-jobs` and its stream-logs; gcloud wants http(s)://host:port/ with the slash.
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_AIPLATFORM": self.jobservice_rest_url,
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_LOGGING": self.jobservice_rest_url,
             "CLOUDSDK_AUTH_ACCESS_TOKEN": "dummy",
             "CLOUDSDK_CORE_PROJECT": self.project,
             "GOOGLE_CLOUD_PROJECT": self.project,
@@ -84,6 +89,8 @@ class StackState:
             "TRAINCTL_DEAD_LETTER_SUBSCRIPTION": names["dead_letter_subscription"],
             **{f"TRAINCTL_LOCAL_{target.upper()}_URL": url for target, url in self.function_urls.items()},
             "TRAINCTL_LOCAL_BRIDGE_URL": self.bridge_url,
+            # The `api_endpoint` the Vertex SDK takes (`aiplatform.init(api_transport="rest", …)`).
+            "TRAINCTL_LOCAL_VERTEX_REST_URL": self.jobservice_rest_url.rstrip("/"),
             LOCAL_DIR_VAR: str(local_dir()),
         }
 

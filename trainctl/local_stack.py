@@ -195,7 +195,10 @@ def describe(state: StackState) -> str:
     rows = [
         ("Pub/Sub emulator", state.pubsub_host),
         ("fake-gcs-server", state.storage_url),
-        ("Vertex JobService", state.jobservice_address),
+        (
+            "Vertex JobService",
+            f"{state.jobservice_address} (gRPC), {state.jobservice_rest_url} (REST, for gcloud and the SDK)",
+        ),
         ("on_dataset_upload", f"{urls['on_dataset_upload']}  ← uploads to gs://{data} via {state.bridge_url}"),
         ("on_job_request", f"{urls['on_job_request']}  ← topic {names['requests_topic']}"),
         ("on_job_state", f"{urls['on_job_state']}  ← topic {names['job_state_topic']} (JobService states)"),
@@ -254,15 +257,16 @@ def run_logs(args: argparse.Namespace) -> int:
     from local.jobservice.control import JobServiceControl
     from trainctl.context import cli_settings
 
-    settings = cli_settings()
-    if not settings.vertex_endpoint:
+    state = running_stack()
+    if state is None:
         print("`trainctl local logs` reads the local JobService; no local stack is running", file=sys.stderr)
         return EXIT_NOT_RUNNING
+    settings = cli_settings()
     name = job_name(args.job, settings.project, settings.region)
     if name is None:
         print(f"no job for {args.job!r}: not a job id, and no request with that id has a job", file=sys.stderr)
         return 3
-    control = JobServiceControl(settings.vertex_endpoint)
+    control = JobServiceControl(state.jobservice_address)  # the control API is served over gRPC
     try:
         logs = control.replica_logs(name)
     finally:

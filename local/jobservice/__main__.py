@@ -1,5 +1,6 @@
 """`python -m local.jobservice --port PORT [--state-dir DIR] …`: run the local Vertex JobService as its
-own process. The first line on stdout is `local JobService listening on HOST:PORT`; logs go to stderr.
+own process. The first line on stdout is `local JobService listening on HOST:PORT, REST on URL`
+(gRPC, then Vertex's REST mapping and Cloud Logging's entries:list); logs go to stderr.
 SIGTERM or Ctrl-C stops it and the nodes of running jobs (those jobs fail); SIGKILL leaves the nodes
 running, and a server restarted on the same --state-dir adopts them.
 """
@@ -24,6 +25,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m local.jobservice", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one (default)")
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--rest-port", type=int, default=0, help="port of the REST APIs; 0 picks a free one (default)")
     parser.add_argument(
         "--state-dir", type=Path, help="where jobs, logs and run records live (default: a new temp dir)"
     )
@@ -61,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         cancel_grace=args.cancel_grace,
     )
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="trainctl-jobservice-"))
-    service = LocalJobService(state_dir, settings, host=args.host, port=args.port, exit_on_crash=True)
+    service = LocalJobService(
+        state_dir, settings, host=args.host, port=args.port, exit_on_crash=True, rest_port=args.rest_port
+    )
     announcer = None
     if args.announce_topic:
         from local.jobservice.announce import StateAnnouncer
@@ -72,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     address = service.start()
-    print(f"local JobService listening on {address}", flush=True)
+    print(f"local JobService listening on {address}, REST on {service.rest_url}", flush=True)
     print(f"state and job logs in {state_dir}", flush=True)
     stop.wait()
     service.stop(stop_jobs=True)

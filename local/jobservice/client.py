@@ -24,7 +24,7 @@ def job_service_client(address: str) -> JobServiceClient:
 
 
 def wait_for_state(
-    client: JobServiceClient, name: str, states: Iterable[JobState] = ENDED, timeout: float = 60.0
+    client: JobServiceClient, name: str, states: Iterable[int] = ENDED, timeout: float = 60.0
 ) -> CustomJob:
     """Poll GetCustomJob until the job is in one of `states`; TimeoutError names the state it is stuck in."""
     wanted = set(states)
@@ -34,6 +34,6 @@ def wait_for_state(
         if job.state in wanted:
             return job
         if time.monotonic() > deadline:
-            names = ", ".join(sorted(state.name for state in wanted))
+            names = ", ".join(sorted(JobState(state).name for state in wanted))
             raise TimeoutError(f"{name} is still {job.state.name} after {timeout}s (waiting for {names})")
         time.sleep(0.1)

@@ -44,6 +44,9 @@ from local.jobservice.replicas import ExecutionSettings, NodePlanError, plan_nod
 from local.jobservice.store import JobStore, ReplicaRecord, RunRecord
 from local.processes import free_port, signal_group, stop_groups
 
+# A JobState member: proto-plus enums carry no types, so to the type checker their members are ints.
+State = int
+
 log = logging.getLogger("local.jobservice")
 
 TERMINAL_STATES = frozenset({JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED})
@@ -59,7 +62,7 @@ class TransitionRefused(Exception):
 
 @dataclass(frozen=True)
 class Outcome:
-    state: JobState | None  # None: the job was preempted and restarts
+    state: State | None  # None: the job was preempted and restarts
     code: int = 0
     message: str = ""
 
@@ -120,7 +123,7 @@ class JobExecutor:
             run.thread.join(timeout=self.settings.cancel_grace + 10)
 
     def transition(
-        self, name: str, state: JobState, code: int = 0, message: str = "", only_from: Iterable[JobState] = ()
+        self, name: str, state: State, code: int = 0, message: str = "", only_from: Iterable[State] = ()
     ) -> CustomJob:
         allowed = frozenset(only_from)
         now = dt.datetime.now(dt.UTC)
@@ -128,7 +131,7 @@ class JobExecutor:
         def change(job: CustomJob) -> None:
             if allowed and job.state not in allowed:
                 raise TransitionRefused(f"{name} is {job.state.name}")
-            job.state = state
+            job.state = state  # type: ignore[assignment]  # a JobState member (State)
             job.update_time = now
             if state == JobState.JOB_STATE_RUNNING and "start_time" not in job:
                 job.start_time = now
@@ -230,8 +233,8 @@ class JobRun:
                 return self._end(outcome)
             self.nodes = []  # restarted (by Vertex, or restart_job_on_worker_restart): run the job again
 
-    def _state(self) -> JobState:
-        return self.store.get(self.name).state
+    def _state(self) -> State:
+        return self.store.require(self.name).state
 
     def _hold(self, until: float) -> str:
         """Wait out a fault's hold. Returns "done" when it is over or the job was cancelled meanwhile,
@@ -248,7 +251,7 @@ class JobRun:
                 return "leave"
 
     def _start_nodes(self) -> Outcome | None:
-        job = self.store.get(self.name)
+        job = self.store.require(self.name)
         if job.state == JobState.JOB_STATE_CANCELLING:
             return Outcome(JobState.JOB_STATE_CANCELLED, code_pb2.CANCELLED, "CustomJob was cancelled.")
         if self.record.stockouts > 0:
@@ -289,14 +292,14 @@ class JobRun:
         attempt = self.record.attempt
         for node in self.nodes:
             threading.Thread(target=self._watch, args=(node, attempt), daemon=True).start()
-        if self.store.get(self.name).state == JobState.JOB_STATE_CANCELLING:
+        if self.store.require(self.name).state == JobState.JOB_STATE_CANCELLING:
             self.events.put(("cancel",))
         while True:
             try:
                 event = self.events.get(timeout=self._time_left())
             except queue.Empty:
                 self._stop_nodes()
-                timeout = int(self.store.get(self.name).job_spec.scheduling.timeout.total_seconds())
+                timeout = int(self.store.require(self.name).job_spec.scheduling.timeout.total_seconds())
                 message = f"The job exceeded its maximum running time of {timeout}s (scheduling.timeout)."
                 return Outcome(JobState.JOB_STATE_FAILED, code_pb2.DEADLINE_EXCEEDED, message)
             kind = event[0]
@@ -320,7 +323,7 @@ class JobRun:
     def _decide_on_exit(self, node: str, status: int) -> Outcome | None:
         self.executor.service_log(self.name, f"{node} exited with status {status}")
         if status != 0:
-            job = self.store.get(self.name)
+            job = self.store.require(self.name)
             decision = vertex_retries.after_exit(job, self.record.retries, status)
             if decision.restart:
                 self.store.save_run(self.name, self.record)
@@ -339,7 +342,7 @@ class JobRun:
     def _preempted(self) -> Outcome:
         self.executor.service_log(self.name, "nodes preempted: sending SIGTERM to every node")
         self._stop_nodes()
-        decision = vertex_retries.after_preemption(self.store.get(self.name), self.record.retries)
+        decision = vertex_retries.after_preemption(self.store.require(self.name), self.record.retries)
         self.store.save_run(self.name, self.record)
         return self._restart_or_stockout(decision)
 
@@ -353,7 +356,7 @@ class JobRun:
 
     def _quota_failure(self) -> Outcome:
         """FAILED with code 8 and Vertex's quota text naming the metric of the job's primary pool."""
-        spec = self.store.get(self.name).job_spec
+        spec = self.store.require(self.name).job_spec
         accelerator = spec.worker_pool_specs[0].machine_spec.accelerator_type.name
         metric = quota_metric(accelerator, spec.scheduling.strategy.name)
         return Outcome(JobState.JOB_STATE_FAILED, code_pb2.RESOURCE_EXHAUSTED, QUOTA_MESSAGE.format(metric=metric))
@@ -365,7 +368,7 @@ class JobRun:
         self.events.put(("exit", attempt, node.name, status))
 
     def _time_left(self) -> float | None:
-        job = self.store.get(self.name)
+        job = self.store.require(self.name)
         timeout = job.job_spec.scheduling.timeout
         if not timeout or "start_time" not in job:
             return None
@@ -376,6 +379,7 @@ class JobRun:
         stop_groups([(node.pid, node.popen) for node in self.nodes], self.executor.settings.cancel_grace)
 
     def _end(self, outcome: Outcome) -> None:
+        assert outcome.state is not None, "a restart is not an end"
         self.record.replicas = []
         self.store.save_run(self.name, self.record)
         self.executor.transition(self.name, outcome.state, outcome.code, outcome.message)

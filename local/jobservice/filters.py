@@ -4,6 +4,8 @@ against RFC 3339), `labels.KEY` (=, !=, `:*` for "has the label"), combined with
 juxtaposition), OR, NOT and parentheses. OR binds tighter than AND, as in AIP-160.
 
 `parse_filter(text)` returns a predicate over CustomJob, or raises FilterError (→ INVALID_ARGUMENT).
+`parse_query(text, comparison)` is the same syntax over anything, with the caller's field comparisons
+(the Cloud Logging stand-in reads gcloud's `entries:list` filters with it).
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import datetime as dt
 import fnmatch
 import re
 from collections.abc import Callable
+from typing import Any, cast
 
 from google.cloud.aiplatform_v1.types import CustomJob, JobState
 
 Predicate = Callable[[CustomJob], bool]
+# (field, operator, unquoted value) → predicate; raises FilterError for what it does not support.
+Comparison = Callable[[str, str, str], Callable[[Any], bool]]
 
 _TOKEN = re.compile(r'\s*(\(|\)|!=|<=|>=|=|<|>|:|"(?:[^"\\]|\\.)*"|[^\s()=!<>:"]+)')
 _KEYWORDS = ("AND", "OR", "NOT")
@@ -26,9 +31,13 @@ class FilterError(ValueError):
 
 
 def parse_filter(text: str) -> Predicate:
+    return parse_query(text, _job_comparison)
+
+
+def parse_query(text: str, comparison: Comparison) -> Callable[[Any], bool]:
     if not text.strip():
         return lambda job: True
-    parser = _Parser(_tokenize(text))
+    parser = _Parser(_tokenize(text), comparison)
     predicate = parser.expression()
     if parser.peek() is not None:
         raise FilterError(f"unexpected {parser.peek()!r} in filter {text!r}")
@@ -49,9 +58,10 @@ def _tokenize(text: str) -> list[str]:
 
 
 class _Parser:
-    def __init__(self, tokens: list[str]):
+    def __init__(self, tokens: list[str], comparison: Comparison):
         self.tokens = tokens
         self.position = 0
+        self.make_comparison = comparison
 
     def peek(self) -> str | None:
         return self.tokens[self.position] if self.position < len(self.tokens) else None
@@ -96,17 +106,19 @@ class _Parser:
         field, operator, value = self.take(), self.take(), _unquote(self.take())
         if field in (*_KEYWORDS, "(", ")"):
             raise FilterError(f"expected a field name, got {field!r}")
-        if field.startswith("labels."):
-            return _label_comparison(_unquote(field.removeprefix("labels.")), operator, value)
-        if field == "state":
-            return _state_comparison(operator, value)
-        if field in ("display_name", "displayName"):
-            return _display_name_comparison(operator, value)
-        if field in ("create_time", "createTime"):
-            return _create_time_comparison(operator, value)
-        raise FilterError(
-            f"unsupported field {field!r} in filter; supported: state, display_name, create_time, labels.KEY"
-        )
+        return self.make_comparison(field, operator, value)
+
+
+def _job_comparison(field: str, operator: str, value: str) -> Predicate:
+    if field.startswith("labels."):
+        return _label_comparison(_unquote(field.removeprefix("labels.")), operator, value)
+    if field == "state":
+        return _state_comparison(operator, value)
+    if field in ("display_name", "displayName"):
+        return _display_name_comparison(operator, value)
+    if field in ("create_time", "createTime"):
+        return _create_time_comparison(operator, value)
+    raise FilterError(f"unsupported field {field!r} in filter; supported: state, display_name, create_time, labels.KEY")
 
 
 def _unquote(token: str) -> str:
@@ -127,7 +139,7 @@ def _label_comparison(key: str, operator: str, value: str) -> Predicate:
 
 def _state_comparison(operator: str, value: str) -> Predicate:
     try:
-        state = JobState[value]
+        state = cast(Any, JobState)[value]  # proto-plus enums are untyped to the type checker
     except KeyError:
         raise FilterError(f"unknown job state {value!r}; use a JobState name such as JOB_STATE_RUNNING") from None
     if operator == "=":
@@ -147,7 +159,7 @@ def _display_name_comparison(operator: str, value: str) -> Predicate:
     raise FilterError(f"display_name supports =, != and :, not {operator!r}")
 
 
-_TIME_OPERATORS: dict[str, Callable[[dt.datetime, dt.datetime], bool]] = {
+TIME_OPERATORS: dict[str, Callable[[dt.datetime, dt.datetime], bool]] = {
     "=": lambda a, b: a == b,
     "!=": lambda a, b: a != b,
     "<": lambda a, b: a < b,
@@ -157,14 +169,23 @@ _TIME_OPERATORS: dict[str, Callable[[dt.datetime, dt.datetime], bool]] = {
 }
 
 
-def _create_time_comparison(operator: str, value: str) -> Predicate:
+def rfc3339(field: str, value: str) -> dt.datetime:
+    """`value` as an aware datetime (UTC when it names no offset), or FilterError naming `field`."""
     try:
         when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise FilterError(f"create_time needs an RFC 3339 time such as 2026-01-31T00:00:00Z, got {value!r}") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    compare = _TIME_OPERATORS.get(operator)
+        raise FilterError(f"{field} needs an RFC 3339 time such as 2026-01-31T00:00:00Z, got {value!r}") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+
+
+def time_operator(field: str, operator: str) -> Callable[[dt.datetime, dt.datetime], bool]:
+    compare = TIME_OPERATORS.get(operator)
     if compare is None:
-        raise FilterError(f"create_time supports =, !=, <, <=, >, >=, not {operator!r}")
+        raise FilterError(f"{field} supports =, !=, <, <=, >, >=, not {operator!r}")
+    return compare
+
+
+def _create_time_comparison(operator: str, value: str) -> Predicate:
+    when = rfc3339("create_time", value)
+    compare = time_operator("create_time", operator)
     return lambda job: compare(job.create_time, when)

@@ -5,6 +5,7 @@ In-process use (tests of the pieces, other tools):
 
     service = LocalJobService(state_dir, ExecutionSettings(...))
     address = service.start()            # "127.0.0.1:PORT"; port 0 picks a free one
+    service.rest_url                     # "http://127.0.0.1:PORT2/": Vertex's REST mapping + Logging's entries:list
     service.add_transition_hook(print)   # called with the CustomJob on every state change
     ...
     service.stop()                       # stops running jobs (they fail) and the server
@@ -25,7 +26,9 @@ import grpc
 from local.jobservice.control import control_handler
 from local.jobservice.execution import JobExecutor, TransitionHook, TransitionRefused
 from local.jobservice.faults import RATE_LIMITED_METHODS, FaultPlan
+from local.jobservice.job_logs import JobLogs, logging_routes
 from local.jobservice.replicas import ExecutionSettings
+from local.jobservice.rest import RestServer, rest_routes
 from local.jobservice.servicer import JobServiceServicer
 from local.jobservice.store import JobStore
 
@@ -40,21 +43,29 @@ class LocalJobService:
         host: str = "127.0.0.1",
         port: int = 0,
         exit_on_crash: bool = False,
+        rest_port: int = 0,
     ):
         self.state_dir = Path(state_dir)
         self.settings = settings or ExecutionSettings()
         self.host = host
         self.port = port
+        self.rest_port = rest_port
         # Only a server that is its own process may really exit on Crash; in-process, crash detaches.
         self.exit_on_crash = exit_on_crash
         self.store = JobStore(self.state_dir)
         self.faults = FaultPlan()
         self.executor = JobExecutor(self.store, self.settings)
         self._server: grpc.Server | None = None
+        self._rest: RestServer | None = None
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def rest_url(self) -> str:
+        """Where Vertex's REST mapping and Cloud Logging's entries:list are served (gcloud's endpoint form)."""
+        return f"http://{self.host}:{self.rest_port}/"
 
     def add_transition_hook(self, hook: TransitionHook) -> None:
         self.executor.hooks.append(hook)
@@ -64,19 +75,28 @@ class LocalJobService:
         # so_reuseport off: a second server on a taken port must fail, not share it silently.
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[("grpc.so_reuseport", 0)])
         servicer = JobServiceServicer(self.store, self.executor, self.faults)
-        server.add_generic_rpc_handlers([servicer.handler(), control_handler(self._control_methods())])
+        server.add_generic_rpc_handlers(
+            [servicer.handler(), servicer.operations_handler(), control_handler(self._control_methods())]
+        )
         bound = server.add_insecure_port(f"{self.host}:{self.port}")
         if bound == 0:
             raise OSError(f"the local JobService cannot listen on {self.host}:{self.port}")
         self.port = bound
+        # One HTTP port for both REST APIs: their paths (/v1/projects/…, /v2/entries:list) never meet.
+        self._rest = RestServer(rest_routes(servicer) + logging_routes(JobLogs(self.store)), self.host, self.rest_port)
+        self.rest_port = self._rest.port
         server.start()
         self._server = server
+        self._rest.start()
         self.executor.resume_all()
         return self.address
 
     def stop(self, stop_jobs: bool = True, grace: float = 1.0) -> None:
         """Stop serving. With `stop_jobs` every running job's nodes are stopped and the job fails;
         without, the nodes keep running and a server started on the same state folder adopts them."""
+        if self._rest is not None:
+            self._rest.stop()
+            self._rest = None
         if self._server is not None:
             self._server.stop(grace).wait()
             self._server = None
@@ -137,7 +157,12 @@ class LocalJobService:
             return {}
 
         def info(request: dict, context: grpc.ServicerContext) -> dict:
-            return {"pid": os.getpid(), "state_dir": str(self.state_dir), "address": self.address}
+            return {
+                "pid": os.getpid(),
+                "state_dir": str(self.state_dir),
+                "address": self.address,
+                "rest_url": self.rest_url,
+            }
 
         def crash(request: dict, context: grpc.ServicerContext) -> dict:
             log.warning("crash requested through the control API")

@@ -1,7 +1,9 @@
 """The `google.cloud.aiplatform.v1.JobService` CustomJob methods, on the real proto types of
 google-cloud-aiplatform, served through a generic gRPC handler so the stock `JobServiceClient` talks to
 it unchanged: CreateCustomJob, GetCustomJob, ListCustomJobs (filter, paging), CancelCustomJob
-(returns Empty) and DeleteCustomJob (returns a finished long-running Operation).
+(returns Empty) and DeleteCustomJob (returns a finished long-running Operation, named like Vertex's
+`projects/P/locations/L/operations/ID`, which GetOperation then returns). The REST mapping (rest.py)
+calls these same methods, so both protocols share one behaviour.
 
 Errors follow Vertex: INVALID_ARGUMENT with "List of found errors" and BadRequest field violations,
 NOT_FOUND for unknown jobs, FAILED_PRECONDITION to cancel a job that ended or delete one that runs,
@@ -11,7 +13,6 @@ RESOURCE_EXHAUSTED with the request-rate text when a fault rate-limits Get/List/
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import re
 import time
 
@@ -39,6 +40,7 @@ from local.jobservice.store import JobStore, job_id_of
 from local.jobservice.validation import PARENT_RE, create_request_problems, vertex_error_text
 
 SERVICE = "google.cloud.aiplatform.v1.JobService"
+OPERATIONS_SERVICE = "google.longrunning.Operations"
 JOB_NAME_RE = re.compile(r"projects/[^/]+/locations/[^/]+/customJobs/[0-9]+")
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -51,7 +53,7 @@ class JobServiceServicer:
         self.store = store
         self.executor = executor
         self.faults = faults
-        self._operation_ids = itertools.count(1)
+        self._operations: dict[str, operations_pb2.Operation] = {}
 
     def handler(self) -> grpc.GenericRpcHandler:
         def method(function, request_type, serialize):
@@ -76,6 +78,15 @@ class JobServiceServicer:
             },
         )
 
+    def operations_handler(self) -> grpc.GenericRpcHandler:
+        """The GetOperation of the Operations mixin every Vertex client carries (`client.get_operation`)."""
+        method = grpc.unary_unary_rpc_method_handler(
+            self.get_operation,
+            request_deserializer=operations_pb2.GetOperationRequest.FromString,
+            response_serializer=operations_pb2.Operation.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler(OPERATIONS_SERVICE, {"GetOperation": method})
+
     def create_custom_job(self, request: CreateCustomJobRequest, context: grpc.ServicerContext) -> CustomJob:
         failure = self.faults.next_create_failure()
         if failure is not None and not failure.after_create:
@@ -88,7 +99,7 @@ class JobServiceServicer:
             delattr(job, field)
         now = dt.datetime.now(dt.UTC)
         job.name = f"{request.parent}/customJobs/{self.store.new_job_id()}"
-        job.state = JobState.JOB_STATE_QUEUED
+        job.state = JobState.JOB_STATE_QUEUED  # type: ignore[assignment]  # proto-plus enum members are ints
         job.create_time = now
         job.update_time = now
         job = self.store.add(job)
@@ -139,9 +150,20 @@ class JobServiceServicer:
         self.store.delete(job.name)
         now = dt.datetime.now(dt.UTC)
         metadata = DeleteOperationMetadata(generic_metadata={"create_time": now, "update_time": now})
-        operation = operations_pb2.Operation(name=f"{job.name}/operations/{next(self._operation_ids)}", done=True)
+        location = job.name.split("/customJobs/")[0]
+        operation = operations_pb2.Operation(name=f"{location}/operations/{self.store.new_job_id()}", done=True)
         operation.metadata.Pack(DeleteOperationMetadata.pb(metadata))
         operation.response.Pack(empty_pb2.Empty())
+        self._operations[operation.name] = operation
+        return operation
+
+    def get_operation(
+        self, request: operations_pb2.GetOperationRequest, context: grpc.ServicerContext
+    ) -> operations_pb2.Operation:
+        """An operation this server returned (since it started); the Operations mixin's GetOperation."""
+        operation = self._operations.get(request.name)
+        if operation is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"Operation {request.name} does not exist.")
         return operation
 
     def _refuse_if_rate_limited(self, method: str, resource: str, context: grpc.ServicerContext) -> None:
@@ -156,6 +178,7 @@ class JobServiceServicer:
         job = self.store.get(name)
         if job is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"The CustomJob {name} does not exist.")
+            raise AssertionError("context.abort raises")
         return job
 
 

@@ -6,6 +6,7 @@ folder. The pytest fixtures and `trainctl local up` use this.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
 import select
@@ -21,12 +22,13 @@ from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
 from local.jobservice.client import JobServiceControl, job_service_client
 from local.processes import ManagedProcess, StartupError, process_alive, start_process, stop_group
 
-_LISTENING = re.compile(r"listening on (\S+)")
+_LISTENING = re.compile(r"listening on ([^\s,]+), REST on (\S+)")
 
 
 @dataclass
 class JobServiceProcess:
     address: str
+    rest_url: str  # http://HOST:PORT/: Vertex's REST mapping and Cloud Logging's entries:list
     state_dir: Path
     process: ManagedProcess
     _launch: dict = field(repr=False)
@@ -35,6 +37,10 @@ class JobServiceProcess:
     @property
     def port(self) -> int:
         return int(self.address.rsplit(":", 1)[1])
+
+    @property
+    def rest_port(self) -> int:
+        return int(self.rest_url.rstrip("/").rsplit(":", 1)[1])
 
     @property
     def control(self) -> JobServiceControl:
@@ -62,9 +68,9 @@ class JobServiceProcess:
         """Start a new server on the same port and state folder (after `kill` or `stop`)."""
         if self.running():
             self.stop()
-        launch = {**self._launch, "port": self.port}
+        launch = {**self._launch, "port": self.port, "rest_port": self.rest_port}
         fresh = start_jobservice_process(**launch, timeout=timeout)
-        self.process, self.address = fresh.process, fresh.address
+        self.process, self.address, self.rest_url = fresh.process, fresh.address, fresh.rest_url
         if self._control is not None:
             self._control.close()
             self._control = None
@@ -74,6 +80,7 @@ def start_jobservice_process(
     work_dir: Path,
     state_dir: Path | None = None,
     port: int = 0,
+    rest_port: int = 0,
     env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
     timeout: float = 30.0,
@@ -82,27 +89,30 @@ def start_jobservice_process(
     go to `work_dir/jobservice.log`."""
     state_dir = state_dir or work_dir / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "local.jobservice", "--port", str(port), "--state-dir", str(state_dir)]
+    command = [sys.executable, "-m", "local.jobservice", "--port", str(port), "--rest-port", str(rest_port)]
+    command += ["--state-dir", str(state_dir)]
     command += list(extra_args)
     log_path = work_dir / "jobservice.log"
     process = start_process("jobservice", command, log_path, env=env, stdout_pipe=True)
-    address = _read_address(process, timeout)
+    address, rest_url = _read_addresses(process, timeout)
     # Keep draining stdout into the log so the server never blocks on a full pipe.
     threading.Thread(target=_copy_to_log, args=(process, log_path), daemon=True).start()
     launch = {"work_dir": work_dir, "state_dir": state_dir, "env": env, "extra_args": tuple(extra_args)}
-    return JobServiceProcess(address, state_dir, process, launch)
+    return JobServiceProcess(address, rest_url, state_dir, process, launch)
 
 
-def _read_address(process: ManagedProcess, timeout: float) -> str:
+def _read_addresses(process: ManagedProcess, timeout: float) -> tuple[str, str]:
+    """(gRPC address, REST URL) from the line the server prints once it listens."""
     deadline = time.monotonic() + timeout
     stdout = process.popen.stdout
+    assert stdout is not None  # started with stdout=PIPE
     while time.monotonic() < deadline:
         ready, _, _ = select.select([stdout], [], [], 0.1)
         if ready:
             line = stdout.readline().decode(errors="replace")
             match = _LISTENING.search(line)
             if match:
-                return match.group(1)
+                return match.group(1), match.group(2)
             if not line:  # end of output: the server exited
                 break
     process.stop(grace=1.0)
@@ -110,8 +120,10 @@ def _read_address(process: ManagedProcess, timeout: float) -> str:
 
 
 def _copy_to_log(process: ManagedProcess, log_path: Path) -> None:
+    stdout = process.popen.stdout
+    assert isinstance(stdout, io.BufferedReader)  # started with stdout=PIPE, in bytes
     with open(log_path, "ab") as log, contextlib.suppress(ValueError, OSError):
-        while chunk := process.popen.stdout.read1(65536):
+        while chunk := stdout.read1(65536):
             log.write(chunk)
             log.flush()
 

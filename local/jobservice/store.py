@@ -95,6 +95,13 @@ class JobStore:
             self._persist(job)
             return _copy(job)
 
+    def require(self, name: str) -> CustomJob:
+        """A job known to exist (jobs are deleted only once they have ended)."""
+        job = self.get(name)
+        if job is None:
+            raise KeyError(f"no job {name}")
+        return job
+
     def get(self, name: str) -> CustomJob | None:
         with self._lock:
             job = self._jobs.get(name)

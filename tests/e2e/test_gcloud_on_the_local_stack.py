@@ -6,6 +6,7 @@ starts a job. Ends with `trainctl local down`, which must leave no process behin
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import uuid
 from pathlib import Path
@@ -38,8 +39,13 @@ def test_local_env_prints_what_another_shell_and_gcloud_need(stack: RunningStack
     assert variables["CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE"] == state.storage_url + "/"
     assert variables["CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB"] == f"http://{state.pubsub_host}/"
     assert variables["CLOUDSDK_AUTH_ACCESS_TOKEN"] == "dummy"
+    # Issue 13 item 1: gcloud ai and stream-logs reach the JobService's REST port (gcloud wants the slash).
+    assert variables["CLOUDSDK_API_ENDPOINT_OVERRIDES_AIPLATFORM"] == state.jobservice_rest_url
+    assert variables["CLOUDSDK_API_ENDPOINT_OVERRIDES_LOGGING"] == state.jobservice_rest_url
+    assert re.fullmatch(r"http://127\.0\.0\.1:[0-9]+/", state.jobservice_rest_url)
+    assert variables["TRAINCTL_LOCAL_VERTEX_REST_URL"] == state.jobservice_rest_url.rstrip("/")
     assert variables["CLOUDSDK_CORE_PROJECT"] == LOCAL_PROJECT
-    assert variables["TRAINCTL_VERTEX_ENDPOINT"] == state.jobservice_address
+    assert variables["TRAINCTL_VERTEX_ENDPOINT"] == state.jobservice_rest_url.rstrip("/")
     assert variables["TRAINCTL_DATA_BUCKET"] == NAMES.data_bucket
     assert variables["TRAINCTL_REQUESTS_TOPIC"] == NAMES.requests_topic
     assert variables["TRAINCTL_LOCAL_ON_JOB_REQUEST_URL"] == state.function_urls["on_job_request"]

@@ -49,7 +49,7 @@ def fake_node_request(request_id: str, *args: str, **sections: Any) -> dict[str,
 @dataclass
 class Deployment:
     suffix: str
-    jobservice_address: str
+    vertex_endpoint: str  # the JobService's REST URL (JobServiceProcess.rest_url)
     extra_settings: dict[str, str] = field(default_factory=dict)
     functions: dict[str, FunctionProcess] = field(default_factory=dict)
 
@@ -79,7 +79,7 @@ class Deployment:
             "TRAINCTL_TRAINER_IMAGE": LOCAL_TRAINER_IMAGE,
             "TRAINCTL_TRIGGER_RULES": json.dumps({f"gs://{self.data_bucket}/churn/": template}),
             "TRAINCTL_ALLOWED_IMAGE_PREFIXES": "localhost/tests/",
-            "TRAINCTL_VERTEX_ENDPOINT": self.jobservice_address,
+            "TRAINCTL_VERTEX_ENDPOINT": self.vertex_endpoint,
             "TRAINCTL_LEASE": "3s",
         }
         return env | self.extra_settings | overrides

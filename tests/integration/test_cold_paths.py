@@ -28,6 +28,29 @@ def test_a_shard_and_a_duplicate_leave_the_vertex_client_unimported(deployment, 
         headers, body = deployment.storage_event(blob)
         attributes = {k.removeprefix("ce-"): v for k, v in headers.items() if k.startswith("ce-")}
         events.append((attributes, json.loads(body)))
+    log, loaded = handle_in_a_fresh_process(deployment, tmp_path, events)
+    assert loaded == []
+    assert any('"not a marker; ignored"' in line for line in log)
+    assert any('"duplicate delivery; starts nothing"' in line for line in log)
+
+
+def test_a_submission_calls_vertex_without_importing_its_client_library(deployment, tmp_path):
+    """Guards issue 13 item 5: the submitting path calls Vertex's REST API; google.cloud.aiplatform, most of a
+    cold submission before, is not imported by the function at all."""
+    marker = deployment.upload("churn/cold-submit/part-0000.csv", "a,y\n1,0\n") and deployment.upload(
+        "churn/cold-submit/_SUCCESS"
+    )
+    headers, body = deployment.storage_event(marker)
+    attributes = {k.removeprefix("ce-"): v for k, v in headers.items() if k.startswith("ce-")}
+
+    log, loaded = handle_in_a_fresh_process(deployment, tmp_path, [(attributes, json.loads(body))])
+
+    assert any('"message": "submitted"' in line for line in log), log
+    assert loaded == []
+
+
+def handle_in_a_fresh_process(deployment, tmp_path, events: list) -> tuple[list[str], list[str]]:
+    """(log lines, google.cloud.aiplatform modules loaded) of a new process handling `events` in turn."""
     # The deploy archive's layout: a root main.py re-exporting functions/main.py (terraform/root_main.py).
     (tmp_path / "main.py").write_text((REPO_ROOT / "terraform" / "root_main.py").read_text())
     env = {**os.environ, **deployment.settings_env(), "PYTHONPATH": f"{tmp_path}:{REPO_ROOT}"}
@@ -39,7 +62,5 @@ def test_a_shard_and_a_duplicate_leave_the_vertex_client_unimported(deployment, 
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    log, loaded = result.stdout.strip().splitlines()[:-1], json.loads(result.stdout.strip().splitlines()[-1])
-    assert loaded == []
-    assert any('"not a marker; ignored"' in line for line in log)
-    assert any('"duplicate delivery; starts nothing"' in line for line in log)
+    lines = result.stdout.strip().splitlines()
+    return lines[:-1], json.loads(lines[-1])

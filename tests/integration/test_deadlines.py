@@ -25,7 +25,7 @@ SLOW_CREATE = 25  # seconds before the local JobService answers a create (the jo
 
 @pytest.fixture(scope="module")
 def deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -> Iterator[Deployment]:
-    deployed = Deployment(uuid.uuid4().hex[:8], jobservice.address)
+    deployed = Deployment(uuid.uuid4().hex[:8], jobservice.rest_url)
     deployed.create(tmp_path_factory.mktemp("functions"), TRAINCTL_FUNCTION_TIMEOUT=str(FUNCTION_TIMEOUT))
     try:
         yield deployed

@@ -34,8 +34,8 @@ def own_deployment(tmp_path, jobservice):
     """A deployment of the test's own (buckets, topic, functions); the test may swap components first."""
     started: list[Deployment] = []
 
-    def deploy(jobservice_address: str = jobservice.address) -> Deployment:
-        deployed = Deployment(uuid.uuid4().hex[:8], jobservice_address)
+    def deploy(vertex_endpoint: str = jobservice.rest_url) -> Deployment:
+        deployed = Deployment(uuid.uuid4().hex[:8], vertex_endpoint)
         deployed.create(tmp_path / f"functions-{len(started)}", TRAINCTL_OUTBOX_GRACE=str(OUTBOX_GRACE))
         started.append(deployed)
         return deployed
@@ -134,7 +134,7 @@ def test_a_jobservice_restart_while_jobs_run_loses_and_doubles_no_event(
     """Guards reconcile as the source of truth: after the JobService comes back, each state change of a
     job that ran meanwhile is published exactly once."""
     service = private_jobservice()
-    deployment = own_deployment(service.address)
+    deployment = own_deployment(service.rest_url)
     events = deployment.events()
     until = tmp_path / "finish"
     assert deployment.request(fake_node_request("restart-1", "--until-file", str(until), "--metrics", METRICS)) == 200

@@ -19,7 +19,7 @@ UNWRITABLE = "it-no-such-bucket"  # allowed by the guardrail, but it does not ex
 
 @pytest.fixture(scope="module")
 def deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory):
-    deployed = Deployment(uuid.uuid4().hex[:8], jobservice.address, {"TRAINCTL_ALLOWED_OUTPUT_BUCKETS": UNWRITABLE})
+    deployed = Deployment(uuid.uuid4().hex[:8], jobservice.rest_url, {"TRAINCTL_ALLOWED_OUTPUT_BUCKETS": UNWRITABLE})
     deployed.create(tmp_path_factory.mktemp("functions"))
     try:
         yield deployed

@@ -46,7 +46,7 @@ def _side() -> dist.ProcessGroup | None:
     return _side_group  # None (the default group) only before open_side_group, as in unit tests of one rank
 
 
-def all_reduce(tensor: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
+def all_reduce(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> torch.Tensor:
     """The reduction of `tensor` over all ranks, on `tensor`'s own device (a copy when it had to move)."""
     placed = tensor.to(group_device())
     dist.all_reduce(placed, op=op)
@@ -59,7 +59,7 @@ def sum_array(values: np.ndarray) -> np.ndarray:
     return all_reduce(tensor.to(group_device())).cpu().numpy()
 
 
-def _reduce_int(value: int, op: dist.ReduceOp) -> int:
+def _reduce_int(value: int, op: dist.ReduceOp.RedOpType) -> int:
     return int(all_reduce(torch.tensor([value], dtype=torch.int64).to(group_device()), op).cpu()[0])
 
 

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -53,6 +54,6 @@ def wrap(model: nn.Module, device: torch.device, bucket_cap_mb: float | None) ->
     )
 
 
-def forward_of(ddp: DDP, compile_model: bool) -> nn.Module:
+def forward_of(ddp: DDP, compile_model: bool) -> Callable[..., torch.Tensor]:
     """What a training step calls: the DDP module, compiled when asked."""
     return torch.compile(ddp) if compile_model else ddp

@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,7 +34,7 @@ from trainer.outputs import report_failure, write_history, write_outputs
 from trainer.preprocess import Combine, Preprocessor, drop_unlabelled, keep_columns
 from trainer.progress import ProgressRecord
 from trainer.state import TrainState
-from trainer.tensorboard import ScalarWriter
+from trainer.tensorboard import DiscardedScalars, ScalarWriter
 from trainer.throughput import Throughput
 
 COORDINATE_EVERY_SECONDS = 0.5  # how often ranks agree on stopping and on a time-based checkpoint
@@ -62,7 +63,7 @@ class Run:
     objective: Objective
     spec: dict
     ddp: DDP
-    forward: torch.nn.Module  # the DDP module, compiled with --compile
+    forward: Callable[..., torch.Tensor]  # the DDP module, compiled with --compile
     bf16: bool  # autocast on GPUs that run bf16 natively
     state: TrainState
     checkpoints: Checkpoints
@@ -175,7 +176,7 @@ def train_step(run: Run, order: torch.Tensor, step_in_epoch: int) -> tuple[torch
     return (losses[0] if len(losses) == 1 else torch.stack(losses).mean()), data_seconds
 
 
-def evaluate(run: Run, epoch: int, tensorboard: ScalarWriter | None) -> None:
+def evaluate(run: Run, epoch: int, tensorboard: ScalarWriter | DiscardedScalars) -> None:
     """End of an epoch: the mean training loss over every rank and the validation metrics, recorded; the model
     is kept when its validation metric is the best so far. Every rank sees the same all-reduced numbers, so every
     rank keeps the same epoch and agrees on stopping early."""
@@ -200,7 +201,7 @@ def evaluate(run: Run, epoch: int, tensorboard: ScalarWriter | None) -> None:
 def train(run: Run, stop: StopSignal) -> int:
     args, state = run.args, run.state
     steps_per_epoch, total_steps = state.steps_per_epoch, run.total_steps
-    tensorboard = ScalarWriter(args.tensorboard_dir) if run.is_main else None
+    tensorboard = ScalarWriter(args.tensorboard_dir) if run.is_main else DiscardedScalars()
     progress = ProgressRecord(args.checkpoint_dir, args.progress_every_seconds, total_steps, enabled=run.is_main)
     throughput = Throughput()
     coordination = Coordination(COORDINATE_EVERY_SECONDS, first_step=state.step)
@@ -273,11 +274,11 @@ def stopping_early(run: Run) -> bool:
     return patience > 0 and run.state.epochs_without_improvement() >= patience
 
 
-def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | None) -> None:
+def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | DiscardedScalars) -> None:
     """The final metrics, and on rank 0 the model and metrics files (`_SUCCESS` last)."""
     args, state, tables = run.args, run.state, run.tables
     rows = len(tables.inputs)
-    if run.is_main and stopping_early(run):
+    if run.is_main and stopping_early(run) and state.best_record is not None:
         logs.log("stopped early", epoch=state.history[-1]["epoch"], best_epoch=state.best_record["epoch"],
                  patience=args.early_stopping_patience)  # fmt: skip
     metrics = {

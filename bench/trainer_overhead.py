@@ -120,7 +120,8 @@ def trainer_run(data: str, epochs: int, out: Path) -> tuple[dict, dict]:
     import torch
 
     from trainer.distributed import StopSignal
-    from trainer.train import parse_args, train
+    from trainer.flags import parse_args
+    from trainer.train import set_up, train
 
     args = parse_args([
         "--data", data, "--target", "y", "--epochs", str(epochs), "--batch-size", str(BATCH_SIZE),
@@ -129,11 +130,14 @@ def trainer_run(data: str, epochs: int, out: Path) -> tuple[dict, dict]:
         "--model-dir", str(out / "model"), "--checkpoint-dir", str(out / "checkpoints"),
         "--tensorboard-dir", str(out / "logs"),
     ])  # fmt: skip
-    if train(args, torch.device("cpu"), StopSignal()) != 0:
+    if train(set_up(args, torch.device("cpu")), StopSignal()) != 0:
         raise RuntimeError("the trainer did not finish")
     torch.distributed.barrier()  # rank 0 has written model.pt
     metrics = json.loads((out / "model" / "metrics.json").read_text())
-    weights = torch.load(out / "model" / "model.pt", weights_only=True)["state_dict"]
+    # The last step's weights, as the hand-written loop ends with them: model.pt holds the best epoch's, which is
+    # the last one only when validation keeps improving.
+    last = max((out / "checkpoints").glob("step-*"))
+    weights = torch.load(last / "state.pt", weights_only=True)["model"]
     return metrics, weights
 
 

@@ -16,6 +16,11 @@ from schemas.events import CostEstimate, approximate_prices
 from schemas.request import TrainingJobRequest
 from schemas.rules import format_duration, split_gs_uri
 
+# The built-in trainer's image is PyTorch's CUDA 12.6 build (trainer/Dockerfile), whose kernels stop at sm_90:
+# Blackwell GPUs would leave it nothing to run (trainer.launch would refuse to start on them). A4X (GB200, arm64)
+# is not in the catalog at all.
+BUILTIN_IMAGE_LACKS_KERNELS_FOR = {"NVIDIA_B200": "sm_100", "NVIDIA_RTX_PRO_6000": "sm_120"}
+
 
 def _allowed(value: str, allowed: tuple[str, ...]) -> bool:
     """Machine types and data buckets: an empty allow-list allows any. Images, output buckets and service
@@ -66,6 +71,16 @@ def admission_problems(
             f"${settings.max_cost_usd:,.2f}. Shorten scheduling.timeout or use fewer GPUs",
         )
     image = request.trainer.image
+    architecture = BUILTIN_IMAGE_LACKS_KERNELS_FOR.get(res.accelerator_type or "")
+    if image is None and architecture:
+        problems.append(
+            FieldError(
+                "resources.accelerator_type",
+                f"the built-in trainer's image (PyTorch for CUDA 12.6) has no kernels for {res.accelerator_type} "
+                f"({architecture}, Blackwell); choose an earlier GPU, or run your own image built for CUDA 12.8 "
+                "or later (trainer.image)",
+            )
+        )
     if (
         image is not None
         and image != settings.trainer_image

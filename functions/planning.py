@@ -7,6 +7,7 @@ request the Vertex adapter sends, and `trainctl plan` can print it as it is.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,10 @@ from schemas.request import MAX_DISPLAY_NAME, TabularHyperparameters, TrainingJo
 from schemas.rules import sanitize_label_value
 
 REDUCTION_SERVER_BUCKET_CAP_MB = 64
+# Vertex: Reduction Server "works best if the messages to be aggregated are sufficiently large" and DDP should use
+# 64 MB buckets with it (reference/vertex.md §3.3). A model whose whole gradient is smaller than one such bucket
+# all-reduces a single small message per step, latency-bound, where reducers add a hop and cost money.
+REDUCTION_SERVER_MIN_GRADIENT_MB = REDUCTION_SERVER_BUCKET_CAP_MB
 RUNS_PREFIX = "runs/"  # where outputs go in the control bucket; the rest of it is the ledger
 MANAGED_BY = "trainctl"
 
@@ -44,6 +49,18 @@ def output_dir(request: TrainingJobRequest, settings: Settings) -> str:
     return f"gs://{settings.control_bucket}/{RUNS_PREFIX}{request.request_id}/"
 
 
+def builtin_gradient_mb(request: TrainingJobRequest) -> float | None:
+    """At least how many MB of fp32 gradients the built-in MLP all-reduces per step (None for a custom image,
+    whose model the planner cannot see). Input and output widths are not known before the data is read, so
+    they count as the chosen feature columns and one output: a lower bound."""
+    if request.trainer.image is not None:
+        return None
+    hidden = (request.trainer.hyperparameters or TabularHyperparameters()).hidden_sizes
+    widths = [len(request.dataset.features or []), *hidden, 1]
+    parameters = sum((inputs + 1) * outputs for inputs, outputs in itertools.pairwise(widths))
+    return parameters * 4 / 2**20
+
+
 def plan_reduction_server(request: TrainingJobRequest) -> ReductionServerPlan:
     """Decide on worker pool 2 per DESIGN.md §4, and say why in words."""
     rs, res = request.reduction_server, request.resources
@@ -61,6 +78,13 @@ def plan_reduction_server(request: TrainingJobRequest) -> ReductionServerPlan:
         return off(f"off: {res.machine_type} uses GPUDirect networking, which outperforms Reduction Server")
     if request.scheduling.strategy == "flex_start":
         return off("off: FLEX_START requires every worker pool to use the same machine configuration")
+    gradient_mb = builtin_gradient_mb(request)
+    if rs.mode == "auto" and gradient_mb is not None and gradient_mb < REDUCTION_SERVER_MIN_GRADIENT_MB:
+        return off(
+            f"off (auto): the built-in MLP all-reduces about {gradient_mb:.1f} MB of gradients per step, less than "
+            f"one {REDUCTION_SERVER_BUCKET_CAP_MB} MB bucket; Reduction Server pays only for large messages "
+            "(mode: on forces it)"
+        )
     node_gbps = catalog.node_egress_gbps(res.machine_type, res.accelerator_type, res.accelerator_count or 0)
     total_gbps = node_gbps * res.replica_count
     needed = catalog.reducers_needed(total_gbps)
@@ -75,7 +99,8 @@ def plan_reduction_server(request: TrainingJobRequest) -> ReductionServerPlan:
         replicas,
         machine_type,
         f"on ({rs.mode}): {res.replica_count}-node {family.upper()} job; {sizing} × {machine_type}; "
-        f"the trainer gets --bucket-cap-mb {REDUCTION_SERVER_BUCKET_CAP_MB}",
+        f"the trainer gets --bucket-cap-mb {REDUCTION_SERVER_BUCKET_CAP_MB}"
+        + (f"; the built-in MLP all-reduces about {gradient_mb:.0f} MB per step" if gradient_mb is not None else ""),
     )
 
 

@@ -43,7 +43,8 @@ class Settings:
     max_timeout: int = 7 * 86400
     max_cost_usd: float = 1000.0
     max_request_bytes: int = 64 * 1024
-    vertex_endpoint: str = ""  # base URL of a Vertex REST endpoint instead of https://{region}-aiplatform.googleapis.com
+    # The base URL of a Vertex REST endpoint to use instead of https://{region}-aiplatform.googleapis.com.
+    vertex_endpoint: str = ""
     lease: int = 600
     # How many active requests a reconcile tick observes at once: each observation waits mostly on Cloud
     # Storage and Vertex; each costs a GetCustomJob of Vertex's per-minute read quota.

@@ -273,7 +273,9 @@ class ReductionServer(_Strict):
     """Vertex AI Reduction Server (worker pool 2) for multi-node all-reduce on N1/A2/G2 machines."""
 
     mode: Literal["auto", "on", "off"] = Field(
-        "auto", description="auto: on for multi-node jobs on N1/A2/G2 machines, unless FLEX_START."
+        "auto",
+        description="auto: on for multi-node jobs on N1/A2/G2 machines, unless FLEX_START; for the built-in "
+        "trainer only when its gradients fill at least one 64 MB bucket.",
     )
     replica_count: int | None = Field(None, ge=1, le=256, description="Default: sized to the workers' egress.")
     machine_type: Literal["n1-highcpu-16", "n1-highcpu-32", "n2-highcpu-16", "n2-highcpu-32"] | None = Field(

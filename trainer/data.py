@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
 
-from trainer import logs
+from trainer import collectives, logs
 from trainer.storage import is_file, is_gcs, open_folder, read_uri
 
 FORMATS = ("auto", "csv", "parquet")
@@ -101,12 +101,12 @@ def _fetch_once_per_node(shards: list[Shard]) -> list[Shard]:
         for remote, copy in zip(shards, local, strict=True):
             Path(copy.uri).write_bytes(read_uri(remote.uri))
         logs.log("dataset fetched for this node", shards=len(shards), folder=str(cache))
-    dist.barrier()
+    collectives.wait_for_all()
     return local
 
 
 def _remove_node_copy(shards: list[Shard]) -> None:
-    dist.barrier()  # every local rank has read its copy
+    collectives.wait_for_all()  # every local rank has read its copy
     if int(os.environ.get("LOCAL_RANK", "0")) == 0 and shards:
         shutil.rmtree(Path(shards[0].uri).parent, ignore_errors=True)
 

@@ -18,6 +18,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from trainer import collectives
+
 PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
 
 
@@ -36,9 +38,11 @@ def process_group(init_timeout_seconds: float) -> Iterator[torch.device]:
         dist.init_process_group(backend=backend, timeout=timeout)
     else:
         dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    collectives.open_side_group(init_timeout_seconds)
     try:
         yield device
     finally:
+        collectives.close_side_group()
         dist.destroy_process_group()
 
 
@@ -74,8 +78,8 @@ class Coordination:
 
     MAX_INTERVAL_STEPS = 1000
 
-    def __init__(self, device: torch.device, seconds: float, first_step: int):
-        self.device, self.seconds, self.next_step = device, seconds, first_step
+    def __init__(self, seconds: float, first_step: int):
+        self.seconds, self.next_step = seconds, first_step
 
     def due(self, step: int) -> bool:
         return step >= self.next_step
@@ -86,22 +90,6 @@ class Coordination:
         if dist.get_rank() == 0:
             steps = self.seconds / step_seconds if step_seconds else 1.0
             proposal = float(min(self.MAX_INTERVAL_STEPS, max(1, int(steps))))
-        values = torch.tensor([float(stop_requested), float(checkpoint_due), proposal], device=self.device)
-        dist.all_reduce(values, op=dist.ReduceOp.MAX)
-        stop, checkpoint, interval = values.tolist()
+        stop, checkpoint, interval = collectives.max_of_floats([float(stop_requested), float(checkpoint_due), proposal])
         self.next_step = step + int(interval)
         return bool(stop), bool(checkpoint)
-
-
-def _reduce_int(value: int, device: torch.device, op: dist.ReduceOp) -> int:
-    tensor = torch.tensor([value], dtype=torch.int64, device=device)
-    dist.all_reduce(tensor, op=op)
-    return int(tensor.item())
-
-
-def max_across_ranks(value: int, device: torch.device) -> int:
-    return _reduce_int(value, device, dist.ReduceOp.MAX)
-
-
-def sum_across_ranks(value: int, device: torch.device) -> int:
-    return _reduce_int(value, device, dist.ReduceOp.SUM)

@@ -18,9 +18,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainer import logs
+from trainer import accelerators, finished_watch, logs, nccl_env, shared_memory
+from trainer.accelerators import LOCAL_PROCS_ENV
 
-LOCAL_PROCS_ENV = "TRAINCTL_LOCAL_PROCS_PER_NODE"
 DEFAULT_MASTER_PORT = 29500
 TRAINING_POOLS = ("workerpool0", "workerpool1")  # workerpool2: Reduction Server, workerpool3: evaluators
 
@@ -31,6 +31,17 @@ class Cluster:
     node_rank: int
     master_addr: str = "127.0.0.1"
     master_port: int = DEFAULT_MASTER_PORT
+    local_addr: str | None = None  # this node's host name in CLUSTER_SPEC, what the other nodes reach it by
+
+
+def _this_node_host(env: Mapping[str, str]) -> str | None:
+    if not env.get("CLUSTER_SPEC"):
+        return None
+    spec = json.loads(env["CLUSTER_SPEC"])
+    task = spec.get("task") or {}
+    addresses = (spec.get("cluster") or {}).get(task.get("type")) or []
+    index = int(task.get("index", 0))
+    return addresses[index].rpartition(":")[0] or addresses[index] if index < len(addresses) else None
 
 
 def cluster_from_env(env: Mapping[str, str]) -> Cluster:
@@ -41,6 +52,7 @@ def cluster_from_env(env: Mapping[str, str]) -> Cluster:
             node_rank=int(env["RANK"]),
             master_addr=env["MASTER_ADDR"],
             master_port=int(env.get("MASTER_PORT") or DEFAULT_MASTER_PORT),
+            local_addr=_this_node_host(env),
         )
     if env.get("CLUSTER_SPEC"):
         spec = json.loads(env["CLUSTER_SPEC"])
@@ -58,6 +70,7 @@ def cluster_from_env(env: Mapping[str, str]) -> Cluster:
             node_rank=node_rank,
             master_addr=host or primary[0],
             master_port=int(env.get("MASTER_PORT") or port or DEFAULT_MASTER_PORT),
+            local_addr=_this_node_host(env),
         )
     return Cluster(nnodes=1, node_rank=0)
 
@@ -70,20 +83,33 @@ def processes_per_node(requested: int | None, env: Mapping[str, str], visible_gp
     return int(env.get(LOCAL_PROCS_ENV) or 1)
 
 
-def torchrun_argv(cluster: Cluster, nproc: int, max_restarts: int, run_id: str, train_args: list[str]) -> list[str]:
+def torchrun_argv(
+    cluster: Cluster,
+    nproc: int,
+    max_restarts: int,
+    run_id: str,
+    train_args: list[str],
+    rendezvous_timeout: int = 1800,
+) -> list[str]:
     argv = ["--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts)]
     if cluster.nnodes == 1:
         argv += ["--standalone"]
     else:
         # c10d rendezvous (not static): when one node restarts its workers, the others notice the new round
         # and restart theirs too, so a bounded restart works across nodes. The primary node hosts the store.
+        # Nodes pull a multi-GB image at different times: a worker may wait long for the primary's store
+        # (read_timeout, 60 s by default) and for the others to join (join_timeout, 600 s by default).
+        conf = f"is_host={'true' if cluster.node_rank == 0 else 'false'}"
+        conf += f",join_timeout={rendezvous_timeout},read_timeout={rendezvous_timeout}"
         argv += [
             "--nnodes", str(cluster.nnodes),
             "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{cluster.master_addr}:{cluster.master_port}",
             "--rdzv-id", run_id,
-            "--rdzv-conf", f"is_host={'true' if cluster.node_rank == 0 else 'false'}",
+            "--rdzv-conf", conf,
         ]  # fmt: skip
+        if cluster.local_addr:  # the name the other nodes know this one by, not whatever the host resolves
+            argv += ["--local-addr", cluster.local_addr]
     return [*argv, "--module", "trainer.train", *train_args]
 
 
@@ -102,11 +128,25 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     # One restart covers a crashed process; Vertex restarts failed workers itself and the controller resubmits
     # preempted jobs, so more restarts here mostly repeat a deterministic failure (a missing dataset, say).
     p.add_argument("--max-restarts", type=int, default=1, help="restarts of a failed worker group before giving up")
+    p.add_argument(
+        "--rendezvous-timeout-seconds",
+        type=int,
+        default=1800,
+        help="how long nodes wait for each other at start-up (image pulls finish at different times)",
+    )
     return p.parse_known_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args, train_args = parse_args(sys.argv[1:] if argv is None else argv)
+    refusal = accelerators.refusal(os.environ)
+    if refusal:
+        logs.error(refusal)
+        if os.environ.get("AIP_MODEL_DIR"):  # so the controller's `failed` event can say why
+            from trainer.outputs import report_failure
+
+            report_failure(os.environ["AIP_MODEL_DIR"], RuntimeError(refusal))
+        return 1
     import torch
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -115,10 +155,22 @@ def main(argv: list[str] | None = None) -> int:
     # torchrun shares its rendezvous store with the workers by default, and a restarted worker group can then
     # read the previous attempt's keys and hang in init_process_group (pytorch/pytorch#135712). Opt out.
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    # A NCCL collective past --collective-timeout-seconds aborts the process (error handling 3, the default,
+    # said out loud) after dumping the flight recorder's last collectives, which says which rank hung.
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
+    os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+    rdma = nccl_env.rdma_environment(os.environ)
+    if rdma:
+        os.environ.update(rdma)
+        logs.log("NCCL environment for GPUDirect RDMA", script=str(nccl_env.RDMA_SCRIPT), variables=sorted(rdma))
     cluster = cluster_from_env(os.environ)
     nproc = processes_per_node(args.nproc_per_node, os.environ, torch.cuda.device_count())
     run_id = os.environ.get("CLOUD_ML_JOB_ID") or "trainctl"
-    argv = torchrun_argv(cluster, nproc, args.max_restarts, run_id, train_args)
+    argv = torchrun_argv(cluster, nproc, args.max_restarts, run_id, train_args, args.rendezvous_timeout_seconds)
+    shared_memory.check(nproc)
+    if cluster.nnodes > 1:  # a finished run must not hang on a node whose rank died while exiting
+        finished_watch.watch(finished_watch.checkpoint_dir(train_args, dict(os.environ)))
     logs.log(
         "launching torchrun",
         rank=cluster.node_rank,

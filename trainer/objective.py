@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from trainer import collectives
 from trainer.preprocess import Preprocessor
 
 EVAL_CHUNK_ROWS = 8192
@@ -24,6 +24,14 @@ class Objective:
         # Predicting the most frequent training class, or the training mean (0 once standardised).
         self.majority_class = max(range(len(prep.class_counts)), key=prep.class_counts.__getitem__, default=0)
         self.metric = "accuracy" if self.classification else "rmse"
+
+    def better(self, record: dict, than: dict | None) -> bool:
+        """Whether an evaluation `record` beats the best one so far (higher accuracy, lower RMSE); ties keep the
+        earlier epoch."""
+        if than is None:
+            return True
+        key = f"val_{self.metric}"
+        return record[key] > than[key] if self.classification else record[key] < than[key]
 
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
         # Under bf16 autocast both losses are computed in float32 anyway.
@@ -51,8 +59,7 @@ class Objective:
                 sums[2] += (y**2).sum().double()
             sums[3] += len(y)
         model.train(was_training)
-        dist.all_reduce(sums)
-        loss_sum, model_score, baseline_score, rows = sums.tolist()
+        loss_sum, model_score, baseline_score, rows = collectives.all_reduce(sums).cpu().tolist()
         rows = max(rows, 1.0)
         if self.classification:
             return {

@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-import torch.distributed as dist
+
+from trainer import collectives
 
 MAX_CATEGORIES = 50  # one-hot slots per string column; rarer values share the "other" slot
 MAX_CLASSES = 32  # --task auto: an integer or string target with at most this many values is a class label
@@ -34,16 +35,12 @@ class Combine:
     def sum(self, values: np.ndarray) -> np.ndarray:
         if not self.across_ranks:
             return values
-        tensor = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64))
-        dist.all_reduce(tensor)
-        return tensor.numpy()
+        return collectives.sum_array(values)
 
     def gather(self, obj: Any) -> list[Any]:
         if not self.across_ranks:
             return [obj]
-        gathered: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, obj)
-        return gathered
+        return collectives.gather_objects(obj)
 
 
 def _is_numeric(arrow_type: pa.DataType) -> bool:

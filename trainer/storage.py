@@ -32,7 +32,7 @@ def split_gcs_uri(uri: str) -> tuple[str, str]:
 
 @functools.cache
 def gcs_client():
-    from google.cloud import storage
+    import google.cloud.storage as storage
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         from google.auth.credentials import AnonymousCredentials

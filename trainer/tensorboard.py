@@ -78,6 +78,16 @@ def frame_record(data: bytes) -> bytes:
     return length + struct.pack("<I", _masked_crc(length)) + data + struct.pack("<I", _masked_crc(data))
 
 
+class DiscardedScalars:
+    """What every rank but 0 writes TensorBoard scalars to: nothing (rank 0 alone logs and saves)."""
+
+    def add_scalars(self, step: int, scalars: dict[str, float]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
 class ScalarWriter:
     def __init__(self, log_dir: str):
         self.folder = open_folder(log_dir)

@@ -1,348 +1,311 @@
 """The per-process training program that torchrun starts on every rank: `python -m trainer.train ARGS`.
 
-Read top to bottom: configuration, data, model, resume, the training loop, outputs. Rank 0 logs progress and
-writes checkpoints and outputs; nothing else differs between ranks. For a given seed and world size a run is
-deterministic, and a run stopped by SIGTERM and resumed ends with the same weights as one that never stopped.
+Read top to bottom: `set_up` (data, model, resume — everything decided once), `train_step` (one optimizer
+step), `train` (the loop: steps, agreement between ranks, evaluation, checkpoints), `finish` (outputs). Rank 0
+logs progress and writes checkpoints and outputs; nothing else differs between ranks. For a given seed and world
+size a run is deterministic, and a run stopped by SIGTERM and resumed ends with the same weights as one that
+never stopped. Flags: `trainer/flags.py`; what a checkpoint holds: `trainer/state.py`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import logs
+from trainer import collectives, gpu_feeding, logs
 from trainer.batches import EpochBatches
 from trainer.checkpoint import Checkpoints
-from trainer.data import FORMATS, load_rank_data
-from trainer.distributed import (
-    PREEMPTED_EXIT_CODE,
-    Coordination,
-    StopSignal,
-    max_across_ranks,
-    process_group,
-    stop_when_launcher_dies,
-    sum_across_ranks,
-)
-from trainer.model import BUILTIN_MLP, build_model
+from trainer.data import load_rank_data
+from trainer.distributed import PREEMPTED_EXIT_CODE, Coordination, StopSignal, process_group, stop_when_launcher_dies
+from trainer.flags import model_spec, parse_args, wants_determinism
+from trainer.model import build_model
 from trainer.objective import Objective
 from trainer.outputs import report_failure, write_history, write_outputs
-from trainer.preprocess import TASKS, Combine, Preprocessor, drop_unlabelled, keep_columns
-from trainer.tensorboard import ScalarWriter
+from trainer.preprocess import Combine, Preprocessor, drop_unlabelled, keep_columns
+from trainer.progress import ProgressRecord
+from trainer.state import TrainState
+from trainer.tensorboard import DiscardedScalars, ScalarWriter
 from trainer.throughput import Throughput
 
 COORDINATE_EVERY_SECONDS = 0.5  # how often ranks agree on stopping and on a time-based checkpoint
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True, help="gs://…, /gcs/… or local path: a CSV/Parquet file or a folder of them")
-    p.add_argument("--target", required=True, help="the column to predict")
-    p.add_argument("--format", default="auto", choices=FORMATS, help="file format; auto goes by file extension")
-    p.add_argument(
-        "--task",
-        default="auto",
-        choices=TASKS,
-        help="auto: classification for string/bool targets and integer targets with ≤ 32 values",
-    )
-    p.add_argument(
-        "--features",
-        type=lambda text: [c for c in text.split(",") if c],
-        default=None,
-        help="comma-separated feature columns (default: every column but the target)",
-    )
-    p.add_argument("--validation-fraction", type=float, default=0.2)
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=64, help="rows per micro-batch per process")
-    p.add_argument("--grad-accum-steps", type=int, default=1, help="micro-batches per optimizer step")
-    p.add_argument("--learning-rate", type=float, default=1e-3)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--model", default=BUILTIN_MLP, help="module:factory returning an nn.Module (default: the MLP)")
-    p.add_argument("--model-kwargs", default="{}", help="JSON object of extra arguments for the model factory")
-    p.add_argument("--hidden-sizes", default="128,64", help="built-in MLP: comma-separated hidden layer widths")
-    p.add_argument("--dropout", type=float, default=0.1, help="built-in MLP: dropout after each hidden layer")
-    p.add_argument(
-        "--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size; 64 with Reduction Server"
-    )
-    p.add_argument("--checkpoint-every-steps", type=int, default=1000, help="0 turns step-based checkpoints off")
-    p.add_argument("--checkpoint-every-seconds", type=float, default=600.0, help="0 turns time-based checkpoints off")
-    p.add_argument("--keep-checkpoints", type=int, default=3)
-    p.add_argument("--log-every-steps", type=int, default=50)
-    p.add_argument("--init-timeout-seconds", type=float, default=1800.0)
-    p.add_argument("--model-dir", default=os.environ.get("AIP_MODEL_DIR") or "trainer_output/model")
-    p.add_argument("--checkpoint-dir", default=os.environ.get("AIP_CHECKPOINT_DIR") or "trainer_output/checkpoints")
-    p.add_argument("--tensorboard-dir", default=os.environ.get("AIP_TENSORBOARD_LOG_DIR") or "trainer_output/logs")
-    args = p.parse_args(argv)
-    for name in ("epochs", "batch_size", "grad_accum_steps", "log_every_steps"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
-    if not 0 < args.validation_fraction < 1:
-        p.error("--validation-fraction must be between 0 and 1")
-    return args
+@dataclass
+class Tables:
+    """This rank's rows as tensors, preprocessed with statistics every rank shares."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    val_inputs: torch.Tensor
+    val_targets: torch.Tensor
+    prep: Preprocessor
+    sharded: bool
 
 
-def model_spec(args: argparse.Namespace) -> dict:
-    kwargs = json.loads(args.model_kwargs)
-    if args.model == BUILTIN_MLP:
-        kwargs = {
-            "hidden_sizes": [int(h) for h in args.hidden_sizes.split(",") if h],
-            "dropout": args.dropout,
-            **kwargs,
-        }
-    return {"factory": args.model, "kwargs": kwargs}
+@dataclass
+class Run:
+    """Everything `set_up` decides once and the loop reads."""
+
+    args: argparse.Namespace
+    device: torch.device
+    tables: Tables
+    batches: EpochBatches
+    objective: Objective
+    spec: dict
+    ddp: DDP
+    forward: Callable[..., torch.Tensor]  # the DDP module, compiled with --compile
+    bf16: bool  # autocast on GPUs that run bf16 natively
+    state: TrainState
+    checkpoints: Checkpoints
+    started: float
+
+    @property
+    def is_main(self) -> bool:
+        return dist.get_rank() == 0
+
+    @property
+    def total_steps(self) -> int:
+        return self.args.epochs * self.batches.steps_per_epoch
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.args.batch_size * self.args.grad_accum_steps * dist.get_world_size()
 
 
-def train_step(ddp, optimizer, objective, inputs, targets, order, first_micro_batch, args, device):
-    """One optimizer step over `grad_accum_steps` micro-batches; gradients are all-reduced only on the last.
-    Returns the step's mean loss (a tensor, so reading it does not wait for the device) and the seconds spent
-    fetching batches."""
-    on_gpu = device.type == "cuda"
-    losses, data_seconds = [], 0.0
-    for micro in range(args.grad_accum_steps):
-        started = time.perf_counter()
-        start = (first_micro_batch + micro) * args.batch_size
-        rows = order[start : start + args.batch_size]
-        x, y = inputs[rows], targets[rows]
-        if on_gpu:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        data_seconds += time.perf_counter() - started
-        last = micro == args.grad_accum_steps - 1
-        with contextlib.nullcontext() if last else ddp.no_sync():
-            # bf16 autocast on GPUs; on CPU even a disabled autocast context costs time every step.
-            with torch.autocast("cuda", dtype=torch.bfloat16) if on_gpu else contextlib.nullcontext():
-                loss = objective.loss(ddp(x), y)
-            (loss / args.grad_accum_steps if args.grad_accum_steps > 1 else loss).backward()
-        losses.append(loss.detach())
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return (losses[0] if len(losses) == 1 else torch.stack(losses).mean()), data_seconds
-
-
-def save_checkpoint(checkpoints, step, steps_per_epoch, model, optimizer, history, epoch_losses, device) -> None:
-    """Every rank contributes its RNG state and running loss; rank 0 writes; everyone leaves together."""
-    rank_state = {
-        "cpu_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-        "epoch_loss": float(sum(epoch_losses)),  # losses of this epoch's steps so far, summed
-    }
-    rank_states: list = [None] * dist.get_world_size()
-    dist.all_gather_object(rank_states, rank_state)
-    if dist.get_rank() == 0:
-        checkpoints.save(
-            step,
-            {
-                "step": step,
-                "epoch": step // steps_per_epoch,
-                "step_in_epoch": step % steps_per_epoch,
-                "steps_per_epoch": steps_per_epoch,
-                "world_size": dist.get_world_size(),
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "rank_states": rank_states,
-                "history": history,
-            },
-        )
-    dist.barrier()
-
-
-def resume(checkpoints, model, optimizer, steps_per_epoch, device) -> dict | None:
-    """Load the newest committed checkpoint, or return None. Rank 0 reads and checks it once and hands it to
-    the others: every rank resumes from the same step, and the folder need not be readable from every node."""
+def load_tables(args: argparse.Namespace) -> Tables:
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    found = [checkpoints.latest() if rank == 0 else None]
-    dist.broadcast_object_list(found)
-    if found[0] is None:
-        return None
-    _, state = found[0]
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    if state["world_size"] == world_size and state["steps_per_epoch"] == steps_per_epoch:
-        torch.set_rng_state(state["rank_states"][rank]["cpu_rng"])
-        if device.type == "cuda" and state["rank_states"][rank]["cuda_rng"] is not None:
-            torch.cuda.set_rng_state(state["rank_states"][rank]["cuda_rng"], device)
-    else:
-        logs.warning(
-            "checkpoint was written with another world size or batch size; resuming, but not bit-for-bit",
-            checkpoint_world_size=state["world_size"],
-            world_size=world_size,
-        )
-    logs.log("resumed from checkpoint", step=state["step"], epoch=state["epoch"], uri=checkpoints.uri)
-    return state
-
-
-def train(args: argparse.Namespace, device: torch.device, stop: StopSignal) -> int:
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    is_main = rank == 0
-    started = time.monotonic()
-    if device.type == "cuda":
-        # Same seed and world size → same weights on GPUs too (cuBLAS needs a fixed workspace for that).
-        # The CPU kernels used here are deterministic already, and the switch would slow them.
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
-    if is_main:
-        logs.log("training starts", world_size=world_size, device=str(device), args=vars(args))
-
-    # Data: this rank's rows, turned into tensors with preprocessing statistics that every rank shares.
     data = load_rank_data(args.data, args.format, args.seed, args.validation_fraction)
     train_rows = keep_columns(drop_unlabelled(data.train, args.target), args.target, args.features)
     validation_rows = keep_columns(drop_unlabelled(data.validation, args.target), args.target, args.features)
     prep = Preprocessor.fit(train_rows, args.target, args.task, Combine(across_ranks=data.sharded))
-    inputs, targets = prep.features(train_rows), prep.targets(train_rows)
     val_inputs, val_targets = prep.features(validation_rows), prep.targets(validation_rows)
     if not data.sharded:  # every rank holds all validation rows: each evaluates its own slice
         val_inputs, val_targets = val_inputs[rank::world_size], val_targets[rank::world_size]
-    if device.type == "cuda":
-        inputs, targets = inputs.pin_memory(), targets.pin_memory()
-    largest_rank_rows = max_across_ranks(len(inputs), device) if data.sharded else math.ceil(len(inputs) / world_size)
-    batches = EpochBatches(
-        len(inputs),
-        args.batch_size,
-        args.grad_accum_steps,
-        args.seed,
-        rank,
-        world_size,
-        data.sharded,
-        largest_rank_rows,
-    )
-    steps_per_epoch = batches.steps_per_epoch
-    total_steps = args.epochs * steps_per_epoch
-    samples_per_step = args.batch_size * args.grad_accum_steps * world_size
+    return Tables(prep.features(train_rows), prep.targets(train_rows), val_inputs, val_targets, prep, data.sharded)
+
+
+def set_up(args: argparse.Namespace, device: torch.device) -> Run:
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    started = time.monotonic()
+    if device.type == "cuda" and wants_determinism(args):
+        # Same seed and world size → same weights on GPUs too (cuBLAS needs a fixed workspace for that).
+        # The CPU kernels used here are deterministic already, and the switch would slow them.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    if rank == 0:
+        logs.log("training starts", world_size=world_size, device=str(device), args=vars(args))
+
+    bf16 = gpu_feeding.configure(device)
+    tables = load_tables(args)
+    # The tables go to the device once; batches are then gathered there, not copied over every step.
+    tables.inputs, tables.targets = tables.inputs.to(device), tables.targets.to(device)
+    rows = len(tables.inputs)
+    largest_rank_rows = collectives.max_across_ranks(rows) if tables.sharded else math.ceil(rows / world_size)
+    batches = EpochBatches(rows, args.batch_size, args.grad_accum_steps, args.seed, rank, world_size,
+                           tables.sharded, largest_rank_rows)  # fmt: skip
 
     # Model: the same initial weights on every rank; then each rank draws its own dropout masks.
     spec = model_spec(args)
     torch.manual_seed(args.seed)
-    model = build_model(spec["factory"], prep.num_features, prep.num_outputs, spec["kwargs"]).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
+    model = build_model(spec["factory"], tables.prep.num_features, tables.prep.num_outputs, spec["kwargs"])
+    model = model.to(device)
+    optimizer = gpu_feeding.make_optimizer(model, args, device)
     torch.manual_seed(args.seed * 7919 + 1 + rank)
-    objective = Objective(prep)
+    state = TrainState(model, optimizer, batches.steps_per_epoch, world_size)
 
     # Resume before DDP wraps the model, so its initial broadcast already carries the restored weights.
     checkpoints = Checkpoints(args.checkpoint_dir, args.keep_checkpoints)
-    restored = resume(checkpoints, model, optimizer, steps_per_epoch, device)
-    step = restored["step"] if restored else 0
-    history: list[dict] = restored["history"] if restored else []
-    # Step losses stay tensors until they are reported; a list append is the cheapest way to keep them.
-    same_world = restored and len(restored["rank_states"]) == world_size
-    epoch_losses = [torch.tensor(restored["rank_states"][rank]["epoch_loss"], device=device)] if same_world else []
-    ddp = DDP(
-        model,
-        device_ids=[device.index] if device.type == "cuda" else None,
-        bucket_cap_mb=args.bucket_cap_mb,
-        gradient_as_bucket_view=True,
-    )
+    resume(checkpoints, state, device)
+    ddp = gpu_feeding.wrap(model, device, args.bucket_cap_mb)
     ddp.train()
+    forward = gpu_feeding.forward_of(ddp, args.compile)
+    return Run(args, device, tables, batches, Objective(tables.prep), spec, ddp, forward, bf16, state, checkpoints,
+               started)  # fmt: skip
 
-    tensorboard = ScalarWriter(args.tensorboard_dir) if is_main else None
+
+def resume(checkpoints: Checkpoints, state: TrainState, device: torch.device) -> None:
+    """Load the newest committed checkpoint, if any. Rank 0 reads and checks it once and hands it to the others:
+    every rank resumes from the same step, and the folder need not be readable from every node."""
+    found = collectives.from_rank_zero(checkpoints.latest() if dist.get_rank() == 0 else None)
+    if found is None:
+        return
+    _, saved = found
+    state.load_state_dict(saved, dist.get_rank(), device)
+    logs.log("resumed from checkpoint", step=state.step, epoch=state.epoch, uri=checkpoints.uri)
+
+
+def save_checkpoint(run: Run) -> None:
+    """Every rank contributes its RNG state and running loss; rank 0 writes; everyone leaves together."""
+    rank_states = collectives.gather_objects(run.state.rank_state(run.device))
+    if run.is_main:
+        run.checkpoints.save(run.state.step, run.state.state_dict(rank_states))
+    collectives.wait_for_all()
+
+
+def train_step(run: Run, order: torch.Tensor, step_in_epoch: int) -> tuple[torch.Tensor, float]:
+    """One optimizer step over `grad_accum_steps` micro-batches; gradients are all-reduced only on the last.
+    Returns the step's mean loss (a tensor, so reading it does not wait for the device) and the seconds spent
+    fetching batches."""
+    args, tables = run.args, run.tables
+    losses, data_seconds = [], 0.0
+    for micro in range(args.grad_accum_steps):
+        started = time.perf_counter()
+        start = (step_in_epoch * args.grad_accum_steps + micro) * args.batch_size
+        rows = order[start : start + args.batch_size]
+        x, y = tables.inputs[rows], tables.targets[rows]
+        data_seconds += time.perf_counter() - started
+        last = micro == args.grad_accum_steps - 1
+        with contextlib.nullcontext() if last else run.ddp.no_sync():
+            # Only an enabled autocast is entered: on CPU even a disabled context costs time every step.
+            with torch.autocast("cuda", dtype=torch.bfloat16) if run.bf16 else contextlib.nullcontext():
+                loss = run.objective.loss(run.forward(x), y)
+            (loss / args.grad_accum_steps if args.grad_accum_steps > 1 else loss).backward()
+        losses.append(loss.detach())
+    run.state.optimizer.step()
+    run.state.optimizer.zero_grad(set_to_none=True)
+    return (losses[0] if len(losses) == 1 else torch.stack(losses).mean()), data_seconds
+
+
+def evaluate(run: Run, epoch: int, tensorboard: ScalarWriter | DiscardedScalars) -> None:
+    """End of an epoch: the mean training loss over every rank and the validation metrics, recorded; the model
+    is kept when its validation metric is the best so far. Every rank sees the same all-reduced numbers, so every
+    rank keeps the same epoch and agrees on stopping early."""
+    state = run.state
+    epoch_loss = collectives.all_reduce(torch.stack(state.epoch_losses).sum())
+    record = {
+        "epoch": epoch + 1,
+        "step": state.step,
+        "train_loss": epoch_loss.item() / state.steps_per_epoch / dist.get_world_size(),
+        **run.objective.evaluate(run.ddp.module, run.tables.val_inputs, run.tables.val_targets, run.device),
+    }
+    state.epoch_losses = []
+    state.history.append(record)
+    state.keep_if_best(record, run.objective.better)
+    if run.is_main:
+        logs.log("evaluation", **record)
+        tensorboard.add_scalars(state.step, {f"val/{k}": v for k, v in record.items() if k != "epoch"})
+        tensorboard.flush()
+        write_history(run.args.model_dir, state.history)
+
+
+def train(run: Run, stop: StopSignal) -> int:
+    args, state = run.args, run.state
+    steps_per_epoch, total_steps = state.steps_per_epoch, run.total_steps
+    tensorboard = ScalarWriter(args.tensorboard_dir) if run.is_main else DiscardedScalars()
+    progress = ProgressRecord(args.checkpoint_dir, args.progress_every_seconds, total_steps, enabled=run.is_main)
     throughput = Throughput()
+    coordination = Coordination(COORDINATE_EVERY_SECONDS, first_step=state.step)
+    first_step_of_this_process = state.step + 1
     last_checkpoint = last_log = time.monotonic()
     log_losses: list[torch.Tensor] = []
-    if is_main:
-        logs.log(
-            "training loop starts",
-            step=step,
-            total_steps=total_steps,
-            steps_per_epoch=steps_per_epoch,
-            global_batch_size=samples_per_step,
-            train_rows=len(inputs),
-        )
-    coordination = Coordination(device, COORDINATE_EVERY_SECONDS, first_step=step)
-    if coordination.agree(step, stop.requested, False, None)[0]:
-        logs.warning("stopping before the first step (SIGTERM)", step=step)
+    if run.is_main:
+        logs.log("training loop starts", step=state.step, total_steps=total_steps, steps_per_epoch=steps_per_epoch,
+                 global_batch_size=run.samples_per_step, train_rows=len(run.tables.inputs))  # fmt: skip
+    progress.write(state.step, state.epoch, state="starting", force=True)
+    if coordination.agree(state.step, stop.requested, False, None)[0]:
+        logs.warning("stopping before the first step (SIGTERM)", step=state.step)
         return PREEMPTED_EXIT_CODE
 
-    for epoch in range(step // steps_per_epoch, args.epochs):
-        order = batches.order(epoch)
-        for step_in_epoch in range(step % steps_per_epoch, steps_per_epoch):
+    for epoch in range(state.epoch, args.epochs):
+        if stopping_early(run):
+            break
+        order = run.batches.order(epoch).to(run.device)
+        for step_in_epoch in range(state.step % steps_per_epoch, steps_per_epoch):
             step_started, step_cpu_started = time.perf_counter(), time.thread_time()
-            loss, data_seconds = train_step(
-                ddp, optimizer, objective, inputs, targets, order, step_in_epoch * args.grad_accum_steps, args, device
-            )
-            step += 1
-            epoch_losses.append(loss)
+            loss, data_seconds = train_step(run, order, step_in_epoch)
+            state.step += 1
+            state.epoch_losses.append(loss)
             log_losses.append(loss)
+            if state.step == first_step_of_this_process:
+                collectives.shorten_timeout(args.collective_timeout_seconds)
+            progress.write(state.step, epoch)
 
+            # Every rank checks at the same steps whether any rank got SIGTERM or rank 0's clock wants a checkpoint.
             stop_now = time_due = False
-            if coordination.due(step):
-                time_due = is_main and 0 < args.checkpoint_every_seconds < time.monotonic() - last_checkpoint
-                stop_now, time_due = coordination.agree(step, stop.requested, time_due, throughput.typical_step)
+            if coordination.due(state.step):
+                time_due = run.is_main and 0 < args.checkpoint_every_seconds < time.monotonic() - last_checkpoint
+                stop_now, time_due = coordination.agree(state.step, stop.requested, time_due, throughput.typical_step)
 
-            if is_main and step % args.log_every_steps == 0:
+            if run.is_main and state.step % args.log_every_steps == 0:
                 now = time.monotonic()
-                rate = len(log_losses) * samples_per_step / (now - last_log)
+                rate = len(log_losses) * run.samples_per_step / (now - last_log)
                 mean_loss = torch.stack(log_losses).mean().item()
-                logs.log(
-                    "progress",
-                    step=step,
-                    total_steps=total_steps,
-                    epoch=epoch + 1,
-                    loss=round(mean_loss, 6),
-                    samples_per_second=round(rate, 1),
-                    eta_seconds=round((total_steps - step) * samples_per_step / rate, 1),
-                )
-                tensorboard.add_scalars(step, {"train/loss": mean_loss, "train/samples_per_second": rate})
+                logs.log("progress", step=state.step, total_steps=total_steps, epoch=epoch + 1,
+                         loss=round(mean_loss, 6), samples_per_second=round(rate, 1),
+                         eta_seconds=round((total_steps - state.step) * run.samples_per_step / rate, 1))  # fmt: skip
+                tensorboard.add_scalars(state.step, {"train/loss": mean_loss, "train/samples_per_second": rate})
                 last_log, log_losses = now, []
-            throughput.add(samples_per_step, time.perf_counter() - step_started, time.thread_time() - step_cpu_started,
-                           data_seconds)  # fmt: skip
+            throughput.add(run.samples_per_step, time.perf_counter() - step_started,
+                           time.thread_time() - step_cpu_started, data_seconds)  # fmt: skip
 
             if step_in_epoch == steps_per_epoch - 1:
-                epoch_loss = torch.stack(epoch_losses).sum()
-                dist.all_reduce(epoch_loss)
-                record = {
-                    "epoch": epoch + 1,
-                    "step": step,
-                    "train_loss": epoch_loss.item() / steps_per_epoch / world_size,
-                    **objective.evaluate(ddp.module, val_inputs, val_targets, device),
-                }
-                epoch_losses = []
-                history.append(record)
-                if is_main:
-                    logs.log("evaluation", **record)
-                    tensorboard.add_scalars(step, {f"val/{k}": v for k, v in record.items() if k != "epoch"})
-                    tensorboard.flush()
-                    write_history(args.model_dir, history)
+                evaluate(run, epoch, tensorboard)
 
-            every_steps = args.checkpoint_every_steps and step % args.checkpoint_every_steps == 0
-            if stop_now or time_due or every_steps or step == total_steps:
-                save_checkpoint(
-                    checkpoints, step, steps_per_epoch, ddp.module, optimizer, history, epoch_losses, device
-                )
+            every_steps = args.checkpoint_every_steps and state.step % args.checkpoint_every_steps == 0
+            last = state.step == total_steps or (step_in_epoch == steps_per_epoch - 1 and stopping_early(run))
+            if stop_now or time_due or every_steps or last:
+                save_checkpoint(run)
                 last_checkpoint = time.monotonic()
-                if is_main:
+                if run.is_main:
                     tensorboard.flush()
             if stop_now:
-                logs.warning("stopped by SIGTERM after a committed checkpoint", step=step)
+                logs.warning("stopped by SIGTERM after a committed checkpoint", step=state.step)
                 return PREEMPTED_EXIT_CODE
 
-    metrics = {
-        "task": prep.task,
-        "target": args.target,
-        "metric": objective.metric,
-        **(history[-1] if history else {}),
-        **throughput.summary(),
-        "world_size": world_size,
-        "resumed_from_step": restored["step"] if restored else None,
-        "steps": step,
-        "global_batch_size": samples_per_step,
-        "train_rows": sum_across_ranks(len(inputs), device) if data.sharded else len(inputs),
-        "validation_rows": sum_across_ranks(len(val_inputs), device),
-        "seed": args.seed,
-        "elapsed_seconds": round(time.monotonic() - started, 3),
-    }
-    if is_main:
-        tensorboard.flush()
-        write_outputs(args.model_dir, ddp.module, spec, prep, metrics, history)
-        logs.log("training finished", **metrics)
-    dist.barrier()
+    finish(run, throughput, tensorboard)
+    progress.write(state.step, state.epoch, state="finished", force=True)
+    collectives.wait_for_all()
     return 0
+
+
+def stopping_early(run: Run) -> bool:
+    """--early-stopping-patience epochs have passed without a better validation metric."""
+    patience = run.args.early_stopping_patience
+    return patience > 0 and run.state.epochs_without_improvement() >= patience
+
+
+def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | DiscardedScalars) -> None:
+    """The final metrics, and on rank 0 the model and metrics files (`_SUCCESS` last)."""
+    args, state, tables = run.args, run.state, run.tables
+    rows = len(tables.inputs)
+    if run.is_main and stopping_early(run) and state.best_record is not None:
+        logs.log("stopped early", epoch=state.history[-1]["epoch"], best_epoch=state.best_record["epoch"],
+                 patience=args.early_stopping_patience)  # fmt: skip
+    metrics = {
+        "task": tables.prep.task,
+        "target": args.target,
+        "metric": run.objective.metric,
+        **(state.best_record or {}),  # the kept model's evaluation; `epoch` says which one it was
+        "best_epoch": state.best_record["epoch"] if state.best_record else None,
+        "epochs_trained": state.history[-1]["epoch"] if state.history else 0,
+        "stopped_early": stopping_early(run),
+        **throughput.summary(),
+        "world_size": dist.get_world_size(),
+        "resumed_from_step": state.resumed_from_step,
+        "steps": state.step,
+        "global_batch_size": run.samples_per_step,
+        "train_rows": collectives.sum_across_ranks(rows) if tables.sharded else rows,
+        "validation_rows": collectives.sum_across_ranks(len(tables.val_inputs)),
+        "seed": args.seed,
+        "elapsed_seconds": round(time.monotonic() - run.started, 3),
+    }
+    if run.is_main:
+        tensorboard.flush()
+        model = run.ddp.module
+        if state.best_weights is not None:  # the best epoch's weights, not the last epoch's
+            model.load_state_dict(state.best_weights)
+        write_outputs(args.model_dir, model, run.spec, tables.prep, metrics, state.history)
+        logs.log("training finished", **metrics)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -351,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_when_launcher_dies()
     with process_group(args.init_timeout_seconds) as device:
         try:
-            return train(args, device, stop)
+            return train(set_up(args, device), stop)
         except Exception as e:
             logs.error(f"training failed: {type(e).__name__}: {e}")
             report_failure(args.model_dir, e)

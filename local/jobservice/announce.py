@@ -80,7 +80,7 @@ class StateAnnouncer:
     that the sink's filter lets through."""
 
     def __init__(self, topic: str, sink_filter: Callable[[dict], bool] | None = None):
-        from google.cloud import pubsub_v1  # type: ignore[attr-defined]  # only servers that announce need it
+        import google.cloud.pubsub_v1 as pubsub_v1  # only servers that announce need the client
 
         self.topic = topic
         self.sink_filter = sink_filter or job_state_log_filter()

@@ -33,6 +33,8 @@ def test_two_process_run_beats_majority_class_on_breast_cancer(breast_cancer_csv
     assert [e["step"] for e in progress] == list(range(50, 381, 50))
     assert {e["rank"] for e in progress} == {0}
     assert all({"loss", "samples_per_second", "eta_seconds", "severity"} <= e.keys() for e in progress)
+    record = json.loads((out / "checkpoints" / "progress.json").read_text())  # issue 16 item 5's heartbeat
+    assert (record["step"], record["total_steps"], record["state"]) == (380, 380, "finished")
 
 
 def test_two_process_run_finds_known_signal_in_20k_rows(tmp_path):

@@ -51,11 +51,14 @@ def test_one_node_two_processes_train_from_and_to_gcs(gcs_bucket, breast_cancer_
     assert metrics["world_size"] == 2 and metrics["val_accuracy"] > metrics["baseline_accuracy"]
     checkpoints = objects(gcs_bucket, "runs/one-node/checkpoints")
     # Rank 0 holds two of the three shards (304 training rows): 19 steps per epoch, 190 in all. Checkpoints at
-    # every 50th step and the last; the newest two kept.
+    # every 50th step and the last; the newest two kept; beside them the progress record (issue 16 item 5).
     assert metrics["steps"] == 190
     assert sorted(checkpoints) == [
-        "step-000000150/COMMITTED", "step-000000150/state.pt", "step-000000190/COMMITTED", "step-000000190/state.pt"
+        "progress.json", "step-000000150/COMMITTED", "step-000000150/state.pt", "step-000000190/COMMITTED",
+        "step-000000190/state.pt",
     ]  # fmt: skip
+    progress = json.loads(checkpoints["progress.json"].download_as_bytes())
+    assert (progress["step"], progress["state"]) == (190, "finished")
     assert [n for n in objects(gcs_bucket, "runs/one-node/logs") if n.startswith("events.out.tfevents.")]
 
 

@@ -20,6 +20,7 @@ class PacedModel(nn.Module):
         crash_at_batch: int | None,
         crash_on_rank: int,
         crash_every_attempt: bool,
+        hang_at_batch: int | None = None,
     ):
         super().__init__()
         self.inner = inner
@@ -27,6 +28,7 @@ class PacedModel(nn.Module):
         attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         on_this_rank = int(os.environ.get("RANK", "0")) == crash_on_rank
         self.crash_at_batch = crash_at_batch if on_this_rank and (attempt == 0 or crash_every_attempt) else None
+        self.hang_at_batch = hang_at_batch if on_this_rank and attempt == 0 else None
         self.batches = 0
 
     def forward(self, x):
@@ -34,6 +36,8 @@ class PacedModel(nn.Module):
             self.batches += 1
             if self.batches == self.crash_at_batch:
                 raise RuntimeError(f"deliberate crash at training batch {self.batches}")
+            while self.batches == self.hang_at_batch:  # stuck for good, as a rank in a hung NCCL kernel
+                time.sleep(1)
             time.sleep(self.seconds_per_batch)
         return self.inner(x)
 
@@ -45,10 +49,11 @@ def paced_mlp(
     crash_at_batch: int | None = None,
     crash_on_rank: int = 1,
     crash_every_attempt: bool = False,
+    hang_at_batch: int | None = None,
     **mlp_kwargs,
 ) -> nn.Module:
     inner = mlp(in_features, out_features, **mlp_kwargs)
-    return PacedModel(inner, seconds_per_batch, crash_at_batch, crash_on_rank, crash_every_attempt)
+    return PacedModel(inner, seconds_per_batch, crash_at_batch, crash_on_rank, crash_every_attempt, hang_at_batch)
 
 
 class TinyResidual(nn.Module):

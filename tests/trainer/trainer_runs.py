@@ -109,6 +109,9 @@ class Finished:
     def messages(self, message: str) -> list[dict]:
         return [e for e in self.events if e.get("message") == message]
 
+    def messages_starting(self, prefix: str) -> list[dict]:
+        return [e for e in self.events if str(e.get("message", "")).startswith(prefix)]
+
 
 class Running:
     def __init__(self, module: str, args: list[str], env: dict[str, str], log_path: Path):

@@ -21,6 +21,21 @@ def test_a_modest_request_passes(settings):
     assert problems(settings) == []
 
 
+@pytest.mark.parametrize("machine_type", ["a4-highgpu-8g", "g4-standard-96"])
+def test_the_built_in_trainer_is_refused_on_blackwell_gpus_with_the_reason(settings, machine_type):
+    """Guards issue 17 item 3: the cu126 image has no kernels for B200 (sm_100) or RTX PRO 6000 (sm_120)."""
+    s = dataclasses.replace(settings, max_cost_usd=1e9, max_gpus_per_job=64)
+    [found] = problems(s, resources={"machine_type": machine_type})
+    assert found.startswith("resources.accelerator_type: the built-in trainer's image (PyTorch for CUDA 12.6)")
+    assert "Blackwell" in found and "trainer.image" in found
+    custom = problems(
+        dataclasses.replace(s, allowed_image_prefixes=("us-docker.pkg.dev/p/",)),
+        resources={"machine_type": machine_type},
+        trainer={"image": "us-docker.pkg.dev/p/r/t:1"},
+    )
+    assert custom == []
+
+
 def test_machine_type_allow_list(settings):
     s = dataclasses.replace(settings, allowed_machine_types=("g2-standard-24",))
     assert problems(s) == [

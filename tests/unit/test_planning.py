@@ -12,6 +12,8 @@ from functions.planning import REDUCTION_SERVER_BUCKET_CAP_MB, plan_custom_job
 from tests.unit.conftest import make_request
 
 KEY = "request:churn-1"
+# An MLP with about 160 MB of fp32 gradients per step: above one 64 MB bucket, where Reduction Server pays.
+LARGE_MLP = {"builtin": "tabular", "hyperparameters": {"hidden_sizes": [8192, 4096, 2048]}}
 
 
 def test_single_node_job_has_one_pool_and_the_trainer_arguments(settings):
@@ -37,7 +39,8 @@ def test_single_node_job_has_one_pool_and_the_trainer_arguments(settings):
 
 
 def test_the_plan_is_a_valid_vertex_custom_job(settings):
-    plan = plan_custom_job(make_request(resources={"machine_type": "a2-highgpu-8g", "replica_count": 4}), settings, KEY)
+    request = make_request(resources={"machine_type": "a2-highgpu-8g", "replica_count": 4}, trainer=LARGE_MLP)
+    plan = plan_custom_job(request, settings, KEY)
     job = CustomJob.from_json(json.dumps(plan.custom_job))
     assert [p.replica_count for p in job.job_spec.worker_pool_specs] == [1, 3, 13]
     assert job.labels["trainctl-key"] == key_hash(KEY)
@@ -45,7 +48,8 @@ def test_the_plan_is_a_valid_vertex_custom_job(settings):
 
 
 def test_four_a2_highgpu_8g_nodes_get_13_reducers(settings):
-    plan = plan_custom_job(make_request(resources={"machine_type": "a2-highgpu-8g", "replica_count": 4}), settings, KEY)
+    request = make_request(resources={"machine_type": "a2-highgpu-8g", "replica_count": 4}, trainer=LARGE_MLP)
+    plan = plan_custom_job(request, settings, KEY)
     pools = plan.custom_job["job_spec"]["worker_pool_specs"]
     assert [p["replica_count"] for p in pools] == ["1", "3", "13"]
     assert pools[2]["machine_spec"] == {"machine_type": "n1-highcpu-16"}
@@ -85,6 +89,29 @@ def test_no_reducers_and_the_reason_in_words(settings, sections, reason):
     )
 
 
+def test_the_built_in_trainers_small_gradient_gets_no_reducers_and_says_why(settings):
+    """Guards issue 17 item 7: `auto` no longer adds 13 reducers to a few-MB MLP; the reason names the volume."""
+    request = make_request(resources={"machine_type": "a2-highgpu-8g", "replica_count": 4})  # hidden 256, 128
+    plan = plan_custom_job(request, settings, KEY)
+    assert not plan.reduction_server.enabled
+    assert "about 0.1 MB of gradients per step, less than one 64 MB bucket" in plan.reduction_server.reason
+    assert len(plan.custom_job["job_spec"]["worker_pool_specs"]) == 2
+    args = plan.custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]["args"]
+    assert "--bucket-cap-mb" not in args
+
+
+def test_reducers_for_a_large_built_in_model_and_by_bandwidth_for_custom_images(settings):
+    """Guards issue 17 item 7: above the threshold the bandwidth rule sizes the pool; a custom image, whose
+    model the planner cannot see, keeps the bandwidth rule; `on` forces reducers for a small model."""
+    resources = {"machine_type": "a2-highgpu-8g", "replica_count": 4}
+    large = plan_custom_job(make_request(resources=resources, trainer=LARGE_MLP), settings, KEY).reduction_server
+    assert large.enabled and large.replicas == 13 and "about 160 MB per step" in large.reason
+    custom = make_request(resources=resources, trainer={"image": "us-docker.pkg.dev/p/r/t:1"})
+    assert plan_custom_job(custom, settings, KEY).reduction_server.replicas == 13
+    forced = make_request(resources=resources, reduction_server={"mode": "on"})
+    assert plan_custom_job(forced, settings, KEY).reduction_server.enabled
+
+
 def test_reducer_overrides_are_used(settings):
     request = make_request(
         resources={"machine_type": "g2-standard-24", "replica_count": 2},
@@ -104,7 +131,7 @@ def test_flex_start_waits_at_most_max_pending(settings):
 
 def test_cost_covers_nodes_reducers_and_the_timeout(settings):
     request = make_request(
-        resources={"machine_type": "a2-highgpu-8g", "replica_count": 4}, scheduling={"timeout": "2h"}
+        resources={"machine_type": "a2-highgpu-8g", "replica_count": 4}, scheduling={"timeout": "2h"}, trainer=LARGE_MLP
     )
     cost = plan_custom_job(request, settings, KEY).cost
     assert cost.hourly_usd == pytest.approx(4 * 35.26 + 13 * 0.6544, abs=0.01)

@@ -55,11 +55,15 @@ class Soak:
     local_dir: Path
     seed: int
     rng: random.Random = field(init=False)
+    # The actions' order has a generator of its own, so that a seed names the same actions however the
+    # actions themselves draw (their draws depend on what is running at the time).
+    order: random.Random = field(init=False)
     actions: Counter = field(default_factory=Counter)
     sent: list[bytes] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self.order = random.Random(self.seed)
 
     # ---- the stack -----------------------------------------------------------------------------------
 
@@ -183,7 +187,7 @@ class Soak:
         deadline = time.monotonic() + seconds if seconds is not None else float("inf")
         names, weights = zip(*MIX.items(), strict=True)
         while time.monotonic() < deadline and (actions is None or sum(self.actions.values()) < actions):
-            action = self.rng.choices(names, weights)[0]
+            action = self.order.choices(names, weights)[0]
             getattr(self, action)()
             self.actions[action] += 1
             time.sleep(self.rng.uniform(0.05, 0.4))

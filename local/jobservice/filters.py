@@ -159,7 +159,8 @@ def _display_name_comparison(operator: str, value: str) -> Predicate:
     raise FilterError(f"display_name supports =, != and :, not {operator!r}")
 
 
-TIME_OPERATORS: dict[str, Callable[[dt.datetime, dt.datetime], bool]] = {
+# The ordering comparisons of Google's filter syntax (https://google.aip.dev/160), for times and text alike.
+COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
     "=": lambda a, b: a == b,
     "!=": lambda a, b: a != b,
     "<": lambda a, b: a < b,
@@ -179,7 +180,7 @@ def rfc3339(field: str, value: str) -> dt.datetime:
 
 
 def time_operator(field: str, operator: str) -> Callable[[dt.datetime, dt.datetime], bool]:
-    compare = TIME_OPERATORS.get(operator)
+    compare = COMPARISONS.get(operator)
     if compare is None:
         raise FilterError(f"{field} supports =, !=, <, <=, >, >=, not {operator!r}")
     return compare

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from local.jobservice.filters import FilterError, parse_query, rfc3339, time_operator
+from local.jobservice.filters import COMPARISONS, FilterError, parse_query, rfc3339, time_operator
 from local.jobservice.rest import RestAbort, RestRequest, RestResponse, Route
 from local.jobservice.store import JobStore
 
@@ -155,15 +155,7 @@ def _entry_comparison(field_path: str, operator: str, value: str):
         when = rfc3339("timestamp", value)
         compare = time_operator("timestamp", operator)
         return lambda entry: compare(rfc3339("timestamp", entry["timestamp"]), when)
-    text_operators = {
-        "=": lambda a, b: a == b,
-        "!=": lambda a, b: a != b,
-        "<": lambda a, b: a < b,
-        "<=": lambda a, b: a <= b,
-        ">": lambda a, b: a > b,
-        ">=": lambda a, b: a >= b,
-        ":": lambda a, b: b in a,
-    }
+    text_operators = {**COMPARISONS, ":": lambda a, b: b in a}
     if operator not in text_operators:
         raise FilterError(f"{field_path}: unsupported operator {operator!r}")
     compare = text_operators[operator]

@@ -34,6 +34,8 @@ from local.names import LOCAL_PROJECT, Names
 from local.processes import SESSION_MARKER_VAR, leftover_processes
 from local.pubsub_emulator import PubSubEmulator, start_pubsub_emulator
 
+pytest_plugins = ["tests.file_order"]  # longest test files first (see there)
+
 # Local job-state topic the JobService announces on, named as the whole system names it.
 JOB_STATE_TOPIC = Names(LOCAL_PROJECT).job_state_topic
 # Images the session's JobService maps to test programs (image map: prefix → entry point).

@@ -28,6 +28,8 @@ class Settings:
     events_topic: str
     trainer_image: str
     region: str = "us-central1"
+    # Regions a request's fallback rung may name besides `region`.
+    allowed_regions: tuple[str, ...] = ()
     # JSON object: "gs://bucket/prefix/" → a partial request (object) or a gs:// URI of a YAML/JSON template.
     trigger_rules: dict[str, Any] = field(default_factory=dict)
     marker_names: tuple[str, ...] = ("_SUCCESS",)
@@ -42,6 +44,9 @@ class Settings:
     max_nodes: int = 16
     max_timeout: int = 7 * 86400
     max_cost_usd: float = 1000.0
+    # What all attempts of one request may spend together (its costliest rung's worst case × max_attempts);
+    # 0: no limit beyond max_cost_usd per attempt.
+    max_request_cost_usd: float = 0.0
     max_request_bytes: int = 64 * 1024
     # The base URL of a Vertex REST endpoint to use instead of https://{region}-aiplatform.googleapis.com.
     vertex_endpoint: str = ""

@@ -12,6 +12,7 @@ A crash at any point leaves a live lease (the redelivery waits) or a labelled jo
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import random
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from functions import deadline, logs
 from functions.admission import admission_problems, dataset_problem
@@ -51,9 +53,19 @@ from schemas.events import (
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
 
+# Fields added after requests were first hashed, left out while at their defaults: a request redelivered across
+# the deploy that added them keeps its hash (a new hash under an explicit request_id would read as a conflict).
+_LATER_DEFAULTS: dict[tuple[str, ...], Any] = {("fallbacks",): [], ("scheduling", "max_preemptions"): 1}
+
 
 def spec_hash(request: TrainingJobRequest) -> str:
-    canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    spec = request.model_dump(mode="json")
+    for path, default in _LATER_DEFAULTS.items():
+        *parents, name = path
+        holder = functools.reduce(lambda part, key: part[key], parents, spec)
+        if holder.get(name) == default:
+            del holder[name]
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -111,7 +123,7 @@ class Submission:
         """Admit, plan and submit one request exactly once; returns what happened in a word."""
         plan = plan_custom_job(request, self.settings, key)
         # Step 0: admit.
-        problems = admission_problems(request, self.settings, plan.cost, plan.output_dir)
+        problems = admission_problems(request, self.settings, plan.output_dir)
         if problems:
             return self.reject(
                 request.request_id, key, delivery, [str(p) for p in problems], "the request breaks a guardrail"

@@ -1,6 +1,6 @@
-"""What the controller's core needs of Cloud Storage, Pub/Sub and Vertex: the adapters' shapes as Protocols,
-so that each adapter (functions/gcs.py, publisher.py, vertex.py) and trainctl replay's in-memory stand-ins are
-checked against the same interface by the type checker."""
+"""What the controller's core needs of Cloud Storage, Pub/Sub, Vertex and Cloud Quotas: the adapters' shapes as
+Protocols, so that each adapter (functions/gcs.py, publisher.py, vertex.py, quotas.py) and trainctl replay's
+in-memory stand-ins are checked against the same interface by the type checker."""
 
 from __future__ import annotations
 
@@ -51,3 +51,9 @@ class Jobs(Protocol):
     def get(self, name: str) -> JobSnapshot | None: ...
 
     def cancel(self, name: str) -> None: ...
+
+
+class Quotas(Protocol):
+    def limit(self, metric: str, region: str) -> int | None:
+        """The project's limit on a Vertex quota metric in a region; None when it cannot be known."""
+        ...

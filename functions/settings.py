@@ -50,6 +50,11 @@ class Settings:
     max_request_bytes: int = 64 * 1024
     # The base URL of a Vertex REST endpoint to use instead of https://{region}-aiplatform.googleapis.com.
     vertex_endpoint: str = ""
+    # The base URL of a Cloud Quotas REST endpoint to use instead of https://cloudquotas.googleapis.com (the
+    # local stack's stand-in); Terraform leaves it unset.
+    quotas_endpoint: str = ""
+    # Regions a request's fallback rung may name besides `region`; empty: only `region`.
+    allowed_regions: tuple[str, ...] = ()
     lease: int = 600
     # How many active requests a reconcile tick observes at once: each observation waits mostly on Cloud
     # Storage and Vertex; each costs a GetCustomJob of Vertex's per-minute read quota.

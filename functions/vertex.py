@@ -23,20 +23,11 @@ from typing import Any
 from functions.failures import FAILED_PRECONDITION, NOT_FOUND, call_failure_reason, call_is_transient
 from functions.lifecycle import JobSnapshot
 from functions.ports import Jobs
-from functions.rest import rest_session
+from functions.rest import google_error, rest_session
 from functions.retry import Retryable, RetryPolicy
 
 POLICY = RetryPolicy(attempts=5, first_pause=0.5, max_pause=8.0, call_timeout=30.0)
 _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
-# google/rpc/code.proto: the names Google's REST errors carry in `status`, and their numbers.
-RPC_CODES = {
-    "OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
-    "ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9, "ABORTED": 10,
-    "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14, "DATA_LOSS": 15,
-    "UNAUTHENTICATED": 16,
-}  # fmt: skip
-# For an answer without Google's error body (a proxy's page): code.proto's HTTP mapping read backwards.
-_CODE_OF_HTTP_STATUS = {400: 3, 401: 16, 403: 7, 404: 5, 409: 10, 429: 8, 499: 1, 501: 12, 503: 14, 504: 4}
 _MAP_FIELDS = frozenset({"labels"})  # their keys are data, not field names
 
 
@@ -61,14 +52,6 @@ def json_names(value: Any) -> Any:
         name = head + "".join(part[:1].upper() + part[1:] for part in rest)
         renamed[name] = dict(item) if key in _MAP_FIELDS and isinstance(item, dict) else json_names(item)
     return renamed
-
-
-def _error_code(status: int, body: Any) -> tuple[int, str]:
-    """(google.rpc.Code number, message) of a refused call."""
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict) and error.get("status") in RPC_CODES:
-        return RPC_CODES[error["status"]], str(error.get("message", ""))
-    return _CODE_OF_HTTP_STATUS.get(status, 13 if status >= 500 else 2), f"HTTP {status}"
 
 
 def _time(value: Any) -> datetime | None:
@@ -122,7 +105,7 @@ class VertexJobs:
                 body = None
             if response.status_code < 300:
                 return body if body is not None else {}
-            code, message = _error_code(response.status_code, body)
+            code, message = google_error(response.status_code, body)
             if call_is_transient(code, message):
                 raise Retryable(f"{what} {response.status_code} (code {code}): {message}")
             raise CallRejected(code, call_failure_reason(code), message)

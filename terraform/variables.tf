@@ -127,6 +127,12 @@ variable "allowed_machine_types" {
   default     = []
 }
 
+variable "allowed_regions" {
+  description = "Regions a request's fallback rung may name besides var.region. Empty allows only var.region."
+  type        = list(string)
+  default     = []
+}
+
 variable "extra_allowed_image_prefixes" {
   description = "Image prefixes custom trainer images may come from, besides this deployment's trainer repository (always allowed)."
   type        = list(string)

@@ -38,11 +38,12 @@ from google.cloud.aiplatform_v1.types import CustomJob, JobState
 from google.rpc import code_pb2, status_pb2
 
 from local.jobservice import vertex_retries
-from local.jobservice.faults import QUOTA_MESSAGE, STOCKOUT_MESSAGE, NewJobFaults, quota_metric
+from local.jobservice.faults import QUOTA_MESSAGE, STOCKOUT_MESSAGE, NewJobFaults
 from local.jobservice.nodes import Node, start_node
 from local.jobservice.replicas import ExecutionSettings, NodePlanError, plan_nodes
 from local.jobservice.store import JobStore, ReplicaRecord, RunRecord
 from local.processes import free_port, signal_group, stop_groups
+from schemas.catalog import quota_metric
 
 # A JobState member: proto-plus enums carry no types, so to the type checker their members are ints.
 State = int

@@ -15,6 +15,7 @@ from functions.ledger import Ledger
 from functions.observation import Observation
 from functions.outbox import Outbox
 from functions.ports import Events, Jobs, Quotas, Storage
+from functions.quota_pool import QuotaPools
 from functions.settings import Settings
 from functions.submission import Delivery, Submission
 from schemas.request import TrainingJobRequest
@@ -44,7 +45,16 @@ class Controller:
         self.jobs = LazyJobs(self.vertex_factory)
         self.outbox = Outbox(self.ledger, self.publisher, self.clock, timedelta(seconds=self.settings.outbox_grace))
         self.submission = Submission(
-            self.settings, self.ledger, self.gcs, self.publisher, self.jobs, self.outbox, self.clock, self.owner
+            self.settings,
+            self.ledger,
+            self.gcs,
+            self.publisher,
+            self.jobs,
+            self.outbox,
+            self.clock,
+            self.owner,
+            self.quotas,
+            QuotaPools(self.gcs, self.ledger.bucket),
         )
         self.observation = Observation(
             self.settings, self.ledger, self.gcs, self.jobs, self.outbox, self.submission, self.clock, self.owner

@@ -28,8 +28,6 @@ class Settings:
     events_topic: str
     trainer_image: str
     region: str = "us-central1"
-    # Regions a request's fallback rung may name besides `region`.
-    allowed_regions: tuple[str, ...] = ()
     # JSON object: "gs://bucket/prefix/" → a partial request (object) or a gs:// URI of a YAML/JSON template.
     trigger_rules: dict[str, Any] = field(default_factory=dict)
     marker_names: tuple[str, ...] = ("_SUCCESS",)

@@ -75,12 +75,27 @@ def snapshot(job: dict[str, Any]) -> JobSnapshot:
     )
 
 
+def _regional_api(region: str) -> str:
+    return f"https://{region}-aiplatform.googleapis.com"
+
+
 class VertexJobs:
     def __init__(self, project: str, region: str, endpoint: str = "", policy: RetryPolicy = POLICY):
-        api = f"https://{region}-aiplatform.googleapis.com"
-        self._session, self._base = rest_session(endpoint or None, api, _SCOPES)
+        self._session, self._base = rest_session(endpoint or None, _regional_api(region), _SCOPES)
+        self._endpoint = endpoint
+        self._project = project
         self.parent = f"projects/{project}/locations/{region}"
         self._policy = policy
+
+    def parent_in(self, region: str | None) -> str:
+        return self.parent if region is None else f"projects/{self._project}/locations/{region}"
+
+    def _base_for(self, path: str) -> str:
+        """Each region has its own endpoint; a path names its location (projects/P/locations/L/…)."""
+        if self._endpoint:
+            return self._base
+        parts = path.split("/")
+        return _regional_api(parts[3]) if len(parts) > 3 and parts[2] == "locations" else self._base
 
     def _call(
         self,
@@ -92,7 +107,7 @@ class VertexJobs:
     ) -> Any:
         """The JSON answer of `method /v1/{path}`, with the retry policy; CallRejected on a permanent code,
         Transient when the retries run out."""
-        url = f"{self._base}/v1/{path}"
+        url = f"{self._base_for(path)}/v1/{path}"
 
         def attempt(timeout: float) -> Any:
             try:
@@ -112,26 +127,28 @@ class VertexJobs:
 
         return self._policy.call(what, attempt, before_retry)
 
-    def find(self, key_hash: str, attempt: int) -> JobSnapshot | None:
-        """The job this request's attempt created, if any."""
+    def find(self, key_hash: str, attempt: int, region: str | None = None) -> JobSnapshot | None:
+        """The job this request's attempt created, if any (an attempt's job is in its ladder rung's region)."""
         filter_ = f'labels.trainctl-key="{key_hash}" AND labels.trainctl-attempt="{attempt}"'
-        found = self._call("ListCustomJobs", "GET", f"{self.parent}/customJobs", params={"filter": filter_})
+        found = self._call("ListCustomJobs", "GET", f"{self.parent_in(region)}/customJobs", params={"filter": filter_})
         jobs = found.get("customJobs") or []
         return snapshot(jobs[0]) if jobs else None
 
-    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]:
+    def find_or_create(
+        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+    ) -> tuple[JobSnapshot, bool]:
         """DESIGN.md §4 step 3, the one place it is done: (the job, adopted). The job this request's attempt
-        already created, if there is one; else a new one, labelled with the key and attempt. CreateCustomJob
-        is not idempotent, so before each retry of it (its failed attempt may have taken effect: a lost
-        answer, a broken stream) the job is looked for again."""
-        existing = self.find(key_hash, attempt)
+        already created, if there is one; else a new one, labelled with the key and attempt, in `region` (default:
+        the adapter's). CreateCustomJob is not idempotent, so before each retry of it (its failed attempt may have
+        taken effect: a lost answer, a broken stream) the job is looked for again."""
+        existing = self.find(key_hash, attempt, region)
         if existing is not None:
             return existing, True
         job = self._call(
             "CreateCustomJob",
             "POST",
-            f"{self.parent}/customJobs",
-            before_retry=lambda: self.find(key_hash, attempt),
+            f"{self.parent_in(region)}/customJobs",
+            before_retry=lambda: self.find(key_hash, attempt, region),
             json=json_names(custom_job),
         )
         return (job, True) if isinstance(job, JobSnapshot) else (snapshot(job), False)
@@ -182,8 +199,10 @@ class LazyJobs:
     def parent(self) -> str:
         return self._built().parent
 
-    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]:
-        return self._built().find_or_create(custom_job, key_hash, attempt)
+    def find_or_create(
+        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+    ) -> tuple[JobSnapshot, bool]:
+        return self._built().find_or_create(custom_job, key_hash, attempt, region)
 
     def get(self, name: str) -> JobSnapshot | None:
         return self._built().get(name)

@@ -59,6 +59,7 @@ locals {
     TRAINCTL_MAX_NODES                = tostring(var.max_nodes)
     TRAINCTL_MAX_TIMEOUT              = var.max_timeout
     TRAINCTL_MAX_COST_USD             = tostring(var.max_cost_usd)
+    TRAINCTL_MAX_REQUEST_COST_USD     = tostring(var.max_request_cost_usd)
     TRAINCTL_MAX_REQUEST_BYTES        = tostring(var.max_request_bytes)
     TRAINCTL_LEASE                    = var.lease
     TRAINCTL_RECONCILE_CONCURRENCY    = tostring(var.reconcile_concurrency)

@@ -183,6 +183,17 @@ variable "max_cost_usd" {
   }
 }
 
+variable "max_request_cost_usd" {
+  description = "Ceiling on what all attempts of one request may spend together, in US dollars (its costliest rung's cost x scheduling.max_attempts); 0: no limit beyond max_cost_usd per attempt."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.max_request_cost_usd >= 0
+    error_message = "max_request_cost_usd must be 0 (no limit) or positive."
+  }
+}
+
 variable "max_request_bytes" {
   description = "Largest job request (Pub/Sub message or marker file) the controller reads, in bytes."
   type        = number

@@ -59,7 +59,7 @@ def _rung_problems(request: TrainingJobRequest, rung: Rung, cost: CostEstimate, 
     """The guardrails on one rung's machines, region and cost; `request` is the request as the rung runs it."""
     problems: list[FieldError] = []
     res = request.resources
-    where = "" if rung.index == 0 else f"fallbacks.{rung.index - 1}."
+    where = "" if rung.index == 0 else f"fallbacks[{rung.index - 1}]."
 
     def refuse(path: str, guardrail: str, text: str) -> None:
         problems.append(FieldError(where + path, f"guardrail {guardrail}: {text}"))

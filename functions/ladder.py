@@ -62,16 +62,19 @@ def next_rung(record: Record) -> int | None:
     return None
 
 
-def leaves_rung(record: Record, reason: str) -> bool:
-    """Whether a failure for `reason` is the current rung's fault: out of capacity or quota, or preempted more
-    often than the rung allows. (Internal errors and hangs are tried again on the same machines.)"""
-    if reason in ("capacity", "quota"):
+def leaves_rung(record: Record, reason: str, stocked_out: bool = False) -> bool:
+    """Whether a failure for `reason` is the current rung's fault: out of capacity or quota (a job that ran and
+    then met a stockout Vertex could not get past, `stocked_out`, counts too), or preempted more often than the
+    rung allows. (Internal errors and hangs are tried again on the same machines.)"""
+    if reason in ("capacity", "quota") or stocked_out:
         return True
     return reason == "preemption" and record.rung_preemptions > record.ladder[record.rung].max_preemptions
 
 
-def left_because(record: Record, reason: str) -> RungOutcome:
+def left_because(record: Record, reason: str, stocked_out: bool = False) -> RungOutcome:
     """The current rung's outcome as a failure for `reason` leaves it."""
+    if stocked_out:
+        return outcome(record, "stocked out after Vertex's own retries")
     if reason == "preemption":
         allowed = record.ladder[record.rung].max_preemptions
         why = f"preempted in {record.rung_preemptions} attempts (max_preemptions {allowed})"

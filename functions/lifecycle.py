@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions import ladder
-from functions.failures import QUOTA_ADVICE, RESUBMITTABLE, classify_job_failure, quota_metric
+from functions.failures import QUOTA_ADVICE, RESUBMITTABLE, classify_job_failure, is_stockout, quota_metric
 from functions.ladder import LadderRung
 from schemas.events import (
     EVENT_ADAPTER,
@@ -299,9 +299,11 @@ def observe(
         text = f"attempt {record.attempt} failed ({reason}) after Vertex's own retries: {job.error_message}"
         if reason == "preemption":
             record.rung_preemptions += 1
-        if ladder.has_fallbacks(record) and ladder.leaves_rung(record, reason):
+        stocked_out = is_stockout(job.error_message)
+        if ladder.has_fallbacks(record) and ladder.leaves_rung(record, reason, stocked_out):
             if ladder.next_rung(record) is not None:
-                return resubmit(record, events, common, reason, text, now, left=ladder.left_because(record, reason))
+                left = ladder.left_because(record, reason, stocked_out)
+                return resubmit(record, events, common, reason, text, now, left=left)
         elif reason in RESUBMITTABLE and record.attempt < record.max_attempts:
             return resubmit(record, events, common, reason, text, now)
         record.state = "failed"

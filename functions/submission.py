@@ -511,4 +511,4 @@ class Submission:
 
 def _rung_path(index: int) -> str:
     """Where a rung is written in the request."""
-    return "resources" if index == 0 else f"fallbacks.{index - 1}.resources"
+    return "resources" if index == 0 else f"fallbacks[{index - 1}].resources"

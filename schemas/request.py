@@ -441,7 +441,7 @@ class TrainingJobRequest(_Strict):
     def _scheduling_fits_resources(self) -> TrainingJobRequest:
         problems: list[tuple[str, str]] = []
         for rung in self.rungs():
-            where = "" if rung.index == 0 else f"fallbacks.{rung.index - 1}."
+            where = "" if rung.index == 0 else f"fallbacks[{rung.index - 1}]."
             problems += _rung_problems(rung, self.reduction_server, where)
         rungs = len(self.fallbacks) + 1
         if rungs > self.scheduling.max_attempts:

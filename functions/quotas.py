@@ -41,10 +41,11 @@ class GpuQuotas:
         ttl: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         policy: RetryPolicy = POLICY,
+        page_size: int = PAGE_SIZE,
     ):
         self.parent = f"projects/{project}/locations/global/services/{QUOTA_SERVICE}"
         self._endpoint = endpoint
-        self._ttl, self._clock, self._policy = ttl, clock, policy
+        self._ttl, self._clock, self._policy, self._page_size = ttl, clock, policy, page_size
         self._session: Any = None
         self._base = ""
         self._lock = threading.Lock()
@@ -90,7 +91,7 @@ class GpuQuotas:
         infos: list[dict[str, Any]] = []
         token = ""
         while True:
-            params = {"pageSize": PAGE_SIZE, **({"pageToken": token} if token else {})}
+            params = {"pageSize": self._page_size, **({"pageToken": token} if token else {})}
             page = self._get(f"{self.parent}/quotaInfos", params)
             infos.extend(page.get("quotaInfos") or [])
             token = page.get("nextPageToken") or ""

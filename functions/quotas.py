@@ -55,24 +55,14 @@ class GpuQuotas:
 
     def limit(self, metric: str, region: str) -> int | None:
         """The limit on `metric` (a full name: aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus)
-        in `region`: the region's own value, else the default for all regions; None when unknown."""
+        in `region`: the region's own value, else the default for all regions; None when unknown or unlimited."""
         listing = self._quota_infos()
         if isinstance(listing, QuotasUnknown):
             logs.warning(f"GPU quota unknown, admitting without quota gating: {listing}", metric=metric, region=region)
             return None
-        info = next((q for q in listing if q.get("metric") == metric), None)
-        if info is None:
-            logs.warning(
-                f"GPU quota unknown: Cloud Quotas lists no {metric} for {QUOTA_SERVICE}", metric=metric, region=region
-            )
-            return None
-        value = region_value(info, region)
-        if value is None:
-            logs.warning(
-                f"GPU quota unknown: {info.get('quotaId', metric)} has no value for {region} and no default",
-                metric=metric,
-                region=region,
-            )
+        value, unknown = limit_in(listing, metric, region)
+        if unknown:
+            logs.warning(f"GPU quota unknown: {unknown}", metric=metric, region=region)
         return value
 
     def _quota_infos(self) -> list[dict[str, Any]] | QuotasUnknown:
@@ -127,6 +117,19 @@ class GpuQuotas:
             return self._policy.call("quotaInfos.list", attempt)
         except Transient as exc:  # retries or the deadline ran out
             raise QuotasUnknown(str(exc)) from None
+
+
+def limit_in(infos: list[dict[str, Any]], metric: str, region: str) -> tuple[int | None, str]:
+    """(the limit on `metric` in `region`, or None; why it is unknown, or "" when it is known or unlimited)."""
+    info = next((q for q in infos if q.get("metric") == metric), None)
+    if info is None:
+        return None, f"Cloud Quotas lists no {metric} for {QUOTA_SERVICE}"
+    value = region_value(info, region)
+    if value is None:
+        return None, f"{info.get('quotaId', metric)} has no value for {region} and no default"
+    if value < 0:  # Service Usage's "unlimited"; Cloud Quotas does not say (local/FIDELITY.md)
+        return None, ""
+    return value, ""
 
 
 def region_value(info: dict[str, Any], region: str) -> int | None:

@@ -72,16 +72,19 @@ def test_a_second_job_over_the_quota_waits_queued_until_the_first_ends(
 def test_waiting_jobs_leave_the_queue_in_creation_order(
     job_client: JobServiceClient, capacity: JobServiceControl, tmp_path: Path
 ):
-    """Guards issue 14 item 4: when quota frees up, the job that has waited longest goes first, even when a
-    later one would fit."""
+    """Guards issue 14 item 4: a later job that would fit beside the running ones still waits behind an
+    earlier one that does not: the queue is first come, first served."""
     capacity.set_capacity({"regions": {"us-central1": {"quotas": {L4: 8}}}})
     release = tmp_path / "release"
-    hold_eight_l4(job_client, release)
+    four = pool("--until-file", str(release), machine="g2-standard-48", accelerator="NVIDIA_L4", count=4)
+    holder = job_client.create_custom_job(parent=PARENT, custom_job=custom_job(four))
+    wait_for_state(job_client, holder.name, {JobState.JOB_STATE_RUNNING}, timeout=30)
     big = job_client.create_custom_job(parent=PARENT, custom_job=custom_job(eight_l4()))
     wait_until_waiting_for_quota(capacity, big.name)
     small_pool = pool(machine="g2-standard-24", accelerator="NVIDIA_L4", count=2)
     small = job_client.create_custom_job(parent=PARENT, custom_job=custom_job(small_pool))
-    wait_until_waiting_for_quota(capacity, small.name)  # 2 GPUs would fit beside nothing, but `big` is first
+    wait_until_waiting_for_quota(capacity, small.name)  # 4 + 2 ≤ 8, but `big` came first
+    assert job_client.get_custom_job(name=small.name).state == JobState.JOB_STATE_QUEUED
     release.touch()
 
     big_ended = wait_for_state(job_client, big.name, timeout=30)

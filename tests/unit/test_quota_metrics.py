@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functions.quotas import region_value
+from functions.quotas import limit_in, region_value
 from functions.settings import Settings
 from schemas.catalog import quota_metric
 
@@ -58,3 +58,13 @@ def test_the_settings_read_the_quotas_endpoint_and_the_allowed_regions():
     assert settings.allowed_regions == ("europe-west4", "us-east1")
     assert settings.quotas_endpoint == "http://127.0.0.1:1234"
     assert (Settings.from_env(required).allowed_regions, Settings.from_env(required).quotas_endpoint) == ((), "")
+
+
+def test_a_negative_limit_reads_as_no_limit():
+    """Guards issue 14 item 3: -1 (Service Usage's unlimited) must not gate every request as if the limit were
+    below any job; a metric not listed is unknown, with the reason."""
+    unlimited = {"metric": L4_INFO["metric"], "dimensionsInfos": [{"details": {"value": "-1"}}]}
+    assert limit_in([unlimited], L4_INFO["metric"], "us-central1") == (None, "")
+    assert limit_in([L4_INFO], L4_INFO["metric"], "us-central1") == (8, "")
+    value, why = limit_in([L4_INFO], "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus", "us-central1")
+    assert value is None and "lists no aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus" in why

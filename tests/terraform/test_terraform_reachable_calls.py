@@ -45,6 +45,8 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
 SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     # Ledger(gcs, settings.control_bucket), built in handlers.controller().
     ("functions.ledger.Ledger", "*"): frozenset({"control"}),
+    # QuotaPools(gcs, ledger.bucket): trainctl's GPU holdings live in the control bucket beside the ledger.
+    ("functions.quota_pool.QuotaPools", "*"): frozenset({"control"}),
     # The one EventPublisher is built for settings.events_topic.
     (PUBLISHER, "*"): frozenset({"events"}),
     # GpuQuotas(settings.project, …) reads the project's QuotaInfos.

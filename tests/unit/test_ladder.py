@@ -250,3 +250,18 @@ def test_each_call_goes_to_the_endpoint_of_its_region(monkeypatch):
         "https://europe-west4-aiplatform.googleapis.com/v1/projects/p/locations/europe-west4/customJobs/1",
         "https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/us-central1/customJobs/2:cancel",
     ]
+
+
+def test_status_shows_the_rung_and_what_became_of_the_rungs_left():
+    """Guards issue 14 item 5: `trainctl status` names the current rung and the history of rungs."""
+    from functions import ladder
+    from trainctl.jobs import summary
+
+    rec = ladder_record()
+    ladder.move_down(rec, "stocked out after Vertex's own retries")
+    info = summary(rec)
+    assert info["rung"] == "1: 1 × g2-standard-24 with 2 × NVIDIA_L4, standard, us-central1 (attempts here: 0)"
+    assert info["rungs"] == [
+        "0: 1 × g2-standard-24 with 2 × NVIDIA_L4, spot, us-central1: stocked out after Vertex's own retries"
+    ]
+    assert "rung" not in summary(ladder_record(ladder=[]))

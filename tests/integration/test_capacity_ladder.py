@@ -4,6 +4,7 @@ API path. Guards issue 14 items 2 and 3 (and 4, the model they run on)."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -122,7 +123,15 @@ def test_a_ladder_whose_every_rung_stocks_out_fails_listing_each_rung(ladder_dep
         fallbacks=[{"region": "europe-west4", "resources": stocked_out}],
     )
     assert deployment.request(request) == 200
-    failed = events.wait_for("all-out", "failed", act=deployment.reconcile, timeout=120)
+    events.wait_for("all-out", "retrying", act=deployment.reconcile, timeout=120)
+    [europe_job] = jobs_of(job_client, "all-out", "europe-west4")
+    # The log sink's line names the job by id alone: on_job_state finds it in the ladder's other region.
+    entry = {
+        "resource": {"type": "ml_job", "labels": {"job_id": europe_job.name.rsplit("/", 1)[-1]}},
+        "labels": {"ml.googleapis.com/job_state": "FAILED"},
+    }
+    line = deployment.push_body(json.dumps(entry).encode())
+    failed = events.wait_for("all-out", "failed", act=lambda: deployment.post("on_job_state", line), timeout=120)
     assert failed.reason == "capacity"
     assert [(o.rung, o.attempts) for o in failed.rungs] == [(0, 1), (1, 1)]
     assert failed.rungs[0].outcome == "stocked out after Vertex's own retries"

@@ -185,7 +185,7 @@ def test_a_stocked_out_rung_moves_down_and_the_next_resumes_from_its_checkpoint(
     ladder moves to rung 1 (2 × A100), whose job resumes from rung 0's checkpoint (the step count goes on)."""
     deployment = ladder_deployment
     events = deployment.events()
-    rows = "\n".join(f"{i % 7},{(i * 13) % 11},{int(i % 7 > 3)}" for i in range(3000))
+    rows = "\n".join(f"{i % 7},{(i * 13) % 11},{int(i % 7 > 3)}" for i in range(1500))
     deployment.upload("ladder-data/part-0.csv", "a,b,y\n" + rows + "\n")
     request = {
         "api_version": "trainctl/v1",
@@ -193,7 +193,7 @@ def test_a_stocked_out_rung_moves_down_and_the_next_resumes_from_its_checkpoint(
         "dataset": {"uri": f"gs://{deployment.data_bucket}/ladder-data/", "target": "y"},
         "trainer": {
             "builtin": "tabular",
-            "hyperparameters": {"epochs": 40, "batch_size": 16, "checkpoint_every_steps": 10, "hidden_sizes": [64]},
+            "hyperparameters": {"epochs": 30, "batch_size": 16, "checkpoint_every_steps": 10, "hidden_sizes": [64]},
         },
         "resources": {"machine_type": "n1-standard-8", **T4},
         "scheduling": {"restart_job_on_worker_restart": False, "max_attempts": 2},

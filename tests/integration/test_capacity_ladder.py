@@ -13,8 +13,11 @@ from typing import Any
 import pytest
 from google.cloud.aiplatform_v1.types import JobState
 
+from functions.settings import Settings
 from local.names import LOCAL_PROJECT
+from schemas.errors import parse_request
 from tests.integration.deployment import Deployment, fake_node_request
+from trainctl.plan import ladder_lines, quota_headroom
 
 # V100s for the burst: no other test asks for them, so no job of another module can hold any.
 V100_LIMIT, A100_LIMIT, A100_LIMIT_EUROPE = 8, 16, 8
@@ -47,11 +50,7 @@ def ladder_deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -
     """A deployment that reads GPU quotas from the stand-in and may run jobs in europe-west4 too."""
     jobservice.control.set_capacity(CAPACITY)
     deployed = Deployment(uuid.uuid4().hex[:8], jobservice.rest_url)
-    deployed.create(
-        tmp_path_factory.mktemp("functions"),
-        TRAINCTL_QUOTAS_ENDPOINT=jobservice.rest_url,
-        TRAINCTL_ALLOWED_REGIONS="europe-west4",
-    )
+    deployed.create(tmp_path_factory.mktemp("functions"), TRAINCTL_ALLOWED_REGIONS="europe-west4")
     try:
         yield deployed
     finally:
@@ -161,6 +160,13 @@ def test_requests_beyond_the_quota_wait_in_trainctl_and_are_released_in_arrival_
     queued = [request_id for request_id in ids if request_id in states_seen(events, "queued")]
     assert queued == ids[4:], "the first four fit the quota; the rest wait, in the order they came"
     assert events.of("burst-9", "queued")[0].ahead == 5
+    # `trainctl plan --quota` sees the same: the limit from Cloud Quotas, what trainctl's jobs hold of it.
+    settings = Settings.from_env(deployment.settings_env())
+    [(info, line)] = ladder_lines(
+        parse_request(fake_node_request("plan", resources=V100)), settings, quota_headroom(settings)
+    )
+    assert (info["quota_limit"], info["quota_held"]) == (V100_LIMIT, V100_LIMIT)
+    assert line.endswith("quota custom_model_training_nvidia_v100_gpus: limit 8, trainctl holds 8, headroom 0")
 
     def in_flight() -> list[str]:
         return [job.labels["trainctl-request"] for job in jobs_of(job_client, "burst-") if job.state not in ENDED]

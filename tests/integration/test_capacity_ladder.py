@@ -226,3 +226,29 @@ def test_a_stocked_out_rung_moves_down_and_the_next_resumes_from_its_checkpoint(
     assert job_client.get_custom_job(name=second).job_spec.worker_pool_specs[0].machine_spec.machine_type == (
         "a2-highgpu-2g"
     )
+
+
+def test_a_wait_in_trainctls_queue_longer_than_the_rungs_max_pending_moves_down_the_ladder(ladder_deployment):
+    deployment = ladder_deployment
+    events = deployment.events()
+    filler = fake_node_request("v100-filler", "--sleep", "5", resources=V100 | {"replica_count": 4})
+    assert deployment.request(filler) == 200
+    request = fake_node_request(
+        "queue-then-move",
+        "--sleep",
+        "0.5",
+        resources=V100,
+        scheduling={"max_pending": 2, "max_attempts": 2},
+        fallbacks=[{"resources": {"machine_type": "a2-highgpu-2g"}}],
+    )
+    assert deployment.request(request) == 200
+    assert events.of("queue-then-move", "queued")[0].held == V100_LIMIT
+    time.sleep(2.5)
+    retrying = events.wait_for("queue-then-move", "retrying", act=deployment.reconcile, timeout=60)
+    assert (retrying.reason, retrying.rung) == ("quota", 1)
+    assert retrying.left_rung.outcome.startswith("waited ") and "in trainctl's queue for GPU quota" in (
+        retrying.left_rung.outcome
+    )
+    submitted = events.wait_for("queue-then-move", "submitted", timeout=30)
+    assert submitted.attempt == 2
+    events.wait_for("queue-then-move", "succeeded", act=deployment.reconcile, timeout=120)

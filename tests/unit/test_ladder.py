@@ -265,3 +265,8 @@ def test_status_shows_the_rung_and_what_became_of_the_rungs_left():
         "0: 1 × g2-standard-24 with 2 × NVIDIA_L4, spot, us-central1: stocked out after Vertex's own retries"
     ]
     assert "rung" not in summary(ladder_record(ladder=[]))
+
+
+def test_the_console_link_of_a_job_in_another_region_points_to_that_region():
+    ref = job_ref("projects/p/locations/europe-west4/customJobs/7", "us-central1", "p")
+    assert ref.console_url == "https://console.cloud.google.com/vertex-ai/locations/europe-west4/training/7?project=p"

@@ -82,6 +82,7 @@ class Record(BaseModel):
     rung_history: list[RungOutcome] = Field(default_factory=list, description="Rungs left or skipped, and why.")
     quota_pool: str | None = Field(None, description="The GPU quota pool the request holds or waits in.")
     queued_since: datetime | None = Field(None, description="When it began to wait in trainctl's quota queue.")
+    cancel_requested: bool = Field(False, description="`trainctl cancel` of a request that has no job yet.")
 
     @property
     def final(self) -> bool:

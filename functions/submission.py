@@ -409,8 +409,8 @@ class Submission:
         now = self.clock()
         rung = record.ladder[record.rung]
         waited = int((now - record.queued_since).total_seconds()) if record.queued_since else 0
-        if waited > rung.max_pending:
-            return self._queue_timed_out(record, generation, now, waited)
+        if record.cancel_requested or waited > rung.max_pending:
+            return self._leave_queue_for_good(record, generation, now, waited)
         limit = self.quotas.limit(rung.quota_metric, rung.region) if self.quotas else None
         if limit is not None:
             pool = pool_name(rung.region, rung.quota_metric)
@@ -421,7 +421,9 @@ class Submission:
         logs.info("quota has room; leaving the queue", request_key=record.key, waited=waited)
         return self.submit(record, generation)
 
-    def _queue_timed_out(self, record: Record, generation: int, now: datetime, waited: int) -> str:
+    def _leave_queue_for_good(self, record: Record, generation: int, now: datetime, waited: int) -> str:
+        """A queued request cancelled by its requester, or waiting longer than its rung's max_pending: it moves
+        down the ladder, or ends."""
         why = f"waited {format_duration(waited)} in trainctl's queue for GPU quota, longer than max_pending"
         if record.quota_pool:
             self.pools.release(record.quota_pool, record.key_hash)
@@ -429,7 +431,10 @@ class Submission:
         common = record.envelope(now)
         events: list[JobEvent] = []
         record.failure_reason, record.queued_since = "quota", None
-        if has_fallbacks(record) and next_rung(record) is not None:
+        if record.cancel_requested:
+            record.state, record.failure_reason, record.message = "cancelled", None, "cancelled by request"
+            events.append(Cancelled(**common, message="cancelled by request while it waited for GPU quota"))
+        elif has_fallbacks(record) and next_rung(record) is not None:
             text = f"attempt {record.attempt} {why}"
             resubmit(record, events, common, "quota", text, now, left=rung_outcome(record, why))
             record.owner, record.lease_until = self.owner, now + timedelta(seconds=self.settings.lease)

@@ -13,10 +13,14 @@ from typing import Any
 import pytest
 from google.cloud.aiplatform_v1.types import JobState
 
+from functions.gcs import Gcs
+from functions.keys import key_hash
+from functions.ledger import Ledger
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT
 from schemas.errors import parse_request
 from tests.integration.deployment import Deployment, fake_node_request
+from trainctl.jobs import cancel_queued
 from trainctl.plan import ladder_lines, quota_headroom
 
 # V100s for the burst: no other test asks for them, so no job of another module can hold any.
@@ -61,6 +65,12 @@ def ladder_deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -
 def states_seen(events, state: str) -> set[str]:
     """The requests that published `state` so far (one drain of the subscription for all of them)."""
     return {event.request_id for event, _ in events.drain() if event.state == state}
+
+
+def v100_pool(deployment: Deployment) -> str:
+    """trainctl's count of its V100 holdings (a fresh Blob: one that was read once keeps reading that generation)."""
+    bucket = deployment.storage().bucket(deployment.control_bucket)
+    return bucket.blob("quota/us-central1/custom_model_training_nvidia_v100_gpus.json").download_as_text()
 
 
 def jobs_of(job_client, prefix: str, region: str = "us-central1") -> list[Any]:
@@ -252,3 +262,20 @@ def test_a_wait_in_trainctls_queue_longer_than_the_rungs_max_pending_moves_down_
     submitted = events.wait_for("queue-then-move", "submitted", timeout=30)
     assert submitted.attempt == 2
     events.wait_for("queue-then-move", "succeeded", act=deployment.reconcile, timeout=120)
+
+
+def test_a_queued_request_can_be_cancelled_before_it_has_a_job(ladder_deployment):
+    """`trainctl cancel` of a request waiting for quota: reconcile ends it (`cancelled`) and it waits no more."""
+    deployment = ladder_deployment
+    events = deployment.events()
+    filler = fake_node_request("v100-filler-2", "--sleep", "5", resources=V100 | {"replica_count": 4})
+    assert deployment.request(filler) == 200
+    assert deployment.request(fake_node_request("cancel-queued", "--sleep", "0.5", resources=V100)) == 200
+    assert deployment.record("request:cancel-queued")["state"] == "queued"
+    assert key_hash("request:cancel-queued") in v100_pool(deployment)
+    assert cancel_queued(Ledger(Gcs(LOCAL_PROJECT), deployment.control_bucket), "cancel-queued")
+    cancelled = events.wait_for("cancel-queued", "cancelled", act=deployment.reconcile, timeout=60)
+    assert cancelled.reason is None and "while it waited for GPU quota" in cancelled.message
+    assert key_hash("request:cancel-queued") not in v100_pool(deployment)
+    assert deployment.record("request:cancel-queued")["state"] == "cancelled"
+    assert events.states("cancel-queued") == ["accepted", "queued", "cancelled"]

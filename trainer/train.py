@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import collectives, gpu_feeding, logs
+from trainer import collectives, gpu_feeding, logs, net_plugin
 from trainer.batches import EpochBatches
 from trainer.checkpoint import Checkpoints
 from trainer.data import load_rank_data
@@ -237,6 +237,8 @@ def train(run: Run, stop: StopSignal) -> int:
             log_losses.append(loss)
             if state.step == first_step_of_this_process:
                 collectives.shorten_timeout(args.collective_timeout_seconds)
+                if run.device.type == "cuda" and os.environ.get("LOCAL_RANK", "0") == "0":
+                    net_plugin.report_loaded(os.environ)  # NCCL has started by now: one line per node
             progress.write(state.step, epoch)
 
             # Every rank checks at the same steps whether any rank got SIGTERM or rank 0's clock wants a checkpoint.

@@ -1,5 +1,7 @@
-"""Soak: the local stack under a random mix of requests, duplicates, bad input, marker uploads, preemptions
-and crashed function workers, then the invariants that must survive all of it.
+"""Soak: the local stack under a random mix of requests, duplicates, bad input, marker uploads, preemptions,
+crashed function workers and requests whose first rung is stocked out (so they move down their capacity
+ladder), all under a GPU quota that makes bursts wait in trainctl's queue; then the invariants that must
+survive all of it.
 
     python bench/soak.py [--minutes 10] [--seed 7]     # appends the result to bench/RESULTS.md
 
@@ -47,7 +49,17 @@ TEMPLATE = {
     "scheduling": {"restart_job_on_worker_restart": False, "max_attempts": 3},
 }
 # Relative weights of the actions.
-MIX = {"request": 5, "duplicate": 3, "bad_request": 2, "marker": 3, "preempt": 1, "kill_worker": 1}
+MIX = {"request": 5, "duplicate": 3, "bad_request": 2, "marker": 3, "preempt": 1, "kill_worker": 1, "ladder": 2}
+# The local JobService's capacity model for the soak: Spot L4 is always stocked out (a ladder starting there
+# moves down), and the project has 12 on-demand L4 GPUs (6 jobs at once; bursts wait in trainctl's queue).
+CAPACITY = {
+    "regions": {
+        "us-central1": {
+            "quotas": {"custom_model_training_nvidia_l4_gpus": 12},
+            "machines": [{"machine_type": "g2-standard-24", "strategy": "spot", "stockouts": "always"}],
+        }
+    }
+}
 
 
 @dataclass
@@ -85,10 +97,13 @@ class Soak:
 
     def up(self) -> None:
         data_bucket = "trainctl-local-trainctl-data"
+        capacity = self.local_dir / "capacity.json"
+        capacity.write_text(json.dumps(CAPACITY))
         started = self.trainctl(
             "local", "up", "--detach", "--reconcile-every", "2", "--image-map", IMAGE_MAP,
             "--allow-image-prefix", "localhost/tests/",
             "--trigger-rules", json.dumps({f"gs://{data_bucket}/soak/": TEMPLATE}),
+            "--capacity", str(capacity),
         )  # fmt: skip
         if started.returncode != 0:
             raise RuntimeError(f"trainctl local up failed:\n{started.stdout}\n{started.stderr}")
@@ -129,14 +144,21 @@ class Soak:
     def publish(self, payload: bytes) -> None:
         self.publisher.publish(self.requests_topic, payload).result(timeout=30)
 
-    def request(self) -> None:
+    def request(self, **sections: Any) -> None:
         request_id = f"soak-{uuid.uuid4().hex[:10]}"
         document = {"api_version": "trainctl/v1", "request_id": request_id, **TEMPLATE}
         document["dataset"] = {"uri": "gs://trainctl-local-trainctl-data/soak/x/", "target": "y"}
         document["trainer"] = dict(TEMPLATE["trainer"], args=["--sleep", str(self.rng.choice([0.5, 1, 3, 6]))])
-        payload = json.dumps(document).encode()
+        payload = json.dumps(document | sections).encode()
         self.sent.append(payload)
         self.publish(payload)
+
+    def ladder(self) -> None:
+        """A request whose first rung (Spot L4) is stocked out: it moves down to on-demand L4."""
+        self.request(
+            scheduling=dict(TEMPLATE["scheduling"], strategy="spot"),
+            fallbacks=[{"strategy": "standard", "resources": TEMPLATE["resources"]}],
+        )
 
     def duplicate(self) -> None:
         if self.sent:
@@ -259,6 +281,7 @@ def invariants(messages: list[tuple[dict[str, str], bytes]], jobs: list[Any]) ->
             k: [e.state for e in events if e.request_key == k] for k in accepted if len(terminal[k]) != 1
         },
         "events by state": dict(Counter(e.state for e in events)),
+        "ladder moves": sum(1 for e in events if e.state == "retrying" and getattr(e, "left_rung", None)),
         "requests that did not succeed, by reason": dict(Counter(unsuccessful.values())),
     }
 

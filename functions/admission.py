@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from functions import planning
 from functions.planning import RUNS_PREFIX
 from functions.settings import Settings
 from schemas.errors import FieldError
 from schemas.events import CostEstimate, approximate_prices
-from schemas.request import TrainingJobRequest
+from schemas.request import Rung, TrainingJobRequest
 from schemas.rules import format_duration, split_gs_uri
 
 # The built-in trainer's image is PyTorch's CUDA 12.6 build (trainer/Dockerfile), whose kernels stop at sm_90:
@@ -28,14 +29,40 @@ def _allowed(value: str, allowed: tuple[str, ...]) -> bool:
     return not allowed or value in allowed
 
 
-def admission_problems(
-    request: TrainingJobRequest, settings: Settings, cost: CostEstimate, output_dir: str
-) -> list[FieldError]:
+def admission_problems(request: TrainingJobRequest, settings: Settings, output_dir: str) -> list[FieldError]:
+    """Every guardrail the request breaks: each rung of its ladder is checked like `resources` (its own cost
+    included), then what all its attempts may spend together, then the request-wide rules."""
+    problems: list[FieldError] = []
+    costs = []
+    for rung in request.rungs():
+        rung_request = request.at_rung(rung.index)
+        cost = planning.estimate_cost(rung_request, planning.plan_reduction_server(rung_request))
+        costs.append(cost)
+        problems += _rung_problems(rung_request, rung, cost, settings)
+    worst = max(costs, key=lambda cost: cost.max_usd)
+    attempts = request.scheduling.max_attempts
+    ceiling = settings.max_request_cost_usd
+    if ceiling and worst.max_usd <= settings.max_cost_usd and attempts * worst.max_usd > ceiling:
+        problems.append(
+            FieldError(
+                "scheduling.max_attempts",
+                f"guardrail max_request_cost_usd: {attempts} attempts of up to ${worst.max_usd:,.2f} each can spend "
+                f"about ${attempts * worst.max_usd:,.2f} together ({approximate_prices(worst)}); the limit is "
+                f"${ceiling:,.2f}. Lower scheduling.max_attempts or the costliest rung's "
+                "timeout or GPUs",
+            )
+        )
+    return problems + _request_problems(request, settings, output_dir)
+
+
+def _rung_problems(request: TrainingJobRequest, rung: Rung, cost: CostEstimate, settings: Settings) -> list[FieldError]:
+    """The guardrails on one rung's machines, region and cost; `request` is the request as the rung runs it."""
     problems: list[FieldError] = []
     res = request.resources
+    where = "" if rung.index == 0 else f"fallbacks[{rung.index - 1}]."
 
     def refuse(path: str, guardrail: str, text: str) -> None:
-        problems.append(FieldError(path, f"guardrail {guardrail}: {text}"))
+        problems.append(FieldError(where + path, f"guardrail {guardrail}: {text}"))
 
     if not _allowed(res.machine_type, settings.allowed_machine_types):
         refuse(
@@ -55,6 +82,37 @@ def admission_problems(
             "max_nodes",
             f"the job asks for {res.replica_count} nodes; the limit is {settings.max_nodes}",
         )
+    if rung.region is not None and rung.region != settings.region and rung.region not in settings.allowed_regions:
+        allowed = ", ".join(dict.fromkeys((settings.region, *settings.allowed_regions)))
+        refuse("region", "allowed_regions", f"{rung.region} is not allowed here; allowed: {allowed}")
+    if cost.max_usd > settings.max_cost_usd:
+        refuse(
+            "resources" if where else "scheduling.timeout",
+            "max_cost_usd",
+            f"this job can cost about ${cost.max_usd:,.2f} (${cost.hourly_usd:,.2f}/h for "
+            f"{format_duration(request.scheduling.timeout)}, {approximate_prices(cost)}); the limit is "
+            f"${settings.max_cost_usd:,.2f}. Shorten scheduling.timeout or use fewer GPUs",
+        )
+    architecture = BUILTIN_IMAGE_LACKS_KERNELS_FOR.get(res.accelerator_type or "")
+    if request.trainer.image is None and architecture:
+        problems.append(
+            FieldError(
+                where + "resources.accelerator_type",
+                f"the built-in trainer's image (PyTorch for CUDA 12.6) has no kernels for {res.accelerator_type} "
+                f"({architecture}, Blackwell); choose an earlier GPU, or run your own image built for CUDA 12.8 "
+                "or later (trainer.image)",
+            )
+        )
+    return problems
+
+
+def _request_problems(request: TrainingJobRequest, settings: Settings, output_dir: str) -> list[FieldError]:
+    """The guardrails on what every rung shares: timeout, image, data, outputs, service account."""
+    problems: list[FieldError] = []
+
+    def refuse(path: str, guardrail: str, text: str) -> None:
+        problems.append(FieldError(path, f"guardrail {guardrail}: {text}"))
+
     if request.scheduling.timeout > settings.max_timeout:
         refuse(
             "scheduling.timeout",
@@ -62,25 +120,7 @@ def admission_problems(
             f"{format_duration(request.scheduling.timeout)} is longer than the limit of "
             f"{format_duration(settings.max_timeout)}",
         )
-    if cost.max_usd > settings.max_cost_usd:
-        refuse(
-            "scheduling.timeout",
-            "max_cost_usd",
-            f"this job can cost about ${cost.max_usd:,.2f} (${cost.hourly_usd:,.2f}/h for "
-            f"{format_duration(request.scheduling.timeout)}, {approximate_prices(cost)}); the limit is "
-            f"${settings.max_cost_usd:,.2f}. Shorten scheduling.timeout or use fewer GPUs",
-        )
     image = request.trainer.image
-    architecture = BUILTIN_IMAGE_LACKS_KERNELS_FOR.get(res.accelerator_type or "")
-    if image is None and architecture:
-        problems.append(
-            FieldError(
-                "resources.accelerator_type",
-                f"the built-in trainer's image (PyTorch for CUDA 12.6) has no kernels for {res.accelerator_type} "
-                f"({architecture}, Blackwell); choose an earlier GPU, or run your own image built for CUDA 12.8 "
-                "or later (trainer.image)",
-            )
-        )
     if (
         image is not None
         and image != settings.trainer_image

@@ -14,7 +14,8 @@ from datetime import UTC, datetime, timedelta
 from functions.ledger import Ledger
 from functions.observation import Observation
 from functions.outbox import Outbox
-from functions.ports import Events, Jobs, Storage
+from functions.ports import Events, Jobs, Quotas, Storage
+from functions.quota_pool import QuotaPools
 from functions.settings import Settings
 from functions.submission import Delivery, Submission
 from schemas.request import TrainingJobRequest
@@ -33,6 +34,8 @@ class Controller:
     gcs: Storage
     publisher: Events
     vertex_factory: Callable[[], Jobs]
+    # The project's GPU limits (Cloud Quotas); None: admit without quota gating.
+    quotas: Quotas | None = None
     clock: Callable[[], datetime] = utcnow
     owner: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
@@ -42,7 +45,16 @@ class Controller:
         self.jobs = LazyJobs(self.vertex_factory)
         self.outbox = Outbox(self.ledger, self.publisher, self.clock, timedelta(seconds=self.settings.outbox_grace))
         self.submission = Submission(
-            self.settings, self.ledger, self.gcs, self.publisher, self.jobs, self.outbox, self.clock, self.owner
+            self.settings,
+            self.ledger,
+            self.gcs,
+            self.publisher,
+            self.jobs,
+            self.outbox,
+            self.clock,
+            self.owner,
+            self.quotas,
+            QuotaPools(self.gcs, self.ledger.bucket),
         )
         self.observation = Observation(
             self.settings, self.ledger, self.gcs, self.jobs, self.outbox, self.submission, self.clock, self.owner
@@ -57,11 +69,13 @@ class Controller:
         ledger: Ledger | None = None,
         publisher: Events | None = None,
         vertex_factory: Callable[[], Jobs] | None = None,
+        quotas: Quotas | None = None,
     ) -> Controller:
         """The controller the functions run: adapters for the settings' project, buckets and topic. A part
         given replaces the real one (a test's ledger, trainctl replay's in-memory stand-ins)."""
         from functions.gcs import Gcs
         from functions.publisher import EventPublisher
+        from functions.quotas import GpuQuotas
         from functions.vertex import VertexJobs
 
         gcs = gcs or Gcs(settings.project)
@@ -74,6 +88,7 @@ class Controller:
             or EventPublisher(settings.project, settings.events_topic, source, region=settings.region),
             vertex_factory=vertex_factory
             or (lambda: VertexJobs(settings.project, settings.region, settings.vertex_endpoint)),
+            quotas=quotas or GpuQuotas(settings.project, settings.quotas_endpoint),
         )
 
     def reject(

@@ -36,6 +36,11 @@ _USER = re.compile(r"exited with a non-zero status|ran out of memory|user error"
 _INTERNAL = re.compile(r"internal error", re.I)
 
 
+def is_stockout(message: str) -> bool:
+    """Whether Vertex's text says the region ran out of the job's machines (whether or not it had started)."""
+    return bool(_CAPACITY.search(message))
+
+
 def classify_job_failure(code: int, message: str, started: bool) -> Reason:
     """Reason for a job that ended FAILED; `started` tells whether it ever reached RUNNING."""
     # The text decides before the code: a stockout may also carry RESOURCE_EXHAUSTED.

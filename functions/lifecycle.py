@@ -15,7 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.failures import QUOTA_ADVICE, RESUBMITTABLE, classify_job_failure, quota_metric
+from functions import ladder
+from functions.failures import QUOTA_ADVICE, RESUBMITTABLE, classify_job_failure, is_stockout, quota_metric
+from functions.ladder import LadderRung
 from schemas.events import (
     EVENT_ADAPTER,
     FINAL_REQUEST_STATES,
@@ -28,6 +30,7 @@ from schemas.events import (
     JobRef,
     RequestState,
     Retrying,
+    RungOutcome,
     Running,
     Stuck,
     Succeeded,
@@ -72,6 +75,13 @@ class Record(BaseModel):
     outbox: list[dict[str, Any]] = Field(default_factory=list)
     published: list[str] = Field(default_factory=list)
     sequence: int = Field(0, description="The last sequence number given to one of this request's events.")
+    ladder: list[LadderRung] = Field(default_factory=list, description="The capacity ladder's rungs, rung 0 first.")
+    rung: int = Field(0, description="The rung the current attempt runs on.")
+    rung_attempts: int = Field(0, description="Attempts made on the current rung.")
+    rung_preemptions: int = Field(0, description="Attempts on the current rung that ended preempted.")
+    rung_history: list[RungOutcome] = Field(default_factory=list, description="Rungs left or skipped, and why.")
+    quota_pool: str | None = Field(None, description="The GPU quota pool the request holds or waits in.")
+    queued_since: datetime | None = Field(None, description="When it began to wait in trainctl's quota queue.")
 
     @property
     def final(self) -> bool:
@@ -283,11 +293,19 @@ def observe(
         message = f"{job.error_message} {diagnosis}".strip() if diagnosis else job.error_message
         metric = quota_metric(job.error_message) if reason == "quota" else None
         record.failure_reason, record.message = reason, message
-        if reason in RESUBMITTABLE and record.attempt < record.max_attempts:
-            # Vertex has already restarted the job itself (stockout: 3 times, Spot preemption: 6), so this is
-            # the controller's own, later attempt.
-            text = f"attempt {record.attempt} failed ({reason}) after Vertex's own retries: {job.error_message}"
-            return _resubmit(record, events, common, reason, text, now)
+        # Vertex has already restarted the job itself (stockout: 3 times, Spot preemption: 6), so what follows is
+        # the controller's own, later attempt: on the next rung of the ladder when this one is out of capacity or
+        # quota or preempted too often, else on the same rung while attempts remain.
+        text = f"attempt {record.attempt} failed ({reason}) after Vertex's own retries: {job.error_message}"
+        if reason == "preemption":
+            record.rung_preemptions += 1
+        stocked_out = is_stockout(job.error_message)
+        if ladder.has_fallbacks(record) and ladder.leaves_rung(record, reason, stocked_out):
+            if ladder.next_rung(record) is not None:
+                left = ladder.left_because(record, reason, stocked_out)
+                return resubmit(record, events, common, reason, text, now, left=left)
+        elif reason in RESUBMITTABLE and record.attempt < record.max_attempts:
+            return resubmit(record, events, common, reason, text, now)
         record.state = "failed"
         advice = f" {QUOTA_ADVICE}" if reason == "quota" else ""
         events.append(
@@ -297,6 +315,7 @@ def observe(
                 quota_metric=metric,
                 artifacts=record.artifacts,
                 duration_seconds=_duration(job),
+                rungs=ladder.final_outcomes(record, f"failed ({reason}): {message}"),
             )
         )
         return Transition(events)
@@ -305,7 +324,7 @@ def observe(
             running_if_missed()
             text = f"attempt {record.attempt} hung and was cancelled"
             if record.attempt < record.max_attempts:
-                return _resubmit(record, events, common, "hang", f"{text}", now)
+                return resubmit(record, events, common, "hang", f"{text}", now)
             record.state, record.message = "failed", text
             events.append(
                 Failed(
@@ -316,10 +335,17 @@ def observe(
                 )
             )
             return Transition(events)
+        stuck_reason: Literal["quota", "capacity"] | None = None
+        if record.stuck and record.failure_reason in ("quota", "capacity"):
+            stuck_reason = "quota" if record.failure_reason == "quota" else "capacity"
+        if stuck_reason and ladder.has_fallbacks(record):
+            running_if_missed()
+            why = f"waited longer than max_pending ({stuck_reason})"
+            if ladder.next_rung(record) is not None:
+                text = f"attempt {record.attempt} {why} and was cancelled"
+                return resubmit(record, events, common, stuck_reason, text, now, left=ladder.outcome(record, why))
+            return ladder_exhausted(record, events, common, stuck_reason, why, job)
         record.state = "cancelled"
-        stuck_reason = (
-            record.failure_reason if record.stuck and record.failure_reason in ("quota", "capacity") else None
-        )
         why = f"after waiting longer than max_pending ({stuck_reason})" if stuck_reason else "by request"
         events.append(
             Cancelled(
@@ -332,17 +358,60 @@ def observe(
     return Transition(events)  # CANCELLING and other passing states: wait for the next observation
 
 
-def _resubmit(
-    record: Record, events: list[JobEvent], common: dict[str, Any], reason: FailureReason, text: str, now: datetime
+def resubmit(
+    record: Record,
+    events: list[JobEvent],
+    common: dict[str, Any],
+    reason: FailureReason,
+    text: str,
+    now: datetime,
+    left: RungOutcome | None = None,
 ) -> Transition:
-    """A new attempt of the request, into the same output directory (the trainer resumes from its checkpoint)."""
+    """A new attempt of the request, into the same output directory (the trainer resumes from its checkpoint);
+    `left`: the rung the ladder moves down from (to the next one it did not skip)."""
+    ladder_fields: dict[str, Any] = {}
+    if left is not None:
+        ladder.move_down(record, left.outcome)
+        rung = record.ladder[record.rung]
+        text = f"{text}; moving down the ladder to rung {record.rung}: {rung.resources}"
+    if ladder.has_fallbacks(record):
+        ladder_fields = {"rung": record.rung, "rung_resources": record.ladder[record.rung].resources, "left_rung": left}
     events.append(
-        Retrying(**common | {"message": f"{text}; resubmitting"}, reason=reason, max_attempts=record.max_attempts)
+        Retrying(
+            **common | {"message": f"{text}; resubmitting"},
+            reason=reason,
+            max_attempts=record.max_attempts,
+            **ladder_fields,
+        )
     )
     record.state, record.job_name, record.job_state = "claimed", None, None
     record.attempt += 1
     record.lease_until, record.not_before, record.stuck = None, now, False
     return Transition(events, "resubmit")
+
+
+def ladder_exhausted(
+    record: Record,
+    events: list[JobEvent],
+    common: dict[str, Any],
+    reason: FailureReason,
+    why: str,
+    job: JobSnapshot | None = None,
+) -> Transition:
+    """Every rung has been tried (or skipped): the request fails, listing what became of each rung."""
+    record.state, record.failure_reason, record.message = "failed", reason, f"the capacity ladder is exhausted: {why}"
+    rungs = ladder.all_outcomes(record, why)
+    summary = "; ".join(f"rung {o.rung} ({o.resources}): {o.outcome}" for o in rungs)
+    events.append(
+        Failed(
+            **common | {"message": f"the capacity ladder is exhausted ({reason}): {summary}"},
+            reason=reason,
+            artifacts=record.artifacts,
+            duration_seconds=_duration(job) if job else None,
+            rungs=rungs,
+        )
+    )
+    return Transition(events)
 
 
 def _silence(progress: dict[str, Any] | None, now: datetime) -> float | None:

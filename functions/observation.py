@@ -80,8 +80,11 @@ class Observation:
             record, generation = self.outbox.flush_stale(record, generation)
             now = self.clock()
             if record.final:
+                self.submission.release_quota(record)
                 self.outbox.retire_when_done(record)
                 return record.state
+            if record.state == "queued":
+                return self.submission.leave_queue(record, generation)
             if record.state == "claimed":
                 if record.lease_live(now) or (record.not_before and record.not_before > now):
                     return "claimed"
@@ -118,6 +121,7 @@ class Observation:
         if transition.action == "cancel":
             self.jobs.cancel(job.name)
         record, generation = self.outbox.flush(record, generation, mine)
+        self.submission.release_quota(record)
         self.outbox.retire_when_done(record)
         if transition.action == "resubmit":
             return self.submission.submit(record, generation)
@@ -182,7 +186,18 @@ class Observation:
                 summary[outcome] = summary.get(outcome, 0) + 1
         if deferred := summary.get("deferred"):
             logs.warning(f"reconcile ran out of time; {deferred} records wait for the next tick")
+        self._forget_quota_of_ended_requests()
         return summary
+
+    def _forget_quota_of_ended_requests(self) -> None:
+        """A handler that died between ending a request and releasing its quota left it counted: drop it."""
+        try:
+            dropped = self.submission.pools.forget_inactive(lambda: set(self.ledger.active()))
+        except Exception as exc:  # the next tick tries again; the sweep's own work is done
+            logs.error(f"reconcile could not tidy the GPU quota pools: {type(exc).__name__}: {exc}")
+            return
+        if dropped:
+            logs.warning(f"dropped {dropped} ended requests from the GPU quota pools")
 
     def _sweep_one(self, khash: str) -> str:
         """One record's outcome in the sweep: its state, "errors", or "deferred" when no time is left."""

@@ -41,6 +41,23 @@ class Plan:
     reduction_server: ReductionServerPlan
     cost: CostEstimate
     output_dir: str
+    region: str  # where the job is created: the deployment's region, or the ladder rung's
+
+
+_REDUCTION_SERVER_MULTIREGIONS = ("us-docker.pkg.dev/", "europe-docker.pkg.dev/", "asia-docker.pkg.dev/")
+
+
+def reduction_server_image(settings: Settings, region: str) -> str:
+    """The reducers' image for a job in `region`: Google publishes it in the us, europe and asia multi-regions
+    (reference/vertex.md §3.3), and the one nearest the job is used; an operator's own image is kept as it is."""
+    image = settings.reduction_server_image
+    current = next((prefix for prefix in _REDUCTION_SERVER_MULTIREGIONS if image.startswith(prefix)), None)
+    if region == settings.region or current is None:
+        return image
+    nearest = (
+        "europe" if region.startswith("europe-") else "asia" if region.startswith(("asia-", "australia-")) else "us"
+    )
+    return f"{nearest}-docker.pkg.dev/" + image.removeprefix(current)
 
 
 def output_dir(request: TrainingJobRequest, settings: Settings) -> str:
@@ -193,7 +210,12 @@ def _duration(seconds: int) -> str:
     return f"{seconds}s"
 
 
-def plan_custom_job(request: TrainingJobRequest, settings: Settings, request_key: str, attempt: int = 1) -> Plan:
+def plan_custom_job(
+    request: TrainingJobRequest, settings: Settings, request_key: str, attempt: int = 1, rung: int = 0
+) -> Plan:
+    """The CustomJob for `attempt` of the request, on rung `rung` of its capacity ladder (0: its own resources)."""
+    region = request.rungs()[rung].region or settings.region
+    request = request.at_rung(rung)
     res, sched = request.resources, request.scheduling
     reducers = plan_reduction_server(request)
     machine_spec = {
@@ -223,7 +245,7 @@ def plan_custom_job(request: TrainingJobRequest, settings: Settings, request_key
             {
                 "machine_spec": {"machine_type": reducers.machine_type},
                 "replica_count": str(reducers.replicas),
-                "container_spec": {"image_uri": settings.reduction_server_image},
+                "container_spec": {"image_uri": reduction_server_image(settings, region)},
             }
         )
     scheduling: dict[str, Any] = {
@@ -247,4 +269,4 @@ def plan_custom_job(request: TrainingJobRequest, settings: Settings, request_key
         "job_spec": job_spec,
         "labels": labels(request, request_key, attempt),
     }
-    return Plan(custom_job, reducers, estimate_cost(request, reducers), out)
+    return Plan(custom_job, reducers, estimate_cost(request, reducers), out, region)

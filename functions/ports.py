@@ -1,6 +1,6 @@
-"""What the controller's core needs of Cloud Storage, Pub/Sub and Vertex: the adapters' shapes as Protocols,
-so that each adapter (functions/gcs.py, publisher.py, vertex.py) and trainctl replay's in-memory stand-ins are
-checked against the same interface by the type checker."""
+"""What the controller's core needs of Cloud Storage, Pub/Sub, Vertex and Cloud Quotas: the adapters' shapes as
+Protocols, so that each adapter (functions/gcs.py, publisher.py, vertex.py, quotas.py) and trainctl replay's
+in-memory stand-ins are checked against the same interface by the type checker."""
 
 from __future__ import annotations
 
@@ -46,8 +46,16 @@ class Jobs(Protocol):
     @property
     def parent(self) -> str: ...
 
-    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]: ...
+    def find_or_create(
+        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+    ) -> tuple[JobSnapshot, bool]: ...
 
     def get(self, name: str) -> JobSnapshot | None: ...
 
     def cancel(self, name: str) -> None: ...
+
+
+class Quotas(Protocol):
+    def limit(self, metric: str, region: str) -> int | None:
+        """The project's limit on a Vertex quota metric in a region; None when it cannot be known."""
+        ...

@@ -42,9 +42,17 @@ class Settings:
     max_nodes: int = 16
     max_timeout: int = 7 * 86400
     max_cost_usd: float = 1000.0
+    # What all attempts of one request may spend together (its costliest rung's worst case × max_attempts);
+    # 0: no limit beyond max_cost_usd per attempt.
+    max_request_cost_usd: float = 0.0
     max_request_bytes: int = 64 * 1024
     # The base URL of a Vertex REST endpoint to use instead of https://{region}-aiplatform.googleapis.com.
     vertex_endpoint: str = ""
+    # The base URL of a Cloud Quotas REST endpoint to use instead of https://cloudquotas.googleapis.com (the
+    # local stack's stand-in); Terraform leaves it unset.
+    quotas_endpoint: str = ""
+    # Regions a request's fallback rung may name besides `region`; empty: only `region`.
+    allowed_regions: tuple[str, ...] = ()
     lease: int = 600
     # How many active requests a reconcile tick observes at once: each observation waits mostly on Cloud
     # Storage and Vertex; each costs a GetCustomJob of Vertex's per-minute read quota.

@@ -12,6 +12,7 @@ A crash at any point leaves a live lease (the redelivery waits) or a labelled jo
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import random
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from functions import deadline, logs
 from functions.admission import admission_problems, dataset_problem
@@ -27,21 +29,26 @@ from functions.failures import QUOTA_ADVICE, quota_metric
 from functions.gcs import Conflict, StorageError
 from functions.history import outcome_of
 from functions.keys import key_hash
+from functions.ladder import LadderRung, has_fallbacks, ladder_of, next_rung, skipped_outcomes
+from functions.ladder import outcome as rung_outcome
 from functions.ledger import Ledger
-from functions.lifecycle import Record, backoff, decide_on_existing, job_ref
+from functions.lifecycle import Record, backoff, decide_on_existing, job_ref, ladder_exhausted, resubmit
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
 from functions.planning import Plan, plan_custom_job
-from functions.ports import Events, Storage
+from functions.ports import Events, Quotas, Storage
+from functions.quota_pool import QuotaPools, pool_name
 from functions.settings import Settings
 from functions.vertex import CallRejected, LazyJobs
 from schemas.errors import FieldError
 from schemas.events import (
     Accepted,
     Artifacts,
+    Cancelled,
     Duplicate,
     Failed,
     JobEvent,
+    Queued,
     Rejected,
     Retrying,
     Submitted,
@@ -49,11 +56,21 @@ from schemas.events import (
     cost_summary,
 )
 from schemas.request import TrainingJobRequest
-from schemas.rules import split_gs_uri
+from schemas.rules import format_duration, split_gs_uri
+
+# Fields added after requests were first hashed, left out while at their defaults: a request redelivered across
+# the deploy that added them keeps its hash (a new hash under an explicit request_id would read as a conflict).
+_LATER_DEFAULTS: dict[tuple[str, ...], Any] = {("fallbacks",): [], ("scheduling", "max_preemptions"): 1}
 
 
 def spec_hash(request: TrainingJobRequest) -> str:
-    canonical = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    spec = request.model_dump(mode="json")
+    for path, default in _LATER_DEFAULTS.items():
+        *parents, name = path
+        holder = functools.reduce(lambda part, key: part[key], parents, spec)
+        if holder.get(name) == default:
+            del holder[name]
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -85,6 +102,8 @@ class Submission:
     outbox: Outbox
     clock: Callable[[], datetime]
     owner: str
+    quotas: Quotas | None  # the project's GPU limits; None: no quota gating
+    pools: QuotaPools  # what trainctl's own jobs hold of them, and who waits
 
     def reject(
         self, request_id: str, key: str, delivery: Delivery, errors: list[str], message: str, reason: str = "invalid"
@@ -111,7 +130,7 @@ class Submission:
         """Admit, plan and submit one request exactly once; returns what happened in a word."""
         plan = plan_custom_job(request, self.settings, key)
         # Step 0: admit.
-        problems = admission_problems(request, self.settings, plan.cost, plan.output_dir)
+        problems = admission_problems(request, self.settings, plan.output_dir)
         if problems:
             return self.reject(
                 request.request_id, key, delivery, [str(p) for p in problems], "the request breaks a guardrail"
@@ -121,9 +140,22 @@ class Submission:
         if found is None:
             if (problem := self._dataset_problem(request)) is not None:
                 return self.reject(request.request_id, key, delivery, [str(problem)], "the dataset holds no data")
+            rungs = self._ladder(request)
+            start = next((index for index, rung in enumerate(rungs) if rung.skipped is None), None)
+            if start is None:
+                return self.reject(
+                    request.request_id,
+                    key,
+                    delivery,
+                    [f"{_rung_path(index)}: {rung.skipped}" for index, rung in enumerate(rungs)],
+                    "no rung of the request can ever fit the project's GPU quota",
+                    reason="quota",
+                )
+            if start != 0:
+                plan = plan_custom_job(request, self.settings, key, 1, start)
             self.jobs.prepare()
             # Step 1: claim.
-            record = self._new_record(request, key, explicit_id, delivery, plan, digest)
+            record = self._new_record(request, key, explicit_id, delivery, plan, digest, rungs, start)
             try:
                 generation = self.ledger.create(record)
             except Conflict:
@@ -153,8 +185,35 @@ class Submission:
                 f"its service account needs storage.objects.list on gs://{bucket}",
             )
 
+    def _ladder(self, request: TrainingJobRequest) -> list[LadderRung]:
+        """The request's rungs, each marked skipped when it can never fit the project's GPU quota (more GPUs than
+        the limit; an unknown limit skips nothing)."""
+        rungs = ladder_of(request, self.settings.region)
+        if self.quotas is None:
+            return rungs
+        marked = []
+        for rung in rungs:
+            limit = self.quotas.limit(rung.quota_metric, rung.region)
+            if limit is not None and rung.gpus > limit:
+                rung = rung.model_copy(
+                    update={
+                        "skipped": f"needs {rung.gpus} GPUs of {rung.quota_metric} in {rung.region}; "
+                        f"the project's limit is {limit}. {QUOTA_ADVICE}"
+                    }
+                )
+            marked.append(rung)
+        return marked
+
     def _new_record(
-        self, request: TrainingJobRequest, key: str, explicit_id: bool, delivery: Delivery, plan: Plan, digest: str
+        self,
+        request: TrainingJobRequest,
+        key: str,
+        explicit_id: bool,
+        delivery: Delivery,
+        plan: Plan,
+        digest: str,
+        rungs: list[LadderRung],
+        start: int,
     ) -> Record:
         now = self.clock()
         record = Record(
@@ -166,7 +225,7 @@ class Submission:
             request=request.model_dump(mode="json"),
             trigger=delivery.trigger,
             max_attempts=request.scheduling.max_attempts,
-            max_pending=request.scheduling.max_pending,
+            max_pending=rungs[start].max_pending,
             max_silence=request.scheduling.max_silence,
             lease_until=now + timedelta(seconds=self.settings.lease),
             owner=self.owner,
@@ -174,15 +233,21 @@ class Submission:
             artifacts=artifacts(plan.output_dir),
             created=now,
             updated=now,
+            ladder=rungs,
+            rung=start,
+            rung_history=skipped_outcomes(rungs),
         )
+        resources = request.at_rung(start).resources
         accepted = Accepted(
             request_id=request.request_id,
             request_key=key,
             time=now,
-            message=f"accepted: {request.resources.total_gpus} GPUs on {request.resources.replica_count} node(s), "
-            f"{cost_summary(plan.cost)}; {plan.reduction_server.reason}",
+            message=f"accepted: {resources.total_gpus} GPUs on {resources.replica_count} node(s)"
+            + (f" (rung {start} of the ladder; earlier rungs never fit the GPU quota)" if start else "")
+            + f", {cost_summary(plan.cost)}; {plan.reduction_server.reason}",
             trigger=delivery.trigger,
             cost=plan.cost,
+            skipped_rungs=skipped_outcomes(rungs) or None,
             labels=request.labels or None,
         )
         record.add_events([accepted])
@@ -252,10 +317,14 @@ class Submission:
         """Steps 3-4 for the claim this controller holds; `plan` when the caller has just made it."""
         if plan is None:
             request = TrainingJobRequest.model_validate(record.request)
-            plan = plan_custom_job(request, self.settings, record.key, record.attempt)
+            plan = plan_custom_job(request, self.settings, record.key, record.attempt, record.rung)
+        # Before step 3: the GPU quota this rung draws on must have room for it, else it waits in trainctl's queue.
+        queued = self._wait_for_quota(record, generation)
+        if queued is not None:
+            return queued
         # Step 3: find or create the job.
         try:
-            job, adopted = self.jobs.find_or_create(plan.custom_job, record.key_hash, record.attempt)
+            job, adopted = self.jobs.find_or_create(plan.custom_job, record.key_hash, record.attempt, plan.region)
         except CallRejected as exc:
             return self._refused_by_vertex(record, generation, exc)
         except Transient:
@@ -266,7 +335,8 @@ class Submission:
         # Step 4: record SUBMITTED, publish `submitted`.
         now = self.clock()
         record.state, record.job_name, record.job_state = "submitted", job.name, job.state
-        record.owner = record.lease_until = record.not_before = None
+        record.owner = record.lease_until = record.not_before = record.queued_since = None
+        record.rung_attempts += 1
         record.add_events(
             [
                 Submitted(
@@ -293,6 +363,104 @@ class Submission:
         self.outbox.flush(record, generation, whole_outbox(record))
         logs.info("submitted", job=job.name, attempt=record.attempt)
         return "submitted"
+
+    def _wait_for_quota(self, record: Record, generation: int) -> str | None:
+        """Hold this rung's GPUs in trainctl's count of the project's quota, or queue the request (state
+        `queued`, a `queued` event the first time) until reconcile finds room; None when it may go on."""
+        if not record.ladder or self.quotas is None:
+            return None  # a record from before the ladder, or no quota reader
+        rung = record.ladder[record.rung]
+        limit = self.quotas.limit(rung.quota_metric, rung.region)
+        pool = pool_name(rung.region, rung.quota_metric)
+        if record.quota_pool not in (None, pool):
+            self.pools.release(record.quota_pool, record.key_hash)  # the ladder moved to another quota
+            record.quota_pool = None
+        if limit is None:
+            return None
+        admission = self.pools.acquire(pool, record.key_hash, rung.gpus, limit)
+        record.quota_pool = pool
+        if admission.granted:
+            return None
+        now = self.clock()
+        if record.state != "queued":
+            record.state, record.queued_since = "queued", now
+            record.add_events(
+                [
+                    Queued(
+                        request_id=record.request_id,
+                        request_key=record.key,
+                        attempt=record.attempt,
+                        time=now,
+                        message=f"waiting in trainctl for GPU quota: needs {rung.gpus} of {rung.quota_metric} in "
+                        f"{rung.region}; trainctl's jobs hold {admission.held} of the limit {limit}, and "
+                        f"{admission.ahead} request(s) wait before this one",
+                        trigger=record.trigger,
+                        quota_metric=rung.quota_metric,
+                        region=rung.region,
+                        gpus=rung.gpus,
+                        limit=limit,
+                        held=admission.held,
+                        ahead=admission.ahead,
+                        rung=record.rung,
+                    )
+                ]
+            )
+        record.owner = record.lease_until = None
+        record, generation = self.outbox.flush(record, self.outbox.save(record, generation), whole_outbox(record))
+        logs.info("queued for GPU quota", pool=pool, held=admission.held, limit=limit, ahead=admission.ahead)
+        return "queued"
+
+    def leave_queue(self, record: Record, generation: int) -> str:
+        """reconcile's visit to a request waiting in trainctl's quota queue: submit it once its quota has room;
+        past its rung's max_pending, move it down the ladder, or end it (failed with every rung's outcome when it
+        has fallbacks, cancelled for quota when it has none)."""
+        now = self.clock()
+        rung = record.ladder[record.rung]
+        waited = int((now - record.queued_since).total_seconds()) if record.queued_since else 0
+        if waited > rung.max_pending:
+            return self._queue_timed_out(record, generation, now, waited)
+        limit = self.quotas.limit(rung.quota_metric, rung.region) if self.quotas else None
+        if limit is not None:
+            pool = pool_name(rung.region, rung.quota_metric)
+            if not self.pools.acquire(pool, record.key_hash, rung.gpus, limit).granted:
+                return "queued"
+        record.state = "claimed"
+        generation = self.claim(record, generation)
+        logs.info("quota has room; leaving the queue", request_key=record.key, waited=waited)
+        return self.submit(record, generation)
+
+    def _queue_timed_out(self, record: Record, generation: int, now: datetime, waited: int) -> str:
+        why = f"waited {format_duration(waited)} in trainctl's queue for GPU quota, longer than max_pending"
+        if record.quota_pool:
+            self.pools.release(record.quota_pool, record.key_hash)
+            record.quota_pool = None
+        common: dict[str, Any] = dict(
+            request_id=record.request_id, request_key=record.key, attempt=record.attempt, time=now,
+            trigger=record.trigger,
+        )  # fmt: skip
+        events: list[JobEvent] = []
+        record.failure_reason, record.queued_since = "quota", None
+        if has_fallbacks(record) and next_rung(record) is not None:
+            text = f"attempt {record.attempt} {why}"
+            resubmit(record, events, common, "quota", text, now, left=rung_outcome(record, why))
+            record.owner, record.lease_until = self.owner, now + timedelta(seconds=self.settings.lease)
+        elif has_fallbacks(record):
+            ladder_exhausted(record, events, common, "quota", why)
+        else:
+            record.state, record.message = "cancelled", why
+            events.append(Cancelled(**common, message=f"never submitted: {why}. {QUOTA_ADVICE}", reason="quota"))
+        mine = record.add_events(events)
+        record, generation = self.outbox.flush(record, self.outbox.save(record, generation), mine)
+        if record.state == "claimed":
+            return self.submit(record, generation)
+        self.release_quota(record)
+        self.outbox.retire_when_done(record)
+        return record.state
+
+    def release_quota(self, record: Record) -> None:
+        """A request that has ended holds no quota and waits for none."""
+        if record.final and record.quota_pool:
+            self.pools.release(record.quota_pool, record.key_hash)
 
     def _refused_by_vertex(self, record: Record, generation: int, exc: CallRejected) -> str:
         now = self.clock()
@@ -336,5 +504,11 @@ class Submission:
         record.failure_reason, record.message = exc.reason, exc.message
         record.add_events(events)
         record, generation = self.outbox.flush(record, self.outbox.save(record, generation), whole_outbox(record))
+        self.release_quota(record)
         self.outbox.retire_when_done(record)
         return events[0].state
+
+
+def _rung_path(index: int) -> str:
+    """Where a rung is written in the request."""
+    return "resources" if index == 0 else f"fallbacks[{index - 1}].resources"

@@ -23,20 +23,11 @@ from typing import Any
 from functions.failures import FAILED_PRECONDITION, NOT_FOUND, call_failure_reason, call_is_transient
 from functions.lifecycle import JobSnapshot
 from functions.ports import Jobs
-from functions.rest import rest_session
+from functions.rest import google_error, rest_session
 from functions.retry import Retryable, RetryPolicy
 
 POLICY = RetryPolicy(attempts=5, first_pause=0.5, max_pause=8.0, call_timeout=30.0)
 _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
-# google/rpc/code.proto: the names Google's REST errors carry in `status`, and their numbers.
-RPC_CODES = {
-    "OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
-    "ALREADY_EXISTS": 6, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9, "ABORTED": 10,
-    "OUT_OF_RANGE": 11, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14, "DATA_LOSS": 15,
-    "UNAUTHENTICATED": 16,
-}  # fmt: skip
-# For an answer without Google's error body (a proxy's page): code.proto's HTTP mapping read backwards.
-_CODE_OF_HTTP_STATUS = {400: 3, 401: 16, 403: 7, 404: 5, 409: 10, 429: 8, 499: 1, 501: 12, 503: 14, 504: 4}
 _MAP_FIELDS = frozenset({"labels"})  # their keys are data, not field names
 
 
@@ -63,14 +54,6 @@ def json_names(value: Any) -> Any:
     return renamed
 
 
-def _error_code(status: int, body: Any) -> tuple[int, str]:
-    """(google.rpc.Code number, message) of a refused call."""
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict) and error.get("status") in RPC_CODES:
-        return RPC_CODES[error["status"]], str(error.get("message", ""))
-    return _CODE_OF_HTTP_STATUS.get(status, 13 if status >= 500 else 2), f"HTTP {status}"
-
-
 def _time(value: Any) -> datetime | None:
     if not value:
         return None
@@ -92,12 +75,27 @@ def snapshot(job: dict[str, Any]) -> JobSnapshot:
     )
 
 
+def _regional_api(region: str) -> str:
+    return f"https://{region}-aiplatform.googleapis.com"
+
+
 class VertexJobs:
     def __init__(self, project: str, region: str, endpoint: str = "", policy: RetryPolicy = POLICY):
-        api = f"https://{region}-aiplatform.googleapis.com"
-        self._session, self._base = rest_session(endpoint or None, api, _SCOPES)
+        self._session, self._base = rest_session(endpoint or None, _regional_api(region), _SCOPES)
+        self._endpoint = endpoint
+        self._project = project
         self.parent = f"projects/{project}/locations/{region}"
         self._policy = policy
+
+    def parent_in(self, region: str | None) -> str:
+        return self.parent if region is None else f"projects/{self._project}/locations/{region}"
+
+    def _base_for(self, path: str) -> str:
+        """Each region has its own endpoint; a path names its location (projects/P/locations/L/…)."""
+        if self._endpoint:
+            return self._base
+        parts = path.split("/")
+        return _regional_api(parts[3]) if len(parts) > 3 and parts[2] == "locations" else self._base
 
     def _call(
         self,
@@ -109,7 +107,7 @@ class VertexJobs:
     ) -> Any:
         """The JSON answer of `method /v1/{path}`, with the retry policy; CallRejected on a permanent code,
         Transient when the retries run out."""
-        url = f"{self._base}/v1/{path}"
+        url = f"{self._base_for(path)}/v1/{path}"
 
         def attempt(timeout: float) -> Any:
             try:
@@ -122,33 +120,35 @@ class VertexJobs:
                 body = None
             if response.status_code < 300:
                 return body if body is not None else {}
-            code, message = _error_code(response.status_code, body)
+            code, message = google_error(response.status_code, body)
             if call_is_transient(code, message):
                 raise Retryable(f"{what} {response.status_code} (code {code}): {message}")
             raise CallRejected(code, call_failure_reason(code), message)
 
         return self._policy.call(what, attempt, before_retry)
 
-    def find(self, key_hash: str, attempt: int) -> JobSnapshot | None:
-        """The job this request's attempt created, if any."""
+    def find(self, key_hash: str, attempt: int, region: str | None = None) -> JobSnapshot | None:
+        """The job this request's attempt created, if any (an attempt's job is in its ladder rung's region)."""
         filter_ = f'labels.trainctl-key="{key_hash}" AND labels.trainctl-attempt="{attempt}"'
-        found = self._call("ListCustomJobs", "GET", f"{self.parent}/customJobs", params={"filter": filter_})
+        found = self._call("ListCustomJobs", "GET", f"{self.parent_in(region)}/customJobs", params={"filter": filter_})
         jobs = found.get("customJobs") or []
         return snapshot(jobs[0]) if jobs else None
 
-    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]:
+    def find_or_create(
+        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+    ) -> tuple[JobSnapshot, bool]:
         """DESIGN.md §4 step 3, the one place it is done: (the job, adopted). The job this request's attempt
-        already created, if there is one; else a new one, labelled with the key and attempt. CreateCustomJob
-        is not idempotent, so before each retry of it (its failed attempt may have taken effect: a lost
-        answer, a broken stream) the job is looked for again."""
-        existing = self.find(key_hash, attempt)
+        already created, if there is one; else a new one, labelled with the key and attempt, in `region` (default:
+        the adapter's). CreateCustomJob is not idempotent, so before each retry of it (its failed attempt may have
+        taken effect: a lost answer, a broken stream) the job is looked for again."""
+        existing = self.find(key_hash, attempt, region)
         if existing is not None:
             return existing, True
         job = self._call(
             "CreateCustomJob",
             "POST",
-            f"{self.parent}/customJobs",
-            before_retry=lambda: self.find(key_hash, attempt),
+            f"{self.parent_in(region)}/customJobs",
+            before_retry=lambda: self.find(key_hash, attempt, region),
             json=json_names(custom_job),
         )
         return (job, True) if isinstance(job, JobSnapshot) else (snapshot(job), False)
@@ -199,8 +199,10 @@ class LazyJobs:
     def parent(self) -> str:
         return self._built().parent
 
-    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]:
-        return self._built().find_or_create(custom_job, key_hash, attempt)
+    def find_or_create(
+        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+    ) -> tuple[JobSnapshot, bool]:
+        return self._built().find_or_create(custom_job, key_hash, attempt, region)
 
     def get(self, name: str) -> JobSnapshot | None:
         return self._built().get(name)

@@ -65,6 +65,8 @@ class StackOptions:
     trigger_rules: dict[str, Any] = field(default_factory=dict)
     # A claim left by a crashed function is taken over after this long; short, as nothing here is slow.
     lease: str = "60s"
+    # A capacity model file for the JobService (local/jobservice/capacity.py); empty: no limits.
+    capacity_file: str = ""
 
 
 def controller_settings(options: StackOptions, names: Names, jobservice_rest_url: str) -> dict[str, str]:
@@ -80,6 +82,8 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_ALLOWED_IMAGE_PREFIXES": ",".join([trainer_registry, *options.allowed_image_prefixes]),
         "TRAINCTL_ALLOWED_OUTPUT_BUCKETS": names.control_bucket,
         "TRAINCTL_VERTEX_ENDPOINT": jobservice_rest_url.rstrip("/"),  # the controller calls Vertex's REST API
+        # The Cloud Quotas stand-in (the capacity model's limits) is served on the same REST port.
+        "TRAINCTL_QUOTAS_ENDPOINT": jobservice_rest_url.rstrip("/"),
         "TRAINCTL_LEASE": options.lease,
         "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
     }
@@ -134,6 +138,7 @@ class LocalStack:
                 "--announce-topic", self.pubsub.topic_path(names.job_state_topic),
                 "--image-map", json.dumps(self.options.image_map),
                 "--workdir", str(REPO_ROOT),
+                *(["--capacity", self.options.capacity_file] if self.options.capacity_file else []),
             ],
         )  # fmt: skip
         settings = controller_settings(self.options, names, self.jobservice.rest_url)

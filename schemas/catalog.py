@@ -311,3 +311,28 @@ def boot_disk_type_to_send(machine_type: str, chosen: str | None) -> str | None:
 def reducers_needed(total_worker_egress_gbps: float) -> int:
     """Reduction Server sizing: reducer egress must match the workers' (vertex.md §3.3)."""
     return max(1, math.ceil(total_worker_egress_gbps / REDUCER_EGRESS_GBPS))
+
+
+# Vertex custom-training GPU quota metrics (service aiplatform.googleapis.com): on-demand
+# custom_model_training_nvidia_<gpu>_gpus, and custom_model_training_preemptible_nvidia_<gpu>_gpus for
+# FLEX_START (Dynamic Workload Scheduler docs) and Spot (public quota references; not confirmed by a Google
+# page, local/FIDELITY.md). The GPU names follow vertex-ai-samples' common_util.py and the A3 Mega guide where
+# they differ from the AcceleratorType names.
+QUOTA_SERVICE = "aiplatform.googleapis.com"
+_GPU_METRIC_NAMES = {
+    "NVIDIA_H100_80GB": "nvidia_h100",
+    "NVIDIA_H100_MEGA_80GB": "nvidia_h100_mega",
+}
+_PREEMPTIBLE_STRATEGIES = frozenset({"SPOT", "FLEX_START"})
+
+
+def quota_metric(accelerator_type: str | None, strategy: str = "STRATEGY_UNSPECIFIED") -> str:
+    """The Vertex training quota metric that limits `accelerator_type` GPUs (an AcceleratorType name), e.g.
+    NVIDIA_TESLA_T4 → aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus. `strategy` is a
+    Scheduling.Strategy name or a request's strategy (spot, flex_start: any case); Spot and FLEX_START draw
+    on the preemptible metric. Without an accelerator, the CPU metric."""
+    if not accelerator_type or accelerator_type == "ACCELERATOR_TYPE_UNSPECIFIED":
+        return f"{QUOTA_SERVICE}/custom_model_training_cpus"
+    name = _GPU_METRIC_NAMES.get(accelerator_type, accelerator_type.lower().replace("_tesla_", "_"))
+    preemptible = "preemptible_" if strategy.upper() in _PREEMPTIBLE_STRATEGIES else ""
+    return f"{QUOTA_SERVICE}/custom_model_training_{preemptible}{name}_gpus"

@@ -20,12 +20,23 @@ EVENT_TYPE_PREFIX = "trainctl.job.v1."
 SPEC_VERSION = "1.0"
 
 State = Literal[
-    "accepted", "duplicate", "rejected", "submitted", "running", "retrying", "stuck", "succeeded", "failed", "cancelled"
+    "accepted",
+    "duplicate",
+    "rejected",
+    "queued",
+    "submitted",
+    "running",
+    "retrying",
+    "stuck",
+    "succeeded",
+    "failed",
+    "cancelled",
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 FailureReason = Literal["quota", "capacity", "preemption", "hang", "internal", "user", "invalid"]
-# Where a request stands in the controller's ledger: claimed until its job exists, then as its job goes.
-RequestState = Literal["claimed", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]
+# Where a request stands in the controller's ledger: claimed until its job exists (queued while it waits in
+# trainctl for GPU quota), then as its job goes.
+RequestState = Literal["claimed", "queued", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]
 FINAL_REQUEST_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 
 
@@ -83,6 +94,15 @@ class Timestamps(_Strict):
     ended: datetime | None = None
 
 
+class RungOutcome(_Strict):
+    """What became of one rung of a request's capacity ladder (scheduling and `fallbacks`)."""
+
+    rung: int = Field(description="0 is the request's own resources, 1 the first fallback, …")
+    resources: str = Field(description="The rung in words: nodes × machine with GPUs, strategy, region.")
+    attempts: int = Field(0, description="Attempts made on this rung (0: skipped).")
+    outcome: str = Field(description="Why the ladder left this rung (or skipped it), in words.")
+
+
 class _Event(_Strict):
     request_id: str
     request_key: str = Field(description="The idempotency key: gcs:<bucket>/<object>#<generation> or request:<id>.")
@@ -116,6 +136,9 @@ class _Event(_Strict):
 class Accepted(_Event):
     state: Literal["accepted"] = "accepted"
     cost: CostEstimate
+    skipped_rungs: list[RungOutcome] | None = Field(
+        None, description="Rungs of the ladder that can never fit the project's GPU quota, skipped at admission."
+    )
     labels: dict[str, str] | None = Field(
         None, description="The request's labels (e.g. team), so history can be grouped by one of them."
     )
@@ -130,6 +153,18 @@ class Rejected(_Event):
     state: Literal["rejected"] = "rejected"
     reason: FailureReason
     errors: list[str] = Field(default_factory=list, description="One `field.path: rule` line per problem.")
+
+
+class Queued(_Event):
+    state: Literal["queued"] = "queued"
+    reason: Literal["quota"] = "quota"
+    quota_metric: str = Field(description="The Vertex GPU quota the request waits for.")
+    region: str
+    gpus: int = Field(description="GPUs the request needs on this quota.")
+    limit: int = Field(description="The project's limit (Cloud Quotas).")
+    held: int = Field(description="GPUs trainctl's active jobs hold on it now.")
+    ahead: int = Field(description="Requests queued before this one for the same quota.")
+    rung: int = 0
 
 
 class Submitted(_Event):
@@ -147,6 +182,9 @@ class Retrying(_Event):
     state: Literal["retrying"] = "retrying"
     reason: FailureReason
     max_attempts: int
+    rung: int | None = Field(None, description="With fallbacks: the ladder rung the next attempt runs on.")
+    rung_resources: str | None = Field(None, description="That rung in words.")
+    left_rung: RungOutcome | None = Field(None, description="The rung the ladder moved down from, and why.")
     quota_metric: str | None = Field(
         None,
         description="The Vertex quota that is short, when Vertex names it "
@@ -186,6 +224,7 @@ class Failed(_Event):
     )
     artifacts: Artifacts | None = None
     duration_seconds: float | None = None
+    rungs: list[RungOutcome] | None = Field(None, description="With fallbacks: what became of every rung.")
 
 
 class Cancelled(_Event):
@@ -197,7 +236,7 @@ class Cancelled(_Event):
 
 
 JobEvent = Annotated[
-    Accepted | Duplicate | Rejected | Submitted | Running | Retrying | Stuck | Succeeded | Failed | Cancelled,
+    Accepted | Duplicate | Rejected | Queued | Submitted | Running | Retrying | Stuck | Succeeded | Failed | Cancelled,
     Field(discriminator="state"),
 ]
 EVENT_ADAPTER: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)

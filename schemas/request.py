@@ -9,6 +9,7 @@ pairs; `schemas.errors.field_errors` turns those into one error per field.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -37,6 +38,10 @@ RESERVED_ENV = frozenset({"CLUSTER_SPEC", "TF_CONFIG", "WORLD_SIZE", "RANK", "MA
 RESERVED_ENV_PREFIXES = ("AIP_", "CLOUD_ML_")
 
 REQUEST_ID_RE = r"^[a-z0-9][a-z0-9._-]{0,127}$"
+# A Google Cloud region name (us-central1, europe-west4, northamerica-northeast2, …).
+REGION_RE = r"^[a-z]+-[a-z]+[0-9]{1,2}$"
+MAX_FALLBACKS = 5
+Strategy = Literal["standard", "spot", "flex_start"]
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SERVICE_ACCOUNT_RE = r"^[a-z0-9][a-z0-9.-]{0,62}@[a-z0-9.-]+\.gserviceaccount\.com$"
 _DURATION_PATTERN = r"^\s*(\d+|(\d+d)?(\d+h)?(\d+m)?(\d+s)?)\s*$"
@@ -308,7 +313,7 @@ class ReductionServer(_Strict):
 
 
 class Scheduling(_Strict):
-    strategy: Literal["standard", "spot", "flex_start"] = Field(
+    strategy: Strategy = Field(
         "standard", description="spot: preemptible, cheaper; flex_start: Dynamic Workload Scheduler queue."
     )
     timeout: Duration = Field(24 * 3600, description="Longest a run may take (≤ 7 days).")
@@ -325,7 +330,19 @@ class Scheduling(_Strict):
         True, description="Restart the whole job when a worker restarts (DDP needs a fixed world)."
     )
     max_attempts: int = Field(
-        3, ge=1, le=10, description="Submissions in all, counting resubmissions after capacity/preemption/internal."
+        3,
+        ge=1,
+        le=10,
+        description="Submissions in all, counting resubmissions after capacity/preemption/internal failures and "
+        "every move down the fallbacks ladder.",
+    )
+    max_preemptions: int = Field(
+        1,
+        ge=0,
+        le=10,
+        description="With fallbacks: attempts on one rung that may end preempted (after Vertex's own restarts: "
+        "up to 6 for Spot) and be tried again there; one more moves to the next rung. A rung's own "
+        "max_preemptions overrides it.",
     )
 
     @field_validator("timeout", "max_pending", "max_silence")
@@ -334,6 +351,48 @@ class Scheduling(_Strict):
         if seconds > MAX_TIMEOUT_SECONDS:
             raise ValueError(f"at most 7 days ({MAX_TIMEOUT_SECONDS} s), got {rules.format_duration(seconds)}")
         return seconds
+
+
+class Fallback(_Strict):
+    """One rung of the capacity ladder: what to try when the rung before it cannot run (a stockout after
+    Vertex's own retries, a quota wait longer than max_pending, stuck, or preempted too often)."""
+
+    resources: Resources = Field(description="A full resources block, validated like the request's own.")
+    strategy: Strategy | None = Field(None, description="Default: scheduling.strategy.")
+    region: str | None = Field(
+        None,
+        pattern=REGION_RE,
+        description="Default: the deployment's region; others must be on its TRAINCTL_ALLOWED_REGIONS list.",
+        examples=["europe-west4"],
+    )
+    max_pending: Duration | None = Field(None, description="Default: scheduling.max_pending.")
+    max_preemptions: int | None = Field(None, ge=0, le=10, description="Default: scheduling.max_preemptions.")
+
+    @field_validator("max_pending")
+    @classmethod
+    def _at_most_seven_days(cls, seconds: int | None) -> int | None:
+        if seconds is not None and seconds > MAX_TIMEOUT_SECONDS:
+            raise ValueError(f"at most 7 days ({MAX_TIMEOUT_SECONDS} s), got {rules.format_duration(seconds)}")
+        return seconds
+
+
+@dataclass(frozen=True)
+class Rung:
+    """A rung of the ladder as the controller uses it: rung 0 is the request's own resources."""
+
+    index: int
+    resources: Resources
+    strategy: str
+    region: str | None  # None: the deployment's region
+    max_pending: int
+    max_preemptions: int
+
+    def describe(self, default_region: str) -> str:
+        res = self.resources
+        return (
+            f"{res.replica_count} × {res.machine_type} with {res.accelerator_count} × {res.accelerator_type}, "
+            f"{self.strategy}, {self.region or default_region}"
+        )
 
 
 class TrainingJobRequest(_Strict):
@@ -359,6 +418,13 @@ class TrainingJobRequest(_Strict):
     resources: Resources
     reduction_server: ReductionServer = Field(default_factory=ReductionServer)
     scheduling: Scheduling = Field(default_factory=Scheduling)
+    fallbacks: list[Fallback] = Field(
+        default_factory=list,
+        max_length=MAX_FALLBACKS,
+        description="The capacity ladder, in order: alternatives to `resources` (other GPUs, strategy, region) that "
+        "trainctl moves down to when a rung cannot get capacity or quota. Each move is a new attempt into the same "
+        "output_dir, so the built-in trainer resumes from its checkpoint.",
+    )
     output_dir: GsUri | None = Field(None, description="Default: gs://<control bucket>/runs/<request_id>/.")
     labels: dict[str, str] = Field(
         default_factory=dict,
@@ -386,29 +452,78 @@ class TrainingJobRequest(_Strict):
     @model_validator(mode="after")
     def _scheduling_fits_resources(self) -> TrainingJobRequest:
         problems: list[tuple[str, str]] = []
-        accel = self.resources.accelerator_type
-        if self.scheduling.strategy == "flex_start" and accel not in catalog.FLEX_START_ACCELERATORS:
+        for rung in self.rungs():
+            where = "" if rung.index == 0 else f"fallbacks[{rung.index - 1}]."
+            problems += _rung_problems(rung, self.reduction_server, where)
+        rungs = len(self.fallbacks) + 1
+        if rungs > self.scheduling.max_attempts:
             problems.append(
                 (
-                    "scheduling.strategy",
-                    f"flex_start needs L4, A100, H100, H200 or B200 GPUs, got {accel}",
+                    "scheduling.max_attempts",
+                    f"{self.scheduling.max_attempts} attempt(s) cannot walk a ladder of {rungs} rungs "
+                    f"(resources and {rungs - 1} fallbacks); set max_attempts ≥ {rungs}",
                 )
             )
-        if self.reduction_server.mode == "on":
-            family = self.resources.machine_type.split("-", 1)[0]
-            if self.resources.replica_count < 2:
-                problems.append(("reduction_server.mode", "`on` needs a multi-node job (resources.replica_count ≥ 2)"))
-            if family not in catalog.REDUCTION_SERVER_FAMILIES:
-                problems.append(
-                    (
-                        "reduction_server.mode",
-                        f"`on` needs N1, A2 or G2 machines; {self.resources.machine_type} uses GPUDirect instead",
-                    )
-                )
-            if self.scheduling.strategy == "flex_start":
-                problems.append(
-                    ("reduction_server.mode", "`on` cannot be combined with flex_start (all pools must match)")
-                )
         if problems:
             raise _cross_field(problems)
         return self
+
+    def rungs(self) -> list[Rung]:
+        """The ladder: rung 0 is `resources` with `scheduling`, then each fallback with its own settings."""
+        sched = self.scheduling
+        ladder = [Rung(0, self.resources, sched.strategy, None, sched.max_pending, sched.max_preemptions)]
+        for index, step in enumerate(self.fallbacks, start=1):
+            ladder.append(
+                Rung(
+                    index,
+                    step.resources,
+                    step.strategy or sched.strategy,
+                    step.region,
+                    sched.max_pending if step.max_pending is None else step.max_pending,
+                    sched.max_preemptions if step.max_preemptions is None else step.max_preemptions,
+                )
+            )
+        return ladder
+
+    def at_rung(self, index: int) -> TrainingJobRequest:
+        """This request as rung `index` runs it: the rung's resources, strategy and max_pending in place of the
+        request's own (every rung was validated with the request, so the copy is valid too)."""
+        if index == 0:
+            return self
+        rung = self.rungs()[index]
+        scheduling = self.scheduling.model_copy(update={"strategy": rung.strategy, "max_pending": rung.max_pending})
+        return self.model_copy(update={"resources": rung.resources, "scheduling": scheduling})
+
+
+def _rung_problems(rung: Rung, reduction_server: ReductionServer, where: str) -> list[tuple[str, str]]:
+    """What makes one rung's resources and strategy unusable together, with the paths of the fields."""
+    problems: list[tuple[str, str]] = []
+    res = rung.resources
+    strategy_path = f"{where}strategy" if where else "scheduling.strategy"
+    if rung.strategy == "flex_start" and res.accelerator_type not in catalog.FLEX_START_ACCELERATORS:
+        problems.append(
+            (strategy_path, f"flex_start needs L4, A100, H100, H200 or B200 GPUs, got {res.accelerator_type}")
+        )
+    if reduction_server.mode == "on":
+        family = res.machine_type.split("-", 1)[0]
+        if res.replica_count < 2:
+            problems.append(
+                ("reduction_server.mode", f"`on` needs a multi-node job ({where}resources.replica_count ≥ 2)")
+            )
+        if family not in catalog.REDUCTION_SERVER_FAMILIES:
+            problems.append(
+                (
+                    "reduction_server.mode",
+                    f"`on` needs N1, A2 or G2 machines; {f'{where}resources: ' if where else ''}"
+                    f"{res.machine_type} uses GPUDirect instead",
+                )
+            )
+        if rung.strategy == "flex_start":
+            problems.append(
+                (
+                    "reduction_server.mode",
+                    f"`on` cannot be combined with flex_start ({f'{strategy_path}; ' if where else ''}"
+                    "all pools must match)",
+                )
+            )
+    return problems

@@ -29,6 +29,19 @@ resource "google_project_iam_member" "function_uses_vertex" {
   depends_on = [google_project_service.enabled]
 }
 
+# Reading the project's Vertex GPU limits (Cloud Quotas quotaInfos.list needs cloudquotas.quotas.get on the
+# project) before admitting a request. Every function may admit: the intake functions, and on_job_state and
+# reconcile when they resubmit or release a request queued for quota.
+resource "google_project_iam_member" "function_reads_quotas" {
+  for_each = local.functions
+
+  project = var.project
+  role    = "roles/cloudquotas.viewer"
+  member  = google_service_account.function[each.key].member
+
+  depends_on = [google_project_service.enabled]
+}
+
 # A CustomJob that runs as the trainer account may only be created by callers allowed to act as it.
 resource "google_service_account_iam_member" "function_acts_as_trainer" {
   for_each = local.functions

@@ -36,8 +36,9 @@ locals {
   reduction_server_image       = coalesce(var.reduction_server_image, "${local.reduction_server_multiregion}-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest")
 
   # The controller's settings (functions/settings.py): one TRAINCTL_<FIELD> per Settings field, the same for
-  # all four functions. TRAINCTL_VERTEX_ENDPOINT is left out on purpose: only the local stack sets it, so in
-  # the cloud the controller talks to <region>-aiplatform.googleapis.com.
+  # all four functions. TRAINCTL_VERTEX_ENDPOINT and TRAINCTL_QUOTAS_ENDPOINT are left out on purpose: only the
+  # local stack sets them, so in the cloud the controller talks to <region>-aiplatform.googleapis.com and
+  # cloudquotas.googleapis.com.
   controller_settings = {
     TRAINCTL_PROJECT                  = var.project
     TRAINCTL_CONTROL_BUCKET           = google_storage_bucket.control.name
@@ -49,6 +50,7 @@ locals {
     TRAINCTL_TRAINER_SERVICE_ACCOUNT  = google_service_account.trainer.email
     TRAINCTL_REDUCTION_SERVER_IMAGE   = local.reduction_server_image
     TRAINCTL_ALLOWED_MACHINE_TYPES    = join(",", var.allowed_machine_types)
+    TRAINCTL_ALLOWED_REGIONS          = join(",", var.allowed_regions)
     TRAINCTL_ALLOWED_IMAGE_PREFIXES   = join(",", concat(["${local.trainer_repository}/"], var.extra_allowed_image_prefixes))
     TRAINCTL_ALLOWED_DATA_BUCKETS     = join(",", local.data_buckets)
     TRAINCTL_ALLOWED_OUTPUT_BUCKETS   = google_storage_bucket.control.name
@@ -57,6 +59,7 @@ locals {
     TRAINCTL_MAX_NODES                = tostring(var.max_nodes)
     TRAINCTL_MAX_TIMEOUT              = var.max_timeout
     TRAINCTL_MAX_COST_USD             = tostring(var.max_cost_usd)
+    TRAINCTL_MAX_REQUEST_COST_USD     = tostring(var.max_request_cost_usd)
     TRAINCTL_MAX_REQUEST_BYTES        = tostring(var.max_request_bytes)
     TRAINCTL_LEASE                    = var.lease
     TRAINCTL_RECONCILE_CONCURRENCY    = tostring(var.reconcile_concurrency)

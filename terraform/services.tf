@@ -5,6 +5,8 @@ resource "google_project_service" "enabled" {
     "aiplatform.googleapis.com",
     "artifactregistry.googleapis.com",
     "bigquery.googleapis.com",
+    # The controller reads the project's Vertex GPU limits (QuotaInfos) before it submits.
+    "cloudquotas.googleapis.com",
     # The project data source, project-level IAM members and the log sinks call Cloud Resource Manager;
     # it is off in many projects, and the first apply fails there without it.
     "cloudresourcemanager.googleapis.com",

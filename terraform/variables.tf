@@ -127,6 +127,12 @@ variable "allowed_machine_types" {
   default     = []
 }
 
+variable "allowed_regions" {
+  description = "Regions a request's fallback rung may name besides var.region. Empty allows only var.region."
+  type        = list(string)
+  default     = []
+}
+
 variable "extra_allowed_image_prefixes" {
   description = "Image prefixes custom trainer images may come from, besides this deployment's trainer repository (always allowed)."
   type        = list(string)
@@ -174,6 +180,17 @@ variable "max_cost_usd" {
   validation {
     condition     = var.max_cost_usd > 0
     error_message = "max_cost_usd must be positive."
+  }
+}
+
+variable "max_request_cost_usd" {
+  description = "Ceiling on what all attempts of one request may spend together, in US dollars (its costliest rung's cost x scheduling.max_attempts); 0: no limit beyond max_cost_usd per attempt."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.max_request_cost_usd >= 0
+    error_message = "max_request_cost_usd must be 0 (no limit) or positive."
   }
 }
 

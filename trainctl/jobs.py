@@ -66,6 +66,16 @@ def summary(record: Record) -> dict[str, Any]:
         "artifacts": record.artifacts.model_dump(),
         "created": record.created.isoformat(),
         "updated": record.updated.isoformat(),
+    } | _ladder_summary(record)
+
+
+def _ladder_summary(record: Record) -> dict[str, Any]:
+    """The rung the request is on and what became of the rungs before it (only for requests with fallbacks)."""
+    if len(record.ladder) < 2:
+        return {}
+    return {
+        "rung": f"{record.rung}: {record.ladder[record.rung].resources} (attempts here: {record.rung_attempts})",
+        "rungs": [f"{o.rung}: {o.resources}: {o.outcome}" for o in sorted(record.rung_history, key=lambda o: o.rung)],
     }
 
 
@@ -80,7 +90,9 @@ def run_status(args: argparse.Namespace) -> int:
         return 0
     width = max(map(len, info))
     for key, value in info.items():
-        if value is not None:
+        if isinstance(value, list):
+            print(f"{key:<{width}}  " + (f"\n{'':<{width}}  ".join(value) or "-"))
+        elif value is not None:
             print(f"{key:<{width}}  {json.dumps(value) if isinstance(value, dict) else value}")
     return 0
 

@@ -61,6 +61,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="JSON",
         help='more trigger rules: {"gs://bucket/prefix/": {partial request}}, added to the default rule',
     )
+    up.add_argument(
+        "--capacity",
+        metavar="FILE",
+        help="a capacity model (YAML or JSON) for the local JobService: GPU quotas per region, stockouts and "
+        "preemptions per machine type and strategy; also served by the Cloud Quotas stand-in (README)",
+    )
     up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS", help="with --detach: wait this long")
     up.set_defaults(run=run_up)
 
@@ -80,12 +86,21 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _options(args: argparse.Namespace) -> Any:
+    from local.jobservice.capacity import load_capacity
     from local.stack import StackOptions
 
     image_map, trigger_rules = json.loads(args.image_map), json.loads(args.trigger_rules)
     if not isinstance(image_map, dict) or not isinstance(trigger_rules, dict):
         raise ValueError("--image-map and --trigger-rules take JSON objects")
+    capacity_file = ""
+    if args.capacity:
+        capacity_file = str(Path(args.capacity).resolve())
+        try:
+            load_capacity(Path(capacity_file))  # refused here, with the key named, rather than by the JobService
+        except OSError as exc:
+            raise ValueError(f"--capacity: {exc}") from None
     return StackOptions(
+        capacity_file=capacity_file,
         reconcile_every=args.reconcile_every,
         image_map=image_map,
         allowed_image_prefixes=tuple(args.allow_image_prefix),
@@ -166,6 +181,8 @@ def _detach(args: argparse.Namespace) -> int:
     command += ["--image-map", args.image_map, "--trigger-rules", args.trigger_rules]
     for prefix in args.allow_image_prefix:
         command += ["--allow-image-prefix", prefix]
+    if args.capacity:
+        command += ["--capacity", str(Path(args.capacity).resolve())]
     # The marker goes into the background process's own environment too, so `local down` finds it as well.
     env = {**os.environ, STACK_MARKER_VAR: uuid.uuid4().hex[:12]}
     with open(log_path, "wb") as log:
@@ -199,6 +216,7 @@ def describe(state: StackState) -> str:
             "Vertex JobService",
             f"{state.jobservice_address} (gRPC), {state.jobservice_rest_url} (REST, for gcloud and the SDK)",
         ),
+        ("Cloud Quotas", f"{state.jobservice_rest_url} (stand-in: the JobService's capacity model)"),
         ("on_dataset_upload", f"{urls['on_dataset_upload']}  ← uploads to gs://{data} via {state.bridge_url}"),
         ("on_job_request", f"{urls['on_job_request']}  ← topic {names['requests_topic']}"),
         ("on_job_state", f"{urls['on_job_state']}  ← topic {names['job_state_topic']} (JobService states)"),

@@ -10,13 +10,19 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from functions.gcs import Gcs
 from functions.keys import request_key
-from functions.planning import Plan, plan_custom_job
+from functions.ladder import ladder_of
+from functions.planning import Plan, estimate_cost, plan_custom_job, plan_reduction_server
+from functions.quota_pool import QuotaPools, pool_name
+from functions.quotas import GpuQuotas
+from functions.settings import Settings
 from schemas.errors import RequestInvalid
 from schemas.events import approximate_prices
 from schemas.request import TrainingJobRequest
@@ -33,6 +39,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     output.add_argument(
         "--gcloud", type=Path, metavar="DIR", help="write DIR/config.yaml for `gcloud ai custom-jobs create --config`"
     )
+    cmd.add_argument(
+        "--quota",
+        action="store_true",
+        help="also show each rung's GPU quota headroom: the project's limit (Cloud Quotas) less what trainctl's "
+        "active jobs hold (the ledger)",
+    )
     cmd.set_defaults(run=run_plan)
 
 
@@ -46,13 +58,61 @@ def run_plan(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     settings = cli_settings()
     plan = plan_custom_job(request, settings, request_key(request.request_id))
+    rungs = ladder_lines(request, settings, quota_headroom(settings) if args.quota else None)
     if args.json:
-        print(json.dumps(plan_json(plan), indent=2))
+        print(json.dumps(plan_json(plan) | {"ladder": [rung for rung, _ in rungs]}, indent=2))
     elif args.gcloud:
         print(write_gcloud_config(plan, args.gcloud, settings.region, settings.project))
     else:
         print(describe(request, plan))
+        if request.fallbacks or args.quota:
+            print("capacity ladder   (each move is a new attempt into the same outputs; the trainer resumes)")
+            print("\n".join(f"  {line}" for _, line in rungs))
     return 0
+
+
+Headroom = Callable[[str, str], tuple[int | None, int]]
+
+
+def quota_headroom(settings: Settings) -> Headroom:
+    """(limit, held) of a quota metric in a region: the project's limit from Cloud Quotas (None: unknown) and
+    the GPUs trainctl's active jobs hold of it, from the ledger's quota pools."""
+    quotas = GpuQuotas(settings.project, settings.quotas_endpoint)
+    pools = QuotaPools(Gcs(settings.project), settings.control_bucket)
+    return lambda metric, region: (quotas.limit(metric, region), pools.held(pool_name(region, metric)))
+
+
+def ladder_lines(
+    request: TrainingJobRequest, settings: Settings, headroom: Headroom | None
+) -> list[tuple[dict[str, Any], str]]:
+    """Each rung as JSON and as a line: its machines, strategy and region, its cost, and its quota headroom."""
+    out = []
+    rungs = ladder_of(request, settings.region)
+    width = max(len(rung.resources) for rung in rungs)
+    for rung, step in zip(rungs, request.rungs(), strict=True):
+        rung_request = request.at_rung(step.index)
+        cost = estimate_cost(rung_request, plan_reduction_server(rung_request))
+        info: dict[str, Any] = {
+            "rung": step.index,
+            "resources": rung.resources,
+            "quota_metric": rung.quota_metric,
+            "gpus": rung.gpus,
+            "hourly_usd": cost.hourly_usd,
+            "max_usd": cost.max_usd,
+            "max_pending": rung.max_pending,
+        }
+        line = f"{step.index}  {rung.resources:<{width}}  about ${cost.hourly_usd:,.2f}/h, at most ${cost.max_usd:,.2f}"
+        if headroom is not None:
+            limit, held = headroom(rung.quota_metric, rung.region)
+            info |= {"quota_limit": limit, "quota_held": held}
+            metric = rung.quota_metric.rsplit("/", 1)[-1]
+            if limit is None:
+                line += f"; quota {metric}: unknown"
+            else:
+                fits = "never fits: skipped" if rung.gpus > limit else f"headroom {max(0, limit - held)}"
+                line += f"; quota {metric}: limit {limit}, trainctl holds {held}, {fits}"
+        out.append((info, line))
+    return out
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:

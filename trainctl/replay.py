@@ -126,7 +126,9 @@ class PrintingPublisher:
 class PrintingVertex:
     parent = "projects/dry-run/locations/dry-run"
 
-    def find_or_create(self, custom_job: dict[str, Any], key_hash: str, attempt: int) -> tuple[JobSnapshot, bool]:
+    def find_or_create(
+        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+    ) -> tuple[JobSnapshot, bool]:
         logs.info("dry run: would create CustomJob", custom_job=custom_job)
         return JobSnapshot(f"{self.parent}/customJobs/dry-run", "JOB_STATE_QUEUED"), False
 

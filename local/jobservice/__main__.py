@@ -1,6 +1,6 @@
 """`python -m local.jobservice --port PORT [--state-dir DIR] …`: run the local Vertex JobService as its
 own process. The first line on stdout is `local JobService listening on HOST:PORT, REST on URL`
-(gRPC, then Vertex's REST mapping and Cloud Logging's entries:list); logs go to stderr.
+(gRPC, then Vertex's REST mapping, Cloud Logging's entries:list and the Cloud Quotas stand-in); logs go to stderr.
 SIGTERM or Ctrl-C stops it and the nodes of running jobs (those jobs fail); SIGKILL leaves the nodes
 running, and a server restarted on the same --state-dir adopts them.
 """
@@ -17,6 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from local.jobservice.capacity import CapacityError, load_capacity
 from local.jobservice.replicas import DEFAULT_IMAGE_MAP, ExecutionSettings
 from local.jobservice.server import LocalJobService
 
@@ -44,6 +45,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--workdir", type=Path, default=Path.cwd(), help="nodes' working directory (default: cwd)")
     parser.add_argument(
+        "--capacity",
+        type=Path,
+        help="a capacity model file (YAML or JSON; local/jobservice/capacity.py): GPU quotas per region, "
+        "stockouts and preemptions per machine type and strategy",
+    )
+    parser.add_argument(
         "--announce-topic",
         help="projects/P/topics/T: publish every state change there in the Cloud Logging sink's shape "
         "(needs PUBSUB_EMULATOR_HOST for the emulator)",
@@ -63,8 +70,19 @@ def main(argv: list[str] | None = None) -> int:
         cancel_grace=args.cancel_grace,
     )
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="trainctl-jobservice-"))
+    try:
+        capacity = load_capacity(args.capacity) if args.capacity else None
+    except (CapacityError, OSError) as error:
+        print(f"--capacity: {error}", file=sys.stderr)
+        return 2
     service = LocalJobService(
-        state_dir, settings, host=args.host, port=args.port, exit_on_crash=True, rest_port=args.rest_port
+        state_dir,
+        settings,
+        host=args.host,
+        port=args.port,
+        exit_on_crash=True,
+        rest_port=args.rest_port,
+        capacity=capacity,
     )
     announcer = None
     if args.announce_topic:

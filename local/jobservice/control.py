@@ -22,7 +22,18 @@ is the client:
     # a running job
     control.preempt(job_name)                                     # SIGTERM all nodes; Vertex restarts or fails it
     control.replica_logs(job_name)                                # {"workerpool0-0": "/…/workerpool0-0.log", …}
+    # the capacity model (capacity.py: quotas per region and metric, stockouts and preemptions per machine)
+    control.set_capacity({"regions": {"us-central1": {"quotas": {"custom_model_training_nvidia_l4_gpus": 8}}}})
+    control.clear_capacity()                                      # no limits, always available
+    # the Cloud Quotas stand-in (cloud_quotas.py, on the REST port)
+    control.refuse_quota_reads(count=1)                           # 403 PERMISSION_DENIED: the API is disabled
+    control.quota_reads()                                         # how many quotaInfos calls were served
     control.crash()                                               # exit at once; nodes keep running
+
+With a capacity model, a job whose GPUs (with those of the PENDING/RUNNING jobs on the same quota metric in
+its region) exceed the limit stays QUEUED until they fit, in creation order; one that needs more than the
+limit alone is refused at create with RESOURCE_EXHAUSTED and the quota text. A machine rule's `stockouts`
+and `preempt_after` go through Vertex's retry rules as stock_out_next and preempt do.
 
 What preempt and a crashing replica lead to is vertex_retries.py's rule: Spot jobs restart up to 6
 times, other jobs restart when `restart_job_on_worker_restart` is set, else as a stockout up to 3 times;
@@ -107,6 +118,23 @@ class JobServiceControl:
     def preempt(self, name: str) -> None:
         """Preempt a running job's nodes (SIGTERM, then SIGKILL): Vertex restarts it or it fails."""
         self._call("Preempt", name=name)
+
+    def set_capacity(self, model: dict) -> None:
+        """Replace the capacity model (the document capacity.py describes, as a dict); INVALID_ARGUMENT names
+        a wrong key. Jobs already waiting in QUEUED look again at once."""
+        self._call("SetCapacity", model=model)
+
+    def clear_capacity(self) -> None:
+        """No quota limits, no stockouts, no preemptions."""
+        self._call("SetCapacity", model=None)
+
+    def refuse_quota_reads(self, count: int = 1) -> None:
+        """The next `count` Cloud Quotas calls answer 403 PERMISSION_DENIED (the API disabled in the project)."""
+        self._call("RefuseQuotaReads", count=count)
+
+    def quota_reads(self) -> int:
+        """How many Cloud Quotas calls the stand-in has served (refused ones included)."""
+        return int(self._call("QuotaReads")["count"])
 
     def replica_logs(self, name: str) -> dict[str, str]:
         """Node name (and "service") → log file path, for a job's resource name."""

@@ -13,7 +13,9 @@ reference/vertex.md §1.6 and §6.3:
 - Vertex's own restarts (preemption, stockout, SIGABRT/SIGSEGV exits) are decided by vertex_retries.py:
   a restart is a new attempt of the same job, which stays RUNNING;
 - faults planned at create time (faults.NewJobFaults, kept in the run record) hold the job in QUEUED or
-  PENDING, fail it for quota, or make its provisioning meet stockouts.
+  PENDING, fail it for quota, or make its provisioning meet stockouts;
+- the capacity model (capacity.py) keeps the job QUEUED while its GPUs do not fit the quota (quota_queue.py),
+  and its machine rule adds stockouts and preempts each attempt `preempt_after` seconds after it starts.
 
 Exit events are queued in the order the nodes exit, so "primary exited 0, then a worker lost its peer"
 counts as a success, as it would on Vertex. Every state change goes through `JobExecutor.transition`,
@@ -38,11 +40,14 @@ from google.cloud.aiplatform_v1.types import CustomJob, JobState
 from google.rpc import code_pb2, status_pb2
 
 from local.jobservice import vertex_retries
-from local.jobservice.faults import QUOTA_MESSAGE, STOCKOUT_MESSAGE, NewJobFaults, quota_metric
+from local.jobservice.capacity import ALWAYS
+from local.jobservice.faults import QUOTA_MESSAGE, STOCKOUT_MESSAGE, NewJobFaults
 from local.jobservice.nodes import Node, start_node
+from local.jobservice.quota_queue import QuotaQueue, region_of
 from local.jobservice.replicas import ExecutionSettings, NodePlanError, plan_nodes
 from local.jobservice.store import JobStore, ReplicaRecord, RunRecord
 from local.processes import free_port, signal_group, stop_groups
+from schemas.catalog import quota_metric
 
 # A JobState member: proto-plus enums carry no types, so to the type checker their members are ints.
 State = int
@@ -71,7 +76,9 @@ class JobExecutor:
     def __init__(self, store: JobStore, settings: ExecutionSettings, hooks: Iterable[TransitionHook] = ()):
         self.store = store
         self.settings = settings
-        self.hooks: list[TransitionHook] = list(hooks)
+        self.quota = QuotaQueue(store)
+        # Every state change may free quota: the waiting jobs look again.
+        self.hooks: list[TransitionHook] = [self.quota.wake, *hooks]
         self._runs: dict[str, JobRun] = {}
         self._lock = threading.Lock()
 
@@ -79,11 +86,15 @@ class JobExecutor:
         """A job was just stored in QUEUED: tell the hooks and start supervising it."""
         self._notify(job)
         faults = faults or NewJobFaults()
+        machine_type = job.job_spec.worker_pool_specs[0].machine_spec.machine_type
+        strategy = job.job_spec.scheduling.strategy.name
+        rule = self.quota.model.machine_rule(region_of(job.name), machine_type, strategy)
         run = RunRecord(
             queued_until=time.time() + faults.queue_hold,
             pending_hold=faults.pending_hold,
             quota_failure=faults.quota_failure,
-            stockouts=faults.stockouts,
+            stockouts=min(ALWAYS, faults.stockouts + rule.stockouts),
+            preempt_after=rule.preempt_after,
         )
         self.store.save_run(job.name, run)
         self._launch(job.name, run)
@@ -210,10 +221,8 @@ class JobRun:
                 return None
             if self.record.quota_failure and self._state() == JobState.JOB_STATE_QUEUED:
                 return self._end(self._quota_failure())
-            with contextlib.suppress(TransitionRefused):  # refused: cancelled meanwhile, handled below
-                self.executor.transition(self.name, JobState.JOB_STATE_PENDING, only_from={JobState.JOB_STATE_QUEUED})
-                self.record.pending_until = time.time() + self.record.pending_hold
-                self.store.save_run(self.name, self.record)
+            if self._wait_for_quota() == "leave":
+                return None
         pending = self._state() == JobState.JOB_STATE_PENDING and not self.record.replicas
         if pending and self._hold(self.record.pending_until) == "leave":
             return None
@@ -235,6 +244,33 @@ class JobRun:
 
     def _state(self) -> State:
         return self.store.require(self.name).state
+
+    def _wait_for_quota(self) -> str:
+        """Stay QUEUED until the job's GPUs fit the capacity model's quota, then move to PENDING. Returns
+        "done" once it moved or was cancelled, "leave" when the server shuts down."""
+        quota = self.executor.quota
+        quota.wait(self.name, self.events)
+        said = False
+        try:
+            while self._state() == JobState.JOB_STATE_QUEUED:
+                if quota.try_admit(self.name, self._enter_pending):
+                    return "done"
+                if not said:
+                    region = region_of(self.name)
+                    self.executor.service_log(self.name, f"waiting for GPU quota in {region} (capacity model)")
+                    said = True
+                event = self.events.get()
+                if event[0] in ("shutdown", "detach"):
+                    return "leave"
+            return "done"
+        finally:
+            quota.leave(self.name)
+
+    def _enter_pending(self) -> None:
+        with contextlib.suppress(TransitionRefused):  # refused: cancelled meanwhile, handled by the caller
+            self.executor.transition(self.name, JobState.JOB_STATE_PENDING, only_from={JobState.JOB_STATE_QUEUED})
+            self.record.pending_until = time.time() + self.record.pending_hold
+            self.store.save_run(self.name, self.record)
 
     def _hold(self, until: float) -> str:
         """Wait out a fault's hold. Returns "done" when it is over or the job was cancelled meanwhile,
@@ -294,10 +330,17 @@ class JobRun:
             threading.Thread(target=self._watch, args=(node, attempt), daemon=True).start()
         if self.store.require(self.name).state == JobState.JOB_STATE_CANCELLING:
             self.events.put(("cancel",))
+        # The capacity model's preemption of this attempt (an adopted one counts from its adoption).
+        preempt_at = time.time() + self.record.preempt_after if self.record.preempt_after else None
         while True:
+            time_left = self._time_left()
+            until_preempted = None if preempt_at is None else max(0.0, preempt_at - time.time())
+            preempt_first = until_preempted is not None and (time_left is None or until_preempted < time_left)
             try:
-                event = self.events.get(timeout=self._time_left())
+                event = self.events.get(timeout=until_preempted if preempt_first else time_left)
             except queue.Empty:
+                event = ("preempt",) if preempt_first else ("timeout",)
+            if event[0] == "timeout":
                 self._stop_nodes()
                 timeout = int(self.store.require(self.name).job_spec.scheduling.timeout.total_seconds())
                 message = f"The job exceeded its maximum running time of {timeout}s (scheduling.timeout)."
@@ -351,8 +394,8 @@ class JobRun:
         self.executor.service_log(self.name, decision.reason)
         if decision.restart:
             return Outcome(None)
-        region = self.name.split("/")[3]
-        return Outcome(JobState.JOB_STATE_FAILED, code_pb2.RESOURCE_EXHAUSTED, STOCKOUT_MESSAGE.format(region=region))
+        message = STOCKOUT_MESSAGE.format(region=region_of(self.name))
+        return Outcome(JobState.JOB_STATE_FAILED, code_pb2.RESOURCE_EXHAUSTED, message)
 
     def _quota_failure(self) -> Outcome:
         """FAILED with code 8 and Vertex's quota text naming the metric of the job's primary pool."""

@@ -147,23 +147,3 @@ class FaultPlan:
             self._pending_holds.clear()
             self._quota_failures = 0
             self._stockouts.clear()
-
-
-# Vertex's names for the GPU quota metrics differ from the accelerator enum names in places
-# (vertex-ai-samples common_util.py; the A3 Mega training guide for h100_mega).
-_GPU_METRIC_NAMES = {
-    "NVIDIA_H100_80GB": "nvidia_h100",
-    "NVIDIA_H100_MEGA_80GB": "nvidia_h100_mega",
-}
-_PREEMPTIBLE_STRATEGIES = frozenset({"SPOT", "FLEX_START"})
-
-
-def quota_metric(accelerator_type: str, strategy: str = "STRATEGY_UNSPECIFIED") -> str:
-    """The Vertex training quota metric that limits `accelerator_type` GPUs (an AcceleratorType name),
-    e.g. NVIDIA_TESLA_T4 → aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus. Spot and
-    FLEX_START jobs draw on the preemptible metric. Without an accelerator, the CPU metric."""
-    if not accelerator_type or accelerator_type == "ACCELERATOR_TYPE_UNSPECIFIED":
-        return "aiplatform.googleapis.com/custom_model_training_cpus"
-    name = _GPU_METRIC_NAMES.get(accelerator_type, accelerator_type.lower().replace("_tesla_", "_"))
-    preemptible = "preemptible_" if strategy in _PREEMPTIBLE_STRATEGIES else ""
-    return f"aiplatform.googleapis.com/custom_model_training_{preemptible}{name}_gpus"

@@ -5,7 +5,8 @@ In-process use (tests of the pieces, other tools):
 
     service = LocalJobService(state_dir, ExecutionSettings(...))
     address = service.start()            # "127.0.0.1:PORT"; port 0 picks a free one
-    service.rest_url                     # "http://127.0.0.1:PORT2/": Vertex's REST mapping + Logging's entries:list
+    service.rest_url                     # "http://127.0.0.1:PORT2/": Vertex's REST mapping, Logging's entries:list
+                                         # and the Cloud Quotas stand-in
     service.add_transition_hook(print)   # called with the CustomJob on every state change
     ...
     service.stop()                       # stops running jobs (they fail) and the server
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import grpc
 
+from local.jobservice.capacity import CapacityError, CapacityModel, parse_capacity
+from local.jobservice.cloud_quotas import QuotaReads, cloud_quotas_routes
 from local.jobservice.control import control_handler
 from local.jobservice.execution import JobExecutor, TransitionHook, TransitionRefused
 from local.jobservice.faults import RATE_LIMITED_METHODS, FaultPlan
@@ -44,6 +47,7 @@ class LocalJobService:
         port: int = 0,
         exit_on_crash: bool = False,
         rest_port: int = 0,
+        capacity: CapacityModel | None = None,
     ):
         self.state_dir = Path(state_dir)
         self.settings = settings or ExecutionSettings()
@@ -55,6 +59,9 @@ class LocalJobService:
         self.store = JobStore(self.state_dir)
         self.faults = FaultPlan()
         self.executor = JobExecutor(self.store, self.settings)
+        if capacity is not None:
+            self.executor.quota.set_model(capacity)
+        self.quota_reads = QuotaReads()
         self._server: grpc.Server | None = None
         self._rest: RestServer | None = None
 
@@ -82,8 +89,11 @@ class LocalJobService:
         if bound == 0:
             raise OSError(f"the local JobService cannot listen on {self.host}:{self.port}")
         self.port = bound
-        # One HTTP port for both REST APIs: their paths (/v1/projects/…, /v2/entries:list) never meet.
-        self._rest = RestServer(rest_routes(servicer) + logging_routes(JobLogs(self.store)), self.host, self.rest_port)
+        # One HTTP port for the REST APIs: their paths (/v1/projects/P/locations/L/customJobs…,
+        # /v1/projects/P/locations/global/services/S/quotaInfos…, /v2/entries:list) never meet.
+        routes = rest_routes(servicer) + logging_routes(JobLogs(self.store))
+        routes += cloud_quotas_routes(lambda: self.executor.quota.model, self.quota_reads)
+        self._rest = RestServer(routes, self.host, self.rest_port)
         self.rest_port = self._rest.port
         server.start()
         self._server = server
@@ -149,11 +159,26 @@ class LocalJobService:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
             return {}
 
+        def set_capacity(request: dict, context: grpc.ServicerContext) -> dict:
+            try:
+                self.executor.quota.set_model(parse_capacity(request.get("model")))
+            except CapacityError as error:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            return {}
+
+        def refuse_quota_reads(request: dict, context: grpc.ServicerContext) -> dict:
+            self.quota_reads.refuse_next(int(request.get("count", 1)))
+            return {}
+
+        def quota_reads(request: dict, context: grpc.ServicerContext) -> dict:
+            return {"count": self.quota_reads.count}
+
         def replica_logs(request: dict, context: grpc.ServicerContext) -> dict:
             return {"logs": self.executor.log_paths(request["name"])}
 
         def clear_faults(request: dict, context: grpc.ServicerContext) -> dict:
             self.faults.clear()
+            self.quota_reads.clear()
             return {}
 
         def info(request: dict, context: grpc.ServicerContext) -> dict:
@@ -180,6 +205,9 @@ class LocalJobService:
             "StockOutNext": stock_out_next,
             "DelayNextCreates": delay_next_creates,
             "Preempt": preempt,
+            "SetCapacity": set_capacity,
+            "RefuseQuotaReads": refuse_quota_reads,
+            "QuotaReads": quota_reads,
             "ReplicaLogs": replica_logs,
             "ClearFaults": clear_faults,
             "Info": info,

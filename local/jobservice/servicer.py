@@ -7,7 +7,9 @@ calls these same methods, so both protocols share one behaviour.
 
 Errors follow Vertex: INVALID_ARGUMENT with "List of found errors" and BadRequest field violations,
 NOT_FOUND for unknown jobs, FAILED_PRECONDITION to cancel a job that ended or delete one that runs,
-RESOURCE_EXHAUSTED with the request-rate text when a fault rate-limits Get/List/Cancel.
+RESOURCE_EXHAUSTED with the request-rate text when a fault rate-limits Get/List/Cancel, and with the quota
+text at create when the job alone needs more GPUs than the capacity model's limit (it could never leave the
+quota queue; reference/apis.md §3 "Short quota", behaviour 1).
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from local.jobservice.execution import ACTIVE_STATES, JobExecutor, TransitionRefused
-from local.jobservice.faults import RATE_LIMIT_MESSAGE, FaultPlan
+from local.jobservice.faults import QUOTA_MESSAGE, RATE_LIMIT_MESSAGE, FaultPlan
 from local.jobservice.filters import FilterError, parse_filter
+from local.jobservice.quota_queue import gpu_demand, region_of
 from local.jobservice.store import JobStore, job_id_of
 from local.jobservice.validation import PARENT_RE, create_request_problems, vertex_error_text
 
@@ -97,6 +100,9 @@ class JobServiceServicer:
         job = CustomJob(request.custom_job)
         for field in _OUTPUT_ONLY:
             delattr(job, field)
+        over = self.executor.quota.model.never_fits(region_of(request.parent), gpu_demand(job))
+        if over:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, QUOTA_MESSAGE.format(metric=", ".join(over)))
         now = dt.datetime.now(dt.UTC)
         job.name = f"{request.parent}/customJobs/{self.store.new_job_id()}"
         job.state = JobState.JOB_STATE_QUEUED  # type: ignore[assignment]  # proto-plus enum members are ints

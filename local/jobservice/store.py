@@ -39,7 +39,8 @@ class RunRecord:
     pending_hold: float = 0.0  # seconds a fault holds the job in PENDING, counted from entering it
     pending_until: float = 0.0  # wall-clock seconds, set on entering PENDING
     quota_failure: bool = False  # a fault: the job fails for quota instead of leaving QUEUED
-    stockouts: int = 0  # a fault: provisioning attempts still to meet a stockout
+    stockouts: int = 0  # a fault or the capacity model: provisioning attempts still to meet a stockout
+    preempt_after: float = 0.0  # the capacity model: seconds after each start at which the nodes are preempted
     retries: RetryCounts = field(default_factory=RetryCounts)  # Vertex's own restarts so far
 
     @classmethod

@@ -80,6 +80,7 @@ class Deployment:
             "TRAINCTL_TRIGGER_RULES": json.dumps({f"gs://{self.data_bucket}/churn/": template}),
             "TRAINCTL_ALLOWED_IMAGE_PREFIXES": "localhost/tests/",
             "TRAINCTL_VERTEX_ENDPOINT": self.vertex_endpoint,
+            "TRAINCTL_QUOTAS_ENDPOINT": self.vertex_endpoint,  # the Cloud Quotas stand-in shares the REST port
             "TRAINCTL_LEASE": "3s",
         }
         return env | self.extra_settings | overrides

@@ -110,6 +110,7 @@ def test_function_accounts_hold_exactly_the_controller_grants(tf):
     by_data_reader = "${google_service_account.function[each.value.function].member}"
     granted = {**grants_to(tf, member), **grants_to(tf, by_data_reader)}
     assert sorted(granted) == [
+        "google_project_iam_member.function_reads_quotas",
         "google_project_iam_member.function_uses_vertex",
         "google_pubsub_topic_iam_member.function_publishes_events",
         "google_service_account_iam_member.function_acts_as_trainer",
@@ -117,6 +118,7 @@ def test_function_accounts_hold_exactly_the_controller_grants(tf):
         "google_storage_bucket_iam_member.function_uses_control_bucket",
     ]
     assert granted["google_storage_bucket_iam_member.function_reads_data"]["role"] == "roles/storage.objectViewer"
+    assert granted["google_project_iam_member.function_reads_quotas"]["role"] == "roles/cloudquotas.viewer"
     assert (
         granted["google_storage_bucket_iam_member.function_uses_control_bucket"]["role"] == "roles/storage.objectUser"
     )

@@ -1,4 +1,5 @@
-"""Every Cloud Storage and Pub/Sub call a function can reach is granted to that function's account in Terraform.
+"""Every Cloud Storage, Pub/Sub and Cloud Quotas call a function can reach is granted to that function's account
+in Terraform.
 
 The calls come from a static call graph over functions/*.py (reachable_calls.py), starting at each entry point
 of functions/main.py. Each adapter method maps to the IAM permissions it needs, each call site to the
@@ -17,6 +18,7 @@ import functions.main
 
 GCS = "functions.gcs.Gcs"
 PUBLISHER = "functions.publisher.EventPublisher"
+QUOTAS = "functions.quotas.GpuQuotas"
 
 # What each adapter method needs. Replacing an existing object needs storage.objects.delete as well as
 # .create (https://cloud.google.com/storage/docs/access-control/iam-permissions, the note under
@@ -32,6 +34,9 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (GCS, "metadata_under"): frozenset({"storage.objects.list"}),  # the history index, names with their metadata
     (PUBLISHER, "__init__"): frozenset(),
     (PUBLISHER, "publish"): frozenset({"pubsub.topics.publish"}),
+    (QUOTAS, "__init__"): frozenset(),  # the session is built on first use
+    # quotaInfos.list needs cloudquotas.quotas.get on the parent (Cloud Quotas REST reference).
+    (QUOTAS, "limit"): frozenset({"cloudquotas.quotas.get"}),
 }
 
 # Which resource each call site touches: "data" (the data bucket and extra_data_buckets), "control" (the
@@ -40,8 +45,12 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
 SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     # Ledger(gcs, settings.control_bucket), built in handlers.controller().
     ("functions.ledger.Ledger", "*"): frozenset({"control"}),
+    # QuotaPools(gcs, ledger.bucket): trainctl's GPU holdings live in the control bucket beside the ledger.
+    ("functions.quota_pool.QuotaPools", "*"): frozenset({"control"}),
     # The one EventPublisher is built for settings.events_topic.
     (PUBLISHER, "*"): frozenset({"events"}),
+    # GpuQuotas(settings.project, …) reads the project's QuotaInfos.
+    (QUOTAS, "*"): frozenset({"project"}),
     # The marker is read from the bucket its event came from: a watched (data) bucket.
     ("functions.handlers._marker", "read"): frozenset({"data"}),
     # Trigger templates (gs:// in trigger_rules) are kept in the control bucket (terraform/README.md).
@@ -71,6 +80,8 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
         }
     ),
     "roles/pubsub.publisher": frozenset({"pubsub.topics.publish"}),
+    # https://cloud.google.com/docs/quotas/permissions: the viewer role reads quota infos and preferences.
+    "roles/cloudquotas.viewer": frozenset({"cloudquotas.quotas.get"}),
 }
 
 # How Terraform names the resources of SITE_RESOURCES in a grant.
@@ -78,6 +89,7 @@ TERRAFORM_RESOURCES = {
     ("bucket", "${google_storage_bucket.control.name}"): "control",
     ("bucket", "${each.value.bucket}"): "data",  # only with for_each = local.data_readers (checked below)
     ("topic", "${google_pubsub_topic.events.id}"): "events",
+    ("project", "${var.project}"): "project",
 }
 
 
@@ -88,7 +100,10 @@ def entry_points() -> list[str]:
 
 @pytest.fixture(scope="module")
 def graph() -> CallGraph:
-    return CallGraph({GCS, PUBLISHER}, ports={"functions.ports.Storage": GCS, "functions.ports.Events": PUBLISHER})
+    return CallGraph(
+        {GCS, PUBLISHER, QUOTAS},
+        ports={"functions.ports.Storage": GCS, "functions.ports.Events": PUBLISHER, "functions.ports.Quotas": QUOTAS},
+    )
 
 
 def site_resources(site: Site, graph: CallGraph) -> frozenset[str]:
@@ -121,13 +136,16 @@ def needed(function: str, graph: CallGraph) -> dict[tuple[str, str], list[str]]:
 
 
 def granted(tf, function: str) -> set[tuple[str, str]]:
-    """(resource, permission) pairs Terraform grants one function's service account on buckets and topics."""
+    """(resource, permission) pairs Terraform grants one function's service account on buckets, topics and the
+    project (project-level roles outside ROLE_PERMISSIONS, such as Vertex's, are not modelled here)."""
     functions = tf.locals["functions"]
     assert " if f.reads_data]" in tf.locals["data_readers"], "data_readers must select functions by reads_data"
     pairs: set[tuple[str, str]] = set()
-    for kind in ("google_storage_bucket_iam_member", "google_pubsub_topic_iam_member"):
+    for kind in ("google_storage_bucket_iam_member", "google_pubsub_topic_iam_member", "google_project_iam_member"):
         for name, body in tf.of_kind(kind).items():
             if not body["member"].startswith("${google_service_account.function["):
+                continue
+            if kind == "google_project_iam_member" and body["role"] not in ROLE_PERMISSIONS:
                 continue
             assert "condition" not in body, f"{kind}.{name}: conditional grants are not modelled here"
             if body["for_each"] == "${local.functions}":
@@ -136,7 +154,7 @@ def granted(tf, function: str) -> set[tuple[str, str]]:
                 holders = {f for f, spec in functions.items() if spec["reads_data"] is True}
             else:
                 raise AssertionError(f"{kind}.{name}: teach this test its for_each {body['for_each']}")
-            field = "bucket" if "bucket" in body else "topic"
+            field = next(f for f in ("bucket", "topic", "project") if f in body)
             resource = TERRAFORM_RESOURCES.get((field, body[field]))
             assert resource is not None, f"{kind}.{name}: teach this test what {field} {body[field]} is"
             assert resource != "data" or body["for_each"] == "${local.data_readers}", f"{kind}.{name}"
@@ -147,7 +165,7 @@ def granted(tf, function: str) -> set[tuple[str, str]]:
 
 def test_every_adapter_method_is_classified():
     """Guards issue 12 point 11: a new Gcs or EventPublisher method must say which permissions it needs."""
-    for adapter, path in [(GCS, "gcs.py"), (PUBLISHER, "publisher.py")]:
+    for adapter, path in [(GCS, "gcs.py"), (PUBLISHER, "publisher.py"), (QUOTAS, "quotas.py")]:
         class_name = adapter.rsplit(".", 1)[1]
         tree = ast.parse((FUNCTIONS_DIR / path).read_text())
         (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
@@ -160,7 +178,7 @@ def test_every_adapter_method_is_classified():
 def test_the_call_graph_sees_every_adapter_call(graph):
     """Guards issue 12 point 11: a call on something named like an adapter that the graph could not type
     would be a call the grant check silently skips."""
-    assert graph.unresolved_adapter_looking_calls(("gcs", "publisher")) == []
+    assert graph.unresolved_adapter_looking_calls(("gcs", "publisher", "quotas")) == []
 
 
 def test_the_call_graph_finds_known_paths(graph):
@@ -182,3 +200,13 @@ def test_each_function_is_granted_every_call_it_can_reach(tf, graph, function):
     missing = {f"{resource}: {permission}": sites for (resource, permission), sites in needed(function, graph).items()}
     missing = {key: sites for key, sites in missing.items() if tuple(key.split(": ")) not in have}
     assert missing == {}, f"{function} calls these without a grant in terraform/"
+
+
+@pytest.mark.parametrize("function", functions.main.__all__)
+def test_each_function_may_read_the_gpu_quotas(tf, graph, function):
+    """Guards issue 14 item 3: every function builds the Cloud Quotas client (any of them may admit a request:
+    intake, resubmission, release from the quota queue), and Terraform grants each one the permission its
+    quotaInfos.list needs, so the limit is not unknown (a 403) in the cloud only."""
+    sites = graph.reachable_sites(f"functions.main.{function}")
+    assert any(site.adapter == QUOTAS for site in sites), f"{function} never builds GpuQuotas"
+    assert ("project", "cloudquotas.quotas.get") in granted(tf, function)

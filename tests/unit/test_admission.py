@@ -16,7 +16,7 @@ from tests.unit.conftest import make_request
 def problems(settings, **sections):
     request = make_request(**sections)
     plan = plan_custom_job(request, settings, "request:x")
-    return [str(p) for p in admission_problems(request, settings, plan.cost, plan.output_dir)]
+    return [str(p) for p in admission_problems(request, settings, plan.output_dir)]
 
 
 def test_a_modest_request_passes(settings):

@@ -107,7 +107,7 @@ def test_the_cost_guardrail_calls_its_estimate_approximate_and_dates_it(settings
     s = dataclasses.replace(settings, max_cost_usd=100.0)
     request = make_request(scheduling={"timeout": "24h"})
     plan = plan_custom_job(request, s, KEY)
-    (found,) = [str(p) for p in admission_problems(request, s, plan.cost, plan.output_dir)]
+    (found,) = [str(p) for p in admission_problems(request, s, plan.output_dir)]
     assert found.startswith(
         "scheduling.timeout: guardrail max_cost_usd: this job can cost about $211.68 ($8.82/h for 1d, "
         f"approximate prices taken {catalog.PRICES_TAKEN})"
@@ -127,7 +127,7 @@ def test_the_control_bucket_is_listed_once_among_allowed_output_buckets(settings
     s = dataclasses.replace(settings, allowed_output_buckets=("models", "proj-trainctl-control", "models"))
     request = make_request(output_dir="gs://elsewhere/out/")
     plan = plan_custom_job(request, s, KEY)
-    assert [str(p) for p in admission_problems(request, s, plan.cost, plan.output_dir)] == [
+    assert [str(p) for p in admission_problems(request, s, plan.output_dir)] == [
         "output_dir: guardrail allowed_output_buckets: bucket elsewhere is not allowed; "
         "allowed: proj-trainctl-control, models"
     ]

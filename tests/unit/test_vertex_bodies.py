@@ -14,7 +14,8 @@ from google.cloud.aiplatform_v1 import CustomJob, JobState
 from google.protobuf import json_format
 
 from functions.planning import plan_custom_job
-from functions.vertex import RPC_CODES, json_names, snapshot
+from functions.rest import RPC_CODES
+from functions.vertex import json_names, snapshot
 from tests.unit.conftest import make_request
 from trainctl.validate import load_request_file
 

@@ -1,0 +1,138 @@
+"""trainctl's own count of the GPU quota its jobs hold, per (region, Vertex quota metric): one small object in the
+control bucket per pool, changed only by compare-and-swap, so concurrent admissions never together admit more
+GPUs than the limit. Requests that do not fit wait in the pool's queue, in arrival order; only the first one
+waiting may be admitted (a large request is not overtaken for ever by small ones).
+
+  quota/<region>/<metric>.json   {"holders": {key hash: GPUs}, "waiting": [key hash, …]}
+
+A holder is released when its request ends; reconcile also drops holders and waiters whose request is no longer
+active (a handler that died between the two), so the count cannot leak.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from functions import deadline
+from functions.errors import Transient
+from functions.gcs import Conflict
+from functions.ports import Storage
+
+QUOTA_PREFIX = "quota/"
+
+
+def pool_name(region: str, metric: str) -> str:
+    """The pool of a Vertex quota metric (aiplatform.googleapis.com/custom_model_training_…) in a region."""
+    return f"{region}/{metric.rsplit('/', 1)[-1]}"
+
+
+@dataclass
+class Pool:
+    holders: dict[str, int] = field(default_factory=dict)
+    waiting: list[str] = field(default_factory=list)
+
+    @property
+    def held(self) -> int:
+        return sum(self.holders.values())
+
+
+@dataclass(frozen=True)
+class Admission:
+    granted: bool
+    held: int  # GPUs the other holders hold
+    ahead: int  # requests waiting before this one
+
+
+class QuotaPools:
+    def __init__(self, gcs: Storage, bucket: str):
+        self._gcs = gcs
+        self.bucket = bucket
+
+    def _read(self, pool: str) -> tuple[Pool, int]:
+        found = self._gcs.read(self.bucket, f"{QUOTA_PREFIX}{pool}.json")
+        if found is None:
+            return Pool(), 0
+        data = json.loads(found[0])
+        return Pool(dict(data.get("holders", {})), list(data.get("waiting", []))), found[1]
+
+    def _write(self, pool: str, state: Pool, generation: int) -> None:
+        body = json.dumps({"holders": state.holders, "waiting": state.waiting}, sort_keys=True)
+        self._gcs.write(self.bucket, f"{QUOTA_PREFIX}{pool}.json", body, generation)
+
+    def _change(self, pool: str, change: Callable[[Pool], tuple[Admission, bool]]) -> Admission:
+        """Apply `change(state) -> (Admission, changed)` by compare-and-swap, again on a conflict."""
+        while True:
+            state, generation = self._read(pool)
+            admission, changed = change(state)
+            if not changed:
+                return admission
+            try:
+                self._write(pool, state, generation)
+                return admission
+            except Conflict:
+                if not deadline.allows(1.0):
+                    raise Transient(f"the GPU quota pool {pool} kept changing") from None
+                time.sleep(random.uniform(0.02, 0.2))
+
+    def acquire(self, pool: str, khash: str, gpus: int, limit: int) -> Admission:
+        """Hold `gpus` of the pool for the request if they fit under `limit` and nobody waits before it; else
+        queue it (once). Asking again is safe: a holder is granted, a waiter keeps its place."""
+
+        def change(state: Pool) -> tuple[Admission, bool]:
+            others = state.held - state.holders.get(khash, 0)
+            if khash in state.holders:
+                return Admission(True, others, 0), False
+            ahead = state.waiting.index(khash) if khash in state.waiting else len(state.waiting)
+            if ahead == 0 and others + gpus <= limit:
+                state.holders[khash] = gpus
+                if khash in state.waiting:
+                    state.waiting.remove(khash)
+                return Admission(True, others, 0), True
+            if khash in state.waiting:
+                return Admission(False, others, ahead), False
+            state.waiting.append(khash)
+            return Admission(False, others, ahead), True
+
+        return self._change(pool, change)
+
+    def release(self, pool: str, khash: str) -> None:
+        """The request holds nothing of the pool and waits for nothing in it any more."""
+
+        def change(state: Pool) -> tuple[Admission, bool]:
+            changed = khash in state.holders or khash in state.waiting
+            state.holders.pop(khash, None)
+            if khash in state.waiting:
+                state.waiting.remove(khash)
+            return Admission(False, state.held, 0), changed
+
+        self._change(pool, change)
+
+    def held(self, pool: str) -> int:
+        return self._read(pool)[0].held
+
+    def forget_inactive(self, active: Callable[[], set[str]]) -> int:
+        """Drop holders and waiters whose request is no longer active; how many were dropped. The active set is
+        listed after each read of a pool: a request is marked active before it first asks for quota, so one that
+        asked after the read makes the compare-and-swap fail, and is seen active on the next round."""
+        dropped = 0
+        for name in self._gcs.names(self.bucket, QUOTA_PREFIX):
+            pool = name.removeprefix(QUOTA_PREFIX).removesuffix(".json")
+            stale: list[str] = []
+
+            def change(state: Pool) -> tuple[Admission, bool]:
+                nonlocal stale
+                now_active = active()
+                stale = [k for k in [*state.holders, *state.waiting] if k not in now_active]
+                for khash in stale:
+                    state.holders.pop(khash, None)
+                    if khash in state.waiting:
+                        state.waiting.remove(khash)
+                return Admission(False, state.held, 0), bool(stale)
+
+            self._change(pool, change)
+            dropped += len(stale)
+        return dropped

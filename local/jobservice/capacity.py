@@ -1,0 +1,192 @@
+"""The local JobService's capacity model: per region, GPU quota limits per Vertex quota metric, and per
+machine type and strategy, stockouts and preemptions. Pure: the executor (execution.py, quota_queue.py)
+and the Cloud Quotas stand-in (cloud_quotas.py) read it.
+
+The file (YAML or JSON; `trainctl local up --capacity FILE`, or `JobServiceControl.set_capacity(dict)`):
+
+    default_quotas:                   # optional: the limits of every region that does not set its own
+      custom_model_training_nvidia_t4_gpus: 4
+    regions:
+      us-central1:
+        quotas:                       # GPU limit per quota metric, short or full name
+          custom_model_training_nvidia_l4_gpus: 8
+          aiplatform.googleapis.com/custom_model_training_preemptible_nvidia_l4_gpus: 4
+        machines:                     # optional; the first matching entry wins; a field left out matches anything
+          - machine_type: g2-standard-24
+            strategy: spot            # standard | spot | flex_start
+            stockouts: 4              # each new job meets N stockouts while provisioned; "always": every attempt
+            preempt_after: 20s        # a RUNNING job is preempted this long after each start
+
+A metric without a limit (in its region or in default_quotas), and a machine not listed, is unlimited and
+always available.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from schemas.catalog import QUOTA_SERVICE
+from schemas.rules import parse_duration
+
+STRATEGIES = ("standard", "spot", "flex_start")
+# "always": more stockouts than any restart budget of Vertex's (vertex_retries.py), so every attempt meets one.
+ALWAYS = 1_000_000
+_STRATEGY_OF_ENUM = {"STRATEGY_UNSPECIFIED": "standard", "ON_DEMAND": "standard", "STANDARD": "standard"}
+_REGION_KEYS = frozenset({"quotas", "machines"})
+_MACHINE_KEYS = frozenset({"machine_type", "strategy", "stockouts", "preempt_after"})
+
+
+class CapacityError(ValueError):
+    """The capacity file is malformed; the message names the key and what is accepted."""
+
+
+@dataclass(frozen=True)
+class MachineRule:
+    machine_type: str | None = None
+    strategy: str | None = None
+    stockouts: int = 0
+    preempt_after: float = 0.0  # seconds; 0: never
+
+    def matches(self, machine_type: str, strategy: str) -> bool:
+        return self.machine_type in (None, machine_type) and self.strategy in (None, strategy)
+
+
+@dataclass(frozen=True)
+class RegionCapacity:
+    quotas: Mapping[str, int] = field(default_factory=dict)  # full metric name → GPU limit
+    machines: tuple[MachineRule, ...] = ()
+
+
+@dataclass(frozen=True)
+class CapacityModel:
+    regions: Mapping[str, RegionCapacity] = field(default_factory=dict)
+    default_quotas: Mapping[str, int] = field(default_factory=dict)  # full metric name → GPU limit
+
+    def limit(self, region: str, metric: str) -> int | None:
+        capacity = self.regions.get(region)
+        if capacity is not None and metric in capacity.quotas:
+            return capacity.quotas[metric]
+        return self.default_quotas.get(metric)
+
+    def machine_rule(self, region: str, machine_type: str, strategy: str) -> MachineRule:
+        """The first rule for this machine type and strategy (a strategy name of either form), else none."""
+        capacity = self.regions.get(region)
+        wanted = strategy_name(strategy)
+        for rule in capacity.machines if capacity else ():
+            if rule.matches(machine_type, wanted):
+                return rule
+        return MachineRule()
+
+    def admits(
+        self,
+        region: str,
+        demand: Mapping[str, int],
+        held: Mapping[str, int],
+        waiting_before: Iterable[Mapping[str, int]],
+    ) -> bool:
+        """Whether a job needing `demand` GPUs per metric may leave the quota queue now, with `held` GPUs per
+        metric taken by admitted jobs in the region and `waiting_before` the demands of jobs created earlier and
+        still waiting there: it must fit every limit, and no earlier job may be waiting on a limited metric it
+        needs (the queue is first come, first served per metric)."""
+        limited = {metric for metric in demand if self.limit(region, metric) is not None}
+        if any(limited & set(earlier) for earlier in waiting_before):
+            return False
+        return all(held.get(metric, 0) + demand[metric] <= (self.limit(region, metric) or 0) for metric in limited)
+
+    def never_fits(self, region: str, demand: Mapping[str, int]) -> list[str]:
+        """The metrics whose limit is below what the job alone needs."""
+        return sorted(m for m, gpus in demand.items() if (limit := self.limit(region, m)) is not None and gpus > limit)
+
+
+def strategy_name(strategy: str) -> str:
+    """standard | spot | flex_start, from a Scheduling.Strategy name or a request's strategy."""
+    return _STRATEGY_OF_ENUM.get(strategy.upper(), strategy.lower())
+
+
+def full_metric(name: str) -> str:
+    return name if "/" in name else f"{QUOTA_SERVICE}/{name}"
+
+
+def parse_capacity(document: Any) -> CapacityModel:
+    """The model described by a loaded YAML/JSON document; CapacityError names the first wrong key."""
+    if document is None:
+        return CapacityModel()
+    _only(document, {"regions", "default_quotas"}, "the capacity model")
+    regions = document.get("regions") or {}
+    if not isinstance(regions, dict):
+        raise CapacityError("regions: must be a mapping of region name to its capacity")
+    return CapacityModel(
+        {str(name): _region(str(name), spec or {}) for name, spec in regions.items()},
+        _quotas("default_quotas", document.get("default_quotas") or {}),
+    )
+
+
+def load_capacity(path: Path) -> CapacityModel:
+    """A capacity file: JSON when it parses as JSON, else YAML."""
+    text = Path(path).read_text()
+    try:
+        document = json.loads(text)
+    except ValueError:
+        import yaml
+
+        try:
+            document = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise CapacityError(f"{path}: neither JSON nor YAML: {error}") from None
+    try:
+        return parse_capacity(document)
+    except CapacityError as error:
+        raise CapacityError(f"{path}: {error}") from None
+
+
+def _only(value: Any, allowed: frozenset[str] | set[str], where: str) -> None:
+    if not isinstance(value, dict):
+        raise CapacityError(f"{where}: must be a mapping")
+    unknown = sorted(set(map(str, value)) - set(allowed))
+    if unknown:
+        raise CapacityError(f"{where}: unknown key {unknown[0]!r}; expected {sorted(allowed)}")
+
+
+def _region(name: str, spec: Any) -> RegionCapacity:
+    where = f"regions.{name}"
+    _only(spec, _REGION_KEYS, where)
+    limits = _quotas(f"{where}.quotas", spec.get("quotas") or {})
+    machines = spec.get("machines") or []
+    if not isinstance(machines, list):
+        raise CapacityError(f"{where}.machines: must be a list of machine entries")
+    return RegionCapacity(limits, tuple(_machine(f"{where}.machines[{i}]", m) for i, m in enumerate(machines)))
+
+
+def _quotas(where: str, quotas: Any) -> dict[str, int]:
+    if not isinstance(quotas, dict):
+        raise CapacityError(f"{where}: must be a mapping of quota metric to GPU limit")
+    limits: dict[str, int] = {}
+    for metric, value in quotas.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CapacityError(f"{where}.{metric}: must be a whole number of GPUs ≥ 0, got {value!r}")
+        limits[full_metric(str(metric))] = value
+    return limits
+
+
+def _machine(where: str, spec: Any) -> MachineRule:
+    _only(spec, _MACHINE_KEYS, where)
+    strategy = spec.get("strategy")
+    if strategy is not None and strategy not in STRATEGIES:
+        raise CapacityError(f"{where}.strategy: must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    stockouts = spec.get("stockouts", 0)
+    if stockouts == "always":
+        stockouts = ALWAYS
+    elif isinstance(stockouts, bool) or not isinstance(stockouts, int) or stockouts < 0:
+        raise CapacityError(f'{where}.stockouts: must be a whole number ≥ 0 or "always", got {stockouts!r}')
+    preempt_after = spec.get("preempt_after")
+    try:
+        seconds = 0.0 if preempt_after is None else float(parse_duration(preempt_after))
+    except (TypeError, ValueError) as error:
+        raise CapacityError(f"{where}.preempt_after: must be seconds or a duration like 20s or 5m ({error})") from None
+    if preempt_after is not None and seconds <= 0:
+        raise CapacityError(f"{where}.preempt_after: must be longer than 0, got {preempt_after!r}")
+    return MachineRule(spec.get("machine_type"), strategy, stockouts, seconds)

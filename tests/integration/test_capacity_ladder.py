@@ -1,0 +1,207 @@
+"""The capacity ladder and quota-aware admission on the local stack: the local JobService's capacity model
+(stockouts, GPU quotas per region) and its Cloud Quotas stand-in, read by the controller through the real
+API path. Guards issue 14 items 2 and 3 (and 4, the model they run on)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from google.cloud.aiplatform_v1.types import JobState
+
+from local.names import LOCAL_PROJECT
+from tests.integration.deployment import Deployment, fake_node_request
+
+L4_LIMIT, A100_LIMIT, A100_LIMIT_EUROPE = 8, 16, 8
+CAPACITY: dict[str, Any] = {
+    "regions": {
+        "us-central1": {
+            "quotas": {
+                "custom_model_training_nvidia_l4_gpus": L4_LIMIT,
+                "custom_model_training_nvidia_a100_gpus": A100_LIMIT,
+            },
+            "machines": [
+                {"machine_type": "n1-standard-4", "stockouts": "always"},
+                # Vertex's three retries are spent before the job first runs: the next loss of capacity ends it.
+                {"machine_type": "n1-standard-8", "stockouts": 3},
+            ],
+        },
+        "europe-west4": {
+            "quotas": {"custom_model_training_nvidia_a100_gpus": A100_LIMIT_EUROPE},
+            "machines": [{"machine_type": "n1-standard-4", "stockouts": "always"}],
+        },
+    }
+}
+T4 = {"accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 2}
+ENDED = {JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED}
+
+
+@pytest.fixture(scope="module")
+def ladder_deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -> Iterator[Deployment]:
+    """A deployment that reads GPU quotas from the stand-in and may run jobs in europe-west4 too."""
+    jobservice.control.set_capacity(CAPACITY)
+    deployed = Deployment(uuid.uuid4().hex[:8], jobservice.rest_url)
+    deployed.create(
+        tmp_path_factory.mktemp("functions"),
+        TRAINCTL_QUOTAS_ENDPOINT=jobservice.rest_url,
+        TRAINCTL_ALLOWED_REGIONS="europe-west4",
+    )
+    try:
+        yield deployed
+    finally:
+        deployed.stop()
+        jobservice.control.clear_capacity()
+
+
+def jobs_of(job_client, prefix: str, region: str = "us-central1") -> list[Any]:
+    parent = f"projects/{LOCAL_PROJECT}/locations/{region}"
+    found = job_client.list_custom_jobs(request={"parent": parent, "filter": "labels.managed-by=trainctl"})
+    return [job for job in found if job.labels.get("trainctl-request", "").startswith(prefix)]
+
+
+def test_a_request_no_rung_of_which_fits_the_quota_is_rejected_at_once_naming_the_metric(ladder_deployment):
+    deployment = ladder_deployment
+    events = deployment.events()
+    eight_a100 = {"machine_type": "a2-highgpu-8g", "replica_count": 3}
+    request = fake_node_request(
+        "too-big",
+        "--sleep",
+        "1",
+        resources=eight_a100,
+        scheduling={"timeout": "1h", "max_attempts": 2},
+        fallbacks=[{"region": "europe-west4", "resources": eight_a100}],
+    )
+    assert deployment.request(request) == 200
+    rejected = events.wait_for("too-big", "rejected", timeout=60)
+    metric = "aiplatform.googleapis.com/custom_model_training_nvidia_a100_gpus"
+    assert rejected.reason == "quota"
+    assert rejected.errors[0].startswith(
+        f"resources: needs 24 GPUs of {metric} in us-central1; the project's limit is {A100_LIMIT}."
+    )
+    assert rejected.errors[1].startswith(
+        f"fallbacks[0].resources: needs 24 GPUs of {metric} in europe-west4; the project's limit is "
+        f"{A100_LIMIT_EUROPE}."
+    )
+    assert deployment.record("request:too-big") is None
+    assert events.states("too-big") == ["rejected"]
+
+
+def test_a_rung_that_can_never_fit_is_skipped_and_the_next_one_runs(ladder_deployment, job_client):
+    deployment = ladder_deployment
+    events = deployment.events()
+    request = fake_node_request(
+        "skip-big",
+        "--sleep",
+        "0.5",
+        resources={"machine_type": "a2-highgpu-8g", "replica_count": 3},
+        scheduling={"timeout": "1h", "max_attempts": 2},
+        fallbacks=[{"resources": {"machine_type": "a2-highgpu-2g"}}],
+    )
+    assert deployment.request(request) == 200
+    accepted = events.wait_for("skip-big", "accepted", timeout=60)
+    assert [rung.rung for rung in accepted.skipped_rungs] == [0]
+    assert "needs 24 GPUs" in accepted.skipped_rungs[0].outcome
+    events.wait_for("skip-big", "succeeded", act=deployment.reconcile)
+    [job] = jobs_of(job_client, "skip-big")
+    assert job.job_spec.worker_pool_specs[0].machine_spec.machine_type == "a2-highgpu-2g"
+
+
+def test_a_ladder_whose_every_rung_stocks_out_fails_listing_each_rung(ladder_deployment, job_client):
+    deployment = ladder_deployment
+    events = deployment.events()
+    stocked_out = {"machine_type": "n1-standard-4", **T4}
+    request = fake_node_request(
+        "all-out",
+        "--sleep",
+        "0.5",
+        resources=stocked_out,
+        scheduling={"max_attempts": 3},
+        fallbacks=[{"region": "europe-west4", "resources": stocked_out}],
+    )
+    assert deployment.request(request) == 200
+    failed = events.wait_for("all-out", "failed", act=deployment.reconcile, timeout=120)
+    assert failed.reason == "capacity"
+    assert [(o.rung, o.attempts) for o in failed.rungs] == [(0, 1), (1, 1)]
+    assert failed.rungs[0].outcome == "stocked out after Vertex's own retries"
+    assert failed.rungs[1].outcome.startswith("failed (capacity)")
+    assert "europe-west4" in failed.rungs[1].resources
+    retrying = events.of("all-out", "retrying")
+    assert [(e.rung, e.left_rung.rung) for e in retrying] == [(1, 0)]
+    assert len(jobs_of(job_client, "all-out")) == 1 and len(jobs_of(job_client, "all-out", "europe-west4")) == 1
+    assert events.states("all-out").count("failed") == 1
+
+
+def test_requests_beyond_the_quota_wait_in_trainctl_and_are_released_in_arrival_order(ladder_deployment, job_client):
+    """Ten requests of 2 L4 GPUs against a limit of 8: four run, six wait (state queued), released in the
+    order they came as jobs end; trainctl never has more than 8 L4 GPUs in jobs that have not ended."""
+    deployment = ladder_deployment
+    events = deployment.events()
+    ids = [f"burst-{index}" for index in range(10)]
+    for request_id in ids:
+        assert deployment.request(fake_node_request(request_id, "--sleep", "2")) == 200
+    queued = [request_id for request_id in ids if events.of(request_id, "queued")]
+    assert queued == ids[4:], "the first four fit the quota; the rest wait, in the order they came"
+    assert events.of("burst-9", "queued")[0].ahead == 5
+
+    def in_flight() -> list[str]:
+        return [job.labels["trainctl-request"] for job in jobs_of(job_client, "burst-") if job.state not in ENDED]
+
+    deadline = time.monotonic() + 240
+    while not all(events.of(request_id, "succeeded") for request_id in ids):
+        assert time.monotonic() < deadline, {request_id: events.states(request_id) for request_id in ids}
+        assert len(in_flight()) * 2 <= L4_LIMIT
+        started = {job.labels["trainctl-request"] for job in jobs_of(job_client, "burst-")}
+        released = [request_id for request_id in queued if request_id in started]
+        assert released == queued[: len(released)], "released out of arrival order"
+        deployment.reconcile()
+        time.sleep(0.5)
+    for request_id in ids:
+        assert events.states(request_id).count("succeeded") == 1
+    assert deployment.record("request:burst-9")["state"] == "succeeded"
+
+
+def test_a_stocked_out_rung_moves_down_and_the_next_resumes_from_its_checkpoint(
+    ladder_deployment, jobservice_control, job_client
+):
+    """Rung 0 (2 × T4) runs and checkpoints, then loses its capacity after Vertex's retries are spent: the
+    ladder moves to rung 1 (2 × A100), whose job resumes from rung 0's checkpoint (the step count goes on)."""
+    deployment = ladder_deployment
+    events = deployment.events()
+    rows = "\n".join(f"{i % 7},{(i * 13) % 11},{int(i % 7 > 3)}" for i in range(3000))
+    deployment.upload("ladder-data/part-0.csv", "a,b,y\n" + rows + "\n")
+    request = {
+        "api_version": "trainctl/v1",
+        "request_id": "ladder-resume",
+        "dataset": {"uri": f"gs://{deployment.data_bucket}/ladder-data/", "target": "y"},
+        "trainer": {
+            "builtin": "tabular",
+            "hyperparameters": {"epochs": 40, "batch_size": 16, "checkpoint_every_steps": 10, "hidden_sizes": [64]},
+        },
+        "resources": {"machine_type": "n1-standard-8", **T4},
+        "scheduling": {"restart_job_on_worker_restart": False, "max_attempts": 2},
+        "fallbacks": [{"resources": {"machine_type": "a2-highgpu-2g"}}],
+    }
+    assert deployment.request(request) == 200
+    job_name = deployment.record("request:ladder-resume")["job_name"]
+    checkpoints = deployment.storage().bucket(deployment.control_bucket)
+    deadline = time.monotonic() + 180
+    while not any(
+        b.name.endswith("COMMITTED") for b in checkpoints.list_blobs(prefix="runs/ladder-resume/checkpoints/")
+    ):
+        assert time.monotonic() < deadline, "rung 0 never committed a checkpoint"
+        time.sleep(0.2)
+    jobservice_control.preempt(job_name)
+
+    succeeded = events.wait_for("ladder-resume", "succeeded", act=deployment.reconcile, timeout=240)
+    [retrying] = events.of("ladder-resume", "retrying")
+    assert (retrying.rung, retrying.left_rung.outcome) == (1, "stocked out after Vertex's own retries")
+    assert succeeded.attempt == 2
+    assert succeeded.metrics["resumed_from_step"] >= 10, "rung 1 started from rung 0's checkpoint"
+    assert job_client.get_custom_job(name=job_name).state == JobState.JOB_STATE_FAILED
+    second = deployment.record("request:ladder-resume")["job_name"]
+    assert job_client.get_custom_job(name=second).job_spec.worker_pool_specs[0].machine_spec.machine_type == (
+        "a2-highgpu-2g"
+    )

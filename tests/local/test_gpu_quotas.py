@@ -1,0 +1,121 @@
+"""The controller's Cloud Quotas client (functions/quotas.py) against the local stand-in on the JobService's
+REST port, which serves the capacity model's limits as QuotaInfos."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from functions.quotas import GpuQuotas
+from functions.retry import RetryPolicy
+from local.jobservice.client import JobServiceControl
+from local.jobservice.standalone import JobServiceProcess
+from local.names import LOCAL_PROJECT
+
+pytestmark = pytest.mark.integration
+
+L4 = "aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"
+SPOT_L4 = "aiplatform.googleapis.com/custom_model_training_preemptible_nvidia_l4_gpus"
+T4 = "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus"
+MODEL = {
+    "default_quotas": {"custom_model_training_nvidia_l4_gpus": 2},
+    "regions": {
+        "us-central1": {"quotas": {"custom_model_training_nvidia_l4_gpus": 8, T4: 4}},
+        "europe-west4": {"quotas": {"custom_model_training_nvidia_l4_gpus": 0, SPOT_L4: 16}},
+    },
+}
+NO_PAUSE = RetryPolicy(attempts=2, first_pause=0.0, max_pause=0.0, call_timeout=10.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def stand_in(jobservice: JobServiceProcess, jobservice_control: JobServiceControl) -> Iterator[JobServiceControl]:
+    jobservice_control.set_capacity(MODEL)
+    yield jobservice_control
+    jobservice_control.clear_capacity()
+
+
+def quotas(jobservice: JobServiceProcess, **kwargs) -> GpuQuotas:
+    return GpuQuotas(LOCAL_PROJECT, jobservice.rest_url, **kwargs)
+
+
+def test_a_region_reads_its_own_limit_else_the_default(jobservice, stand_in):
+    """Guards issue 14 item 3: the region's entry, the entry without dimensions, and 0 from `details: {}`."""
+    client = quotas(jobservice)
+    assert client.limit(L4, "us-central1") == 8
+    assert client.limit(L4, "asia-east1") == 2
+    assert client.limit(L4, "europe-west4") == 0
+    assert client.limit(SPOT_L4, "europe-west4") == 16
+
+
+def test_every_page_is_read(jobservice, stand_in):
+    """Guards issue 14 item 3: the list has no filter, so the metric may be on any page."""
+    client = quotas(jobservice, page_size=1)
+    before = stand_in.quota_reads()
+    assert client.limit(T4, "us-central1") == 4
+    assert stand_in.quota_reads() - before == 3  # three metrics, one per page
+
+
+def test_an_unknown_metric_is_none_with_a_log_line(jobservice, stand_in, capsys):
+    """Guards issue 14 item 3: a metric Cloud Quotas does not list is unknown, not unlimited or zero."""
+    h100 = "aiplatform.googleapis.com/custom_model_training_nvidia_h100_gpus"
+    assert quotas(jobservice).limit(h100, "us-central1") is None
+    (line,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert line["severity"] == "WARNING" and h100 in line["message"]
+
+
+def test_the_listing_is_cached_for_its_ttl(jobservice, stand_in):
+    """Guards issue 14 item 3: within the ttl a second limit makes no request; after it, one listing more."""
+    clock = Clock()
+    client = quotas(jobservice, ttl=300.0, clock=clock)
+    before = stand_in.quota_reads()
+    assert client.limit(L4, "us-central1") == 8
+    assert client.limit(T4, "us-central1") == 4
+    assert stand_in.quota_reads() - before == 1
+    clock.now = 301.0
+    assert client.limit(L4, "us-central1") == 8
+    assert stand_in.quota_reads() - before == 2
+
+
+def test_a_refusing_api_gives_none_and_one_warning(jobservice, stand_in, capsys):
+    """Guards issue 14 item 3: a 403 (Cloud Quotas disabled, or no permission) is not retried; the limit is
+    unknown (the controller admits without quota gating) and one warning line says why."""
+    stand_in.refuse_quota_reads(count=1)
+    before = stand_in.quota_reads()
+    assert quotas(jobservice, policy=NO_PAUSE).limit(L4, "us-central1") is None
+    assert stand_in.quota_reads() - before == 1
+    (line,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert line["severity"] == "WARNING"
+    assert "403" in line["message"] and "Cloud Quotas API has not been used" in line["message"]
+
+
+def test_an_unreachable_api_gives_none_after_its_retries(capsys):
+    """Guards issue 14 item 3: nothing listening → retried within the policy, then unknown with a warning."""
+    client = GpuQuotas(LOCAL_PROJECT, "http://127.0.0.1:9", policy=NO_PAUSE)
+    assert client.limit(L4, "us-central1") is None
+    (line,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "cannot reach Cloud Quotas" in line["message"]
+
+
+def test_the_stand_in_answers_in_the_apis_shape(jobservice, stand_in):
+    """Guards issue 14 item 4: get by quota id, 404 for an unknown one, 400 for a location other than global,
+    in Google's error shape."""
+    import requests
+
+    parent = f"{jobservice.rest_url}v1/projects/{LOCAL_PROJECT}/locations/global/services/aiplatform.googleapis.com"
+    info = requests.get(f"{parent}/quotaInfos/CustomModelTrainingL4GPUsPerProjectPerRegion", timeout=10).json()
+    assert info["name"].endswith("/quotaInfos/CustomModelTrainingL4GPUsPerProjectPerRegion")
+    assert (info["metric"], info["isConcurrent"]) == (L4, True)
+    missing = requests.get(f"{parent}/quotaInfos/NoSuchQuota", timeout=10)
+    assert (missing.status_code, missing.json()["error"]["status"]) == (404, "NOT_FOUND")
+    regional = requests.get(parent.replace("/global/", "/us-central1/") + "/quotaInfos", timeout=10)
+    assert (regional.status_code, regional.json()["error"]["status"]) == (400, "INVALID_ARGUMENT")

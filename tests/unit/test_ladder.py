@@ -1,0 +1,212 @@
+"""The capacity ladder's pure parts: the schema's fallbacks, admission of every rung, and when an observation
+moves a request down the ladder. Guards issue 14 items 1 and 2."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from functions.admission import admission_problems
+from functions.ladder import ladder_of
+from functions.lifecycle import JobSnapshot, Record, job_ref, observe
+from functions.planning import plan_custom_job
+from functions.submission import artifacts, spec_hash
+from schemas.errors import RequestInvalid, parse_request
+from schemas.events import CostEstimate, Failed, Retrying
+from tests.unit.conftest import BASE_REQUEST, make_request
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+JOB = "projects/p/locations/us-central1/customJobs/123"
+REF = job_ref(JOB, "us-central1", "p")
+SPOT_L4 = {"machine_type": "g2-standard-24"}
+A100 = {"machine_type": "a2-highgpu-2g"}
+LADDER = [
+    {"strategy": "standard", "resources": SPOT_L4},
+    {"region": "europe-west4", "resources": A100, "strategy": "standard"},
+]
+
+
+def ladder_request(**sections):
+    return make_request(
+        **{"resources": SPOT_L4, "scheduling": {"strategy": "spot", "max_attempts": 4}, "fallbacks": LADDER} | sections
+    )
+
+
+def problems_of(raw: dict) -> list[str]:
+    with pytest.raises(RequestInvalid) as caught:
+        parse_request(raw)
+    return [str(e) for e in caught.value.errors]
+
+
+def test_each_fallback_is_validated_like_resources_and_named_by_its_path():
+    raw = BASE_REQUEST | {
+        "fallbacks": [{"resources": {"machine_type": "a2-highgpu-2g", "accelerator_count": 3}}],
+        "scheduling": {"max_attempts": 2},
+    }
+    [problem] = problems_of(raw)
+    assert problem.startswith("fallbacks[0].resources.accelerator_count")
+
+
+def test_a_flex_start_fallback_on_gpus_it_cannot_queue_for_names_its_strategy():
+    raw = BASE_REQUEST | {
+        "fallbacks": [{"strategy": "flex_start", "resources": {"machine_type": "n1-standard-8",
+                                                                "accelerator_type": "NVIDIA_TESLA_T4",
+                                                                "accelerator_count": 2}}],
+        "scheduling": {"max_attempts": 2},
+    }  # fmt: skip
+    [problem] = problems_of(raw)
+    assert problem.startswith("fallbacks[0].strategy: flex_start needs")
+
+
+def test_a_ladder_longer_than_max_attempts_is_refused():
+    raw = BASE_REQUEST | {"fallbacks": LADDER, "scheduling": {"max_attempts": 2}}
+    [problem] = problems_of(raw)
+    assert "scheduling.max_attempts" in problem and "ladder of 3 rungs" in problem
+
+
+def test_the_hash_of_a_request_without_fallbacks_is_unchanged_by_the_new_fields():
+    """A request redelivered across the deploy that added fallbacks must not read as a conflict."""
+    request = make_request()
+    spec = request.model_dump(mode="json")
+    del spec["fallbacks"], spec["scheduling"]["max_preemptions"]
+    import hashlib
+    import json
+
+    old = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert spec_hash(request) == old
+    assert spec_hash(ladder_request()) != spec_hash(make_request(resources=SPOT_L4))
+
+
+def test_a_rung_over_the_cost_ceiling_is_refused_at_admission(settings):
+    s = dataclasses.replace(settings, max_cost_usd=300.0, allowed_regions=("europe-west4",))
+    request = make_request(
+        resources=SPOT_L4,
+        scheduling={"max_attempts": 2, "timeout": "24h"},
+        fallbacks=[{"resources": {"machine_type": "a2-highgpu-8g"}}],
+    )
+    found = [str(p) for p in admission_problems(request, s, plan_custom_job(request, s, "k").output_dir)]
+    assert len(found) == 1
+    assert found[0].startswith("fallbacks[0].resources: guardrail max_cost_usd: this job can cost about $")
+
+
+def test_what_all_attempts_may_spend_is_limited_by_max_request_cost_usd(settings):
+    s = dataclasses.replace(settings, max_request_cost_usd=100.0, allowed_regions=("europe-west4",))
+    request = ladder_request(scheduling={"strategy": "spot", "max_attempts": 4, "timeout": "10h"})
+    found = [str(p) for p in admission_problems(request, s, plan_custom_job(request, s, "k").output_dir)]
+    assert len(found) == 1
+    assert found[0].startswith("scheduling.max_attempts: guardrail max_request_cost_usd: 4 attempts of up to $")
+
+
+def test_a_rung_in_a_region_off_the_allow_list_is_refused(settings):
+    request = ladder_request()
+    found = [str(p) for p in admission_problems(request, settings, plan_custom_job(request, settings, "k").output_dir)]
+    assert found == [
+        "fallbacks[1].region: guardrail allowed_regions: europe-west4 is not allowed here; allowed: us-central1"
+    ]
+
+
+def test_a_rung_in_another_region_is_planned_there_with_its_own_strategy(settings):
+    s = dataclasses.replace(settings, allowed_regions=("europe-west4",))
+    plan = plan_custom_job(ladder_request(), s, "k", attempt=3, rung=2)
+    assert plan.region == "europe-west4"
+    spec = plan.custom_job["job_spec"]
+    assert spec["worker_pool_specs"][0]["machine_spec"]["machine_type"] == "a2-highgpu-2g"
+    assert spec["scheduling"]["strategy"] == "STANDARD"
+    assert plan_custom_job(ladder_request(), s, "k").custom_job["job_spec"]["scheduling"]["strategy"] == "SPOT"
+
+
+def ladder_record(**fields) -> Record:
+    request = ladder_request()
+    base = dict(
+        key="request:r1",
+        key_hash="abc",
+        request_id="r1",
+        spec_hash="s1",
+        explicit_id=True,
+        request=request.model_dump(mode="json"),
+        state="submitted",
+        attempt=1,
+        max_attempts=4,
+        job_name=JOB,
+        cost=CostEstimate(hourly_usd=1, max_usd=24, gpus=2, nodes=1, prices_as_of="2026-11-22"),
+        artifacts=artifacts("gs://c/runs/r1/"),
+        created=NOW,
+        updated=NOW,
+        ladder=ladder_of(request, "us-central1"),
+        rung_attempts=1,
+    )
+    return Record(**(base | fields))
+
+
+def failed(message: str, code: int = 8, started: bool = False) -> JobSnapshot:
+    """A failed job; one that `started` and then lost its capacity counts as preempted (failures.py)."""
+    return JobSnapshot(
+        JOB,
+        "JOB_STATE_FAILED",
+        code,
+        message,
+        create_time=NOW - timedelta(hours=1),
+        start_time=NOW - timedelta(minutes=50) if started else None,
+    )
+
+
+STOCKOUT = "Resources are insufficient in region: us-central1. Try a different region or use a different accelerator."
+
+
+def test_a_stockout_after_vertex_retries_moves_down_one_rung_with_why():
+    rec = ladder_record()
+    transition = observe(rec, failed(STOCKOUT), REF, NOW, 3600, None)
+    assert transition.action == "resubmit"
+    retrying = transition.events[-1]
+    assert isinstance(retrying, Retrying)
+    assert (retrying.rung, rec.rung, rec.attempt) == (1, 1, 2)
+    assert retrying.rung_resources == "1 × g2-standard-24 with 2 × NVIDIA_L4, standard, us-central1"
+    assert retrying.left_rung is not None and retrying.left_rung.outcome == "stocked out after Vertex's own retries"
+
+
+def test_preemptions_move_down_only_beyond_the_rungs_limit():
+    rec = ladder_record()
+    preempted = "The job was preempted: Spot VMs were preempted"
+    first = observe(rec, failed(preempted, code=14, started=True), REF, NOW, 3600, None)
+    assert first.action == "resubmit" and rec.rung == 0, "max_preemptions 1: one more attempt on the same rung"
+    rec.state, rec.job_name = "submitted", JOB
+    second = observe(rec, failed(preempted, code=14, started=True), REF, NOW, 3600, None)
+    assert second.action == "resubmit" and rec.rung == 1
+    assert second.events[-1].left_rung.outcome == "preempted in 2 attempts (max_preemptions 1)"
+
+
+def test_an_exhausted_ladder_fails_listing_every_rung():
+    rec = ladder_record(rung=2, attempt=3, rung_history=[])
+    transition = observe(rec, failed(STOCKOUT), REF, NOW, 3600, None)
+    event = transition.events[-1]
+    assert isinstance(event, Failed) and event.reason == "capacity"
+    assert [o.rung for o in event.rungs] == [0, 1, 2]
+    assert event.rungs[2].outcome.startswith("failed (capacity)")
+
+
+def test_a_stuck_job_on_a_ladder_moves_down_once_it_is_cancelled():
+    rec = ladder_record(stuck=True, failure_reason="capacity")
+    cancelled = JobSnapshot(JOB, "JOB_STATE_CANCELLED", create_time=NOW - timedelta(hours=2))
+    transition = observe(rec, cancelled, REF, NOW, 3600, None)
+    assert transition.action == "resubmit" and rec.rung == 1
+    assert transition.events[-1].left_rung.outcome == "waited longer than max_pending (capacity)"
+
+
+def test_without_fallbacks_a_stockout_resubmits_the_same_shape_as_before():
+    from tests.unit.test_lifecycle import record
+
+    rec = record(failure_reason=None)
+    transition = observe(rec, failed(STOCKOUT), REF, NOW, 3600, None)
+    assert transition.action == "resubmit"
+    assert transition.events[-1].rung is None and rec.rung == 0
+
+
+def test_a_job_that_ran_and_then_stocked_out_moves_down_whatever_its_preemption_budget():
+    """Vertex fails a job whose capacity it lost and could not get back with the stockout text; it had run, so
+    it counts as preempted (failures.py), yet the rung is out of machines: the ladder moves on at once."""
+    rec = ladder_record(ladder=[r.model_copy(update={"max_preemptions": 5}) for r in ladder_record().ladder])
+    transition = observe(rec, failed(STOCKOUT, started=True), REF, NOW, 3600, None)
+    assert transition.action == "resubmit" and rec.rung == 1
+    assert transition.events[-1].left_rung.outcome == "stocked out after Vertex's own retries"

@@ -52,6 +52,15 @@ def test_every_catalog_machine_the_built_in_image_cannot_run_is_refused_and_no_o
         assert bool(refused) == (machine.builtin_accelerator in blackwell), (machine.name, refused)
 
 
+def test_a_blackwell_rung_of_the_ladder_is_refused_for_the_built_in_trainer_too(settings):
+    """Guards issue 17 item 3: a fallback to B200 would run the built-in image where it has no kernels."""
+    s = dataclasses.replace(settings, max_cost_usd=1e9, max_gpus_per_job=64)
+    found = problems(s, fallbacks=[{"resources": {"machine_type": "a4-highgpu-8g"}}],
+                     scheduling={"max_attempts": 2})  # fmt: skip
+    assert [p.split(":")[0] for p in found] == ["fallbacks[0].resources.accelerator_type"], found
+    assert "Blackwell" in found[0]
+
+
 def test_a4x_and_its_gb200_cannot_be_asked_for(settings):
     """Guards issue 17 item 3: A4X is arm64 and the image amd64; the catalog offers neither the machine nor its
     GPU, so such a request is invalid before admission."""

@@ -5,7 +5,8 @@ the next older one. Rank 0 writes (DDP replicas are identical); the last `keep` 
 
 Saving fits a Spot VM's 30 s notice: `start_save` copies the state once into CPU memory (trainer/snapshot.py)
 and returns, so training goes on while a background thread streams the copy to storage (serialised straight
-into the file or the multi-stream Cloud Storage upload, never a second copy in memory), then writes the marker.
+into the file, or into the multi-stream Cloud Storage upload, which holds at most its parts in flight — not a
+second copy of the state), then writes the marker.
 At most one upload is in flight: the next `start_save` first waits for the previous one, and `wait` is called
 before the process ends (the last step, SIGTERM). A background thread rather than torch.distributed.checkpoint's
 `async_save`: DCP writes a folder of per-rank files committed by its own `.metadata` and reaches gs:// only

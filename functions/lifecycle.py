@@ -90,6 +90,16 @@ class Record(BaseModel):
     def lease_live(self, now: datetime) -> bool:
         return self.lease_until is not None and self.lease_until > now
 
+    def envelope(self, now: datetime) -> dict[str, Any]:
+        """The fields every lifecycle event of this request's current attempt shares."""
+        return {
+            "request_id": self.request_id,
+            "request_key": self.key,
+            "attempt": self.attempt,
+            "time": now,
+            "trigger": self.trigger,
+        }
+
     def add_events(self, events: list[JobEvent]) -> set[str]:
         """Queue events not published or queued before (same ce-id), in order, each numbered after the last
         (in the same compare-and-swap as the state change, so no two get one number); the ce-ids queued."""
@@ -158,7 +168,12 @@ class Transition:
 
 
 def job_ref(name: str, region: str, project: str) -> JobRef:
+    """The job's name and console URL; the console page is in the job's own region (a ladder's rung may be in
+    another than the deployment's `region`)."""
     job_id = name.rsplit("/", 1)[-1]
+    parts = name.split("/")
+    if len(parts) > 3 and parts[2] == "locations":
+        region = parts[3]
     return JobRef(
         name=name,
         console_url=f"https://console.cloud.google.com/vertex-ai/locations/{region}/training/{job_id}?project={project}",

@@ -340,12 +340,8 @@ class Submission:
         record.add_events(
             [
                 Submitted(
-                    request_id=record.request_id,
-                    request_key=record.key,
-                    attempt=record.attempt,
-                    time=now,
+                    **record.envelope(now),
                     message=f"submitted {job.job_id} (attempt {record.attempt})",
-                    trigger=record.trigger,
                     job=job_ref(job.name, self.settings.region, self.settings.project),
                     cost=plan.cost,
                     artifacts=record.artifacts,
@@ -387,14 +383,10 @@ class Submission:
             record.add_events(
                 [
                     Queued(
-                        request_id=record.request_id,
-                        request_key=record.key,
-                        attempt=record.attempt,
-                        time=now,
+                        **record.envelope(now),
                         message=f"waiting in trainctl for GPU quota: needs {rung.gpus} of {rung.quota_metric} in "
                         f"{rung.region}; trainctl's jobs hold {admission.held} of the limit {limit}, and "
                         f"{admission.ahead} request(s) wait before this one",
-                        trigger=record.trigger,
                         quota_metric=rung.quota_metric,
                         region=rung.region,
                         gpus=rung.gpus,
@@ -434,10 +426,7 @@ class Submission:
         if record.quota_pool:
             self.pools.release(record.quota_pool, record.key_hash)
             record.quota_pool = None
-        common: dict[str, Any] = dict(
-            request_id=record.request_id, request_key=record.key, attempt=record.attempt, time=now,
-            trigger=record.trigger,
-        )  # fmt: skip
+        common = record.envelope(now)
         events: list[JobEvent] = []
         record.failure_reason, record.queued_since = "quota", None
         if has_fallbacks(record) and next_rung(record) is not None:

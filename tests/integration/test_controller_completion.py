@@ -12,7 +12,7 @@ from google.cloud import pubsub_v1
 
 from local.jobservice.client import wait_for_state
 from local.names import LOCAL_PROJECT, Names
-from tests.integration.deployment import fake_node_request
+from tests.integration.deployment import fake_node_request, pull_now
 
 METRICS = '{"val_accuracy": 0.91, "samples_per_second": 1234.5}'
 
@@ -51,7 +51,7 @@ def test_log_sink_messages_and_reconcile_together_report_each_state_once(deploym
     wait_for_state(job_client, job_name)
 
     def sink_to_on_job_state() -> None:
-        response = subscriber.pull(subscription=subscription, max_messages=100, timeout=5)
+        response = pull_now(subscriber, subscription, max_messages=100)  # polled between reconcile ticks
         for received in response.received_messages:
             entry = json.loads(received.message.data)
             if job_name.endswith("/" + entry["resource"]["labels"]["job_id"]):

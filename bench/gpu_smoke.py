@@ -11,7 +11,8 @@ It prints each check and whether it held, and exits non-zero if one did not:
 5. a short `trainer.launch` run with NCCL: `--processes` processes (default: one per visible GPU; NCCL refuses two
    ranks on one GPU, "Duplicate GPU detected", NVIDIA/nccl#418, so one GPU means one process), NCCL_DEBUG=INFO,
    exit 0 and a model written; the NCCL lines naming the network and any NET plugin are printed (with Reduction
-   Server the reduction-server plugin should appear there).
+   Server the reduction-server plugin should appear there), then the NET plugin line it saw: NCCL's own
+   "NET/Plugin" line and the trainer's "NCCL NET plugin loaded" line (the library mapped into the process).
 """
 
 from __future__ import annotations
@@ -129,11 +130,21 @@ def trainer_run(processes: int, keep: Path | None) -> bool:
     network = sorted({line.strip() for line in output.splitlines() if any(m in line for m in NCCL_NETWORK_MARKERS)})
     for line in network[:20]:
         print(f"    {line}")
+    print(f"    NET plugin line seen: {net_plugin_lines(output)}")
     metrics_file = folder / "model" / "metrics.json"
     metrics = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
     held = finished.returncode == 0 and metrics.get("world_size") == processes
     detail = f"exit {finished.returncode}, val_rmse {metrics.get('val_rmse')}, log {folder / 'run.log'}"
     return check(f"trainer.launch with {processes} NCCL process(es)", held, detail)
+
+
+def net_plugin_lines(output: str) -> str:
+    """NCCL's first "NET/Plugin" line and the trainer's report of the plugin it found loaded, or what is missing."""
+    nccl = next((line.strip() for line in output.splitlines() if "NET/Plugin" in line), None)
+    trainer = next((line.strip() for line in output.splitlines() if "NCCL NET plugin loaded" in line
+                    or "NCCL loaded no NET plugin" in line), None)  # fmt: skip
+    return " | ".join([nccl or "no NCCL NET/Plugin line (NCCL_DEBUG below INFO?)",
+                       trainer or "no trainer NET plugin line"])  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

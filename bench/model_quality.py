@@ -5,9 +5,11 @@ accuracy, or within 5 % of RMSE. Figures are appended to bench/RESULTS.md.
 
     python bench/model_quality.py [--epochs N] [--only NAME ...]
 
-The trainer runs as `python -m trainer.train` (a world of one process) with nothing but --data, --target and
---seed; the split is the trainer's own (`trainer.data._split`, seeded per shard), reproduced here for the
-baseline, so both are scored on the same validation rows.
+The trainer runs as `python -m trainer.train` (a world of one process) with the flags a request's default
+hyperparameters plan into (`TabularHyperparameters()` through `functions.planning.hyperparameter_args`, so
+what is measured is what a request that sets none gets), then any `--trainer-args`; the split is the
+trainer's own (`trainer.data._split`, seeded per shard), reproduced here for the baseline, so both are scored
+on the same validation rows.
 """
 
 from __future__ import annotations
@@ -70,8 +72,12 @@ def baseline(train: pa.Table, validation: pa.Table, task: str) -> float:
 
 
 def trainer_metric(path: Path, out: Path, task: str, extra: list[str]) -> dict:
-    command = [sys.executable, "-m", "trainer.train", "--data", str(path), "--target", "target",
-               "--seed", str(SEED), "--model-dir", str(out / "model"), "--checkpoint-dir", str(out / "ckpt"),
+    from functions.planning import hyperparameter_args
+    from schemas.request import TabularHyperparameters
+
+    defaults = hyperparameter_args(TabularHyperparameters(seed=SEED))
+    command = [sys.executable, "-m", "trainer.train", "--data", str(path), "--target", "target", *defaults,
+               "--model-dir", str(out / "model"), "--checkpoint-dir", str(out / "ckpt"),
                "--tensorboard-dir", str(out / "logs"), *extra]  # fmt: skip
     subprocess.run(command, cwd=REPO_ROOT, check=True, capture_output=True)
     return json.loads((out / "model" / "metrics.json").read_text())
@@ -107,7 +113,7 @@ def main() -> None:
                                       ours <= reference * RMSE_RATIO))  # fmt: skip
             print(figures[-1].row(), flush=True)
     flags = args.trainer_args or "none"
-    notes.append(f"trainer flags beyond --data/--target/--seed: `{flags}`; validation fraction "
+    notes.append(f"the request's default hyperparameters, then these trainer flags: `{flags}`; validation fraction "
                  f"{VALIDATION_FRACTION}, seed {SEED}, the trainer's own split for both")  # fmt: skip
     record("model_quality", figures, load_before, notes)
 

@@ -133,6 +133,8 @@ class Soak:
         events_topic = self.publisher.topic_path(project, names["events_topic"])
         self.subscriber.create_subscription(name=self.events_sub, topic=events_topic)
         self.data_bucket = self.storage.bucket(names["data_bucket"])
+        # The dataset of the Pub/Sub requests: admission refuses one with no data in it.
+        self.data_bucket.blob("soak/x/part-0.csv").upload_from_string("a,y\n1,0\n")
 
     def down(self) -> list[Any]:
         stack_id = self.state.stack_id

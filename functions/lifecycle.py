@@ -82,6 +82,7 @@ class Record(BaseModel):
     rung_history: list[RungOutcome] = Field(default_factory=list, description="Rungs left or skipped, and why.")
     quota_pool: str | None = Field(None, description="The GPU quota pool the request holds or waits in.")
     queued_since: datetime | None = Field(None, description="When it began to wait in trainctl's quota queue.")
+    cancel_requested: bool = Field(False, description="`trainctl cancel` of a request that has no job yet.")
 
     @property
     def final(self) -> bool:
@@ -89,6 +90,16 @@ class Record(BaseModel):
 
     def lease_live(self, now: datetime) -> bool:
         return self.lease_until is not None and self.lease_until > now
+
+    def envelope(self, now: datetime) -> dict[str, Any]:
+        """The fields every lifecycle event of this request's current attempt shares."""
+        return {
+            "request_id": self.request_id,
+            "request_key": self.key,
+            "attempt": self.attempt,
+            "time": now,
+            "trigger": self.trigger,
+        }
 
     def add_events(self, events: list[JobEvent]) -> set[str]:
         """Queue events not published or queued before (same ce-id), in order, each numbered after the last
@@ -158,7 +169,12 @@ class Transition:
 
 
 def job_ref(name: str, region: str, project: str) -> JobRef:
+    """The job's name and console URL; the console page is in the job's own region (a ladder's rung may be in
+    another than the deployment's `region`)."""
     job_id = name.rsplit("/", 1)[-1]
+    parts = name.split("/")
+    if len(parts) > 3 and parts[2] == "locations":
+        region = parts[3]
     return JobRef(
         name=name,
         console_url=f"https://console.cloud.google.com/vertex-ai/locations/{region}/training/{job_id}?project={project}",

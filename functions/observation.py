@@ -53,12 +53,22 @@ class Observation:
 
     def observe_job(self, job_id: str) -> str:
         """A job's service log line arrived: bring its record up to date."""
-        job = self.jobs.get(f"{self.jobs.parent}/customJobs/{job_id}")
+        job = self._job_by_id(job_id)
         khash = (job.labels or {}).get("trainctl-key") if job else None
         if khash is None:
             logs.info("not a trainctl job; ignored", job_id=job_id)
             return "ignored"
         return self.observe_record(khash)
+
+    def _job_by_id(self, job_id: str) -> JobSnapshot | None:
+        """The job a log line names: the log entry names no location, so the deployment's region is asked first,
+        then the regions a ladder may run in."""
+        project = self.jobs.parent.split("/")[1]
+        for region in dict.fromkeys((self.settings.region, *self.settings.allowed_regions)):
+            job = self.jobs.get(f"projects/{project}/locations/{region}/customJobs/{job_id}")
+            if job is not None:
+                return job
+        return None
 
     def observe_record(self, khash: str) -> str:
         # on_job_state and reconcile observe the same jobs: when another one changed the record after we read

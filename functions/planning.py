@@ -139,16 +139,12 @@ def estimate_cost(request: TrainingJobRequest, reducers: ReductionServerPlan) ->
     )
 
 
-def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[str]:
-    """Command-line arguments of `python -m trainer.launch` for the built-in tabular trainer."""
-    hp, ds = request.trainer.hyperparameters or TabularHyperparameters(), request.dataset
-    args = [
-        "--data", ds.uri,
-        "--target", ds.target,
-        "--format", ds.format,
-        "--validation-fraction", str(ds.validation_fraction),
+def hyperparameter_args(hp: TabularHyperparameters) -> list[str]:
+    """The trainer flags of the hyperparameters (bench/model_quality.py runs the trainer with these too)."""
+    return [
         "--task", hp.task,
         "--epochs", str(hp.epochs),
+        "--early-stopping-patience", str(hp.early_stopping_patience),
         "--batch-size", str(hp.batch_size),
         "--learning-rate", str(hp.learning_rate),
         "--weight-decay", str(hp.weight_decay),
@@ -157,6 +153,18 @@ def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[st
         "--seed", str(hp.seed),
         "--grad-accum-steps", str(hp.gradient_accumulation_steps),
         "--checkpoint-every-steps", str(hp.checkpoint_every_steps),
+    ]  # fmt: skip
+
+
+def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[str]:
+    """Command-line arguments of `python -m trainer.launch` for the built-in tabular trainer."""
+    ds = request.dataset
+    args = [
+        "--data", ds.uri,
+        "--target", ds.target,
+        "--format", ds.format,
+        "--validation-fraction", str(ds.validation_fraction),
+        *hyperparameter_args(request.trainer.hyperparameters or TabularHyperparameters()),
     ]  # fmt: skip
     if ds.features:
         args += ["--features", ",".join(ds.features)]

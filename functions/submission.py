@@ -340,12 +340,8 @@ class Submission:
         record.add_events(
             [
                 Submitted(
-                    request_id=record.request_id,
-                    request_key=record.key,
-                    attempt=record.attempt,
-                    time=now,
+                    **record.envelope(now),
                     message=f"submitted {job.job_id} (attempt {record.attempt})",
-                    trigger=record.trigger,
                     job=job_ref(job.name, self.settings.region, self.settings.project),
                     cost=plan.cost,
                     artifacts=record.artifacts,
@@ -387,14 +383,10 @@ class Submission:
             record.add_events(
                 [
                     Queued(
-                        request_id=record.request_id,
-                        request_key=record.key,
-                        attempt=record.attempt,
-                        time=now,
+                        **record.envelope(now),
                         message=f"waiting in trainctl for GPU quota: needs {rung.gpus} of {rung.quota_metric} in "
                         f"{rung.region}; trainctl's jobs hold {admission.held} of the limit {limit}, and "
                         f"{admission.ahead} request(s) wait before this one",
-                        trigger=record.trigger,
                         quota_metric=rung.quota_metric,
                         region=rung.region,
                         gpus=rung.gpus,
@@ -417,8 +409,8 @@ class Submission:
         now = self.clock()
         rung = record.ladder[record.rung]
         waited = int((now - record.queued_since).total_seconds()) if record.queued_since else 0
-        if waited > rung.max_pending:
-            return self._queue_timed_out(record, generation, now, waited)
+        if record.cancel_requested or waited > rung.max_pending:
+            return self._leave_queue_for_good(record, generation, now, waited)
         limit = self.quotas.limit(rung.quota_metric, rung.region) if self.quotas else None
         if limit is not None:
             pool = pool_name(rung.region, rung.quota_metric)
@@ -429,18 +421,20 @@ class Submission:
         logs.info("quota has room; leaving the queue", request_key=record.key, waited=waited)
         return self.submit(record, generation)
 
-    def _queue_timed_out(self, record: Record, generation: int, now: datetime, waited: int) -> str:
+    def _leave_queue_for_good(self, record: Record, generation: int, now: datetime, waited: int) -> str:
+        """A queued request cancelled by its requester, or waiting longer than its rung's max_pending: it moves
+        down the ladder, or ends."""
         why = f"waited {format_duration(waited)} in trainctl's queue for GPU quota, longer than max_pending"
         if record.quota_pool:
             self.pools.release(record.quota_pool, record.key_hash)
             record.quota_pool = None
-        common: dict[str, Any] = dict(
-            request_id=record.request_id, request_key=record.key, attempt=record.attempt, time=now,
-            trigger=record.trigger,
-        )  # fmt: skip
+        common = record.envelope(now)
         events: list[JobEvent] = []
         record.failure_reason, record.queued_since = "quota", None
-        if has_fallbacks(record) and next_rung(record) is not None:
+        if record.cancel_requested:
+            record.state, record.failure_reason, record.message = "cancelled", None, "cancelled by request"
+            events.append(Cancelled(**common, message="cancelled by request while it waited for GPU quota"))
+        elif has_fallbacks(record) and next_rung(record) is not None:
             text = f"attempt {record.attempt} {why}"
             resubmit(record, events, common, "quota", text, now, left=rung_outcome(record, why))
             record.owner, record.lease_until = self.owner, now + timedelta(seconds=self.settings.lease)

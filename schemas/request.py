@@ -116,7 +116,12 @@ class Dataset(_Strict):
 class TabularHyperparameters(_Strict):
     """Hyperparameters of the built-in tabular MLP trainer."""
 
-    epochs: int = Field(10, ge=1, le=10_000)
+    epochs: int = Field(
+        60,
+        ge=1,
+        le=10_000,
+        description="Most epochs to train; with early_stopping_patience a run usually stops well before.",
+    )
     batch_size: int = Field(256, ge=1, le=1_048_576, description="Per process (GPU) batch size.")
     learning_rate: float = Field(1e-3, gt=0.0, le=10.0)
     weight_decay: float = Field(0.01, ge=0.0, le=1.0)
@@ -128,6 +133,13 @@ class TabularHyperparameters(_Strict):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     gradient_accumulation_steps: int = Field(1, ge=1, le=1024)
     checkpoint_every_steps: int = Field(500, ge=1, le=10_000_000)
+    early_stopping_patience: int = Field(
+        8,
+        ge=0,
+        le=10_000,
+        description="Stop after this many epochs without a better validation metric (0: train every epoch). "
+        "The model kept is always the best epoch's.",
+    )
 
 
 class Trainer(_Strict):

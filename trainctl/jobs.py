@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from functions.gcs import Gcs
+from functions.gcs import Conflict, Gcs
 from functions.ledger import Ledger
 from functions.lifecycle import Record
 from trainctl.context import cli_settings
@@ -117,10 +117,16 @@ def run_list(args: argparse.Namespace) -> int:
 def run_cancel(args: argparse.Namespace) -> int:
     from functions.vertex import VertexJobs
 
-    record = _find(_ledger(), args.request_id)
+    ledger = _ledger()
+    record = _find(ledger, args.request_id)
     if record is None:
         print(f"no request {args.request_id!r} in the ledger")
         return EXIT_NOT_FOUND
+    if record.state == "queued":
+        if cancel_queued(ledger, args.request_id):
+            print(f"{args.request_id} waits for GPU quota; reconcile ends it with a `cancelled` event at its next tick")
+            return 0
+        record = _find(ledger, args.request_id) or record  # it left the queue meanwhile: cancel its job
     if record.final or record.job_name is None:
         print(f"{args.request_id} is {record.state}; there is no job to cancel")
         return 1
@@ -128,6 +134,24 @@ def run_cancel(args: argparse.Namespace) -> int:
     VertexJobs(settings.project, settings.region, settings.vertex_endpoint).cancel(record.job_name)
     print(f"cancelling {record.job_name}; a `cancelled` event follows when it has stopped")
     return 0
+
+
+def cancel_queued(ledger: Ledger, request_id: str) -> bool:
+    """Ask for a request that waits in trainctl's quota queue (it has no job yet) to be cancelled: reconcile, which
+    owns the record's state, ends it and publishes `cancelled`. A compare-and-swap, again if the record moved;
+    False when it is no longer queued (it got its quota meanwhile)."""
+    for _ in range(5):
+        found = ledger.find_by_request_id(request_id)
+        if found is None or found[0].state != "queued":
+            return False
+        record, generation = found
+        record.cancel_requested = True
+        try:
+            ledger.replace(record, generation)
+            return True
+        except Conflict:
+            continue
+    raise SystemExit(f"{request_id}: its record kept changing; try again")
 
 
 def run_watch(args: argparse.Namespace) -> int:

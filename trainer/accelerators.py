@@ -28,17 +28,18 @@ def _field(mapping: Mapping, snake: str):
     return mapping.get(snake, mapping.get(camel))
 
 
-def requested_accelerators(env: Mapping[str, str]) -> Requested | None:
-    """The accelerators CLUSTER_SPEC's machine spec gives this node's pool, or None when it asks for none."""
-    if not env.get("CLUSTER_SPEC"):
-        return None
-    spec = json.loads(env["CLUSTER_SPEC"])
+def machine_spec(env: Mapping[str, str]) -> tuple[str, dict]:
+    """This node's pool (`workerpool0`…) and its machine spec in CLUSTER_SPEC's `job` ({} when not given)."""
+    spec = json.loads(env["CLUSTER_SPEC"]) if env.get("CLUSTER_SPEC") else {}
     pool = (spec.get("task") or {}).get("type") or "workerpool0"
     pools = _field(spec.get("job") or {}, "worker_pool_specs") or []
     index = int(pool.removeprefix("workerpool")) if pool.removeprefix("workerpool").isdigit() else 0
-    if index >= len(pools):
-        return None
-    machine = _field(pools[index] or {}, "machine_spec") or {}
+    return pool, (_field(pools[index] or {}, "machine_spec") or {}) if index < len(pools) else {}
+
+
+def requested_accelerators(env: Mapping[str, str]) -> Requested | None:
+    """The accelerators CLUSTER_SPEC's machine spec gives this node's pool, or None when it asks for none."""
+    pool, machine = machine_spec(env)
     count = int(_field(machine, "accelerator_count") or 0)
     kind = str(_field(machine, "accelerator_type") or "")
     if count < 1 or kind in ("", "ACCELERATOR_TYPE_UNSPECIFIED"):

@@ -2,6 +2,17 @@
 marker `COMMITTED` written last; the marker records the size and SHA-256 of `state.pt`. A folder without a
 marker, or whose state does not match its marker, never counts: resuming skips it with a log line and takes
 the next older one. Rank 0 writes (DDP replicas are identical); the last `keep` committed ones are kept.
+
+Saving fits a Spot VM's 30 s notice: `start_save` copies the state once into CPU memory (trainer/snapshot.py)
+and returns, so training goes on while a background thread streams the copy to storage (serialised straight
+into the file, or into the multi-stream Cloud Storage upload, which holds at most its parts in flight — not a
+second copy of the state), then writes the marker.
+At most one upload is in flight: the next `start_save` first waits for the previous one, and `wait` is called
+before the process ends (the last step, SIGTERM). A background thread rather than torch.distributed.checkpoint's
+`async_save`: DCP writes a folder of per-rank files committed by its own `.metadata` and reaches gs:// only
+through fsspec, while this keeps the one-file checkpoint with a checked marker, the storage helper (local,
+/gcs, gs:// over several streams), and older checkpoints resumable; rank 0 alone writes because DDP replicas
+are identical. The thread's work (writing, hashing, HTTP) runs mostly outside the GIL.
 """
 
 from __future__ import annotations
@@ -11,10 +22,13 @@ import io
 import json
 import re
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import IO, cast
 
 import torch
 
 from trainer import logs
+from trainer.snapshot import Snapshots
 from trainer.storage import open_folder
 
 STATE = "state.pt"
@@ -26,6 +40,29 @@ def _folder(step: int) -> str:
     return f"step-{step:09d}"
 
 
+class _HashingWriter:
+    """Passes bytes on to `sink`, counting them and hashing them for the commit marker. torch.save reports a
+    failed write only as "unexpected pos"; the sink's own error is kept in `failure` to say what happened."""
+
+    def __init__(self, sink) -> None:
+        self.sink, self.bytes, self.sha256 = sink, 0, hashlib.sha256()
+        self.failure: BaseException | None = None
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.sha256.update(view)
+        try:
+            self.sink.write(view)
+        except BaseException as e:
+            self.failure = e
+            raise
+        self.bytes += len(view)
+        return len(view)
+
+    def flush(self) -> None:
+        self.sink.flush()
+
+
 class Checkpoints:
     def __init__(self, uri: str, keep: int = 3):
         if keep < 1:
@@ -33,6 +70,9 @@ class Checkpoints:
         self.uri = uri
         self.folder = open_folder(uri)
         self.keep = keep
+        self._snapshots = Snapshots()
+        self._uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-upload")
+        self._upload: Future | None = None
 
     def _steps(self) -> tuple[list[int], list[int]]:
         """(committed, uncommitted) steps found in the folder, oldest first."""
@@ -47,17 +87,46 @@ class Checkpoints:
         return committed, uncommitted
 
     def save(self, step: int, state: dict) -> None:
+        """Save and wait until the checkpoint is committed."""
+        self.start_save(step, state)
+        self.wait()
+
+    def start_save(self, step: int, state: dict) -> None:
+        """Wait for the previous upload, copy `state`, and upload the copy in the background; training may
+        change `state` as soon as this returns."""
+        self.wait()
         started = time.monotonic()
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        data = buffer.getvalue()
-        self.folder.write_bytes(f"{_folder(step)}/{STATE}", data)
-        marker = {"step": step, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "time": time.time()}
-        self.folder.write_bytes(f"{_folder(step)}/{MARKER}", json.dumps(marker).encode())
+        snapshot = self._snapshots.take(state)
+        logs.log("checkpoint snapshot taken", step=step, seconds=round(time.monotonic() - started, 3))
+        self._upload = self._uploader.submit(self._write, step, snapshot, started)
+
+    def wait(self) -> None:
+        """Block until the upload in flight, if any, is committed; raise its error if it failed (the checkpoint
+        before it is then still the newest committed one)."""
+        upload, self._upload = self._upload, None
+        if upload is not None:
+            upload.result()
+
+    def _write(self, step: int, snapshot: dict, started: float) -> None:
+        try:
+            with self.folder.open_writer(f"{_folder(step)}/{STATE}") as sink:
+                data = _HashingWriter(sink)
+                try:
+                    torch.save(snapshot, cast(IO[bytes], data))  # it needs only write() and flush()
+                except Exception:
+                    if data.failure is not None:
+                        raise data.failure from None
+                    raise
+            # The marker last: until it exists, the state above does not count.
+            marker = {"step": step, "bytes": data.bytes, "sha256": data.sha256.hexdigest(), "time": time.time()}
+            self.folder.write_bytes(f"{_folder(step)}/{MARKER}", json.dumps(marker).encode())
+        except Exception as e:
+            logs.error(f"checkpoint upload failed: {type(e).__name__}: {e}", step=step, uri=self.folder.uri())
+            raise
         logs.log(
             "checkpoint committed",
             step=step,
-            bytes=len(data),
+            bytes=data.bytes,
             uri=self.folder.uri(_folder(step)),
             seconds=round(time.monotonic() - started, 3),
         )

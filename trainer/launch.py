@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainer import accelerators, finished_watch, logs, nccl_env, shared_memory
+from trainer import accelerators, finished_watch, logs, nccl_env, net_plugin, shared_memory
 from trainer.accelerators import LOCAL_PROCS_ENV
 
 DEFAULT_MASTER_PORT = 29500
@@ -164,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     if rdma:
         os.environ.update(rdma)
         logs.log("NCCL environment for GPUDirect RDMA", script=str(nccl_env.RDMA_SCRIPT), variables=sorted(rdma))
+    if torch.cuda.is_available():  # NCCL runs only on GPUs; the CPU (gloo) path has no NET plugin to check
+        net_plugin.check_before_launch(os.environ)
     cluster = cluster_from_env(os.environ)
     nproc = processes_per_node(args.nproc_per_node, os.environ, torch.cuda.device_count())
     run_id = os.environ.get("CLOUD_ML_JOB_ID") or "trainctl"

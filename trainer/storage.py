@@ -1,6 +1,7 @@
 """Where the trainer reads and writes: a local folder (which includes Vertex's `/gcs/…` FUSE mount) or a
 `gs://bucket/prefix` folder written through google-cloud-storage. Both offer the same few operations on
-names relative to the folder, so checkpoints and outputs do not care which one they got.
+names relative to the folder, so checkpoints and outputs do not care which one they got. `open_writer` streams
+a large file in (a checkpoint) without holding it in memory; on Cloud Storage it uploads over several streams.
 
 With `STORAGE_EMULATOR_HOST` set (the local stack's fake-gcs-server), the client talks to the emulator with
 anonymous credentials.
@@ -13,7 +14,11 @@ import functools
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
+
+from trainer.gcs_composite import CompositeWriter
 
 
 def is_gcs(uri: str) -> bool:
@@ -51,14 +56,25 @@ class LocalFolder:
         return str(self.root / name) if name else str(self.root)
 
     def write_bytes(self, name: str, data: bytes) -> None:
+        with self.open_writer(name) as file:
+            file.write(data)
+
+    @contextlib.contextmanager
+    def open_writer(self, name: str) -> Iterator[BinaryIO]:
+        """A file to write `name` through; it appears whole when the block ends, and not at all on an error."""
         # Write beside, then rename: a reader never sees half a file.
         target = self.root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False) as tmp:
-            tmp.write(data)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp.name, target)
+        tmp = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False)  # noqa: SIM115
+        try:
+            with tmp:
+                yield tmp  # type: ignore[misc]
+                tmp.flush()
+                os.fsync(tmp.fileno())
+            os.replace(tmp.name, target)
+        except BaseException:
+            Path(tmp.name).unlink(missing_ok=True)
+            raise
 
     def read_bytes(self, name: str) -> bytes:
         return (self.root / name).read_bytes()
@@ -100,6 +116,18 @@ class GcsFolder:
     def write_bytes(self, name: str, data: bytes) -> None:
         # A Cloud Storage object appears whole or not at all.
         self.bucket.blob(self._key(name)).upload_from_string(data)
+
+    @contextlib.contextmanager
+    def open_writer(self, name: str, part_bytes: int | None = None) -> Iterator[CompositeWriter]:
+        """A writer for the object `name`, uploaded in parts over several streams as it is written (a parallel
+        composite upload); the object appears when the block ends, and not at all on an error."""
+        writer = CompositeWriter(self.bucket, self._key(name), **({"part_bytes": part_bytes} if part_bytes else {}))
+        try:
+            yield writer
+        except BaseException:
+            writer.abort()
+            raise
+        writer.commit()
 
     def read_bytes(self, name: str) -> bytes:
         return self.bucket.blob(self._key(name)).download_as_bytes()

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import collectives, gpu_feeding, logs
+from trainer import collectives, gpu_feeding, logs, net_plugin
 from trainer.batches import EpochBatches
 from trainer.checkpoint import Checkpoints
 from trainer.data import load_rank_data
@@ -145,10 +145,19 @@ def resume(checkpoints: Checkpoints, state: TrainState, device: torch.device) ->
 
 
 def save_checkpoint(run: Run) -> None:
-    """Every rank contributes its RNG state and running loss; rank 0 writes; everyone leaves together."""
+    """Every rank contributes its RNG state and running loss; rank 0 copies the state and uploads the copy in
+    the background (after waiting for its previous upload); everyone leaves together, on the side group."""
     rank_states = collectives.gather_objects(run.state.rank_state(run.device))
     if run.is_main:
-        run.checkpoints.save(run.state.step, run.state.state_dict(rank_states))
+        run.checkpoints.start_save(run.state.step, run.state.state_dict(rank_states))
+    collectives.wait_for_all()
+
+
+def wait_for_checkpoint(run: Run) -> None:
+    """Before the process ends: every rank waits, on the side group, until rank 0's upload is committed — a rank
+    that left earlier would have torchrun stop the group and kill rank 0 mid-upload."""
+    if run.is_main:
+        run.checkpoints.wait()
     collectives.wait_for_all()
 
 
@@ -228,6 +237,8 @@ def train(run: Run, stop: StopSignal) -> int:
             log_losses.append(loss)
             if state.step == first_step_of_this_process:
                 collectives.shorten_timeout(args.collective_timeout_seconds)
+                if run.device.type == "cuda" and os.environ.get("LOCAL_RANK", "0") == "0":
+                    net_plugin.report_loaded(os.environ)  # NCCL has started by now: one line per node
             progress.write(state.step, epoch)
 
             # Every rank checks at the same steps whether any rank got SIGTERM or rank 0's clock wants a checkpoint.
@@ -259,9 +270,11 @@ def train(run: Run, stop: StopSignal) -> int:
                 if run.is_main:
                     tensorboard.flush()
             if stop_now:
+                wait_for_checkpoint(run)
                 logs.warning("stopped by SIGTERM after a committed checkpoint", step=state.step)
                 return PREEMPTED_EXIT_CODE
 
+    wait_for_checkpoint(run)
     finish(run, throughput, tensorboard)
     progress.write(state.step, state.epoch, state="finished", force=True)
     collectives.wait_for_all()

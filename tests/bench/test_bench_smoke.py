@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import cold_start, controller_load, reconcile_scale, reconcile_sweep, report_listing
+from bench import checkpoint_time, cold_start, controller_load, reconcile_scale, reconcile_sweep, report_listing
 from bench.report import record
 from bench.stack import Stack
 
@@ -61,3 +61,12 @@ def test_report_listing_lists_every_outcome_filed(stack, tmp_path):
         report_listing, stack, tmp_path, "--finished", "300", "--stored", "30", "--days", "3", "--runs", "1"
     )
     assert figures["listing calls at 300 finished requests"] == "1"
+
+
+def test_checkpoint_time_saves_a_small_state_to_disk_and_to_cloud_storage(fake_gcs, tmp_path):
+    """Guards issue 17 item 9: the checkpoint-time benchmark still runs (a 16 MiB state here, 2 GB for real)."""
+    args = checkpoint_time.parse_args(["--gigabytes", "0.015", "--rounds", "1", "--results", str(tmp_path / "R.md")])
+    figures, notes = checkpoint_time.run(args, fake_gcs.url)
+    record("checkpoint_time", figures, "0 0 0", notes, args.results)
+    names = {figure.name for figure in figures}
+    assert {f"{target}: time until the checkpoint is committed" for target in ("local", "gcs")} <= names

@@ -4,6 +4,7 @@ API path. Guards issue 14 items 2 and 3 (and 4, the model they run on)."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,15 +13,24 @@ from typing import Any
 import pytest
 from google.cloud.aiplatform_v1.types import JobState
 
+from functions.gcs import Gcs
+from functions.keys import key_hash
+from functions.ledger import Ledger
+from functions.settings import Settings
 from local.names import LOCAL_PROJECT
+from schemas.errors import parse_request
 from tests.integration.deployment import Deployment, fake_node_request
+from trainctl.jobs import cancel_queued
+from trainctl.plan import ladder_lines, quota_headroom
 
-L4_LIMIT, A100_LIMIT, A100_LIMIT_EUROPE = 8, 16, 8
+# V100s for the burst: no other test asks for them, so no job of another module can hold any.
+V100_LIMIT, A100_LIMIT, A100_LIMIT_EUROPE = 8, 16, 8
+V100 = {"machine_type": "n1-standard-16", "accelerator_type": "NVIDIA_TESLA_V100", "accelerator_count": 2}
 CAPACITY: dict[str, Any] = {
     "regions": {
         "us-central1": {
             "quotas": {
-                "custom_model_training_nvidia_l4_gpus": L4_LIMIT,
+                "custom_model_training_nvidia_v100_gpus": V100_LIMIT,
                 "custom_model_training_nvidia_a100_gpus": A100_LIMIT,
             },
             "machines": [
@@ -44,16 +54,23 @@ def ladder_deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -
     """A deployment that reads GPU quotas from the stand-in and may run jobs in europe-west4 too."""
     jobservice.control.set_capacity(CAPACITY)
     deployed = Deployment(uuid.uuid4().hex[:8], jobservice.rest_url)
-    deployed.create(
-        tmp_path_factory.mktemp("functions"),
-        TRAINCTL_QUOTAS_ENDPOINT=jobservice.rest_url,
-        TRAINCTL_ALLOWED_REGIONS="europe-west4",
-    )
+    deployed.create(tmp_path_factory.mktemp("functions"), TRAINCTL_ALLOWED_REGIONS="europe-west4")
     try:
         yield deployed
     finally:
         deployed.stop()
         jobservice.control.clear_capacity()
+
+
+def states_seen(events, state: str) -> set[str]:
+    """The requests that published `state` so far (one drain of the subscription for all of them)."""
+    return {event.request_id for event, _ in events.drain() if event.state == state}
+
+
+def v100_pool(deployment: Deployment) -> str:
+    """trainctl's count of its V100 holdings (a fresh Blob: one that was read once keeps reading that generation)."""
+    bucket = deployment.storage().bucket(deployment.control_bucket)
+    return bucket.blob("quota/us-central1/custom_model_training_nvidia_v100_gpus.json").download_as_text()
 
 
 def jobs_of(job_client, prefix: str, region: str = "us-central1") -> list[Any]:
@@ -122,7 +139,15 @@ def test_a_ladder_whose_every_rung_stocks_out_fails_listing_each_rung(ladder_dep
         fallbacks=[{"region": "europe-west4", "resources": stocked_out}],
     )
     assert deployment.request(request) == 200
-    failed = events.wait_for("all-out", "failed", act=deployment.reconcile, timeout=120)
+    events.wait_for("all-out", "retrying", act=deployment.reconcile, timeout=120)
+    [europe_job] = jobs_of(job_client, "all-out", "europe-west4")
+    # The log sink's line names the job by id alone: on_job_state finds it in the ladder's other region.
+    entry = {
+        "resource": {"type": "ml_job", "labels": {"job_id": europe_job.name.rsplit("/", 1)[-1]}},
+        "labels": {"ml.googleapis.com/job_state": "FAILED"},
+    }
+    line = deployment.push_body(json.dumps(entry).encode())
+    failed = events.wait_for("all-out", "failed", act=lambda: deployment.post("on_job_state", line), timeout=120)
     assert failed.reason == "capacity"
     assert [(o.rung, o.attempts) for o in failed.rungs] == [(0, 1), (1, 1)]
     assert failed.rungs[0].outcome == "stocked out after Vertex's own retries"
@@ -135,31 +160,37 @@ def test_a_ladder_whose_every_rung_stocks_out_fails_listing_each_rung(ladder_dep
 
 
 def test_requests_beyond_the_quota_wait_in_trainctl_and_are_released_in_arrival_order(ladder_deployment, job_client):
-    """Ten requests of 2 L4 GPUs against a limit of 8: four run, six wait (state queued), released in the
-    order they came as jobs end; trainctl never has more than 8 L4 GPUs in jobs that have not ended."""
+    """Ten requests of 2 V100 GPUs against a limit of 8: four run, six wait (state queued), released in the
+    order they came as jobs end; trainctl never has more than 8 V100 GPUs in jobs that have not ended."""
     deployment = ladder_deployment
     events = deployment.events()
     ids = [f"burst-{index}" for index in range(10)]
     for request_id in ids:
-        assert deployment.request(fake_node_request(request_id, "--sleep", "2")) == 200
-    queued = [request_id for request_id in ids if events.of(request_id, "queued")]
+        assert deployment.request(fake_node_request(request_id, "--sleep", "1", resources=V100)) == 200
+    queued = [request_id for request_id in ids if request_id in states_seen(events, "queued")]
     assert queued == ids[4:], "the first four fit the quota; the rest wait, in the order they came"
     assert events.of("burst-9", "queued")[0].ahead == 5
+    # `trainctl plan --quota` sees the same: the limit from Cloud Quotas, what trainctl's jobs hold of it.
+    settings = Settings.from_env(deployment.settings_env())
+    [(info, line)] = ladder_lines(
+        parse_request(fake_node_request("plan", resources=V100)), settings, quota_headroom(settings)
+    )
+    assert (info["quota_limit"], info["quota_held"]) == (V100_LIMIT, V100_LIMIT)
+    assert line.endswith("quota custom_model_training_nvidia_v100_gpus: limit 8, trainctl holds 8, headroom 0")
 
     def in_flight() -> list[str]:
         return [job.labels["trainctl-request"] for job in jobs_of(job_client, "burst-") if job.state not in ENDED]
 
-    deadline = time.monotonic() + 240
-    while not all(events.of(request_id, "succeeded") for request_id in ids):
+    deadline = time.monotonic() + 200
+    while not set(ids) <= states_seen(events, "succeeded"):
         assert time.monotonic() < deadline, {request_id: events.states(request_id) for request_id in ids}
-        assert len(in_flight()) * 2 <= L4_LIMIT
+        assert len(in_flight()) * 2 <= V100_LIMIT
         started = {job.labels["trainctl-request"] for job in jobs_of(job_client, "burst-")}
         released = [request_id for request_id in queued if request_id in started]
         assert released == queued[: len(released)], "released out of arrival order"
         deployment.reconcile()
-        time.sleep(0.5)
-    for request_id in ids:
-        assert events.states(request_id).count("succeeded") == 1
+    every = events.drain()
+    assert all([e.state for e, _ in every if e.request_id == request_id].count("succeeded") == 1 for request_id in ids)
     assert deployment.record("request:burst-9")["state"] == "succeeded"
 
 
@@ -170,7 +201,7 @@ def test_a_stocked_out_rung_moves_down_and_the_next_resumes_from_its_checkpoint(
     ladder moves to rung 1 (2 × A100), whose job resumes from rung 0's checkpoint (the step count goes on)."""
     deployment = ladder_deployment
     events = deployment.events()
-    rows = "\n".join(f"{i % 7},{(i * 13) % 11},{int(i % 7 > 3)}" for i in range(3000))
+    rows = "\n".join(f"{i % 7},{(i * 13) % 11},{int(i % 7 > 3)}" for i in range(1500))
     deployment.upload("ladder-data/part-0.csv", "a,b,y\n" + rows + "\n")
     request = {
         "api_version": "trainctl/v1",
@@ -178,7 +209,7 @@ def test_a_stocked_out_rung_moves_down_and_the_next_resumes_from_its_checkpoint(
         "dataset": {"uri": f"gs://{deployment.data_bucket}/ladder-data/", "target": "y"},
         "trainer": {
             "builtin": "tabular",
-            "hyperparameters": {"epochs": 40, "batch_size": 16, "checkpoint_every_steps": 10, "hidden_sizes": [64]},
+            "hyperparameters": {"epochs": 30, "batch_size": 16, "checkpoint_every_steps": 10, "hidden_sizes": [64]},
         },
         "resources": {"machine_type": "n1-standard-8", **T4},
         "scheduling": {"restart_job_on_worker_restart": False, "max_attempts": 2},
@@ -205,3 +236,46 @@ def test_a_stocked_out_rung_moves_down_and_the_next_resumes_from_its_checkpoint(
     assert job_client.get_custom_job(name=second).job_spec.worker_pool_specs[0].machine_spec.machine_type == (
         "a2-highgpu-2g"
     )
+
+
+def test_a_wait_in_trainctls_queue_longer_than_the_rungs_max_pending_moves_down_the_ladder(ladder_deployment):
+    deployment = ladder_deployment
+    events = deployment.events()
+    filler = fake_node_request("v100-filler", "--sleep", "5", resources=V100 | {"replica_count": 4})
+    assert deployment.request(filler) == 200
+    request = fake_node_request(
+        "queue-then-move",
+        "--sleep",
+        "0.5",
+        resources=V100,
+        scheduling={"max_pending": 2, "max_attempts": 2},
+        fallbacks=[{"resources": {"machine_type": "a2-highgpu-2g"}}],
+    )
+    assert deployment.request(request) == 200
+    assert events.of("queue-then-move", "queued")[0].held == V100_LIMIT
+    time.sleep(2.5)
+    retrying = events.wait_for("queue-then-move", "retrying", act=deployment.reconcile, timeout=60)
+    assert (retrying.reason, retrying.rung) == ("quota", 1)
+    assert retrying.left_rung.outcome.startswith("waited ") and "in trainctl's queue for GPU quota" in (
+        retrying.left_rung.outcome
+    )
+    submitted = events.wait_for("queue-then-move", "submitted", timeout=30)
+    assert submitted.attempt == 2
+    events.wait_for("queue-then-move", "succeeded", act=deployment.reconcile, timeout=120)
+
+
+def test_a_queued_request_can_be_cancelled_before_it_has_a_job(ladder_deployment):
+    """`trainctl cancel` of a request waiting for quota: reconcile ends it (`cancelled`) and it waits no more."""
+    deployment = ladder_deployment
+    events = deployment.events()
+    filler = fake_node_request("v100-filler-2", "--sleep", "5", resources=V100 | {"replica_count": 4})
+    assert deployment.request(filler) == 200
+    assert deployment.request(fake_node_request("cancel-queued", "--sleep", "0.5", resources=V100)) == 200
+    assert deployment.record("request:cancel-queued")["state"] == "queued"
+    assert key_hash("request:cancel-queued") in v100_pool(deployment)
+    assert cancel_queued(Ledger(Gcs(LOCAL_PROJECT), deployment.control_bucket), "cancel-queued")
+    cancelled = events.wait_for("cancel-queued", "cancelled", act=deployment.reconcile, timeout=60)
+    assert cancelled.reason is None and "while it waited for GPU quota" in cancelled.message
+    assert key_hash("request:cancel-queued") not in v100_pool(deployment)
+    assert deployment.record("request:cancel-queued")["state"] == "cancelled"
+    assert events.states("cancel-queued") == ["accepted", "queued", "cancelled"]

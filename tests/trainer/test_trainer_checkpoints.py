@@ -3,7 +3,9 @@ is not committed or does not match its marker, keeping the last K."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 
 import pytest
 import torch
@@ -77,3 +79,160 @@ def test_only_the_last_k_committed_checkpoints_are_kept_and_leftovers_are_remove
 def test_keeping_fewer_than_one_checkpoint_is_refused(tmp_path):
     with pytest.raises(ValueError, match="at least 1"):
         Checkpoints(str(tmp_path), keep=0)
+
+
+class Failing(Exception):
+    """Injected into an upload: the node dies, or the network drops, halfway through the state."""
+
+
+def fail_halfway_through_writing(checkpoints: Checkpoints, monkeypatch) -> None:
+    """The next upload writes part of the state, then fails, as a crash mid-upload would leave it."""
+    real_open_writer = checkpoints.folder.open_writer
+
+    @contextlib.contextmanager
+    def open_writer(name, **kwargs):
+        with real_open_writer(name, **kwargs) as sink:
+            yield HalfThenFail(sink)
+
+    monkeypatch.setattr(checkpoints.folder, "open_writer", open_writer)
+
+
+class HalfThenFail:
+    def __init__(self, sink):
+        self.sink, self.written = sink, 0
+
+    def write(self, data):
+        if self.written > 100:
+            raise Failing("the upload broke off")
+        self.written += len(data)
+        return self.sink.write(data)
+
+    def flush(self):
+        self.sink.flush()
+
+
+def test_a_crash_mid_upload_leaves_the_previous_checkpoint_the_newest_committed_one(checkpoint_uri, monkeypatch):
+    """Guards issue 17 item 9: an upload that fails part-way never commits, the checkpoint before it still
+    resumes, and the failure reaches the trainer at its next wait."""
+    checkpoints = Checkpoints(checkpoint_uri, keep=3)
+    checkpoints.save(10, big_state(10))
+    fail_halfway_through_writing(checkpoints, monkeypatch)
+
+    checkpoints.start_save(20, big_state(20))
+    with pytest.raises(Failing):
+        checkpoints.wait()
+
+    step, loaded = Checkpoints(checkpoint_uri).latest()
+    assert step == 10 and torch.equal(loaded["weights"], big_state(10)["weights"])
+    assert not any(name.startswith("step-000000020/") for name in open_folder(checkpoint_uri).list())
+
+
+def test_the_marker_is_written_after_every_byte_of_the_state(checkpoint_uri, monkeypatch):
+    """Guards issue 17 item 9: the commit marker is the last thing a save writes."""
+    checkpoints = Checkpoints(checkpoint_uri)
+    written: list[str] = []
+    real_open_writer, real_write_bytes = checkpoints.folder.open_writer, checkpoints.folder.write_bytes
+
+    @contextlib.contextmanager
+    def open_writer(name, **kwargs):
+        with real_open_writer(name, **kwargs) as sink:
+            yield sink
+        written.append(name)  # the block ended: the state is complete
+
+    def write_bytes(name, data):
+        real_write_bytes(name, data)
+        written.append(name)
+
+    monkeypatch.setattr(checkpoints.folder, "open_writer", open_writer)
+    monkeypatch.setattr(checkpoints.folder, "write_bytes", write_bytes)
+
+    checkpoints.save(10, big_state(10))
+
+    # (a local folder's write_bytes goes through open_writer too: each name is counted once, when first complete)
+    assert list(dict.fromkeys(written)) == ["step-000000010/state.pt", "step-000000010/COMMITTED"]
+
+
+def test_training_may_change_the_state_as_soon_as_the_save_returns(checkpoint_uri, monkeypatch):
+    """Guards issue 17 item 9: the save copies the state before it returns, so the upload in the background
+    writes the state as it was at the save even when training goes on changing the live tensors."""
+    checkpoints = Checkpoints(checkpoint_uri)
+    trained_on = hold_uploads_until(checkpoints, monkeypatch)
+    live = big_state(10)
+    expected = live["weights"].clone()
+
+    checkpoints.start_save(10, live)
+    live["weights"].add_(1.0)  # the next optimizer step, in place
+    live["history"].append({"epoch": 2})
+    trained_on.set()
+    checkpoints.wait()
+
+    _, loaded = checkpoints.latest()
+    assert torch.equal(loaded["weights"], expected)
+    assert loaded["history"] == [{"epoch": 1}]
+
+
+def hold_uploads_until(checkpoints: Checkpoints, monkeypatch) -> threading.Event:
+    """Uploads start writing only once the returned event is set (at the latest after 30 s)."""
+    release = threading.Event()
+    real_open_writer = checkpoints.folder.open_writer
+
+    @contextlib.contextmanager
+    def open_writer(name, **kwargs):
+        release.wait(timeout=30)
+        with real_open_writer(name, **kwargs) as sink:
+            yield sink
+
+    monkeypatch.setattr(checkpoints.folder, "open_writer", open_writer)
+    return release
+
+
+def test_one_upload_at_a_time_the_next_save_waits_for_the_previous_one(checkpoint_uri, monkeypatch):
+    """Guards issue 17 item 9: at most one upload is in flight; a second save starts only after the first is
+    committed."""
+    checkpoints = Checkpoints(checkpoint_uri)
+    release = hold_uploads_until(checkpoints, monkeypatch)
+    checkpoints.start_save(10, big_state(10))
+    second = threading.Thread(target=checkpoints.start_save, args=(20, big_state(20)))
+    second.start()
+    try:
+        second.join(timeout=0.5)
+        assert second.is_alive(), "the second save did not wait for the first upload"
+        assert open_folder(checkpoint_uri).list() == []
+    finally:
+        release.set()
+        second.join()
+        checkpoints.wait()
+    assert Checkpoints(checkpoint_uri).latest()[0] == 20
+
+
+def test_a_large_state_reaches_cloud_storage_in_parts_composed_into_one_object(gcs_bucket):
+    """Guards issue 17 item 9: a gs:// state is uploaded over several streams as parts (more than one compose
+    request's 32), composed into `state.pt`, and the parts are deleted."""
+    uri = f"gs://{gcs_bucket}/run/checkpoints/"
+    folder = open_folder(uri)
+    data = torch.randint(0, 256, (70 * 1024 + 17,), dtype=torch.uint8).numpy().tobytes()
+
+    with folder.open_writer("step-000000010/state.pt", part_bytes=1024) as sink:
+        for start in range(0, len(data), 5000):
+            sink.write(data[start : start + 5000])
+
+    assert folder.read_bytes("step-000000010/state.pt") == data
+    assert folder.list() == ["step-000000010/state.pt"]
+
+
+def test_a_failed_part_leaves_no_object_and_no_parts(gcs_bucket):
+    """Guards issue 17 item 9: an error while writing a multi-part upload leaves neither the object nor parts."""
+    uri = f"gs://{gcs_bucket}/run/checkpoints/"
+    folder = open_folder(uri)
+
+    with pytest.raises(Failing), folder.open_writer("step-000000010/state.pt", part_bytes=1024) as sink:
+        sink.write(b"x" * 5000)
+        raise Failing("the node died")
+
+    assert folder.list() == []
+
+
+def big_state(step: int) -> dict:
+    """A state with tensors of more than one upload part, and a history the trainer appends to."""
+    generator = torch.Generator().manual_seed(step)
+    return {"step": step, "weights": torch.randn(300_000, generator=generator), "history": [{"epoch": 1}]}

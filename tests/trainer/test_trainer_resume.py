@@ -98,6 +98,25 @@ def test_resume_after_sigterm_matches_uninterrupted_run(tmp_path, data, env, uni
     assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
 
 
+def test_sigterm_waits_for_the_background_upload_before_the_process_ends(tmp_path, data, env):
+    """Guards issue 17 item 9: checkpoints upload in the background, and a SIGTERM's checkpoint is committed
+    before the ranks say they stopped and exit, even when its upload is slow."""
+    args = launch_args(data, tmp_path, max_restarts=0, checkpoint_upload_seconds=1.0)
+    with started("trainer.launch", args, env, tmp_path / "first.log") as r:
+        wait_for(lambda: committed_steps(tmp_path), "the first committed checkpoint", running=r)
+        os.kill(r.pid, signal.SIGTERM)
+        first = r.wait()
+
+    assert first.returncode == PREEMPTED_EXIT_CODE, first.output[-4000:]
+    rank_zero = [e for e in first.events if e.get("rank") == 0]
+    stop = next(i for i, e in enumerate(rank_zero) if e["message"] == "stopped by SIGTERM after a committed checkpoint")
+    stopped_at = rank_zero[stop]["step"]
+    committed = [i for i, e in enumerate(rank_zero)
+                 if e["message"] == "checkpoint committed" and e["step"] == stopped_at]  # fmt: skip
+    assert committed and committed[0] < stop, [e["message"] for e in rank_zero[-6:]]
+    assert committed_steps(tmp_path)[-1] == stopped_at
+
+
 def test_resume_skips_half_written_and_corrupt_checkpoints(tmp_path, data, env, uninterrupted):
     stopped_at = interrupt_with_sigterm(data, tmp_path, env)
     good = tmp_path / "checkpoints" / f"step-{stopped_at:09d}"

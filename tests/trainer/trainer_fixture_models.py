@@ -1,14 +1,16 @@
 """User-style model factories for `--model`, used by the tests: the built-in MLP wrapped so that a training
 forward pass takes a fixed extra time (so a signal reliably lands mid-training) and, when asked, raises on a
-chosen batch (a worker that crashes)."""
+chosen batch (a worker that crashes), or makes every checkpoint upload take longer (a slow network)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
 from torch import nn
 
+from trainer import storage
 from trainer.model import mlp
 
 
@@ -50,10 +52,26 @@ def paced_mlp(
     crash_on_rank: int = 1,
     crash_every_attempt: bool = False,
     hang_at_batch: int | None = None,
+    checkpoint_upload_seconds: float = 0.0,
     **mlp_kwargs,
 ) -> nn.Module:
+    if checkpoint_upload_seconds:
+        slow_down_local_uploads(checkpoint_upload_seconds)
     inner = mlp(in_features, out_features, **mlp_kwargs)
     return PacedModel(inner, seconds_per_batch, crash_at_batch, crash_on_rank, crash_every_attempt, hang_at_batch)
+
+
+def slow_down_local_uploads(seconds: float) -> None:
+    """Every file streamed into a local folder (a checkpoint's state) takes `seconds` longer to complete."""
+    real_open_writer = storage.LocalFolder.open_writer
+
+    @contextlib.contextmanager
+    def open_writer(self, name):
+        with real_open_writer(self, name) as file:
+            yield file
+            time.sleep(seconds)
+
+    storage.LocalFolder.open_writer = open_writer  # type: ignore[method-assign]
 
 
 class TinyResidual(nn.Module):

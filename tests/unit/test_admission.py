@@ -8,6 +8,8 @@ import pytest
 
 from functions.admission import admission_problems, dataset_problem
 from functions.planning import plan_custom_job
+from schemas import catalog
+from schemas.errors import RequestInvalid
 from tests.unit.conftest import make_request
 
 
@@ -34,6 +36,38 @@ def test_the_built_in_trainer_is_refused_on_blackwell_gpus_with_the_reason(setti
         trainer={"image": "us-docker.pkg.dev/p/r/t:1"},
     )
     assert custom == []
+
+
+def test_every_catalog_machine_the_built_in_image_cannot_run_is_refused_and_no_other(settings):
+    """Guards issue 17 item 3 (the "make the planner refuse" branch): every accelerator-optimized machine of the
+    catalog whose built-in GPU is Blackwell (B200 on A4, RTX PRO 6000 on G4) is refused for the built-in trainer
+    with the reason; every other one is admitted as far as the image goes."""
+    s = dataclasses.replace(settings, max_cost_usd=1e12, max_gpus_per_job=1024)
+    blackwell = ("NVIDIA_B200", "NVIDIA_RTX_PRO_6000")
+    for machine in catalog.MACHINES.values():
+        if not machine.accelerator_optimized:
+            continue
+        resources = {"machine_type": machine.name, "replica_count": 1 if machine.builtin_count >= 2 else 2}
+        refused = [p for p in problems(s, resources=resources) if "has no kernels for" in p]
+        assert bool(refused) == (machine.builtin_accelerator in blackwell), (machine.name, refused)
+
+
+def test_a_blackwell_rung_of_the_ladder_is_refused_for_the_built_in_trainer_too(settings):
+    """Guards issue 17 item 3: a fallback to B200 would run the built-in image where it has no kernels."""
+    s = dataclasses.replace(settings, max_cost_usd=1e9, max_gpus_per_job=64)
+    found = problems(s, fallbacks=[{"resources": {"machine_type": "a4-highgpu-8g"}}],
+                     scheduling={"max_attempts": 2})  # fmt: skip
+    assert [p.split(":")[0] for p in found] == ["fallbacks[0].resources.accelerator_type"], found
+    assert "Blackwell" in found[0]
+
+
+def test_a4x_and_its_gb200_cannot_be_asked_for(settings):
+    """Guards issue 17 item 3: A4X is arm64 and the image amd64; the catalog offers neither the machine nor its
+    GPU, so such a request is invalid before admission."""
+    with pytest.raises(RequestInvalid) as caught:
+        make_request(resources={"machine_type": "a4x-highgpu-4g", "accelerator_type": "NVIDIA_GB200"})
+    assert "unknown machine type 'a4x-highgpu-4g'" in str(caught.value.errors[0])
+    assert "NVIDIA_GB200" not in catalog.ACCELERATORS
 
 
 def test_machine_type_allow_list(settings):

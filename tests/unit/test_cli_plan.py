@@ -45,3 +45,17 @@ def test_plan_refuses_an_invalid_file(tmp_path):
     result = plan(str(bad))
     assert result.returncode == 2
     assert "request_id: required field is missing" in result.stdout
+
+
+def test_plan_shows_the_ladder_with_each_rungs_cost():
+    """Guards issue 14 item 1: the README's worked example, as `trainctl plan` prints it."""
+    result = plan(str(ROOT / "examples/ladder-spot-l4-to-a100.yaml"))
+    assert result.returncode == 0, result.stderr
+    ladder = result.stdout.split("capacity ladder", 1)[1].splitlines()[1:]
+    assert ladder == [
+        "  0  1 × g2-standard-24 with 2 × NVIDIA_L4, spot, us-central1              about $0.93/h, at most $5.58",
+        "  1  1 × g2-standard-24 with 2 × NVIDIA_L4, standard, us-central1          about $2.32/h, at most $13.92",
+        "  2  1 × a2-highgpu-2g with 2 × NVIDIA_TESLA_A100, standard, europe-west4  about $8.82/h, at most $52.92",
+    ]
+    readme = (ROOT / "README.md").read_text()
+    assert all(line in readme for line in ladder), "README's example is what plan prints"

@@ -210,3 +210,63 @@ def test_a_job_that_ran_and_then_stocked_out_moves_down_whatever_its_preemption_
     transition = observe(rec, failed(STOCKOUT, started=True), REF, NOW, 3600, None)
     assert transition.action == "resubmit" and rec.rung == 1
     assert transition.events[-1].left_rung.outcome == "stocked out after Vertex's own retries"
+
+
+def test_the_reducers_image_comes_from_the_multi_region_nearest_the_rungs_region(settings):
+    """reference/vertex.md §3.3: the image exists in the us, europe and asia multi-regions."""
+    from functions.planning import reduction_server_image
+
+    assert reduction_server_image(settings, "us-central1") == settings.reduction_server_image
+    assert reduction_server_image(settings, "europe-west4").startswith("europe-docker.pkg.dev/vertex-ai-restricted/")
+    assert reduction_server_image(settings, "asia-southeast1").startswith("asia-docker.pkg.dev/")
+    own = dataclasses.replace(settings, reduction_server_image="registry.example/reducers:1")
+    assert reduction_server_image(own, "europe-west4") == "registry.example/reducers:1"
+
+
+def test_each_call_goes_to_the_endpoint_of_its_region(monkeypatch):
+    """https://cloud.google.com/vertex-ai/docs/general/locations: a request about a resource in a region is
+    made at that region's endpoint, https://{region}-aiplatform.googleapis.com."""
+    import functions.vertex as vertex
+
+    urls: list[str] = []
+
+    class Answer:
+        status_code = 200
+
+        @staticmethod
+        def json() -> dict:
+            return {"name": "projects/p/locations/europe-west4/customJobs/1", "state": "JOB_STATE_QUEUED"}
+
+    class Session:
+        def request(self, method, url, **kwargs):
+            urls.append(url)
+            return Answer()
+
+    monkeypatch.setattr(vertex, "rest_session", lambda endpoint, api, scopes: (Session(), api))
+    jobs = vertex.VertexJobs("p", "us-central1")
+    jobs.get("projects/p/locations/europe-west4/customJobs/1")
+    jobs.cancel("projects/p/locations/us-central1/customJobs/2")
+    assert urls == [
+        "https://europe-west4-aiplatform.googleapis.com/v1/projects/p/locations/europe-west4/customJobs/1",
+        "https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/us-central1/customJobs/2:cancel",
+    ]
+
+
+def test_status_shows_the_rung_and_what_became_of_the_rungs_left():
+    """Guards issue 14 item 5: `trainctl status` names the current rung and the history of rungs."""
+    from functions import ladder
+    from trainctl.jobs import summary
+
+    rec = ladder_record()
+    ladder.move_down(rec, "stocked out after Vertex's own retries")
+    info = summary(rec)
+    assert info["rung"] == "1: 1 × g2-standard-24 with 2 × NVIDIA_L4, standard, us-central1 (attempts here: 0)"
+    assert info["rungs"] == [
+        "0: 1 × g2-standard-24 with 2 × NVIDIA_L4, spot, us-central1: stocked out after Vertex's own retries"
+    ]
+    assert "rung" not in summary(ladder_record(ladder=[]))
+
+
+def test_the_console_link_of_a_job_in_another_region_points_to_that_region():
+    ref = job_ref("projects/p/locations/europe-west4/customJobs/7", "us-central1", "p")
+    assert ref.console_url == "https://console.cloud.google.com/vertex-ai/locations/europe-west4/training/7?project=p"

@@ -38,6 +38,20 @@ def test_single_node_job_has_one_pool_and_the_trainer_arguments(settings):
     assert plan.reduction_server.enabled is False
 
 
+def test_default_hyperparameters_plan_sixty_epochs_with_early_stopping_and_a_request_can_change_both(settings):
+    """Guards issue 17 item 8: the built-in trainer's defaults are the ones that meet the model-quality goal (60
+    epochs at most, early-stopping patience 8, bench/RESULTS.md model_quality), and both are request fields."""
+
+    def flags(request) -> dict[str, str]:
+        args = plan_custom_job(request, settings, KEY).custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]
+        return {a: b for a, b in zip(args["args"], args["args"][1:], strict=False) if a.startswith("--")}
+
+    defaults = flags(make_request())
+    assert (defaults["--epochs"], defaults["--early-stopping-patience"]) == ("60", "8")
+    quick = make_request(trainer={"builtin": "tabular", "hyperparameters": {"epochs": 2, "early_stopping_patience": 0}})
+    assert (flags(quick)["--epochs"], flags(quick)["--early-stopping-patience"]) == ("2", "0")
+
+
 def test_the_plan_is_a_valid_vertex_custom_job(settings):
     request = make_request(resources={"machine_type": "a2-highgpu-8g", "replica_count": 4}, trainer=LARGE_MLP)
     plan = plan_custom_job(request, settings, KEY)

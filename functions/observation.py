@@ -189,15 +189,34 @@ class Observation:
             # Each record is observed in its own copy of this thread's context (copied here, not in the worker):
             # the deadline and the log fields go along.
             contexts = [contextvars.copy_context() for _ in keys]
-            outcomes = pool.map(lambda context, khash: context.run(self._sweep_one, khash), contexts, keys)
-            for outcome in outcomes:
-                if outcome != "deferred":
-                    summary["active"] += 1
-                summary[outcome] = summary.get(outcome, 0) + 1
+            outcomes = list(pool.map(lambda context, khash: context.run(self._sweep_one, khash), contexts, keys))
+        still_queued = {khash for khash, outcome in zip(keys, outcomes, strict=True) if outcome == "queued"}
+        released = self._release_queues_in_order(still_queued)
+        for khash, outcome in zip(keys, outcomes, strict=True):
+            outcome = released.get(khash, outcome)
+            if outcome != "deferred":
+                summary["active"] += 1
+            summary[outcome] = summary.get(outcome, 0) + 1
         if deferred := summary.get("deferred"):
             logs.warning(f"reconcile ran out of time; {deferred} records wait for the next tick")
         self._forget_quota_of_ended_requests()
         return summary
+
+    def _release_queues_in_order(self, queued: set[str]) -> dict[str, str]:
+        """After the sweep has seen jobs end, the requests waiting for quota are looked at again in each pool's
+        arrival order, until one still does not fit: in the sweep's own (random) order only the first in line
+        could leave each tick. The outcomes of those looked at again."""
+        outcomes: dict[str, str] = {}
+        if not queued:
+            return outcomes
+        for pool in self.submission.pools.names():
+            for khash in self.submission.pools.waiting(pool):
+                if khash not in queued or not deadline.allows(MIN_OBSERVE_SECONDS):
+                    continue
+                outcomes[khash] = self._sweep_one(khash)
+                if outcomes[khash] == "queued":
+                    break  # the first in line still does not fit; those behind it wait too
+        return outcomes
 
     def _forget_quota_of_ended_requests(self) -> None:
         """A handler that died between ending a request and releasing its quota left it counted: drop it."""

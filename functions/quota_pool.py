@@ -114,13 +114,22 @@ class QuotaPools:
     def held(self, pool: str) -> int:
         return self._read(pool)[0].held
 
+    def waiting(self, pool: str) -> list[str]:
+        """The requests waiting in the pool, first in line first."""
+        return self._read(pool)[0].waiting
+
+    def names(self) -> list[str]:
+        """Every pool trainctl has counted in."""
+        return [
+            name.removeprefix(QUOTA_PREFIX).removesuffix(".json") for name in self._gcs.names(self.bucket, QUOTA_PREFIX)
+        ]
+
     def forget_inactive(self, active: Callable[[], set[str]]) -> int:
         """Drop holders and waiters whose request is no longer active; how many were dropped. The active set is
         listed after each read of a pool: a request is marked active before it first asks for quota, so one that
         asked after the read makes the compare-and-swap fail, and is seen active on the next round."""
         dropped = 0
-        for name in self._gcs.names(self.bucket, QUOTA_PREFIX):
-            pool = name.removeprefix(QUOTA_PREFIX).removesuffix(".json")
+        for pool in self.names():
             stale: list[str] = []
 
             def change(state: Pool) -> tuple[Admission, bool]:

@@ -181,6 +181,14 @@ def test_requests_beyond_the_quota_wait_in_trainctl_and_are_released_in_arrival_
     def in_flight() -> list[str]:
         return [job.labels["trainctl-request"] for job in jobs_of(job_client, "burst-") if job.state not in ENDED]
 
+    deadline = time.monotonic() + 120
+    while in_flight():  # the first four jobs end; trainctl has not looked yet
+        assert time.monotonic() < deadline, in_flight()
+        time.sleep(0.3)
+    deployment.reconcile()
+    started = sorted(job.labels["trainctl-request"] for job in jobs_of(job_client, "burst-"))
+    assert started == ids[:8], "one tick sees the four jobs end and lets the next four in line go, in order"
+
     deadline = time.monotonic() + 200
     while not set(ids) <= states_seen(events, "succeeded"):
         assert time.monotonic() < deadline, {request_id: events.states(request_id) for request_id in ids}

@@ -14,7 +14,7 @@ from functions.planning import RUNS_PREFIX
 from functions.settings import Settings
 from schemas.errors import FieldError
 from schemas.events import CostEstimate, approximate_prices
-from schemas.request import Rung, TrainingJobRequest
+from schemas.request import Rung, TrainingJobRequest, rung_prefix
 from schemas.rules import format_duration, split_gs_uri
 
 # The built-in trainer's image is PyTorch's CUDA 12.6 build (trainer/Dockerfile), whose kernels stop at sm_90:
@@ -59,7 +59,7 @@ def _rung_problems(request: TrainingJobRequest, rung: Rung, cost: CostEstimate, 
     """The guardrails on one rung's machines, region and cost; `request` is the request as the rung runs it."""
     problems: list[FieldError] = []
     res = request.resources
-    where = "" if rung.index == 0 else f"fallbacks[{rung.index - 1}]."
+    where = rung_prefix(rung.index)
 
     def refuse(path: str, guardrail: str, text: str) -> None:
         problems.append(FieldError(where + path, f"guardrail {guardrail}: {text}"))

@@ -55,7 +55,7 @@ from schemas.events import (
     Trigger,
     cost_summary,
 )
-from schemas.request import TrainingJobRequest
+from schemas.request import TrainingJobRequest, rung_prefix
 from schemas.rules import format_duration, split_gs_uri
 
 # Fields added after requests were first hashed, left out while at their defaults: a request redelivered across
@@ -147,7 +147,7 @@ class Submission:
                     request.request_id,
                     key,
                     delivery,
-                    [f"{_rung_path(index)}: {rung.skipped}" for index, rung in enumerate(rungs)],
+                    [f"{rung_prefix(index)}resources: {rung.skipped}" for index, rung in enumerate(rungs)],
                     "no rung of the request can ever fit the project's GPU quota",
                     reason="quota",
                 )
@@ -501,8 +501,3 @@ class Submission:
         self.release_quota(record)
         self.outbox.retire_when_done(record)
         return events[0].state
-
-
-def _rung_path(index: int) -> str:
-    """Where a rung is written in the request."""
-    return "resources" if index == 0 else f"fallbacks[{index - 1}].resources"

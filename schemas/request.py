@@ -376,6 +376,12 @@ class Fallback(_Strict):
         return seconds
 
 
+def rung_prefix(index: int) -> str:
+    """Where rung `index` of the ladder is written in a request, as a path prefix: "" for the request's own
+    resources, "fallbacks[i]." for a fallback (the form error paths take)."""
+    return "" if index == 0 else f"fallbacks[{index - 1}]."
+
+
 @dataclass(frozen=True)
 class Rung:
     """A rung of the ladder as the controller uses it: rung 0 is the request's own resources."""
@@ -453,8 +459,7 @@ class TrainingJobRequest(_Strict):
     def _scheduling_fits_resources(self) -> TrainingJobRequest:
         problems: list[tuple[str, str]] = []
         for rung in self.rungs():
-            where = "" if rung.index == 0 else f"fallbacks[{rung.index - 1}]."
-            problems += _rung_problems(rung, self.reduction_server, where)
+            problems += _rung_problems(rung, self.reduction_server, rung_prefix(rung.index))
         rungs = len(self.fallbacks) + 1
         if rungs > self.scheduling.max_attempts:
             problems.append(

@@ -12,10 +12,11 @@ from functions.admission import admission_problems
 from functions.ladder import ladder_of
 from functions.lifecycle import JobSnapshot, Record, job_ref, observe
 from functions.planning import plan_custom_job
-from functions.submission import artifacts, spec_hash
+from functions.submission import spec_hash
 from schemas.errors import RequestInvalid, parse_request
-from schemas.events import CostEstimate, Failed, Retrying
+from schemas.events import Failed, Retrying
 from tests.unit.conftest import BASE_REQUEST, make_request
+from tests.unit.test_lifecycle import record
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 JOB = "projects/p/locations/us-central1/customJobs/123"
@@ -118,26 +119,15 @@ def test_a_rung_in_another_region_is_planned_there_with_its_own_strategy(setting
 
 
 def ladder_record(**fields) -> Record:
+    """A submitted record of `ladder_request()`, on rung 0 with one attempt made there."""
     request = ladder_request()
     base = dict(
-        key="request:r1",
-        key_hash="abc",
-        request_id="r1",
-        spec_hash="s1",
-        explicit_id=True,
         request=request.model_dump(mode="json"),
-        state="submitted",
-        attempt=1,
         max_attempts=4,
-        job_name=JOB,
-        cost=CostEstimate(hourly_usd=1, max_usd=24, gpus=2, nodes=1, prices_as_of="2026-11-22"),
-        artifacts=artifacts("gs://c/runs/r1/"),
-        created=NOW,
-        updated=NOW,
         ladder=ladder_of(request, "us-central1"),
         rung_attempts=1,
     )
-    return Record(**(base | fields))
+    return record(**(base | fields))
 
 
 def failed(message: str, code: int = 8, started: bool = False) -> JobSnapshot:
@@ -195,8 +185,6 @@ def test_a_stuck_job_on_a_ladder_moves_down_once_it_is_cancelled():
 
 
 def test_without_fallbacks_a_stockout_resubmits_the_same_shape_as_before():
-    from tests.unit.test_lifecycle import record
-
     rec = record(failure_reason=None)
     transition = observe(rec, failed(STOCKOUT), REF, NOW, 3600, None)
     assert transition.action == "resubmit"

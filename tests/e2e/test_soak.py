@@ -1,4 +1,4 @@
-"""The soak's short version: 60 random actions — requests, duplicates, bad input, markers, preemptions,
+"""The soak's short version: 40 random actions — requests, duplicates, bad input, markers, preemptions,
 crashed function workers and requests that move down their capacity ladder, under a GPU quota that queues
 bursts — on a local stack (bench/soak.py), then its invariants. A fixed number of actions
 from a fixed seed, so what is asserted does not depend on how fast the machine is.
@@ -17,8 +17,8 @@ import soak
 
 
 def test_a_fixed_mix_of_load_and_faults_keeps_every_invariant():
-    result = soak.soak(None, seed=11, settle_seconds=150, actions=60)
-    assert sum(result["actions"].values()) == 60 and result["actions"].get("preempt", 0) > 0, result
+    result = soak.soak(None, seed=11, settle_seconds=150, actions=40)
+    assert sum(result["actions"].values()) == 40 and result["actions"].get("preempt", 0) > 0, result
     assert result["ladder moves"] > 0, result
     assert result["accepted requests"] > 0, result
     for invariant in soak.VIOLATIONS:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.csv as pa_csv
@@ -70,23 +71,50 @@ def uninterrupted(tmp_path_factory, data, env) -> dict:
     return model_weights(out / "model")
 
 
-def interrupt_with_sigterm(data: Path, out: Path, env: dict) -> int:
-    """Start a run, SIGTERM the launcher once a checkpoint is committed; return the step the ranks stopped at."""
-    with started("trainer.launch", launch_args(data, out, max_restarts=0), env, out / "first.log") as r:
+@dataclass(frozen=True)
+class Interrupted:
+    out: Path  # the run's folder: model, checkpoints, logs
+    output: str  # what the run printed
+    stopped_at: int  # the step both ranks stopped at
+
+    def copy_to(self, folder: Path) -> int:
+        """The stopped run's outputs, copied into `folder` for a test to resume from; returns the step."""
+        shutil.copytree(self.out, folder, dirs_exist_ok=True)
+        return self.stopped_at
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory, data, env) -> Interrupted:
+    """One run, SIGTERMed once a checkpoint is committed, with every checkpoint upload slowed by a second (a
+    slow network: the stop's checkpoint is uploaded in the background while the ranks wait). The tests that
+    resume a stopped run each resume a copy of it."""
+    out = tmp_path_factory.mktemp("interrupted")
+    args = launch_args(data, out, max_restarts=0, checkpoint_upload_seconds=1.0)
+    with started("trainer.launch", args, env, out / "first.log") as r:
         wait_for(lambda: committed_steps(out), "the first committed checkpoint", running=r)
         os.kill(r.pid, signal.SIGTERM)
         first = r.wait()
     assert first.returncode == PREEMPTED_EXIT_CODE, first.output[-4000:]
-    assert not (out / "model" / "_SUCCESS").exists()
     stops = first.messages("stopped by SIGTERM after a committed checkpoint")
     assert sorted(e["rank"] for e in stops) == [0, 1], first.output[-4000:]
     assert len({e["step"] for e in stops}) == 1, "ranks stopped at different steps"
-    return stops[0]["step"]
+    return Interrupted(out, first.output, stops[0]["step"])
 
 
-def test_resume_after_sigterm_matches_uninterrupted_run(tmp_path, data, env, uninterrupted):
-    stopped_at = interrupt_with_sigterm(data, tmp_path, env)
-    assert committed_steps(tmp_path)[-1] == stopped_at
+def test_sigterm_stops_every_rank_at_one_step_after_committing_its_checkpoint(interrupted):
+    """Guards issue 17 item 9 too: checkpoints upload in the background, and a SIGTERM's checkpoint is committed
+    before the ranks say they stopped and exit, even when its upload is slow."""
+    rank_zero = [e for e in Finished(0, interrupted.output).events if e.get("rank") == 0]
+    stop = next(i for i, e in enumerate(rank_zero) if e["message"] == "stopped by SIGTERM after a committed checkpoint")
+    committed = [i for i, e in enumerate(rank_zero)
+                 if e["message"] == "checkpoint committed" and e["step"] == interrupted.stopped_at]  # fmt: skip
+    assert committed and committed[0] < stop, [e["message"] for e in rank_zero[-6:]]
+    assert committed_steps(interrupted.out)[-1] == interrupted.stopped_at
+    assert not (interrupted.out / "model" / "_SUCCESS").exists()
+
+
+def test_resume_after_sigterm_matches_uninterrupted_run(tmp_path, data, env, uninterrupted, interrupted):
+    stopped_at = interrupted.copy_to(tmp_path)
 
     second = run("trainer.launch", launch_args(data, tmp_path, max_restarts=0), env, tmp_path / "2.log")
 
@@ -98,27 +126,8 @@ def test_resume_after_sigterm_matches_uninterrupted_run(tmp_path, data, env, uni
     assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
 
 
-def test_sigterm_waits_for_the_background_upload_before_the_process_ends(tmp_path, data, env):
-    """Guards issue 17 item 9: checkpoints upload in the background, and a SIGTERM's checkpoint is committed
-    before the ranks say they stopped and exit, even when its upload is slow."""
-    args = launch_args(data, tmp_path, max_restarts=0, checkpoint_upload_seconds=1.0)
-    with started("trainer.launch", args, env, tmp_path / "first.log") as r:
-        wait_for(lambda: committed_steps(tmp_path), "the first committed checkpoint", running=r)
-        os.kill(r.pid, signal.SIGTERM)
-        first = r.wait()
-
-    assert first.returncode == PREEMPTED_EXIT_CODE, first.output[-4000:]
-    rank_zero = [e for e in first.events if e.get("rank") == 0]
-    stop = next(i for i, e in enumerate(rank_zero) if e["message"] == "stopped by SIGTERM after a committed checkpoint")
-    stopped_at = rank_zero[stop]["step"]
-    committed = [i for i, e in enumerate(rank_zero)
-                 if e["message"] == "checkpoint committed" and e["step"] == stopped_at]  # fmt: skip
-    assert committed and committed[0] < stop, [e["message"] for e in rank_zero[-6:]]
-    assert committed_steps(tmp_path)[-1] == stopped_at
-
-
-def test_resume_skips_half_written_and_corrupt_checkpoints(tmp_path, data, env, uninterrupted):
-    stopped_at = interrupt_with_sigterm(data, tmp_path, env)
+def test_resume_skips_half_written_and_corrupt_checkpoints(tmp_path, data, env, uninterrupted, interrupted):
+    stopped_at = interrupted.copy_to(tmp_path)
     good = tmp_path / "checkpoints" / f"step-{stopped_at:09d}"
     state = (good / "state.pt").read_bytes()
     # A save cut short by the kill: half the state, no commit marker.
@@ -231,8 +240,8 @@ def test_workers_checkpoint_and_stop_when_the_launcher_is_killed_outright(tmp_pa
     assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
 
 
-def test_a_checkpoint_resumes_under_another_world_size_with_a_warning(tmp_path, data, env):
-    stopped_at = interrupt_with_sigterm(data, tmp_path, env)
+def test_a_checkpoint_resumes_under_another_world_size_with_a_warning(tmp_path, data, env, interrupted):
+    stopped_at = interrupted.copy_to(tmp_path)
     alone = run("trainer.train", training_args(data, tmp_path), env, tmp_path / "alone.log")  # a world of one
 
     assert alone.returncode == 0, alone.output[-4000:]

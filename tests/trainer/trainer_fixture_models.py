@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 
 from torch import nn
@@ -38,8 +39,14 @@ class PacedModel(nn.Module):
             self.batches += 1
             if self.batches == self.crash_at_batch:
                 raise RuntimeError(f"deliberate crash at training batch {self.batches}")
-            while self.batches == self.hang_at_batch:  # stuck for good, as a rank in a hung NCCL kernel
-                time.sleep(1)
+            if self.batches == self.hang_at_batch:
+                # Stuck for good, as a rank in a hung NCCL kernel. Such a rank never runs the trainer's Python
+                # SIGTERM handler, and torchrun SIGKILLs it after a fixed 30 s (torch 2.13 passes no
+                # --shutdown-timeout to the stop of a failed group); SIGTERM's default action ends this one at
+                # once instead, so the tests need not wait out that grace.
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                while True:
+                    time.sleep(1)
             time.sleep(self.seconds_per_batch)
         return self.inner(x)
 

@@ -1,7 +1,7 @@
 """The local stack with clients nobody here wrote: a shell that ran `eval "$(trainctl local env)"` reaches it
 with the stock `gcloud`, uploads (one file per `gcloud storage cp`, as fake-gcs-server lacks what a recursive
 copy needs) start exactly one job per marker, and a request published with `gcloud pubsub topics publish`
-starts a job. Ends with `trainctl local down`, which must leave no process behind."""
+starts a job. (`trainctl local down` is checked where the shared stack is stopped: tests/e2e/conftest.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from local.names import LOCAL_PROJECT, Names
 from local.processes import wait_until
-from tests.e2e.running_stack import RunningStack, marker_processes
+from tests.e2e.running_stack import RunningStack
 from tests.integration.deployment import fake_node_request
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,11 @@ def test_a_shell_that_evaluated_local_env_reaches_the_stack_with_gcloud_and_trai
     assert {f"projects/{LOCAL_PROJECT}/topics/{topic}" for topic in topics} <= lines
     subscriptions = (NAMES.requests_subscription, NAMES.dead_letter_subscription)
     assert {f"projects/{LOCAL_PROJECT}/subscriptions/{name}" for name in subscriptions} <= lines
-    assert "no requests" in shell.stdout  # trainctl read the ledger through the exported settings
+    # trainctl read the ledger through the exported settings: it lists every request in it (the stack is shared
+    # by the e2e modules, so there may be requests of theirs, or none).
+    in_ledger = {record["request_id"][:40] for record in json.loads(stack.trainctl("list", "--all", "--json").stdout)}
+    first_words = {line.split()[0] for line in shell.stdout.splitlines() if line.strip()}
+    assert in_ledger <= first_words and (in_ledger or "no requests" in shell.stdout), shell.stdout
 
 
 def test_requests_are_pushed_to_on_job_request_with_a_dead_letter_topic_as_terraform_does(stack: RunningStack):
@@ -137,16 +141,3 @@ def test_a_second_local_up_is_refused_while_the_stack_runs(stack: RunningStack):
     assert again.returncode == 1
     assert f"a local stack is already running (pid {stack.state.pid})" in again.stderr
     assert stack.state.running()
-
-
-def test_local_down_stops_every_process_of_the_stack(stack: RunningStack):
-    stack_id = stack.state.stack_id
-    assert len(marker_processes(stack_id)) >= 7  # supervisor, emulator, storage, JobService, four functions
-
-    stopped = stack.trainctl("local", "down")
-
-    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-    assert stopped.stdout == "local stack stopped\n"
-    assert marker_processes(stack_id) == []
-    assert not (stack.local_dir / "state.json").exists()
-    assert stack.trainctl("local", "env").returncode == 1  # nothing to print any more

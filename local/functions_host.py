@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 from functions.main import __all__ as deployed_functions
 from functions.settings import Settings
-from local.processes import ManagedProcess, on_free_port, require_ready, start_process
+from local.processes import ManagedProcess, on_free_port, require_ready, start_process, stop_all
 from schemas.rules import parse_duration
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +59,11 @@ class FunctionProcess:
         self.process.stop(grace)
 
 
+def stop_functions(functions: Iterable[FunctionProcess], grace: float = 5.0) -> None:
+    """Stop several function servers at once (see local.processes.stop_all)."""
+    stop_all([function.process for function in functions], grace)
+
+
 def start_function(
     target: str, env: Mapping[str, str], log_dir: Path, port: int | None = None, timeout: float = 30.0
 ) -> FunctionProcess:
@@ -91,7 +96,6 @@ def start_functions(
     started = {target: future.result() for target, future in futures.items() if future.exception() is None}
     failures = [error for future in futures.values() if (error := future.exception()) is not None]
     if failures:
-        for function in started.values():
-            function.stop()
+        stop_functions(started.values())
         raise failures[0]
     return started

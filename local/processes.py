@@ -14,7 +14,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -217,17 +217,23 @@ class ManagedProcess:
             return "(no log)"
 
     def stop(self, grace: float = 5.0) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        # The process is the leader of its own group (start_new_session), so its pid is the group id.
-        stop_group(self.pid, grace, self.popen)
+        stop_all([self], grace)
 
     def kill(self) -> None:
         """SIGKILL the leader only, as a crash would; the rest of its group is left as it is."""
         with contextlib.suppress(ProcessLookupError):
             self.popen.send_signal(signal.SIGKILL)
         self.popen.wait()
+
+
+def stop_all(processes: Iterable[ManagedProcess], grace: float = 5.0) -> None:
+    """Stop every one of `processes` at once, sharing one grace period: one after another, each would spend
+    its own (a functions-framework server takes about 0.3 s to stop). Each process is the leader of its own
+    group (start_new_session), so its pid is the group id."""
+    running = [process for process in processes if not process._stopped]
+    for process in running:
+        process._stopped = True
+    stop_groups([(process.pid, process.popen) for process in running], grace)
 
 
 def start_process(

@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 from functions.settings import env_names
 from local.eventarc import EventarcBridge
 from local.fake_gcs import FakeGcs, create_bucket, start_fake_gcs
-from local.functions_host import FUNCTION_TIMEOUT_SECONDS, FunctionProcess, start_functions
+from local.functions_host import FUNCTION_TIMEOUT_SECONDS, FunctionProcess, start_functions, stop_functions
 from local.jobservice.standalone import JobServiceProcess, start_jobservice_process
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
 from local.processes import ManagedProcess, process_start_time
@@ -210,19 +211,20 @@ class LocalStack:
         return [process for process in self._processes() if not process.running()]
 
     def stop(self) -> None:
-        steps = [
-            ("reconcile timer", self.timer),
-            ("Eventarc bridge", self.bridge),
-            *((f"function {name}", function) for name, function in self.functions.items()),
-            ("JobService", self.jobservice),
-            ("fake-gcs-server", self.storage),
-            ("Pub/Sub emulator", self.pubsub),
+        functions = list(self.functions.values())
+        steps: list[tuple[str, Callable[[], None] | None]] = [
+            ("reconcile timer", self.timer.stop if self.timer else None),
+            ("Eventarc bridge", self.bridge.stop if self.bridge else None),
+            ("functions", (lambda: stop_functions(functions)) if functions else None),  # all at once
+            ("JobService", self.jobservice.stop if self.jobservice else None),
+            ("fake-gcs-server", self.storage.stop if self.storage else None),
+            ("Pub/Sub emulator", self.pubsub.stop if self.pubsub else None),
         ]
-        for what, piece in steps:
-            if piece is None:
+        for what, stop in steps:
+            if stop is None:
                 continue
             try:
-                piece.stop()
+                stop()
             except Exception:  # stop the rest regardless
                 log.exception("stopping the %s failed", what)
         self.timer = self.bridge = self.jobservice = self.storage = self.pubsub = None

@@ -23,7 +23,7 @@ from google.cloud import pubsub_v1, storage
 from functions.keys import key_hash
 from local.eventarc import finalized_event
 from local.fake_gcs import create_bucket
-from local.functions_host import FunctionProcess, start_functions
+from local.functions_host import FunctionProcess, start_functions, stop_functions
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE
 from schemas.events import JobEvent, parse_event
 
@@ -102,8 +102,7 @@ class Deployment:
         publisher.create_topic(name=publisher.topic_path(LOCAL_PROJECT, self.events_topic))
 
     def stop(self) -> None:
-        for function in self.functions.values():
-            function.stop()
+        stop_functions(self.functions.values())
 
     @staticmethod
     def storage() -> storage.Client:

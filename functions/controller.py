@@ -73,22 +73,30 @@ class Controller:
     ) -> Controller:
         """The controller the functions run: adapters for the settings' project, buckets and topic. A part
         given replaces the real one (a test's ledger, trainctl replay's in-memory stand-ins)."""
+        from functions.gcs import POLICY as STORAGE_RETRIES
         from functions.gcs import Gcs
+        from functions.publisher import POLICY as PUBLISH_RETRIES
         from functions.publisher import EventPublisher
+        from functions.quotas import POLICY as QUOTA_RETRIES
         from functions.quotas import GpuQuotas
+        from functions.vertex import POLICY as VERTEX_RETRIES
         from functions.vertex import VertexJobs
 
-        gcs = gcs or Gcs(settings.project)
+        scale = settings.retry_pause_scale
+        gcs = gcs or Gcs(settings.project, STORAGE_RETRIES.scaled(scale))
         source = f"//trainctl/projects/{settings.project}/locations/{settings.region}"
+        events = publisher or EventPublisher(
+            settings.project, settings.events_topic, source, PUBLISH_RETRIES.scaled(scale), region=settings.region
+        )
+        vertex_retries = VERTEX_RETRIES.scaled(scale)
         return cls(
             settings=settings,
             ledger=ledger or Ledger(gcs, settings.control_bucket),
             gcs=gcs,
-            publisher=publisher
-            or EventPublisher(settings.project, settings.events_topic, source, region=settings.region),
+            publisher=events,
             vertex_factory=vertex_factory
-            or (lambda: VertexJobs(settings.project, settings.region, settings.vertex_endpoint)),
-            quotas=quotas or GpuQuotas(settings.project, settings.quotas_endpoint),
+            or (lambda: VertexJobs(settings.project, settings.region, settings.vertex_endpoint, vertex_retries)),
+            quotas=quotas or GpuQuotas(settings.project, settings.quotas_endpoint, policy=QUOTA_RETRIES.scaled(scale)),
         )
 
     def reject(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from functions import deadline
@@ -25,6 +25,10 @@ class RetryPolicy:
     first_pause: float = 0.5
     max_pause: float = 8.0
     call_timeout: float = 30.0
+
+    def scaled(self, factor: float) -> RetryPolicy:
+        """This policy with every pause multiplied by `factor` (settings.retry_pause_scale)."""
+        return replace(self, first_pause=self.first_pause * factor, max_pause=self.max_pause * factor)
 
     def pause(self, retry: int) -> float:
         return min(self.max_pause, self.first_pause * 2**retry) * random.uniform(0.5, 1.0)

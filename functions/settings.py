@@ -62,10 +62,13 @@ class Settings:
     # inside it, so that it answers before Cloud Run cuts the request off and the event is redelivered.
     function_timeout: int = 120
     # Tuning for tests, right as they are in the cloud (Terraform leaves them unset): how old an unpublished
-    # outbox event must be before another handler publishes it (functions/outbox.py), and how long a delivery
-    # waits for another delivery's live claim before asking for redelivery (functions/submission.py).
+    # outbox event must be before another handler publishes it (functions/outbox.py), how long a delivery
+    # waits for another delivery's live claim before asking for redelivery (functions/submission.py), and a
+    # factor on every pause between the adapters' retries (functions/retry.py), so that a test of a dependency
+    # that is down need not sit through the backoff meant for the cloud's.
     outbox_grace: int = 8
     claim_wait: int = 20
+    retry_pause_scale: float = 1.0
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -91,6 +94,8 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
             return rules
         if attr in ("max_timeout", "lease", "max_event_age", "function_timeout", "outbox_grace", "claim_wait"):
             return parse_duration(raw)
+        if attr == "retry_pause_scale" and not float(raw) >= 0:
+            raise ValueError(f"must be a number of 0 or more, got {raw!r}")
         if isinstance(default, tuple):
             return tuple(item.strip() for item in raw.split(",") if item.strip())
         if isinstance(default, bool):

@@ -27,6 +27,9 @@ from tests.integration.test_controller_intake import jobs_with_key
 
 METRICS = '{"val_accuracy": 0.5}'
 OUTBOX_GRACE = 2  # seconds (TRAINCTL_OUTBOX_GRACE; 8 s deployed): the tests wait it out instead of 9 s
+# TRAINCTL_RETRY_PAUSE_SCALE: a call to a component that is down fails after the same attempts, with a tenth of
+# the pauses between them (Vertex's policy alone pauses ~11 s before giving up).
+RETRY_PAUSE_SCALE = 0.1
 
 
 @pytest.fixture
@@ -36,7 +39,11 @@ def own_deployment(tmp_path, jobservice):
 
     def deploy(vertex_endpoint: str = jobservice.rest_url) -> Deployment:
         deployed = Deployment(uuid.uuid4().hex[:8], vertex_endpoint)
-        deployed.create(tmp_path / f"functions-{len(started)}", TRAINCTL_OUTBOX_GRACE=str(OUTBOX_GRACE))
+        deployed.create(
+            tmp_path / f"functions-{len(started)}",
+            TRAINCTL_OUTBOX_GRACE=str(OUTBOX_GRACE),
+            TRAINCTL_RETRY_PAUSE_SCALE=str(RETRY_PAUSE_SCALE),
+        )
         started.append(deployed)
         return deployed
 

@@ -18,12 +18,13 @@ REPO = TERRAFORM_DIR.parent
 
 # Only the local stack points the controller at its own JobService; in the cloud the controller uses
 # <region>-aiplatform.googleapis.com, so Terraform leaves this one unset; and tests shorten the outbox's grace
-# and the claim wait, whose defaults are right in the cloud.
+# and the claim wait, and scale down the pauses between retries, whose defaults are right in the cloud.
 SET_ONLY_BY_THE_LOCAL_STACK = {
     "TRAINCTL_VERTEX_ENDPOINT",
     "TRAINCTL_QUOTAS_ENDPOINT",
     "TRAINCTL_OUTBOX_GRACE",
     "TRAINCTL_CLAIM_WAIT",
+    "TRAINCTL_RETRY_PAUSE_SCALE",
 }
 
 # Which resource carries which of local/names.py's names.

@@ -101,3 +101,19 @@ def test_the_margin_is_open_for_saving_state_after_the_deadline():
         assert deadline.remaining() <= 6
     with deadline.wrap_up():
         assert deadline.remaining() is None
+
+
+def test_the_settings_scale_every_pause_between_retries_and_refuse_a_negative_factor():
+    """TRAINCTL_RETRY_PAUSE_SCALE (tests shorten it): the same attempts and timeouts, pauses times the factor."""
+    from functions.settings import Settings, SettingsError
+
+    base = {"TRAINCTL_PROJECT": "p", "TRAINCTL_CONTROL_BUCKET": "c", "TRAINCTL_EVENTS_TOPIC": "t",
+            "TRAINCTL_TRAINER_IMAGE": "i"}  # fmt: skip
+    assert Settings.from_env(base).retry_pause_scale == 1.0
+    scale = Settings.from_env({**base, "TRAINCTL_RETRY_PAUSE_SCALE": "0.1"}).retry_pause_scale
+    policy = RetryPolicy(attempts=5, first_pause=0.5, max_pause=8.0, call_timeout=30.0).scaled(scale)
+    assert (policy.attempts, policy.call_timeout) == (5, 30.0)
+    assert policy.first_pause == pytest.approx(0.05) and policy.max_pause == pytest.approx(0.8)
+    assert all(policy.pause(retry) <= 0.8 for retry in range(1, 10))
+    with pytest.raises(SettingsError, match="TRAINCTL_RETRY_PAUSE_SCALE: must be a number of 0 or more"):
+        Settings.from_env({**base, "TRAINCTL_RETRY_PAUSE_SCALE": "-1"})

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from local.jobservice.client import JobServiceControl, job_service_client  # noqa: E402
 from local.processes import leftover_processes  # noqa: E402
+from local.pubsub_emulator import pull_now  # noqa: E402
 from local.stack_state import LOCAL_DIR_VAR, STACK_MARKER_VAR, read_state  # noqa: E402
 from schemas.events import TERMINAL_STATES, parse_event  # noqa: E402
 
@@ -48,6 +49,8 @@ TEMPLATE = {
     "resources": {"machine_type": "g2-standard-24"},
     "scheduling": {"restart_job_on_worker_restart": False, "max_attempts": 3},
 }
+# After the last request has ended, how long the events must stay quiet before the soak counts them.
+QUIET_SECONDS = 4.0
 # Relative weights of the actions.
 MIX = {"request": 5, "duplicate": 3, "bad_request": 2, "marker": 3, "preempt": 1, "kill_worker": 1, "ladder": 2}
 # The local JobService's capacity model for the soak: Spot L4 is always stocked out (a ladder starting there
@@ -220,17 +223,21 @@ class Soak:
         """Every event published, raw; waits until every accepted request has ended (or the time is up)."""
         messages: list[tuple[dict[str, str], bytes]] = []
         deadline = time.monotonic() + settle_seconds
+        last_message = time.monotonic()
         while True:
-            response = self.subscriber.pull(subscription=self.events_sub, max_messages=1000, timeout=10)
+            response = pull_now(self.subscriber, self.events_sub, max_messages=1000)
             if response.received_messages:
                 self.subscriber.acknowledge(
                     subscription=self.events_sub, ack_ids=[m.ack_id for m in response.received_messages]
                 )
                 messages += [(dict(m.message.attributes), m.message.data) for m in response.received_messages]
+                last_message = time.monotonic()
                 continue
-            if not _open_requests(messages) or time.monotonic() > deadline:
+            # Done once every request has ended and nothing more came for a while (a late duplicate would).
+            quiet = time.monotonic() - last_message > QUIET_SECONDS
+            if (quiet and not _open_requests(messages)) or time.monotonic() > deadline:
                 return messages
-            time.sleep(2)
+            time.sleep(0.5)
 
 
 def _is_ff_worker(pid: int) -> bool:

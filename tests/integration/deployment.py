@@ -11,7 +11,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from local.eventarc import finalized_event
 from local.fake_gcs import create_bucket
 from local.functions_host import FunctionProcess, start_functions, stop_functions
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE
+from local.pubsub_emulator import pull_now
 from schemas.events import JobEvent, parse_event
 
 FAKE_NODE_IMAGE = "localhost/tests/fake-node"
@@ -189,20 +189,6 @@ class Deployment:
     def record(self, request_key: str) -> dict[str, Any] | None:
         blob = self.storage().bucket(self.control_bucket).blob(f"ledger/{key_hash(request_key)}.json")
         return json.loads(blob.download_as_bytes()) if blob.exists() else None
-
-
-def pull_now(
-    subscriber: pubsub_v1.SubscriberClient, subscription: str, max_messages: int
-) -> pubsub_v1.types.PullResponse:
-    """What the emulator holds for `subscription` now. A pull that finds nothing is held about 4 s; with
-    `return_immediately` the emulator answers at once with every message it has stored. Deprecated for the
-    real service, which may then return fewer than it has: for the emulator only."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return subscriber.pull(
-            request={"subscription": subscription, "max_messages": max_messages, "return_immediately": True},
-            timeout=5,
-        )
 
 
 class EventLog:

@@ -12,7 +12,8 @@ from google.cloud import pubsub_v1
 
 from local.jobservice.client import wait_for_state
 from local.names import LOCAL_PROJECT, Names
-from tests.integration.deployment import fake_node_request, pull_now
+from local.pubsub_emulator import pull_now
+from tests.integration.deployment import fake_node_request
 
 METRICS = '{"val_accuracy": 0.91, "samples_per_second": 1234.5}'
 

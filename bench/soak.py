@@ -49,6 +49,9 @@ TEMPLATE = {
     "resources": {"machine_type": "g2-standard-24"},
     "scheduling": {"restart_job_on_worker_restart": False, "max_attempts": 3},
 }
+# A function worker the soak kills while it holds a claim leaves it to reconcile after the lease: the local
+# stack's 60 s would make the run wait a minute for it (longer than any handler here takes, as it must be).
+LEASE_SECONDS = 20
 # After the last request has ended, how long the events must stay quiet before the soak counts them.
 QUIET_SECONDS = 4.0
 # Relative weights of the actions.
@@ -106,7 +109,7 @@ class Soak:
             "local", "up", "--detach", "--reconcile-every", "2", "--image-map", IMAGE_MAP,
             "--allow-image-prefix", "localhost/tests/",
             "--trigger-rules", json.dumps({f"gs://{data_bucket}/soak/": TEMPLATE}),
-            "--capacity", str(capacity),
+            "--capacity", str(capacity), "--lease", str(LEASE_SECONDS),
         )  # fmt: skip
         if started.returncode != 0:
             raise RuntimeError(f"trainctl local up failed:\n{started.stdout}\n{started.stderr}")

@@ -67,6 +67,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="a capacity model (YAML or JSON) for the local JobService: GPU quotas per region, stockouts and "
         "preemptions per machine type and strategy; also served by the Cloud Quotas stand-in (README)",
     )
+    up.add_argument(
+        "--lease",
+        type=int,
+        default=60,
+        metavar="SECONDS",
+        help="how long a claim left by a crashed function holds before another takes it over (default: 60)",
+    )
     up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS", help="with --detach: wait this long")
     up.set_defaults(run=run_up)
 
@@ -105,6 +112,7 @@ def _options(args: argparse.Namespace) -> Any:
         image_map=image_map,
         allowed_image_prefixes=tuple(args.allow_image_prefix),
         trigger_rules=trigger_rules,
+        lease=f"{args.lease}s",
     )
 
 
@@ -178,6 +186,7 @@ def _detach(args: argparse.Namespace) -> int:
     log_path = local_dir() / "stack.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "trainctl", "local", "up", "--reconcile-every", str(args.reconcile_every)]
+    command += ["--lease", str(args.lease)]
     command += ["--image-map", args.image_map, "--trigger-rules", args.trigger_rules]
     for prefix in args.allow_image_prefix:
         command += ["--allow-image-prefix", prefix]

@@ -65,7 +65,7 @@ class StackOptions:
     allowed_image_prefixes: tuple[str, ...] = ()
     trigger_rules: dict[str, Any] = field(default_factory=dict)
     # A claim left by a crashed function is taken over after this long; short, as nothing here is slow.
-    lease: str = "60s"
+    lease: int = 60  # seconds
     # A capacity model file for the JobService (local/jobservice/capacity.py); empty: no limits.
     capacity_file: str = ""
 
@@ -85,7 +85,7 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_VERTEX_ENDPOINT": jobservice_rest_url.rstrip("/"),  # the controller calls Vertex's REST API
         # The Cloud Quotas stand-in (the capacity model's limits) is served on the same REST port.
         "TRAINCTL_QUOTAS_ENDPOINT": jobservice_rest_url.rstrip("/"),
-        "TRAINCTL_LEASE": options.lease,
+        "TRAINCTL_LEASE": f"{options.lease}s",
         "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
     }
     unknown = set(values) - set(env_names())

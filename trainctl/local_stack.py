@@ -70,7 +70,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--lease",
         type=int,
-        default=60,
         metavar="SECONDS",
         help="how long a claim left by a crashed function holds before another takes it over (default: 60)",
     )
@@ -106,13 +105,15 @@ def _options(args: argparse.Namespace) -> Any:
             load_capacity(Path(capacity_file))  # refused here, with the key named, rather than by the JobService
         except OSError as exc:
             raise ValueError(f"--capacity: {exc}") from None
+    if args.lease is not None and args.lease < 1:
+        raise ValueError(f"--lease must be at least 1 second, got {args.lease}")
     return StackOptions(
         capacity_file=capacity_file,
         reconcile_every=args.reconcile_every,
         image_map=image_map,
         allowed_image_prefixes=tuple(args.allow_image_prefix),
         trigger_rules=trigger_rules,
-        lease=f"{args.lease}s",
+        **({} if args.lease is None else {"lease": args.lease}),
     )
 
 
@@ -186,7 +187,8 @@ def _detach(args: argparse.Namespace) -> int:
     log_path = local_dir() / "stack.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "trainctl", "local", "up", "--reconcile-every", str(args.reconcile_every)]
-    command += ["--lease", str(args.lease)]
+    if args.lease is not None:
+        command += ["--lease", str(args.lease)]
     command += ["--image-map", args.image_map, "--trigger-rules", args.trigger_rules]
     for prefix in args.allow_image_prefix:
         command += ["--allow-image-prefix", prefix]

@@ -112,13 +112,14 @@ def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]
         deliveries = bridge.deliveries + len(redeliveries)
         return Intake(mode, rate, uploads, dict(bridge.first), dict(bridge.events), deliveries, seconds)
 
+    subscription = None
     try:
         # Warm the instance first (its first submission imports the Vertex client); not measured. Direct
         # delivery before the push subscription exists, so that those markers are not pushed as well.
         warmup = intake("warmup", args.warmups)
         direct = intake("direct", args.markers)
         burst = intake("burst", args.markers)
-        subscribe_bridge(stack, deployment.data_bucket, bridge.url)
+        subscription = subscribe_bridge(stack, deployment.data_bucket, bridge.url)
         phases = [intake("push", args.markers), direct, burst]
         repeated = [event for phase in phases for event in phase.events.values()]
         cpu_before = cpu_by_component(stack, deployment)
@@ -126,6 +127,8 @@ def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]
         storm_cpu = {k: v - cpu_before[k] for k, v in cpu_by_component(stack, deployment).items()}
         function_rss = peak_rss_mib(deployment.functions[TARGET].process.pid)
     finally:
+        if subscription is not None:  # before the bridge stops, or the emulator pushes to it in a tight loop
+            stack.pubsub.delete_subscription(subscription)
         bridge.stop()
         pool.shutdown(wait=False, cancel_futures=True)
         deployment.stop()

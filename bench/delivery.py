@@ -9,7 +9,6 @@ import json
 import os
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -96,25 +95,23 @@ class RecordingBridge:
         self._server.server_close()
 
 
-def subscribe_bridge(stack: Stack, bucket: str, endpoint: str) -> None:
-    """A push subscription on fake-gcs-server's notifications for one bucket, as the Eventarc trigger filters.
+def subscribe_bridge(stack: Stack, bucket: str, endpoint: str) -> str:
+    """A push subscription on fake-gcs-server's notifications for one bucket, as the Eventarc trigger filters;
+    returns its name, for `stack.pubsub.delete_subscription` before the bridge stops.
 
     Filtered in Pub/Sub rather than in the bridge: the emulator keeps only a few pushes in flight, so pushing
     every control-bucket write too (the ledger's, several per marker) would queue the markers behind them.
     """
     assert stack.gcs.notifications_topic is not None
-    body = {
-        "topic": stack.gcs.notifications_topic,
-        "pushConfig": {"pushEndpoint": endpoint},
-        "filter": f'attributes.bucketId = "{bucket}"',
-        "ackDeadlineSeconds": 60,
-    }
-    path = f"projects/{stack.pubsub.project}/subscriptions/bench-uploads-{bucket}"
-    request = urllib.request.Request(
-        f"http://{stack.pubsub.host}/v1/{path}", json.dumps(body).encode(), {"content-type": "application/json"}
+    name = f"bench-uploads-{bucket}"
+    stack.pubsub.create_subscription(
+        name,
+        stack.gcs.notifications_topic.rsplit("/", 1)[-1],
+        push_endpoint=endpoint,
+        ack_deadline_seconds=60,
+        message_filter=f'attributes.bucketId = "{bucket}"',
     )
-    request.method = "PUT"
-    urllib.request.urlopen(request, timeout=10).close()
+    return name
 
 
 def deliver_until_accepted(deployment: Deployment, event: tuple[dict[str, str], bytes], tries: int = 120) -> int:

@@ -4,6 +4,7 @@ written to a results file of the test's own. Timings are never asserted (DESIGN.
 from __future__ import annotations
 
 import pytest
+from google.cloud import pubsub_v1
 
 from bench import checkpoint_time, cold_start, controller_load, reconcile_scale, reconcile_sweep, report_listing
 from bench.report import record
@@ -42,6 +43,9 @@ def test_controller_load_submits_each_marker_once(stack, tmp_path):
     figures = figures_of(controller_load, stack, tmp_path, *argv)
     assert figures["invariant violations"] == "0"
     assert figures["jobs created / distinct markers"] == "10 / 10"  # 1 warm-up + 3 in each of 3 phases
+    # Its push subscription is gone with its bridge: the emulator would push to the closed port without pause.
+    subscriptions = pubsub_v1.SubscriberClient().list_subscriptions(project=f"projects/{stack.pubsub.project}")
+    assert not [s.name for s in subscriptions if s.push_config.push_endpoint]
 
 
 def test_reconcile_scale_ticks_with_and_without_history(stack, tmp_path):

@@ -11,7 +11,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 # uv installs the pinned requirements in seconds where pip takes ~100 s here (most of it
 # torch). It reads no pip configuration, so pip's find-links (where this machine keeps the CPU torch wheel) is
-# handed on. Bytecode is not compiled at install time (pip would compile all 14,000 modules, ~35 CPU-s): the
+# handed on. Bytecode is not compiled at install time (all 14,000 modules of .venv: ~35 CPU-s, as pip does): the
 # first process that imports a module caches it, and the suite and the demo import only a few thousand.
 UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
 export UV_FIND_LINKS

@@ -115,7 +115,11 @@ class PubSubEmulator:
         logged stack traces a second), which costs every later user of the emulator."""
         path = f"projects/{self.project}/subscriptions/{subscription}"
         request = urllib.request.Request(f"http://{self.host}/v1/{path}", method="DELETE")
-        urllib.request.urlopen(request, timeout=10).close()
+        try:
+            urllib.request.urlopen(request, timeout=10).close()
+        except urllib.error.HTTPError as error:
+            if error.code != 404:  # 404: already gone, which is what we wanted
+                raise RuntimeError(f"deleting {path} on the Pub/Sub emulator: {error.read().decode()}") from error
 
     def stop(self, grace: float = 5.0) -> None:
         self.process.stop(grace)

@@ -11,8 +11,8 @@ unexport PYTHONDONTWRITEBYTECODE
 
 # uv installs the pinned requirements in seconds where pip takes ~100 s here (most of it
 # torch). It reads no pip configuration, so pip's find-links (where this machine keeps the CPU torch wheel) is
-# handed on. Bytecode is not compiled at install time (all 14,000 modules of .venv: ~35 CPU-s, as pip does): the
-# first process that imports a module caches it, and the suite and the demo import only a few thousand.
+# handed on. Unlike pip, it does not compile the bytecode of all 14,000 modules of .venv (~35 CPU-s): the first
+# process that imports a module caches its bytecode, and the suite and the demo import only a few thousand.
 UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
 export UV_FIND_LINKS
 

@@ -217,8 +217,8 @@ def test_restarts_are_bounded(tmp_path, data, env):
 
 def test_workers_checkpoint_and_stop_when_the_launcher_is_killed_outright(tmp_path, data, env):
     """SIGKILL cannot be forwarded; the workers learn of it from Linux (parent-death signal) and stop cleanly, as on
-    any SIGTERM: the checkpoint of the step they stopped at is committed and loads (resuming from such a checkpoint
-    is what the test above checks)."""
+    any SIGTERM: the checkpoint of the step they stopped at is committed and loads. Resuming bitwise from a SIGTERM
+    checkpoint is test_resume_after_sigterm_skips_junk_checkpoints_and_matches_uninterrupted_run's."""
     with started("trainer.launch", launch_args(data, tmp_path, max_restarts=0), env,
                  tmp_path / "first.log") as r:  # fmt: skip
         wait_for(lambda: committed_steps(tmp_path), "the first committed checkpoint", running=r)

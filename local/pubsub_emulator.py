@@ -113,29 +113,27 @@ class PubSubEmulator:
         """Delete a subscription. A push subscription must go before its endpoint stops: the emulator retries an
         unreachable endpoint without pause for as long as it holds an unacknowledged message (tens of pushes and
         logged stack traces a second), which costs every later user of the emulator."""
-        path = f"projects/{self.project}/subscriptions/{subscription}"
-        request = urllib.request.Request(f"http://{self.host}/v1/{path}", method="DELETE")
-        try:
-            urllib.request.urlopen(request, timeout=10).close()
-        except urllib.error.HTTPError as error:
-            if error.code != 404:  # 404: already gone, which is what we wanted
-                raise RuntimeError(f"deleting {path} on the Pub/Sub emulator: {error.read().decode()}") from error
+        self._call("DELETE", f"projects/{self.project}/subscriptions/{subscription}", tolerated=404)
 
     def stop(self, grace: float = 5.0) -> None:
         self.process.stop(grace)
 
     def _put(self, path: str, body: dict) -> None:
+        self._call("PUT", path, body, tolerated=409)  # 409: already exists, which is what we wanted
+
+    def _call(self, method: str, path: str, body: dict | None = None, *, tolerated: int) -> None:
+        """One REST call; the `tolerated` error status means the emulator is already as the call would leave it."""
         request = urllib.request.Request(
             f"http://{self.host}/v1/{path}",
-            data=json.dumps(body).encode(),
-            method="PUT",
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
             headers={"Content-Type": "application/json"},
         )
         try:
             urllib.request.urlopen(request, timeout=10).close()
         except urllib.error.HTTPError as error:
-            if error.code != 409:  # 409: already exists, which is what we wanted
-                raise RuntimeError(f"creating {path} on the Pub/Sub emulator: {error.read().decode()}") from error
+            if error.code != tolerated:
+                raise RuntimeError(f"{method} {path} on the Pub/Sub emulator: {error.read().decode()}") from error
 
 
 def start_pubsub_emulator(

@@ -30,6 +30,16 @@ class Conflict(Exception):
     """The object changed since it was read, or already exists when it was to be created."""
 
 
+class TooLarge(Exception):
+    """An object is larger than the caller will read: it is never downloaded whole (anything a requester or a job
+    wrote is read with a bound, so that a huge object cannot exhaust the function's memory)."""
+
+    def __init__(self, uri: str, limit: int, size: int | None = None):
+        stated = f"{size} bytes" if size is not None else "larger than that"
+        super().__init__(f"{uri} is {stated}; the limit is {limit} bytes")
+        self.uri, self.limit, self.size = uri, limit, size
+
+
 class StorageError(Exception):
     """Cloud Storage refused a call for a reason retrying will not fix (permission, bad request …)."""
 
@@ -69,15 +79,24 @@ class Gcs:
 
         return self._policy.call(f"{method} {url}", attempt)
 
-    def read(self, bucket: str, name: str, generation: int | None = None) -> tuple[bytes, int] | None:
-        """(content, generation), or None when the object (at that generation) does not exist."""
+    def read(
+        self, bucket: str, name: str, generation: int | None = None, max_bytes: int | None = None
+    ) -> tuple[bytes, int] | None:
+        """(content, generation), or None when the object (at that generation) does not exist. With `max_bytes`,
+        an object larger than that raises TooLarge having read at most `max_bytes` + 1 of it: the download is
+        streamed and abandoned, so the bound holds whatever the object's stated size."""
         params: dict[str, Any] = {"alt": "media"}
         if generation is not None:
             params["generation"] = generation
-        response = self._call("GET", self._object_url(bucket, name), missing_ok=True, params=params)
+        streamed = max_bytes is not None
+        response = self._call("GET", self._object_url(bucket, name), missing_ok=True, params=params, stream=streamed)
         if response is None:
             return None
-        return response.content, int(response.headers["x-goog-generation"])
+        found_generation = int(response.headers["x-goog-generation"])
+        if max_bytes is None:
+            return response.content, found_generation
+        with response:
+            return _bounded_body(response, f"gs://{bucket}/{name}", max_bytes), found_generation
 
     def write(
         self,
@@ -157,3 +176,19 @@ class Gcs:
             if not listing.get("nextPageToken"):
                 return names
             params["pageToken"] = listing["nextPageToken"]
+
+
+def _bounded_body(response: Any, uri: str, max_bytes: int) -> bytes:
+    """The body of a streamed download, or TooLarge as soon as it is known to exceed `max_bytes`: from the size
+    Cloud Storage states (x-goog-stored-content-length, the object's size whatever the transfer encoding), else
+    from the bytes received."""
+    stated = response.headers.get("x-goog-stored-content-length") or response.headers.get("content-length")
+    if stated is not None and stated.isdigit() and int(stated) > max_bytes:
+        raise TooLarge(uri, max_bytes, int(stated))
+    chunks, received = [], 0
+    for chunk in response.iter_content(chunk_size=64 * 1024):
+        chunks.append(chunk)
+        received += len(chunk)
+        if received > max_bytes:
+            raise TooLarge(uri, max_bytes)
+    return b"".join(chunks)

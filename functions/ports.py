@@ -12,7 +12,11 @@ from schemas.events import JobEvent
 
 
 class Storage(Protocol):
-    def read(self, bucket: str, name: str, generation: int | None = None) -> tuple[bytes, int] | None: ...
+    def read(
+        self, bucket: str, name: str, generation: int | None = None, max_bytes: int | None = None
+    ) -> tuple[bytes, int] | None:
+        """(content, generation) or None; with `max_bytes`, gcs.TooLarge for a larger object (never read whole)."""
+        ...
 
     def write(
         self,

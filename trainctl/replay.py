@@ -23,7 +23,7 @@ from cloudevents.http import CloudEvent
 
 from functions import handlers, logs
 from functions.controller import Controller
-from functions.gcs import Conflict
+from functions.gcs import Conflict, TooLarge
 from functions.lifecycle import JobSnapshot
 from trainctl.context import cli_settings
 
@@ -76,9 +76,15 @@ class MemoryGcs:
     objects: dict[tuple[str, str], tuple[bytes, int]] = field(default_factory=dict)
     generation: int = 1000
 
-    def read(self, bucket: str, name: str, generation: int | None = None) -> tuple[bytes, int] | None:
+    def read(
+        self, bucket: str, name: str, generation: int | None = None, max_bytes: int | None = None
+    ) -> tuple[bytes, int] | None:
         found = self.objects.get((bucket, name))
-        return found if found and generation in (None, found[1]) else None
+        if not found or generation not in (None, found[1]):
+            return None
+        if max_bytes is not None and len(found[0]) > max_bytes:
+            raise TooLarge(f"gs://{bucket}/{name}", max_bytes, len(found[0]))
+        return found
 
     def write(
         self,

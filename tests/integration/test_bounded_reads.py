@@ -1,0 +1,42 @@
+"""Cloud Storage reads of objects a requester or a job wrote are bounded (issue 24, point 6): the adapter streams
+the download and stops past the limit, so a huge object is never held in memory; fake-gcs-server serves it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from functions.gcs import Gcs, TooLarge
+from local.fake_gcs import create_bucket
+from local.names import LOCAL_PROJECT
+
+
+@pytest.fixture(scope="module")
+def bucket(fake_gcs) -> str:
+    name = f"bounded-{uuid.uuid4().hex[:8]}"
+    create_bucket(os.environ["STORAGE_EMULATOR_HOST"], LOCAL_PROJECT, name)
+    return name
+
+
+def test_an_object_within_the_bound_is_read_whole(bucket: str) -> None:
+    gcs = Gcs(LOCAL_PROJECT)
+    generation = gcs.write(bucket, "small.json", b'{"a": 1}', 0)
+    assert gcs.read(bucket, "small.json", max_bytes=8) == (b'{"a": 1}', generation)
+    assert gcs.read(bucket, "missing.json", max_bytes=8) is None
+
+
+def test_an_object_past_the_bound_raises_with_its_size(bucket: str) -> None:
+    gcs = Gcs(LOCAL_PROJECT)
+    gcs.write(bucket, "big.json", b"x" * 100_000, 0)
+    with pytest.raises(TooLarge) as raised:
+        gcs.read(bucket, "big.json", max_bytes=1000)
+    assert raised.value.limit == 1000 and raised.value.size == 100_000
+    assert "gs://" in str(raised.value) and "the limit is 1000 bytes" in str(raised.value)
+
+
+def test_an_empty_object_reads_as_empty(bucket: str) -> None:
+    gcs = Gcs(LOCAL_PROJECT)
+    generation = gcs.write(bucket, "empty", b"", 0)
+    assert gcs.read(bucket, "empty", max_bytes=10) == (b"", generation)

@@ -117,6 +117,20 @@ resource "google_monitoring_dashboard" "operations" {
 
 # ---- alerts -------------------------------------------------------------------------------------------
 
+# An alert policy on a log-based metric created in the same apply is refused until Monitoring knows the metric:
+# 404 "Cannot find metric(s) that match type = logging.googleapis.com/user/… If a metric was created recently, it
+# could take up to 10 minutes to become available" (hashicorp/terraform-provider-google#11102, open). The policies
+# on those metrics wait out the 10 minutes Monitoring states; nothing else waits (every other resource is created
+# meanwhile), and only when the metrics are new: the wait is keyed on their names, so a later apply that keeps
+# them does not wait again.
+resource "time_sleep" "log_metrics_known_to_monitoring" {
+  create_duration = "10m"
+
+  triggers = {
+    metrics = join(",", concat([for metric in google_logging_metric.counter : metric.id], [google_logging_metric.reconcile_duration.id]))
+  }
+}
+
 resource "google_monitoring_alert_policy" "failures" {
   display_name          = "${var.name_prefix}: failed jobs above ${var.alert_failed_jobs_per_hour} an hour"
   combiner              = "OR"
@@ -142,6 +156,8 @@ resource "google_monitoring_alert_policy" "failures" {
     mime_type = "text/markdown"
     content   = "More than ${var.alert_failed_jobs_per_hour} jobs failed in an hour. Run `trainctl report --since 1d` for failures by reason, then follow ${var.runbook_url}#${local.alert_runbook.failures}."
   }
+
+  depends_on = [time_sleep.log_metrics_known_to_monitoring]
 }
 
 resource "google_monitoring_alert_policy" "stuck" {
@@ -169,6 +185,8 @@ resource "google_monitoring_alert_policy" "stuck" {
     mime_type = "text/markdown"
     content   = "A job waited longer than its max_pending (for GPU quota or capacity) and was cancelled. The `stuck` event's reason says which; follow ${var.runbook_url}#${local.alert_runbook.stuck}."
   }
+
+  depends_on = [time_sleep.log_metrics_known_to_monitoring]
 }
 
 resource "google_monitoring_alert_policy" "dead_letter" {
@@ -223,6 +241,8 @@ resource "google_monitoring_alert_policy" "reconcile" {
     mime_type = "text/markdown"
     content   = "reconcile, the sweep that catches missed job state changes, failed two ticks in a row. Its ERROR lines say why; follow ${var.runbook_url}#${local.alert_runbook.reconcile}."
   }
+
+  depends_on = [time_sleep.log_metrics_known_to_monitoring]
 }
 
 resource "google_monitoring_alert_policy" "function_errors" {

@@ -125,3 +125,27 @@ def test_alert_filters_read_only_metrics_that_exist(tf):
                 assert re.fullmatch(r"logging\.googleapis\.com/user/\$\{google_logging_metric\.[^}]+\.name\}", metric)
             else:
                 assert metric in GOOGLE_METRICS, f"{name}: {metric}"
+
+
+def test_alerts_on_log_based_metrics_wait_until_monitoring_knows_the_metrics(tf):
+    """Guards issue 25 point 1: Monitoring refuses a policy on a log-based metric created in the same apply
+    ("it could take up to 10 minutes to become available", terraform-provider-google#11102), so the first apply
+    failed. Every policy whose filter reads a user metric depends on a wait of 10 minutes, and the wait is keyed
+    on every log-based metric (created after them, and again only when they change)."""
+    wait = tf.resource("time_sleep", "log_metrics_known_to_monitoring")
+    assert wait["create_duration"] == "10m"
+    keyed_on = wait["triggers"]["metrics"]
+    metrics = tf.of_kind("google_logging_metric")
+    assert metrics and all(f"google_logging_metric.{name}" in keyed_on for name in metrics)
+    on_user_metrics = {
+        name
+        for name, policy in tf.of_kind("google_monitoring_alert_policy").items()
+        if "logging.googleapis.com/user/" in json.dumps(policy["conditions"])
+    }
+    assert on_user_metrics == {"failures", "stuck", "reconcile"}
+    waiting = {
+        name
+        for name, policy in tf.of_kind("google_monitoring_alert_policy").items()
+        if "${time_sleep.log_metrics_known_to_monitoring}" in policy.get("depends_on", [])
+    }
+    assert on_user_metrics <= waiting

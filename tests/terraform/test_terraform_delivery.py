@@ -123,3 +123,14 @@ def test_job_state_sink_routes_vertex_service_lines_to_the_job_state_topic(tf):
     text = (TERRAFORM_DIR / "job_state_log_filter.txt").read_text().strip()
     assert text == 'resource.type="ml_job" AND resource.labels.task_name="service"'
     assert "job_state" not in text
+
+
+def test_the_deploy_guide_quotes_the_sink_filter_that_is_deployed(tf):
+    """Guards issue 25 point 6: terraform/README.md showed an older filter (the undocumented
+    ml.googleapis.com/job_state label) after the deployed one had changed; it quotes the file now, and this
+    keeps the two equal."""
+    deployed = (TERRAFORM_DIR / "job_state_log_filter.txt").read_text().strip()
+    guide = (TERRAFORM_DIR / "README.md").read_text()
+    quoted = re.findall(r"```\n(resource\.type=[^\n]*)\n```", guide)
+    assert quoted == [deployed]
+    assert "ml.googleapis.com/job_state" not in guide

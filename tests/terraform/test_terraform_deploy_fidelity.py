@@ -141,3 +141,23 @@ def test_guide_says_how_to_tear_down_and_when_the_log_bucket_name_is_free_again(
     assert "run `terraform -chdir=terraform apply` again" in text
     assert "set `force_destroy = true`" in text
     assert "keeps a deleted log bucket for 7 days" in text
+
+
+def _kinds(tf, block_kind: str) -> set[str]:
+    return {kind for text in tf.files.values() for entry in text.get(block_kind, []) for kind in entry}
+
+
+def test_the_deploy_guide_names_a_role_for_every_resource_type(tf):
+    """Guards issue 25 point 4: the roles a non-Owner needs to apply listed neither BigQuery nor Monitoring.
+    The guide's table now names every resource and data type of terraform/*.tf, each with a predefined role."""
+    guide = (TERRAFORM_DIR / "README.md").read_text()
+    rows = re.findall(r"^\| (`[^|]*`[^|]*) \| ([^|]+) \|$", guide, flags=re.M)
+    listed: dict[str, str] = {}
+    for types, role in rows:
+        for data, kind in re.findall(r"(data )?`([a-z0-9_]+)`", types):
+            listed[("data " if data else "") + kind] = role
+    needed = _kinds(tf, "resource") | {f"data {kind}" for kind in _kinds(tf, "data")}
+    assert len(needed) > 25
+    assert sorted(needed - set(listed)) == []
+    local_only = {"time_sleep", "data archive_file"}
+    assert {kind for kind, role in listed.items() if "roles/" not in role} == local_only

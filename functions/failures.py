@@ -15,7 +15,7 @@ from schemas.events import FailureReason as Reason
 RESUBMITTABLE: frozenset[Reason] = frozenset({"capacity", "preemption", "internal"})
 
 # google.rpc.Code numbers, so the pure core needs no grpc import.
-UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, RESOURCE_EXHAUSTED = 2, 3, 4, 5, 8
+UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND, PERMISSION_DENIED, RESOURCE_EXHAUSTED = 2, 3, 4, 5, 7, 8
 FAILED_PRECONDITION, ABORTED, INTERNAL, UNAVAILABLE = 9, 10, 13, 14
 # UNKNOWN is what gRPC reports for a stream broken mid-call ("Stream removed"): the call may have taken effect,
 # and trying again (after looking, for a create) is right.
@@ -82,4 +82,22 @@ def call_is_transient(code: int, message: str) -> bool:
 
 def call_failure_reason(code: int) -> Reason:
     """Reason for a JobService call refused for good (not `call_is_transient`)."""
+    if code == PERMISSION_DENIED:
+        return "permission"
     return "quota" if code == RESOURCE_EXHAUSTED else "invalid"
+
+
+_API_DISABLED = re.compile(r"has not been used in project|is disabled|SERVICE_DISABLED", re.I)
+
+
+def permission_advice(message: str, account: str) -> str:
+    """What to fix when Vertex refused one of the controller's calls with PERMISSION_DENIED, in words: the Vertex
+    API is off in the project, or the function's own account lacks a grant (Google's text names the permission:
+    "Permission 'aiplatform.customJobs.create' denied on resource …")."""
+    if _API_DISABLED.search(message):
+        return "Enable the Vertex AI API (aiplatform.googleapis.com) in the project; Terraform enables it on apply."
+    return (
+        "The controller's function account needs roles/aiplatform.user on the project and "
+        f"roles/iam.serviceAccountUser on the job's run-as account{f' ({account})' if account else ''}; "
+        "terraform/iam.tf grants both, so re-run terraform apply if they were removed."
+    )

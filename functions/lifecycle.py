@@ -83,6 +83,9 @@ class Record(BaseModel):
     quota_pool: str | None = Field(None, description="The GPU quota pool the request holds or waits in.")
     queued_since: datetime | None = Field(None, description="When it began to wait in trainctl's quota queue.")
     cancel_requested: bool = Field(False, description="`trainctl cancel` of a request that has no job yet.")
+    permission_denied_since: datetime | None = Field(
+        None, description="When Vertex first refused this attempt's submission with PERMISSION_DENIED."
+    )
 
     @property
     def final(self) -> bool:

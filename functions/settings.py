@@ -54,6 +54,9 @@ class Settings:
     # Regions a request's fallback rung may name besides `region`; empty: only `region`.
     allowed_regions: tuple[str, ...] = ()
     lease: int = 600
+    # How long a request whose submission Vertex refuses with PERMISSION_DENIED keeps being tried again: fresh IAM
+    # grants and a just-enabled API take minutes to reach Vertex (functions/submission.py).
+    permission_wait: int = 20 * 60
     # How many active requests a reconcile tick observes at once: each observation waits mostly on Cloud
     # Storage and Vertex; each costs a GetCustomJob of Vertex's per-minute read quota.
     reconcile_concurrency: int = 16
@@ -92,7 +95,15 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
             if not isinstance(rules, dict):
                 raise ValueError("must be a JSON object mapping gs:// prefixes to templates")
             return rules
-        if attr in ("max_timeout", "lease", "max_event_age", "function_timeout", "outbox_grace", "claim_wait"):
+        if attr in (
+            "max_timeout",
+            "lease",
+            "permission_wait",
+            "max_event_age",
+            "function_timeout",
+            "outbox_grace",
+            "claim_wait",
+        ):
             return parse_duration(raw)
         if attr == "retry_pause_scale" and not float(raw) >= 0:
             raise ValueError(f"must be a number of 0 or more, got {raw!r}")

@@ -25,7 +25,7 @@ from typing import Any
 from functions import deadline, logs
 from functions.admission import admission_problems, dataset_problem
 from functions.errors import Transient
-from functions.failures import QUOTA_ADVICE, quota_metric
+from functions.failures import PERMISSION_DENIED, QUOTA_ADVICE, permission_advice, quota_metric
 from functions.gcs import Conflict, StorageError
 from functions.history import outcome_of
 from functions.keys import key_hash
@@ -326,6 +326,9 @@ class Submission:
         try:
             job, adopted = self.jobs.find_or_create(plan.custom_job, record.key_hash, record.attempt, plan.region)
         except CallRejected as exc:
+            if exc.code == PERMISSION_DENIED:
+                account = str(plan.custom_job["job_spec"].get("service_account", ""))
+                return self._refused_permission(record, generation, exc, account)
             return self._refused_by_vertex(record, generation, exc)
         except Transient:
             self._release(record, generation)
@@ -336,6 +339,7 @@ class Submission:
         now = self.clock()
         record.state, record.job_name, record.job_state = "submitted", job.name, job.state
         record.owner = record.lease_until = record.not_before = record.queued_since = None
+        record.permission_denied_since = None
         record.rung_attempts += 1
         record.add_events(
             [
@@ -455,6 +459,47 @@ class Submission:
         """A request that has ended holds no quota and waits for none."""
         if record.final and record.quota_pool:
             self.pools.release(record.quota_pool, record.key_hash)
+
+    def _refused_permission(self, record: Record, generation: int, exc: CallRejected, account: str) -> str:
+        """Vertex refused ListCustomJobs or CreateCustomJob with PERMISSION_DENIED. Fresh IAM grants reach Vertex
+        minutes after they are made ("typically within 2 minutes … in some cases 7 minutes or more",
+        cloud.google.com/iam/docs/access-change-propagation), and so does an API just enabled, so the refusal is
+        not taken as final: the claim is let go and reconcile tries again, for `permission_wait` after the first
+        refusal; then the request fails with reason `permission`, saying what to fix. A refused call created
+        nothing, so the request id (or the marker's generation) is not spent on a job that never ran."""
+        now = self.clock()
+        since = record.permission_denied_since or now
+        waited = int((now - since).total_seconds())
+        advice = permission_advice(exc.message, account)
+        if waited < self.settings.permission_wait:
+            record.permission_denied_since = since
+            record.message = f"Vertex AI refused the submission (PERMISSION_DENIED), trying again: {exc.message}"
+            record.owner = record.lease_until = None
+            record.not_before = now + timedelta(seconds=min(60, max(1, self.settings.permission_wait // 5)))
+            self.outbox.save(record, generation)
+            logs.warning(
+                f"Vertex AI refused the submission for lack of permission; trying again until "
+                f"{format_duration(self.settings.permission_wait)} after the first refusal. {advice}",
+                vertex_error=exc.message,
+                waited_s=waited,
+            )
+            return "waiting"
+        record.state, record.failure_reason = "failed", "permission"
+        record.message = f"{exc.message} {advice}"
+        record.add_events(
+            [
+                Failed(
+                    **record.envelope(now),
+                    message=f"Vertex AI refused the submission for {format_duration(waited)} (PERMISSION_DENIED): "
+                    f"{exc.message} {advice}",
+                    reason="permission",
+                )
+            ]
+        )
+        record, generation = self.outbox.flush(record, self.outbox.save(record, generation), whole_outbox(record))
+        self.release_quota(record)
+        self.outbox.retire_when_done(record)
+        return "failed"
 
     def _refused_by_vertex(self, record: Record, generation: int, exc: CallRejected) -> str:
         now = self.clock()

@@ -33,7 +33,7 @@ State = Literal[
     "cancelled",
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-FailureReason = Literal["quota", "capacity", "preemption", "hang", "internal", "user", "invalid"]
+FailureReason = Literal["quota", "capacity", "preemption", "hang", "internal", "user", "invalid", "permission"]
 # Where a request stands in the controller's ledger: claimed until its job exists (queued while it waits in
 # trainctl for GPU quota), then as its job goes.
 RequestState = Literal["claimed", "queued", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]

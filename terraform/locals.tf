@@ -62,6 +62,7 @@ locals {
     TRAINCTL_MAX_REQUEST_COST_USD     = tostring(var.max_request_cost_usd)
     TRAINCTL_MAX_REQUEST_BYTES        = tostring(var.max_request_bytes)
     TRAINCTL_LEASE                    = var.lease
+    TRAINCTL_PERMISSION_WAIT          = var.permission_wait
     TRAINCTL_RECONCILE_CONCURRENCY    = tostring(var.reconcile_concurrency)
     TRAINCTL_MAX_EVENT_AGE            = var.max_event_age
     TRAINCTL_FUNCTION_TIMEOUT         = tostring(var.function_timeout_seconds)

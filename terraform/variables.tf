@@ -228,6 +228,17 @@ variable "lease" {
   }
 }
 
+variable "permission_wait" {
+  description = "How long a request whose submission Vertex AI refuses with PERMISSION_DENIED is tried again before it fails with reason permission, as seconds or a duration such as 20m. Fresh IAM grants and a just-enabled API take minutes to reach Vertex."
+  type        = string
+  default     = "20m"
+
+  validation {
+    condition     = can(regex("^([0-9]+|([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?)$", var.permission_wait)) && var.permission_wait != ""
+    error_message = "permission_wait must be seconds or a duration such as 20m."
+  }
+}
+
 variable "max_event_age" {
   description = "Events older than this are dropped with a log line instead of processed, as seconds or a duration such as 24h."
   type        = string

@@ -13,6 +13,8 @@ is the client:
     # GetCustomJob / ListCustomJobs / CancelCustomJob
     control.rate_limit_next_calls(3)                              # RESOURCE_EXHAUSTED, the request-rate text
     control.rate_limit_next_calls(1, methods=("CancelCustomJob",))
+    # any of CreateCustomJob / ListCustomJobs / GetCustomJob / CancelCustomJob
+    control.deny_next_calls(2, methods=("ListCustomJobs",))       # PERMISSION_DENIED, IAM's text
     # the next created job(s)
     control.hold_next_in_queue(seconds=30)                        # QUEUED: waiting for quota
     control.hold_next_in_pending(seconds=30)                      # PENDING: waiting for capacity
@@ -104,6 +106,15 @@ class JobServiceControl:
     ) -> None:
         """The next `count` calls of `methods` answer RESOURCE_EXHAUSTED with Vertex's request-rate text."""
         self._call("RateLimitNextCalls", count=count, methods=list(methods))
+
+    def deny_next_calls(
+        self,
+        count: int,
+        methods: tuple[str, ...] = ("CreateCustomJob", "ListCustomJobs", "GetCustomJob", "CancelCustomJob"),
+    ) -> None:
+        """The next `count` calls of `methods` answer PERMISSION_DENIED with IAM's text, naming the permission
+        (as while a fresh grant propagates, or the caller lacks it)."""
+        self._call("DenyNextCalls", count=count, methods=list(methods))
 
     def fail_next_for_quota(self, count: int = 1) -> None:
         """The next `count` created jobs end JOB_STATE_FAILED with error code 8 and Vertex's quota text,

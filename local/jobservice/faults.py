@@ -3,6 +3,8 @@
 - fail the next N CreateCustomJob calls with a gRPC code and Vertex's wording for it (optionally
   after the job was created anyway, as when a response is lost on the way back: UNKNOWN "Stream removed");
 - rate-limit the next N Get/List/Cancel calls (RESOURCE_EXHAUSTED, Vertex's request-rate text);
+- refuse the next N Create/List/Get/Cancel calls with PERMISSION_DENIED (IAM's text), as while fresh grants
+  propagate;
 - for the next created jobs: hold them in JOB_STATE_QUEUED (quota wait) or JOB_STATE_PENDING
   (provisioning wait), fail them with code 8 and the quota text, or make their provisioning meet
   stockouts (see vertex_retries.py for what Vertex does then);
@@ -32,6 +34,17 @@ RATE_LIMIT_MESSAGE = (
     "for consumer 'project_number:{project}'."
 )
 RATE_LIMITED_METHODS = ("GetCustomJob", "ListCustomJobs", "CancelCustomJob")
+# IAM's refusal as Vertex words it (reason IAM_PERMISSION_DENIED): the permission each method needs, on the
+# location for create and list and on the job for get and cancel.
+PERMISSION_MESSAGE = (
+    "Permission '{permission}' denied on resource '//aiplatform.googleapis.com/{resource}' (or it may not exist)."
+)
+PERMISSIONS = {
+    "CreateCustomJob": "aiplatform.customJobs.create",
+    "ListCustomJobs": "aiplatform.customJobs.list",
+    "GetCustomJob": "aiplatform.customJobs.get",
+    "CancelCustomJob": "aiplatform.customJobs.cancel",
+}
 
 DEFAULT_MESSAGES = {
     grpc.StatusCode.UNAVAILABLE: "The service is currently unavailable.",
@@ -69,6 +82,7 @@ class FaultPlan:
         self._create_failures: list[CreateFailure] = []
         self._create_delays: list[float] = []
         self._rate_limits: list[frozenset[str]] = []
+        self._denials: list[frozenset[str]] = []
         self._queue_holds: list[float] = []
         self._pending_holds: list[float] = []
         self._quota_failures = 0
@@ -94,18 +108,34 @@ class FaultPlan:
             return self._create_delays.pop(0) if self._create_delays else 0.0
 
     def rate_limit_next_calls(self, count: int, methods: tuple[str, ...] = RATE_LIMITED_METHODS) -> None:
-        unknown = set(methods) - set(RATE_LIMITED_METHODS)
-        if unknown:
-            raise ValueError(f"methods: {sorted(unknown)} cannot be rate-limited; choose from {RATE_LIMITED_METHODS}")
-        with self._lock:
-            self._rate_limits += [frozenset(methods)] * count
+        self._plan_refusals(self._rate_limits, count, methods, RATE_LIMITED_METHODS, "rate-limited")
 
     def rate_limited(self, method: str) -> bool:
         """Whether this call of `method` is refused for the request rate (and uses up one refusal)."""
+        return self._take_refusal(self._rate_limits, method)
+
+    def deny_next_calls(self, count: int, methods: tuple[str, ...] = tuple(PERMISSIONS)) -> None:
+        self._plan_refusals(self._denials, count, methods, tuple(PERMISSIONS), "denied")
+
+    def denied(self, method: str) -> bool:
+        """Whether this call of `method` is refused with PERMISSION_DENIED (and uses up one refusal)."""
+        return self._take_refusal(self._denials, method)
+
+    def _plan_refusals(
+        self, refusals: list[frozenset[str]], count: int, methods: tuple[str, ...], allowed: tuple[str, ...], what: str
+    ) -> None:
+        unknown = set(methods) - set(allowed)
+        if unknown:
+            raise ValueError(f"methods: {sorted(unknown)} cannot be {what}; choose from {allowed}")
         with self._lock:
-            for index, methods in enumerate(self._rate_limits):
+            refusals += [frozenset(methods)] * count
+
+    def _take_refusal(self, refusals: list[frozenset[str]], method: str) -> bool:
+        """Whether one of the planned refusals covers `method`; the first that does is used up."""
+        with self._lock:
+            for index, methods in enumerate(refusals):
                 if method in methods:
-                    del self._rate_limits[index]
+                    del refusals[index]
                     return True
             return False
 
@@ -143,6 +173,7 @@ class FaultPlan:
             self._create_failures.clear()
             self._create_delays.clear()
             self._rate_limits.clear()
+            self._denials.clear()
             self._queue_holds.clear()
             self._pending_holds.clear()
             self._quota_failures = 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from local.jobservice.capacity import CapacityError, CapacityModel, parse_capaci
 from local.jobservice.cloud_quotas import QuotaReads, cloud_quotas_routes
 from local.jobservice.control import control_handler
 from local.jobservice.execution import JobExecutor, TransitionHook, TransitionRefused
-from local.jobservice.faults import RATE_LIMITED_METHODS, FaultPlan
+from local.jobservice.faults import PERMISSIONS, RATE_LIMITED_METHODS, FaultPlan
 from local.jobservice.job_logs import JobLogs, logging_routes
 from local.jobservice.replicas import ExecutionSettings
 from local.jobservice.rest import RestServer, rest_routes
@@ -130,13 +131,17 @@ class LocalJobService:
             self.faults.hold_next_in_queue(float(request["seconds"]), int(request.get("count", 1)))
             return {}
 
-        def rate_limit_next_calls(request: dict, context: grpc.ServicerContext) -> dict:
-            methods = tuple(request.get("methods") or RATE_LIMITED_METHODS)
-            try:
-                self.faults.rate_limit_next_calls(int(request["count"]), methods)
-            except ValueError as error:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-            return {}
+        def refusals(plan: Callable[[int, tuple[str, ...]], None], default: tuple[str, ...]) -> Callable:
+            """A control method planning refusals of calls (rate limits, denials) of the methods it names."""
+
+            def control(request: dict, context: grpc.ServicerContext) -> dict:
+                try:
+                    plan(int(request["count"]), tuple(request.get("methods") or default))
+                except ValueError as error:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+                return {}
+
+            return control
 
         def hold_next_in_pending(request: dict, context: grpc.ServicerContext) -> dict:
             self.faults.hold_next_in_pending(float(request["seconds"]), int(request.get("count", 1)))
@@ -200,7 +205,8 @@ class LocalJobService:
             "FailNextCreates": fail_next_creates,
             "HoldNextInQueue": hold_next_in_queue,
             "HoldNextInPending": hold_next_in_pending,
-            "RateLimitNextCalls": rate_limit_next_calls,
+            "RateLimitNextCalls": refusals(self.faults.rate_limit_next_calls, RATE_LIMITED_METHODS),
+            "DenyNextCalls": refusals(self.faults.deny_next_calls, tuple(PERMISSIONS)),
             "FailNextForQuota": fail_next_for_quota,
             "StockOutNext": stock_out_next,
             "DelayNextCreates": delay_next_creates,

@@ -36,7 +36,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from local.jobservice.execution import ACTIVE_STATES, JobExecutor, TransitionRefused
-from local.jobservice.faults import QUOTA_MESSAGE, RATE_LIMIT_MESSAGE, FaultPlan
+from local.jobservice.faults import PERMISSION_MESSAGE, PERMISSIONS, QUOTA_MESSAGE, RATE_LIMIT_MESSAGE, FaultPlan
 from local.jobservice.filters import FilterError, parse_filter
 from local.jobservice.quota_queue import gpu_demand, region_of
 from local.jobservice.store import JobStore, job_id_of
@@ -91,6 +91,7 @@ class JobServiceServicer:
         return grpc.method_handlers_generic_handler(OPERATIONS_SERVICE, {"GetOperation": method})
 
     def create_custom_job(self, request: CreateCustomJobRequest, context: grpc.ServicerContext) -> CustomJob:
+        self._refuse_before_looking("CreateCustomJob", request.parent, context)
         failure = self.faults.next_create_failure()
         if failure is not None and not failure.after_create:
             context.abort(failure.code, failure.message)
@@ -116,11 +117,11 @@ class JobServiceServicer:
         return job
 
     def get_custom_job(self, request: GetCustomJobRequest, context: grpc.ServicerContext) -> CustomJob:
-        self._refuse_if_rate_limited("GetCustomJob", request.name, context)
+        self._refuse_before_looking("GetCustomJob", request.name, context)
         return self._existing(request.name, context)
 
     def list_custom_jobs(self, request: ListCustomJobsRequest, context: grpc.ServicerContext) -> ListCustomJobsResponse:
-        self._refuse_if_rate_limited("ListCustomJobs", request.parent, context)
+        self._refuse_before_looking("ListCustomJobs", request.parent, context)
         if not PARENT_RE.fullmatch(request.parent):
             _abort_invalid(context, [("parent", f"must look like projects/P/locations/L, got {request.parent!r}")])
         try:
@@ -138,7 +139,7 @@ class JobServiceServicer:
         return ListCustomJobsResponse(custom_jobs=page, next_page_token=next_token)
 
     def cancel_custom_job(self, request: CancelCustomJobRequest, context: grpc.ServicerContext) -> empty_pb2.Empty:
-        self._refuse_if_rate_limited("CancelCustomJob", request.name, context)
+        self._refuse_before_looking("CancelCustomJob", request.name, context)
         job = self._existing(request.name, context)
         try:
             self.executor.cancel(job.name)
@@ -172,8 +173,14 @@ class JobServiceServicer:
             context.abort(grpc.StatusCode.NOT_FOUND, f"Operation {request.name} does not exist.")
         return operation
 
-    def _refuse_if_rate_limited(self, method: str, resource: str, context: grpc.ServicerContext) -> None:
-        # Vertex checks the request-rate quota before it looks at the request.
+    def _refuse_before_looking(self, method: str, resource: str, context: grpc.ServicerContext) -> None:
+        # Google's front end checks the caller's permission, then the request-rate quota, before the service
+        # looks at the request.
+        if self.faults.denied(method):
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                PERMISSION_MESSAGE.format(permission=PERMISSIONS[method], resource=resource),
+            )
         if self.faults.rate_limited(method):
             project = resource.split("/")[1] if resource.count("/") >= 1 else "unknown"
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMIT_MESSAGE.format(project=project))

@@ -3,14 +3,17 @@ reported as quota, and a crash between CreateCustomJob and the ledger update ado
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cloudevents.http import CloudEvent
 
 from functions import handlers
 from functions.controller import Controller
+from functions.keys import key_hash
 from functions.settings import Settings
 from functions.vertex import VertexJobs
 from local.jobservice.client import wait_for_state
@@ -122,6 +125,64 @@ def test_a_crash_after_create_is_adopted_by_the_redelivery(deployment, job_clien
     record = deployment.record("request:crash-1")
     assert record["state"] == "submitted" and record["job_name"] == jobs_with_key(job_client, "request:crash-1")[0].name
     assert events.states("crash-1") == ["accepted", "submitted"]
+
+
+def _controller_at(deployment, now: list[datetime]) -> Controller:
+    """The deployment's controller in this process, on a clock the test moves forward."""
+    settings = Settings.from_env(deployment.settings_env())
+    return dataclasses.replace(Controller.from_settings(settings), clock=lambda: now[0])
+
+
+def test_permission_denied_while_grants_propagate_is_tried_again_until_the_job_is_created(
+    deployment, jobservice_control, job_client
+):
+    """Guards issue 25 point 2: PERMISSION_DENIED from ListCustomJobs or CreateCustomJob (fresh IAM grants take
+    minutes to reach Vertex, as does an API just enabled) was a final `rejected` (reason invalid) that spent the
+    request id. Now the delivery is acked, the claim let go, and the next tries go on until the job is created."""
+    events = deployment.events()
+    jobservice_control.deny_next_calls(1, methods=("ListCustomJobs",))
+    assert deployment.request(fake_node_request("iam-propagating-1")) == 200  # acked: no redelivery loop
+    record = deployment.record("request:iam-propagating-1")
+    assert record["state"] == "claimed" and record["permission_denied_since"] and "owner" not in record
+    assert "aiplatform.customJobs.list" in record["message"]
+    assert events.states("iam-propagating-1") == ["accepted"]
+
+    now = [datetime.now(UTC) + timedelta(minutes=2)]
+    controller = _controller_at(deployment, now)
+    khash = key_hash("request:iam-propagating-1")
+    jobservice_control.deny_next_calls(1, methods=("CreateCustomJob",))
+    assert controller.observe_record(khash) == "waiting"  # reconcile's visit: refused again, at create now
+    assert jobs_with_key(job_client, "request:iam-propagating-1") == []
+    now[0] += timedelta(minutes=2)
+    assert controller.observe_record(khash) == "submitted"
+    assert len(jobs_with_key(job_client, "request:iam-propagating-1")) == 1
+    assert "permission_denied_since" not in deployment.record("request:iam-propagating-1")
+    assert events.states("iam-propagating-1") == ["accepted", "submitted"]
+
+
+def test_permission_still_denied_after_the_wait_fails_the_request_saying_what_to_fix(
+    deployment, jobservice_control, job_client
+):
+    """Guards issue 25 point 2: a refusal that outlasts `permission_wait` ends the request with reason
+    `permission` (not `invalid`), naming the permission Vertex refused and the grants that give it."""
+    events = deployment.events()
+    jobservice_control.deny_next_calls(2, methods=("CreateCustomJob",))
+    now = [datetime.now(UTC)]
+    controller = _controller_at(deployment, now)
+    _, push_body = deployment.push_body(_json(fake_node_request("iam-missing-1")), "msg-iam-missing-1")
+    event = CloudEvent(
+        {"type": "google.cloud.pubsub.topic.v1.messagePublished", "source": "//pubsub.googleapis.com/t", "id": "i"},
+        json.loads(push_body),
+    )
+    assert handlers.job_request(event, controller) == "waiting"
+    now[0] += timedelta(seconds=controller.settings.permission_wait + 1)
+    assert controller.observe_record(key_hash("request:iam-missing-1")) == "failed"
+    (failed,) = events.of("iam-missing-1", "failed")
+    assert failed.reason == "permission"
+    assert "aiplatform.customJobs.create" in failed.message and "roles/aiplatform.user" in failed.message
+    assert events.of("iam-missing-1", "rejected") == []
+    assert jobs_with_key(job_client, "request:iam-missing-1") == []
+    assert deployment.record("request:iam-missing-1")["state"] == "failed"
 
 
 def _json(document) -> bytes:

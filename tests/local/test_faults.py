@@ -182,6 +182,23 @@ def test_reads_and_cancels_can_be_rate_limited_with_vertex_request_rate_text(
     assert wait_for_state(job_client, job.name, timeout=20).state == JobState.JOB_STATE_CANCELLED
 
 
+def test_calls_can_be_refused_with_iam_permission_denied_naming_the_permission(
+    job_client: JobServiceClient, jobservice_control: JobServiceControl
+):
+    """Guards issue 25 point 2: the controller's handling of PERMISSION_DENIED (grants still propagating) needs the
+    local JobService to refuse List and Create as IAM does, with the permission named, and nothing created."""
+    run = unique_value()
+    jobservice_control.deny_next_calls(1, methods=("ListCustomJobs",))
+    jobservice_control.deny_next_calls(1, methods=("CreateCustomJob",))
+    with pytest.raises(exceptions.PermissionDenied, match=r"Permission 'aiplatform\.customJobs\.list' denied on"):
+        list(job_client.list_custom_jobs(parent=PARENT))
+    with pytest.raises(exceptions.PermissionDenied, match=r"'aiplatform\.customJobs\.create' denied on resource"):
+        create(job_client, custom_job(pool("--sleep", "0"), labels={"run": run}))
+    assert jobs_labelled(job_client, run) == []  # a refused create makes nothing
+    job = create(job_client, custom_job(pool("--sleep", "0"), labels={"run": run}))
+    assert [j.name for j in jobs_labelled(job_client, run)] == [job.name]
+
+
 def test_a_job_can_fail_for_quota_with_code_8_naming_its_gpu_metric(
     job_client: JobServiceClient, jobservice_control: JobServiceControl
 ):

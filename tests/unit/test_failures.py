@@ -7,6 +7,7 @@ from functions.failures import (
     call_failure_reason,
     call_is_transient,
     classify_job_failure,
+    permission_advice,
     quota_metric,
 )
 
@@ -42,6 +43,18 @@ def test_resubmittable_reasons():
 def test_refused_calls():
     assert call_failure_reason(8) == "quota"
     assert call_failure_reason(3) == "invalid"
+    assert call_failure_reason(7) == "permission"  # issue 25 point 2: not `invalid`, which says "fix the request"
+
+
+def test_a_permission_refusal_says_what_to_fix():
+    """Guards issue 25 point 2: the operator's fix for a refusal that outlasts the wait, in words: the grants when
+    IAM refused (the text names the permission), the API when it is off in the project."""
+    iam = "Permission 'aiplatform.customJobs.create' denied on resource '//aiplatform.googleapis.com/projects/p'"
+    advice = permission_advice(iam, "trainer@p.iam.gserviceaccount.com")
+    assert "roles/aiplatform.user" in advice and "roles/iam.serviceAccountUser" in advice
+    assert "trainer@p.iam.gserviceaccount.com" in advice
+    disabled = "Vertex AI API has not been used in project 123 before or it is disabled. Enable it by visiting …"
+    assert "Enable the Vertex AI API" in permission_advice(disabled, "")
 
 
 RATE_LIMIT = (

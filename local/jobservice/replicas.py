@@ -90,7 +90,6 @@ def plan_nodes(job: CustomJob, settings: ExecutionSettings, master_port: int, ho
     for index, pool in pools:
         if index not in NODE_POOLS:
             continue
-        command = _command(pool.container_spec, settings.image_map)
         for replica in range(pool.replica_count):
             cluster_spec = {
                 "cluster": cluster,
@@ -107,8 +106,10 @@ def plan_nodes(job: CustomJob, settings: ExecutionSettings, master_port: int, ho
                 "CLOUD_ML_JOB_ID": job_id,
                 **_output_dirs(spec.base_output_directory.output_uri_prefix),
             }
+            declared = _request_env(pool.container_spec.env, vertex_env)
+            command = _command(pool.container_spec, settings.image_map, {**declared, **vertex_env})
             name, home = f"workerpool{index}-{replica}", homes / f"workerpool{index}-{replica}"
-            env = _node_env(settings, pool, vertex_env, home)
+            env = _node_env(settings, pool, declared, vertex_env, home)
             nodes.append(NodePlan(name, int(vertex_env["RANK"]), command, env, home))
     unstarted = {f"workerpool{index}": pool.replica_count for index, pool in pools if index not in NODE_POOLS}
     return JobPlan(nodes, unstarted)
@@ -132,10 +133,16 @@ def _output_dirs(base: str) -> dict[str, str]:
     }
 
 
-def _command(container, image_map: Mapping[str, tuple[str, ...]]) -> list[str]:
-    """The container's command (its ENTRYPOINT when none is given) followed by its args."""
-    entrypoint = list(container.command) or list(_mapped_entrypoint(container.image_uri, image_map))
-    command = entrypoint + list(container.args)
+def _command(container, image_map: Mapping[str, tuple[str, ...]], variables: Mapping[str, str]) -> list[str]:
+    """The container's command (its ENTRYPOINT when none is given) followed by its args. `$(NAME)` in the
+    command and args of the request expands to the container's variables (its `env` and Vertex's), as
+    Kubernetes expands them (kubernetes/kubernetes pkg/kubelet/container/helpers.go,
+    ExpandContainerCommandAndArgs) and as Google's sample relies on (googleapis/python-aiplatform
+    samples/snippets/pipeline_service/create_training_pipeline_custom_job_sample.py: "--model_dir=$(AIP_MODEL_DIR)");
+    an image's own entry point is not expanded."""
+    given = [_expand(part, variables) for part in container.command]
+    entrypoint = given or list(_mapped_entrypoint(container.image_uri, image_map))
+    command = entrypoint + [_expand(arg, variables) for arg in container.args]
     # Inside the image `python` is the image's interpreter; here it is the one running the JobService,
     # which has the project's dependencies.
     if command[0] in ("python", "python3"):
@@ -155,12 +162,14 @@ def _mapped_entrypoint(image: str, image_map: Mapping[str, tuple[str, ...]]) -> 
     return image_map[max(matches, key=len)]
 
 
-def _node_env(settings: ExecutionSettings, pool, vertex_env: dict[str, str], home: Path) -> dict[str, str]:
-    """What the image gives, which the request's `env` may override; then the machine's stand-ins and the
-    platform's variables, which it may not (Vertex applies its own last)."""
+def _node_env(
+    settings: ExecutionSettings, pool, declared: dict[str, str], vertex_env: dict[str, str], home: Path
+) -> dict[str, str]:
+    """What the image gives, which the request's `declared` variables may override; then the machine's
+    stand-ins and the platform's variables, which they may not (Vertex applies its own last)."""
     host = os.environ if settings.host_env is None else settings.host_env
     env = _image_env(host, settings.workdir, home)
-    env.update(_request_env(pool.container_spec.env, vertex_env))
+    env.update(declared)
     if settings.storage_emulator_host:  # gs:// reaches Cloud Storage from a Vertex node; here, fake-gcs-server
         env["STORAGE_EMULATOR_HOST"] = settings.storage_emulator_host
     gpus = pool.machine_spec.accelerator_count

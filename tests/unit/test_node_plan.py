@@ -156,3 +156,28 @@ def test_a_doubled_dollar_is_one_dollar_so_an_escaped_reference_stays_literal():
 
     assert (env["ESCAPED"], env["PRICE"]) == ("$(AIP_MODEL_DIR)", "$5 a $x")
     assert (env["OPEN"], env["EMPTY"]) == ("$(CLOUD_ML_JOB_ID $", "$()")
+
+
+def test_the_requests_command_and_args_expand_to_the_containers_variables_only(monkeypatch: pytest.MonkeyPatch):
+    """Guards issue 24, point 9: Vertex expands `$(NAME)` in the command and args it is given, as Google's own
+    sample relies on (`--model_dir=$(AIP_MODEL_DIR)`), with the container's variables; a variable of the
+    JobService's environment stays a literal there too."""
+    monkeypatch.setenv("SECRET", FAKE_SECRET)
+    container = {
+        "image_uri": "x",
+        "command": ["python", "train.py", "--job=$(CLOUD_ML_JOB_ID)"],
+        "args": ["--model_dir=$(AIP_MODEL_DIR)", "--name=$(RUN_NAME)", "--key=$(SECRET)", "$$(RANK)"],
+        "env": [{"name": "RUN_NAME", "value": "run-$(CLOUD_ML_JOB_ID)"}],
+    }
+
+    plan = plan_nodes(job_with(container, output="gs://b/runs/r/"), ExecutionSettings(), 29500, HOMES)
+
+    assert plan.nodes[0].command == [
+        sys.executable,
+        "train.py",
+        "--job=42",
+        "--model_dir=gs://b/runs/r/model/",
+        "--name=run-42",
+        "--key=$(SECRET)",
+        "$(RANK)",
+    ]

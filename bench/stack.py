@@ -21,13 +21,13 @@ from bench.report import Figure, load_average, record
 from local.fake_gcs import FakeGcs, start_fake_gcs
 from local.jobservice.standalone import JobServiceProcess, start_jobservice_process
 from local.names import LOCAL_PROJECT
-from local.processes import leftover_processes
+from local.processes import BENCH_MARKER_VAR, leftover_processes
 from local.pubsub_emulator import PubSubEmulator, start_pubsub_emulator
 from tests.integration.deployment import FAKE_NODE_IMAGE, Deployment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Every process a benchmark starts inherits this variable, so a scan of /proc finds any left behind.
-RUN_MARKER_VAR = "TRAINCTL_BENCH_RUN"
+RUN_MARKER_VAR = BENCH_MARKER_VAR
 # The deployment's template runs the test image; the JobService maps it to the fake node program.
 IMAGE_MAP = f'{{"{FAKE_NODE_IMAGE}": ["python", "tests/local/programs/fake_node.py"]}}'
 

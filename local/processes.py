@@ -22,6 +22,13 @@ from typing import TypeVar
 # Every process the test session starts inherits this variable (tests/conftest.py sets it), so a scan
 # of /proc finds anything left behind, however deeply it was spawned.
 SESSION_MARKER_VAR = "TRAINCTL_TEST_SESSION"
+# The same for every process of one local stack (`trainctl local up`; local/stack_state.py) and of one
+# benchmark run (bench/stack.py).
+STACK_MARKER_VAR = "TRAINCTL_LOCAL_STACK"
+BENCH_MARKER_VAR = "TRAINCTL_BENCH_RUN"
+# These label processes and configure nothing: the local JobService hands them on to job nodes, which
+# otherwise get a container's environment rather than its own, so that the scans find the nodes too.
+PROCESS_MARKER_VARS = (SESSION_MARKER_VAR, STACK_MARKER_VAR, BENCH_MARKER_VAR)
 
 
 class StartupError(RuntimeError):

@@ -17,12 +17,18 @@ import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from local.processes import leftover_processes, process_alive, process_start_time, stop_group, wait_until
+from local.processes import (
+    STACK_MARKER_VAR,
+    leftover_processes,
+    process_alive,
+    process_start_time,
+    stop_group,
+    wait_until,
+)
 
 LOCAL_DIR_VAR = "TRAINCTL_LOCAL_DIR"
-# Every process of a stack carries this variable with the stack's id, so `local down` finds all of them —
+# Every process of a stack carries STACK_MARKER_VAR with the stack's id, so `local down` finds all of them —
 # job nodes included — even when the process that started them has died.
-STACK_MARKER_VAR = "TRAINCTL_LOCAL_STACK"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 

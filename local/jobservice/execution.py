@@ -298,7 +298,8 @@ class JobRun:
         self.record.attempt += 1
         self.record.master_port = free_port()
         try:
-            plan = plan_nodes(job, self.executor.settings, self.record.master_port)
+            homes = self.store.job_dir(self.name) / "homes" / f"attempt-{self.record.attempt}"
+            plan = plan_nodes(job, self.executor.settings, self.record.master_port, homes)
         except NodePlanError as error:
             return Outcome(JobState.JOB_STATE_FAILED, code_pb2.INVALID_ARGUMENT, str(error))
         for pool, count in plan.unstarted_pools.items():

@@ -39,6 +39,7 @@ class Node:
 
 def start_node(node: NodePlan, attempt: int, log_dir: Path, exit_dir: Path, workdir: Path) -> Node:
     """Start `node` for `attempt` of its job, appending its output to its log."""
+    node.home.mkdir(parents=True, exist_ok=True)
     with open(log_dir / f"{node.name}.log", "ab") as output:
         output.write(f"[local JobService] attempt {attempt}: {node.command}\n".encode())
         output.flush()

@@ -10,15 +10,18 @@ CLUSTER_SPEC but not started.
 Local stand-ins: GPUs become `TRAINCTL_LOCAL_PROCS_PER_NODE` CPU processes (the trainer's launcher reads
 it), `STORAGE_EMULATOR_HOST` makes `gs://` reach fake-gcs-server, and an image map gives images the
 entry point their container would have had.
+
+A node starts from a container's environment, never from the JobService's own: what the image would give
+(PATH, an empty HOME of its own, the code on PYTHONPATH), the request's `env` expanded as Vertex expands it,
+the stand-ins above and the Vertex variables. A developer's credentials and settings stay out of every job.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,14 +30,15 @@ from google.protobuf import json_format
 
 from local.jobservice.validation import is_empty_pool
 from local.names import LOCAL_TRAINER_IMAGE
-from local.processes import free_port
+from local.processes import PROCESS_MARKER_VARS, free_port
 
 PROCS_PER_NODE_VAR = "TRAINCTL_LOCAL_PROCS_PER_NODE"
 
 TRAINER_ENTRYPOINT = ("python", "-m", "trainer.launch")
 DEFAULT_IMAGE_MAP: dict[str, tuple[str, ...]] = {LOCAL_TRAINER_IMAGE: TRAINER_ENTRYPOINT}
 NODE_POOLS = (0, 1)  # the pools whose replicas run; pool 0 is the primary
-_ENV_REFERENCE = re.compile(r"\$\$\(([A-Za-z_][A-Za-z0-9_]*)\)|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+# Docker's PATH for an image that sets none, for a JobService that was started without one.
+CONTAINER_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class NodePlanError(ValueError):
@@ -50,7 +54,9 @@ class ExecutionSettings:
     storage_emulator_host: str | None = None
     workdir: Path = field(default_factory=Path.cwd)
     cancel_grace: float = 5.0
-    base_env: Mapping[str, str] | None = None  # None: the server's own environment
+    # The JobService's own environment (None: os.environ). Nodes take only PATH, TMPDIR and the process
+    # markers from it (see _image_env), never the rest.
+    host_env: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class NodePlan:
     rank: int
     command: list[str]
     env: dict[str, str]
+    home: Path  # HOME: a folder of the node's own, empty as a new container's
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,9 @@ class JobPlan:
     unstarted_pools: dict[str, int]  # "workerpool2" → replica count, for the log line that says so
 
 
-def plan_nodes(job: CustomJob, settings: ExecutionSettings, master_port: int) -> JobPlan:
-    """Commands and environments for every node of `job`; raises NodePlanError when one cannot run."""
+def plan_nodes(job: CustomJob, settings: ExecutionSettings, master_port: int, homes: Path) -> JobPlan:
+    """Commands and environments for every node of `job`, each with a home folder `homes/<node>`; raises
+    NodePlanError when one cannot run."""
     spec = job.job_spec
     pools = [(index, pool) for index, pool in enumerate(spec.worker_pool_specs) if not is_empty_pool(pool)]
     cluster = {
@@ -82,7 +90,6 @@ def plan_nodes(job: CustomJob, settings: ExecutionSettings, master_port: int) ->
     for index, pool in pools:
         if index not in NODE_POOLS:
             continue
-        command = _command(pool.container_spec, settings.image_map)
         for replica in range(pool.replica_count):
             cluster_spec = {
                 "cluster": cluster,
@@ -99,8 +106,11 @@ def plan_nodes(job: CustomJob, settings: ExecutionSettings, master_port: int) ->
                 "CLOUD_ML_JOB_ID": job_id,
                 **_output_dirs(spec.base_output_directory.output_uri_prefix),
             }
-            env = _node_env(settings, pool, vertex_env)
-            nodes.append(NodePlan(f"workerpool{index}-{replica}", int(vertex_env["RANK"]), command, env))
+            declared = _request_env(pool.container_spec.env, vertex_env)
+            command = _command(pool.container_spec, settings.image_map, {**declared, **vertex_env})
+            name, home = f"workerpool{index}-{replica}", homes / f"workerpool{index}-{replica}"
+            env = _node_env(settings, pool, declared, vertex_env, home)
+            nodes.append(NodePlan(name, int(vertex_env["RANK"]), command, env, home))
     unstarted = {f"workerpool{index}": pool.replica_count for index, pool in pools if index not in NODE_POOLS}
     return JobPlan(nodes, unstarted)
 
@@ -123,10 +133,16 @@ def _output_dirs(base: str) -> dict[str, str]:
     }
 
 
-def _command(container, image_map: Mapping[str, tuple[str, ...]]) -> list[str]:
-    """The container's command (its ENTRYPOINT when none is given) followed by its args."""
-    entrypoint = list(container.command) or list(_mapped_entrypoint(container.image_uri, image_map))
-    command = entrypoint + list(container.args)
+def _command(container, image_map: Mapping[str, tuple[str, ...]], variables: Mapping[str, str]) -> list[str]:
+    """The container's command (its ENTRYPOINT when none is given) followed by its args. `$(NAME)` in the
+    command and args of the request expands to the container's variables (its `env` and Vertex's), as
+    Kubernetes expands them (kubernetes/kubernetes pkg/kubelet/container/helpers.go,
+    ExpandContainerCommandAndArgs) and as Google's sample relies on (googleapis/python-aiplatform
+    samples/snippets/pipeline_service/create_training_pipeline_custom_job_sample.py: "--model_dir=$(AIP_MODEL_DIR)");
+    an image's own entry point is not expanded."""
+    given = [_expand(part, variables) for part in container.command]
+    entrypoint = given or list(_mapped_entrypoint(container.image_uri, image_map))
+    command = entrypoint + [_expand(arg, variables) for arg in container.args]
     # Inside the image `python` is the image's interpreter; here it is the one running the JobService,
     # which has the project's dependencies.
     if command[0] in ("python", "python3"):
@@ -146,30 +162,83 @@ def _mapped_entrypoint(image: str, image_map: Mapping[str, tuple[str, ...]]) -> 
     return image_map[max(matches, key=len)]
 
 
-def _node_env(settings: ExecutionSettings, pool, vertex_env: dict[str, str]) -> dict[str, str]:
-    env = dict(os.environ if settings.base_env is None else settings.base_env)
-    env["PYTHONUNBUFFERED"] = "1"  # so replica logs show lines as they happen
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(settings.workdir), env.get("PYTHONPATH", "")]))
-    if settings.storage_emulator_host:
+def _node_env(
+    settings: ExecutionSettings, pool, declared: dict[str, str], vertex_env: dict[str, str], home: Path
+) -> dict[str, str]:
+    """What the image gives, which the request's `declared` variables may override; then the machine's
+    stand-ins and the platform's variables, which they may not (Vertex applies its own last)."""
+    host = os.environ if settings.host_env is None else settings.host_env
+    env = _image_env(host, settings.workdir, home)
+    env.update(declared)
+    if settings.storage_emulator_host:  # gs:// reaches Cloud Storage from a Vertex node; here, fake-gcs-server
         env["STORAGE_EMULATOR_HOST"] = settings.storage_emulator_host
     gpus = pool.machine_spec.accelerator_count
     env[PROCS_PER_NODE_VAR] = str(max(1, min(gpus, settings.max_procs_per_node)))
-    # The container's own variables may refer to earlier ones and to Vertex's with $(NAME); Vertex's
-    # variables are applied last, as the platform sets them.
-    for variable in pool.container_spec.env:
-        env[variable.name] = _expand(variable.value, {**env, **vertex_env})
+    # Labels, not settings: the tests and `trainctl local down` find every process they started by them.
+    env.update({name: host[name] for name in PROCESS_MARKER_VARS if name in host})
     env.update(vertex_env)
     return env
 
 
+def _image_env(host: Mapping[str, str], workdir: Path, home: Path) -> dict[str, str]:
+    """The environment a container of the image starts with, this machine standing in for the image.
+
+    No LANG or LC_*: the trainer's base image sets none (pytorch/pytorch's Dockerfile, on Ubuntu), so Python
+    runs in its UTF-8 mode for the C locale (PEP 538, 540) there and here alike, whatever the developer's
+    locale. Nothing else of the host either (USER, cloud credentials, proxies, tool settings): a container
+    has none of it.
+    """
+    env = {
+        # The image's PATH finds its interpreter and tools first; here they are the JobService's interpreter
+        # (torchrun beside it) and the host's tools. PATH names folders, no secrets.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), host.get("PATH") or CONTAINER_DEFAULT_PATH]),
+        # A container has an empty home of its own. The developer's would hand the job their credential
+        # files (~/.config/gcloud, ~/.aws), which client libraries look for there by default.
+        "HOME": str(home),
+        # The code the image holds (the trainer under its WORKDIR) is the JobService's working folder here.
+        "PYTHONPATH": str(workdir),
+        "PYTHONUNBUFFERED": "1",  # as the trainer's Dockerfile sets it: node logs show lines as they happen
+    }
+    # A container's /tmp is its own; the host's temp folder stands in for it. (A folder under the job's state
+    # would be private, but tools put Unix sockets in it and their paths may not pass 107 bytes.)
+    if host.get("TMPDIR"):
+        env["TMPDIR"] = host["TMPDIR"]
+    return env
+
+
+def _request_env(variables: Iterable, platform: Mapping[str, str]) -> dict[str, str]:
+    """The container's `env` in order, each value expanded as Vertex documents for EnvVar.value
+    (googleapis google/cloud/aiplatform/v1/env_var.proto): "using the previous defined environment variables
+    in the container and any service environment variables". Those are the variables declared before it
+    and the platform's (CLOUD_ML_JOB_ID, AIP_*_DIR, …), looked up in that order as Kubernetes' kubelet
+    does (kubernetes/kubernetes pkg/kubelet/kubelet_pods.go, makeEnvironmentVariables:
+    MappingFuncFor(tmpEnv, serviceEnv)); never the host's nor the image's."""
+    declared: dict[str, str] = {}
+    for variable in variables:
+        declared[variable.name] = _expand(variable.value, {**platform, **declared})
+    return declared
+
+
 def _expand(value: str, known: Mapping[str, str]) -> str:
-    """Kubernetes-style `$(NAME)` expansion as EnvVar documents it: `$$(NAME)` stays literal, unknown
-    names are left as written."""
+    """`$(NAME)` → its value, left as written when unknown; `$$` → `$`, so `$$(NAME)` stays `$(NAME)`.
 
-    def replace(match: re.Match) -> str:
-        escaped, name = match.groups()
-        if escaped:
-            return f"$({escaped})"
-        return known.get(name, match.group(0))
-
-    return _ENV_REFERENCE.sub(replace, value)
+    Vertex's EnvVar comment is Kubernetes' word for word; this follows Kubernetes' implementation
+    (kubernetes/kubernetes third_party/forked/golang/expansion/expand.go): whatever lies between `$(` and the
+    next `)` is the name, a `$(` with no `)` and a `$` before any other character stay as they are.
+    """
+    out: list[str] = []
+    cursor = 0
+    while cursor < len(value):
+        char, following = value[cursor], value[cursor + 1 : cursor + 2]
+        closer = value.find(")", cursor + 2) if char + following == "$(" else -1
+        if char != "$" or not following:
+            out.append(char)
+            cursor += 1
+        elif closer >= 0:
+            name = value[cursor + 2 : closer]
+            out.append(known.get(name, f"$({name})"))
+            cursor = closer + 1
+        else:  # `$$` is one `$`; any other `$x`, and a `$(` never closed, stay as written
+            out.append("$" if following == "$" else char + following)
+            cursor += 2
+    return "".join(out)

@@ -5,13 +5,15 @@ naming the replica and its exit status, cancel, timeout, and per-node logs."""
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from google.api_core import exceptions
 from google.cloud.aiplatform_v1 import JobServiceClient, JobState
-from job_specs import PARENT, custom_job, pool
+from job_specs import PARENT, custom_job, pool, unique_value
 
 from local.fake_gcs import FakeGcs
 from local.jobservice.client import JobServiceControl, wait_for_state
@@ -104,6 +106,35 @@ def test_gpus_become_cpu_processes_per_node_capped_at_two(job_client: JobService
 
     assert json.loads((env_dir / "workerpool0-0.json").read_text())["TRAINCTL_LOCAL_PROCS_PER_NODE"] == "2"
     assert json.loads((env_dir / "workerpool1-0.json").read_text())["TRAINCTL_LOCAL_PROCS_PER_NODE"] == "1"
+
+
+def test_a_node_sees_neither_a_secret_of_the_jobservice_nor_an_expansion_of_it(
+    private_jobservice: Callable[..., JobServiceProcess], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """Guards issue 24, point 9: a JobService started with a developer's credentials in its environment runs
+    a job whose nodes record their whole environment: no credential variable is there, no value holds the
+    secret, and the request's `$(AWS_SECRET_ACCESS_KEY)` stays as written, as on Vertex."""
+    secret = f"fake-secret-{unique_value()}"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / f"{secret}.json"))
+    service = private_jobservice()  # inherits this environment
+    env_dir = tmp_path / "env"
+    copies = {"COPY_KEY": "$(AWS_SECRET_ACCESS_KEY)", "COPY_CREDENTIALS": "$(GOOGLE_APPLICATION_CREDENTIALS)"}
+    job = custom_job(
+        pool("--record-env", str(env_dir), "--until-file", str(env_dir / "workerpool1-0.json"), env=copies),
+        pool("--record-env", str(env_dir), env=copies),
+    )
+
+    done = run(service.client(), job)
+
+    assert done.state == JobState.JOB_STATE_SUCCEEDED, done.error.message
+    for node in ("workerpool0-0", "workerpool1-0"):
+        recorded = (env_dir / f"{node}.json").read_text()
+        env = json.loads(recorded)
+        assert secret not in recorded
+        assert not {"AWS_SECRET_ACCESS_KEY", "GOOGLE_APPLICATION_CREDENTIALS"} & set(env)
+        assert (env["COPY_KEY"], env["COPY_CREDENTIALS"]) == tuple(copies.values())
+        assert env["HOME"] != os.environ.get("HOME") and Path(env["HOME"]).is_dir()
 
 
 def test_without_a_base_output_directory_there_are_no_aip_dirs(job_client: JobServiceClient, tmp_path: Path):

@@ -11,7 +11,7 @@ import os
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from schemas.images import image_problem, normalize_prefix, prefix_problem
+from schemas.images import normalize_prefix, prefix_problem
 from schemas.rules import parse_duration
 
 PREFIX = "TRAINCTL_"
@@ -98,8 +98,6 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
             return rules
         if attr in ("max_timeout", "lease", "max_event_age", "function_timeout", "outbox_grace", "claim_wait"):
             return parse_duration(raw)
-        if attr == "trainer_image" and (problem := image_problem(raw)):
-            raise ValueError(f"{problem}, got {raw!r}")
         if attr == "allowed_image_prefixes":
             prefixes = tuple(item.strip() for item in raw.split(",") if item.strip())
             problems = [problem for prefix in prefixes if (problem := prefix_problem(prefix))]

@@ -20,23 +20,17 @@ _PATH_COMPONENT = "[a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*"
 _TAG = "[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 _DIGEST = "[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
 
-# A whole image reference as a request names it: registry host, at least one path component, tag and/or digest.
+# A whole image reference as a request names it: registry host, at least one path component, tag and/or digest;
+# IMAGE_RULE is what schemas/errors.py says when `trainer.image` does not match it.
 IMAGE_PATTERN = f"^{_DOMAIN}(/{_PATH_COMPONENT})+(:{_TAG})?(@{_DIGEST})?$"
-# An allow-list entry: a registry host with any number of path components (a trailing '/' optional), or a full
-# image reference with a tag or a digest, which then allows that image alone.
-PREFIX_PATTERN = f"^{_DOMAIN}((/{_PATH_COMPONENT})*/?|(/{_PATH_COMPONENT})+((:{_TAG})?@{_DIGEST}|:{_TAG}))$"
-_IMAGE_RE = re.compile(IMAGE_PATTERN)
-_PREFIX_RE = re.compile(PREFIX_PATTERN)
-
-
 IMAGE_RULE = (
     "must be a container image URI such as us-docker.pkg.dev/my-project/repo/trainer:1.0 (a registry host, then "
     "lowercase path components, then an optional :tag and @digest)"
 )
-
-
-def image_problem(image: str) -> str | None:
-    return None if _IMAGE_RE.fullmatch(image) else IMAGE_RULE
+# An allow-list entry: a registry host with any number of path components (a trailing '/' optional), or a full
+# image reference with a tag or a digest, which then allows that image alone.
+PREFIX_PATTERN = f"^{_DOMAIN}((/{_PATH_COMPONENT})*/?|(/{_PATH_COMPONENT})+((:{_TAG})?@{_DIGEST}|:{_TAG}))$"
+_PREFIX_RE = re.compile(PREFIX_PATTERN)
 
 
 def prefix_problem(prefix: str) -> str | None:

@@ -14,6 +14,7 @@ from functions.planning import RUNS_PREFIX
 from functions.settings import Settings
 from schemas.errors import FieldError
 from schemas.events import CostEstimate, approximate_prices
+from schemas.images import prefix_covers, repository_of
 from schemas.request import Rung, TrainingJobRequest, rung_prefix
 from schemas.rules import format_duration, split_gs_uri
 
@@ -121,17 +122,10 @@ def _request_problems(request: TrainingJobRequest, settings: Settings, output_di
             f"{format_duration(settings.max_timeout)}",
         )
     image = request.trainer.image
-    if (
-        image is not None
-        and image != settings.trainer_image
-        and not any(image.startswith(prefix) for prefix in settings.allowed_image_prefixes)
-    ):
-        allowed = ", ".join(settings.allowed_image_prefixes) or "none (only the built-in trainer)"
-        refuse(
-            "trainer.image",
-            "allowed_image_prefixes",
-            f"{image} is not from an allowed registry; allowed: {allowed}",
-        )
+    if image is not None:
+        problem = _image_problem(image, settings)
+        if problem:
+            refuse("trainer.image", *problem)
     data_bucket, _ = split_gs_uri(request.dataset.uri)
     if not _allowed(data_bucket, settings.allowed_data_buckets):
         refuse(
@@ -161,6 +155,25 @@ def _request_problems(request: TrainingJobRequest, settings: Settings, output_di
         allowed = ", ".join(settings.allowed_service_accounts) or "none (only the default trainer account)"
         refuse("service_account", "allowed_service_accounts", f"{account} may not be used; allowed: {allowed}")
     return problems
+
+
+def _image_problem(image: str, settings: Settings) -> tuple[str, str] | None:
+    """(guardrail, text) when `image` may not run as a custom image. The built-in trainer's image and every image
+    in its repository run only the built-in trainer, which trainctl configures itself: with a request's own
+    command, args or env they would run anything as the trainer's account (issue 24, point 1). That holds even
+    when an allow-list entry covers the repository (the project's whole registry, say)."""
+    allowed = ", ".join(settings.allowed_image_prefixes) or "none (only the built-in trainer)"
+    repository = repository_of(settings.trainer_image)
+    if image == settings.trainer_image or (repository is not None and image.startswith(repository)):
+        return (
+            "builtin_image",
+            f"{image} is from the built-in trainer's repository ({repository or settings.trainer_image}), whose "
+            "images run only the built-in trainer: ask for `builtin: tabular` instead of an image; custom code "
+            f"needs an image from an allowed registry; allowed: {allowed}",
+        )
+    if not any(prefix_covers(prefix, image) for prefix in settings.allowed_image_prefixes):
+        return "allowed_image_prefixes", f"{image} is not from an allowed registry; allowed: {allowed}"
+    return None
 
 
 def dataset_problem(uri: str, objects: Iterable[tuple[str, int]], marker_names: tuple[str, ...]) -> FieldError | None:

@@ -11,6 +11,7 @@ import os
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from schemas.images import normalize_prefix, prefix_problem
 from schemas.rules import parse_duration
 
 PREFIX = "TRAINCTL_"
@@ -34,6 +35,9 @@ class Settings:
     trainer_service_account: str = ""
     reduction_server_image: str = DEFAULT_REDUCTION_SERVER_IMAGE
     allowed_machine_types: tuple[str, ...] = ()
+    # Registries and folders custom images may come from, each matched at a path boundary (schemas/images.py):
+    # read with a trailing '/' unless written as one full image. The built-in trainer's repository never
+    # counts, whatever is listed here (functions/admission.py).
     allowed_image_prefixes: tuple[str, ...] = ()
     allowed_data_buckets: tuple[str, ...] = ()
     allowed_output_buckets: tuple[str, ...] = ()
@@ -105,6 +109,12 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
             "claim_wait",
         ):
             return parse_duration(raw)
+        if attr == "allowed_image_prefixes":
+            prefixes = tuple(item.strip() for item in raw.split(",") if item.strip())
+            problems = [problem for prefix in prefixes if (problem := prefix_problem(prefix))]
+            if problems:
+                raise ValueError("; ".join(problems))
+            return tuple(dict.fromkeys(normalize_prefix(prefix) for prefix in prefixes))
         if attr == "retry_pause_scale" and not float(raw) >= 0:
             raise ValueError(f"must be a number of 0 or more, got {raw!r}")
         if isinstance(default, tuple):

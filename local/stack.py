@@ -72,7 +72,6 @@ class StackOptions:
 
 def controller_settings(options: StackOptions, names: Names, jobservice_rest_url: str) -> dict[str, str]:
     """The TRAINCTL_* environment of every function: Terraform's settings, pointed at the local stack."""
-    trainer_registry = LOCAL_TRAINER_IMAGE.rsplit("/", 1)[0] + "/"
     values = {
         "TRAINCTL_PROJECT": options.project,
         "TRAINCTL_REGION": options.region,
@@ -80,7 +79,9 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_EVENTS_TOPIC": names.events_topic,
         "TRAINCTL_TRAINER_IMAGE": LOCAL_TRAINER_IMAGE,
         "TRAINCTL_TRIGGER_RULES": json.dumps({f"gs://{names.data_bucket}/": DEFAULT_TEMPLATE, **options.trigger_rules}),
-        "TRAINCTL_ALLOWED_IMAGE_PREFIXES": ",".join([trainer_registry, *options.allowed_image_prefixes]),
+        # Only what `--allow-image-prefix` names: the trainer's repository runs only the built-in trainer, as in
+        # Terraform (issue 24, point 1).
+        "TRAINCTL_ALLOWED_IMAGE_PREFIXES": ",".join(options.allowed_image_prefixes),
         "TRAINCTL_ALLOWED_OUTPUT_BUCKETS": names.control_bucket,
         "TRAINCTL_VERTEX_ENDPOINT": jobservice_rest_url.rstrip("/"),  # the controller calls Vertex's REST API
         # The Cloud Quotas stand-in (the capacity model's limits) is served on the same REST port.

@@ -7,13 +7,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from schemas.images import IMAGE_RULE
 from schemas.request import TrainingJobRequest
 
 # Pattern errors name a regex nobody wants to read; say the rule in words instead.
 _PATTERN_RULES = {
     "request_id": "must be 1-128 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit",
     "service_account": "must be a service account email such as trainer@my-project.iam.gserviceaccount.com",
-    "image": "must be a container image URI such as us-docker.pkg.dev/my-project/repo/trainer:1.0",
+    "image": IMAGE_RULE,
 }
 _MESSAGES = {
     "missing": "required field is missing",

@@ -25,6 +25,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from schemas import catalog, rules
+from schemas.images import IMAGE_PATTERN
+from schemas.trainer_env import env_name_problem
 
 API_VERSION = "trainctl/v1"
 MAX_TIMEOUT_SECONDS = 7 * 86400
@@ -33,9 +35,6 @@ MAX_ENV_VARS = 100
 MAX_DISPLAY_NAME = 128
 # Labels the controller sets on every CustomJob; a request may not set them itself.
 RESERVED_LABELS = frozenset({"trainctl-key", "trainctl-attempt", "trainctl-request", "managed-by"})
-# Variables Vertex or the launcher set on every node; overriding them would break the job.
-RESERVED_ENV = frozenset({"CLUSTER_SPEC", "TF_CONFIG", "WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"})
-RESERVED_ENV_PREFIXES = ("AIP_", "CLOUD_ML_")
 
 REQUEST_ID_RE = r"^[a-z0-9][a-z0-9._-]{0,127}$"
 # A Google Cloud region name (us-central1, europe-west4, northamerica-northeast2, …).
@@ -158,8 +157,10 @@ class Trainer(_Strict):
         None,
         min_length=1,
         max_length=1024,
-        pattern=r"^[a-z0-9.-]+(:[0-9]+)?/[^\s]+$",
-        description="Container image URI; its registry prefix must be on the controller's allow-list.",
+        pattern=IMAGE_PATTERN,
+        description="Container image URI; it must be on the controller's allow-list of image prefixes "
+        "(TRAINCTL_ALLOWED_IMAGE_PREFIXES). The built-in trainer's image, and every image in its repository, runs "
+        "only `builtin: tabular`.",
         examples=["us-docker.pkg.dev/my-project/training/my-trainer:1.2.0"],
     )
     command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
@@ -167,7 +168,11 @@ class Trainer(_Strict):
     )
     args: list[Annotated[str, Field(max_length=4096)]] | None = Field(None, max_length=1024)
     env: dict[str, Annotated[str, Field(max_length=32_768)]] | None = Field(
-        None, description=f"Environment variables for every node; at most {MAX_ENV_VARS}, names are C identifiers."
+        None,
+        description=f"Environment variables for every node; at most {MAX_ENV_VARS}, names are C identifiers. Names "
+        "the platform sets (AIP_*, CLOUD_ML_*, CLUSTER_SPEC, TF_CONFIG, MASTER_*, WORLD_SIZE, RANK, torchrun's, "
+        "TRAINCTL_*) and names that change which code runs or whom the job trusts (LD_*, PYTHON*, PATH, GOOGLE_*, "
+        "*_PROXY, CA bundles, NCCL plugins, TORCH* …) are refused, in any case; schemas/trainer_env.py lists them.",
     )
 
     @field_validator("env")
@@ -177,11 +182,14 @@ class Trainer(_Strict):
             return env
         if len(env) > MAX_ENV_VARS:
             raise ValueError(f"at most {MAX_ENV_VARS} variables, got {len(env)}")
+        problems = []
         for name in env:
             if not _C_IDENTIFIER.fullmatch(name):
-                raise ValueError(f"{name!r} is not a valid variable name (a C identifier: letters, digits, '_')")
-            if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
-                raise ValueError(f"{name!r} is set by Vertex AI on every node and may not be overridden")
+                problems.append(f"{name!r} is not a valid variable name (a C identifier: letters, digits, '_')")
+            elif problem := env_name_problem(name):
+                problems.append(problem)
+        if problems:
+            raise ValueError("; ".join(problems))
         return env
 
     @model_validator(mode="after")

@@ -51,7 +51,7 @@ locals {
     TRAINCTL_REDUCTION_SERVER_IMAGE   = local.reduction_server_image
     TRAINCTL_ALLOWED_MACHINE_TYPES    = join(",", var.allowed_machine_types)
     TRAINCTL_ALLOWED_REGIONS          = join(",", var.allowed_regions)
-    TRAINCTL_ALLOWED_IMAGE_PREFIXES   = join(",", concat(["${local.trainer_repository}/"], var.extra_allowed_image_prefixes))
+    TRAINCTL_ALLOWED_IMAGE_PREFIXES   = join(",", var.extra_allowed_image_prefixes)
     TRAINCTL_ALLOWED_DATA_BUCKETS     = join(",", local.data_buckets)
     TRAINCTL_ALLOWED_OUTPUT_BUCKETS   = google_storage_bucket.control.name
     TRAINCTL_ALLOWED_SERVICE_ACCOUNTS = google_service_account.trainer.email

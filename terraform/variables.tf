@@ -134,9 +134,16 @@ variable "allowed_regions" {
 }
 
 variable "extra_allowed_image_prefixes" {
-  description = "Image prefixes custom trainer images may come from, besides this deployment's trainer repository (always allowed)."
+  description = "Image prefixes custom trainer images may come from (TRAINCTL_ALLOWED_IMAGE_PREFIXES), each a registry host and path matched at a '/' boundary (us-docker.pkg.dev/partner/repo allows us-docker.pkg.dev/partner/repo/x:1, never .../repo-evil/x:1), or one full image with its :tag or @digest. Empty: only the built-in trainer runs. The trainer's own repository runs only the built-in trainer, even when an entry covers it. An allowed image runs any code its requester chooses, as the trainer service account."
   type        = list(string)
   default     = []
+
+  # The same pattern as schemas/images.py PREFIX_PATTERN (a test compares them): the controller refuses at
+  # start-up what this lets through.
+  validation {
+    condition     = alltrue([for p in var.extra_allowed_image_prefixes : can(regex("^([a-z0-9]|[a-z0-9][a-z0-9-]*[a-z0-9])([.]([a-z0-9]|[a-z0-9][a-z0-9-]*[a-z0-9]))*(:[0-9]+)?((/[a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*)*/?|(/[a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*)+((:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}|:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))$", p))])
+    error_message = "extra_allowed_image_prefixes: each entry must be a registry host and path such as us-docker.pkg.dev/my-project/repo/ (no scheme, no wildcards, no spaces, lowercase path components), or one full image with its :tag or @digest."
+  }
 }
 
 variable "max_gpus_per_job" {

@@ -53,7 +53,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "repository root)",
     )
     up.add_argument(
-        "--allow-image-prefix", action="append", default=[], metavar="PREFIX", help="allow images from PREFIX too"
+        "--allow-image-prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="let requests run custom images under PREFIX (a registry path matched at a '/' boundary, or one full "
+        "image); the trainer's own repository runs only the built-in trainer",
     )
     up.add_argument(
         "--trigger-rules",
@@ -94,6 +99,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 def _options(args: argparse.Namespace) -> Any:
     from local.jobservice.capacity import load_capacity
     from local.stack import StackOptions
+    from schemas.images import prefix_problem
 
     image_map, trigger_rules = json.loads(args.image_map), json.loads(args.trigger_rules)
     if not isinstance(image_map, dict) or not isinstance(trigger_rules, dict):
@@ -105,6 +111,9 @@ def _options(args: argparse.Namespace) -> Any:
             load_capacity(Path(capacity_file))  # refused here, with the key named, rather than by the JobService
         except OSError as exc:
             raise ValueError(f"--capacity: {exc}") from None
+    for prefix in args.allow_image_prefix:  # refused here rather than by every function as it starts
+        if problem := prefix_problem(prefix):
+            raise ValueError(f"--allow-image-prefix: {problem}")
     if args.lease is not None and args.lease < 1:
         raise ValueError(f"--lease must be at least 1 second, got {args.lease}")
     return StackOptions(

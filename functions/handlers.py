@@ -129,7 +129,8 @@ def _marker(
     limit = c.settings.max_request_bytes
     with logs.request_context(request_id):
         if size > limit:
-            # Refused from the event alone: a marker of gigabytes is never downloaded (issue 24, point 6).
+            # Refused from the event alone (StorageObjectData.size, ../shared/reference/functions.md §2.1): a marker
+            # of gigabytes is never downloaded (issue 24, point 6).
             errors = [f"marker: gs://{bucket}/{name} is {size} bytes; the limit is {limit} bytes (max_request_bytes)"]
             return c.reject(request_id, key, delivery, errors, "the marker is larger than a request may be")
         try:

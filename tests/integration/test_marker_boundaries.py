@@ -245,6 +245,23 @@ def test_a_pubsub_request_cannot_take_a_markers_id(deployment, job_client):
     assert marker_record["state"] == "submitted"  # the marker's request is untouched
 
 
+def test_a_pubsub_request_cannot_take_the_old_form_id_of_a_marker_from_before_the_prefix(deployment, job_client):
+    """Guards issue 24, point 7: a marker's request from before derived ids took the `gcs.` prefix holds its id
+    (`ids/<folder>-<generation>` names its key), so a Pub/Sub request naming that id is refused, not given a
+    second record under it. Before, the id's holder was ignored and the request claimed a record of its own."""
+    events = deployment.events()
+    legacy_id, legacy_key = "churn-legacy-1700000000000888", f"gcs:{deployment.data_bucket}/churn/legacy/_SUCCESS#1"
+    Gcs(LOCAL_PROJECT).write(deployment.control_bucket, f"ids/{legacy_id}", key_hash(legacy_key), 0)
+    assert deployment.request(fake_node_request(legacy_id)) == 200
+    (refused,) = events.of(legacy_id, "rejected")
+    assert refused.errors == [
+        f"request_id: {legacy_id!r} already belongs to another request (the request with key hash "
+        f"{key_hash(legacy_key)}); choose another request_id"
+    ]
+    assert deployment.record(request_key(legacy_id)) is None
+    assert jobs_with_key(job_client, request_key(legacy_id)) == []
+
+
 def test_a_marker_cannot_name_a_reserved_id_even_when_its_template_lets_it_name_one(deployment, job_client):
     """Guards issue 24, point 7: the reserved prefix holds for every explicit id, a marker's own included."""
     events = deployment.events()

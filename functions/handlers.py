@@ -119,30 +119,43 @@ def _marker(
     c: Controller, cloud_event: Any, bucket: str, name: str, generation: str, size: int, prefix: str, when: datetime
 ) -> str:
     from functions.documents import DocumentInvalid, load_document
+    from functions.gcs import TooLarge
+    from functions.marker_policy import template_policy
     from schemas.errors import RequestInvalid, parse_request
 
     delivery = _delivery({"kind": "gcs", "bucket": bucket, "object": name, "generation": generation}, cloud_event, when)
     key = keys.marker_key(bucket, name, generation)
     request_id = triggers.derive_request_id(name, generation)
+    limit = c.settings.max_request_bytes
     with logs.request_context(request_id):
+        if size > limit:
+            # Refused from the event alone (StorageObjectData.size, ../shared/reference/functions.md §2.1): a marker
+            # of gigabytes is never downloaded (issue 24, point 6).
+            errors = [f"marker: gs://{bucket}/{name} is {size} bytes; the limit is {limit} bytes (max_request_bytes)"]
+            return c.reject(request_id, key, delivery, errors, "the marker is larger than a request may be")
         try:
-            template = _template(c, prefix)
+            template, policy = template_policy(_template(c, prefix), prefix)
             overrides: dict[str, Any] = {}
             if size > 0:
                 # Each generation of a marker is its own request with its own overrides: read exactly this one.
                 # The data bucket is versioned (terraform/storage.tf), so an overwritten generation stays readable.
                 if not generation.isdigit():
                     raise DocumentInvalid(f"the event's generation {generation!r} is not a number")
-                found = c.gcs.read(bucket, name, int(generation))
+                # Bounded as well: the event's size may be missing or wrong.
+                found = c.gcs.read(bucket, name, int(generation), max_bytes=limit)
                 if found is None:
                     logs.info("this generation of the marker is gone (an unversioned bucket); the newer one counts")
                     return "ignored"
-                overrides = load_document(found[0], c.settings.max_request_bytes)
+                overrides = load_document(found[0], limit)
                 if not isinstance(overrides, dict):
                     raise DocumentInvalid("a marker's content must be a mapping of request fields")
+            problems = policy.problems(template, overrides, triggers.dataset_folder(bucket, name))
+            if problems:
+                message = "the marker sets fields its template does not let markers set"
+                return c.reject(request_id, key, delivery, problems, message)
             document, explicit = triggers.marker_request(template, overrides, bucket, name, generation)
             request = parse_request(document)
-        except DocumentInvalid as exc:
+        except (DocumentInvalid, TooLarge) as exc:
             return c.reject(request_id, key, delivery, [f"marker: {exc}"], "the marker's overrides are unreadable")
         except RequestInvalid as exc:
             return c.reject(request_id, key, delivery, [str(e) for e in exc.errors], "the request is invalid")
@@ -153,17 +166,23 @@ def _marker(
 
 
 def _template(c: Controller, prefix: str) -> dict[str, Any]:
-    """A rule's template: inline in the settings, or a gs:// YAML/JSON object (read each time: it may change)."""
+    """A rule's template: inline in the settings, or a gs:// YAML/JSON object (read each time: it may change),
+    read with the same bound as a request."""
     from functions.documents import DocumentInvalid, load_document
+    from functions.gcs import TooLarge
     from schemas.rules import split_gs_uri
 
     template = c.settings.trigger_rules[prefix]
     if isinstance(template, str):
         bucket, name = split_gs_uri(template)
-        found = c.gcs.read(bucket, name)
+        limit = c.settings.max_request_bytes
+        try:
+            found = c.gcs.read(bucket, name, max_bytes=limit)
+        except TooLarge as exc:
+            raise DocumentInvalid(f"the template of rule {prefix} is too large: {exc} (max_request_bytes)") from None
         if found is None:
             raise DocumentInvalid(f"the template {template} of rule {prefix} does not exist")
-        template = load_document(found[0])
+        template = load_document(found[0], limit)
     if not isinstance(template, dict):
         raise DocumentInvalid(f"the template of rule {prefix} is not a mapping of request fields")
     return template

@@ -4,7 +4,7 @@ generation, plus an index of active requests so `reconcile` never reads finished
 Layout under the control bucket:
   ledger/<key hash>.json   the Record (never deleted: it is the audit trail and the duplicate detector)
   active/<key hash>        exists while the request is not final
-  ids/<request id>         the key hash of the request that first used this id (for `trainctl status ID`)
+  ids/<request id>         the key hash of the one request that holds this id (for `trainctl status ID`)
   history/<day>/<id>       one per finished request, its Outcome in the object's metadata (functions/history.py)
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from functions.errors import Transient
 from functions.gcs import Conflict
 from functions.history import METADATA_KEY, Outcome
 from functions.lifecycle import Record
@@ -21,6 +22,14 @@ LEDGER_PREFIX = "ledger/"
 ACTIVE_PREFIX = "active/"
 IDS_PREFIX = "ids/"
 HISTORY_PREFIX = "history/"
+
+
+class IdTaken(Exception):
+    """A request id already belongs to another request (another key): one id, one request, one output folder."""
+
+    def __init__(self, request_id: str, holder: str):
+        super().__init__(f"request id {request_id!r} belongs to the request with key hash {holder}")
+        self.request_id, self.holder = request_id, holder
 
 
 class Ledger:
@@ -36,13 +45,26 @@ class Ledger:
         return Record.model_validate_json(data), generation
 
     def create(self, record: Record) -> int:
-        """Write a new record; raises Conflict when one already exists."""
-        generation = self._gcs.write(self.bucket, self._name(record), record.model_dump_json(exclude_none=True), 0)
+        """Claim the record's request id for its key, then write the new record. Raises IdTaken when the id
+        belongs to another key, Conflict when the record already exists."""
+        self._claim_id(record)
+        return self._gcs.write(self.bucket, self._name(record), record.model_dump_json(exclude_none=True), 0)
+
+    def _claim_id(self, record: Record) -> None:
+        """`ids/<request id>` names one key hash, written once. Finding our own is a redelivery after a crash
+        between the two writes of `create`, which goes on; finding another's means two keys map to one id (a
+        derived id's slug loses case and characters), and the later one is refused (issue 24, point 7)."""
+        name = f"{IDS_PREFIX}{record.request_id}"
         try:
-            self._gcs.write(self.bucket, f"{IDS_PREFIX}{record.request_id}", record.key_hash, 0)
+            self._gcs.write(self.bucket, name, record.key_hash, 0)
+            return
         except Conflict:
-            pass  # the id names an earlier request (a marker override may reuse one); status shows that one
-        return generation
+            found = self._gcs.read(self.bucket, name)
+        if found is None:
+            raise Transient(f"gs://{self.bucket}/{name} vanished between create and read")  # ids are never deleted
+        holder = found[0].decode()
+        if holder != record.key_hash:
+            raise IdTaken(record.request_id, holder)
 
     def replace(self, record: Record, generation: int) -> int:
         """Compare-and-swap: raises Conflict unless the stored record is still at `generation`."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from functions import deadline, logs
+from functions import deadline, logs, triggers
 from functions.admission import admission_problems, dataset_problem
 from functions.errors import Transient
 from functions.failures import PERMISSION_DENIED, QUOTA_ADVICE, permission_advice, quota_metric
@@ -31,7 +31,7 @@ from functions.history import outcome_of
 from functions.keys import key_hash
 from functions.ladder import LadderRung, has_fallbacks, ladder_of, next_rung, skipped_outcomes
 from functions.ladder import outcome as rung_outcome
-from functions.ledger import Ledger
+from functions.ledger import IdTaken, Ledger
 from functions.lifecycle import Record, backoff, decide_on_existing, job_ref, ladder_exhausted, resubmit
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
@@ -127,7 +127,11 @@ class Submission:
         return "rejected"
 
     def handle_request(self, request: TrainingJobRequest, key: str, explicit_id: bool, delivery: Delivery) -> str:
-        """Admit, plan and submit one request exactly once; returns what happened in a word."""
+        """Admit, plan and submit one request exactly once; returns what happened in a word. `explicit_id`: the
+        requester chose the request id (Pub/Sub, or a marker naming one), rather than its marker deriving it."""
+        if explicit_id and (reserved := triggers.explicit_id_problem(request.request_id)):
+            errors = [f"request_id: {reserved}"]
+            return self.reject(request.request_id, key, delivery, errors, "the request_id is reserved for markers")
         plan = plan_custom_job(request, self.settings, key)
         # Step 0: admit.
         problems = admission_problems(request, self.settings, plan.output_dir)
@@ -158,6 +162,8 @@ class Submission:
             record = self._new_record(request, key, explicit_id, delivery, plan, digest, rungs, start)
             try:
                 generation = self.ledger.create(record)
+            except IdTaken as taken:
+                return self._id_taken(request, key, explicit_id, delivery, taken)
             except Conflict:
                 found = self.ledger.read(key_hash(key))
                 if found is None:
@@ -169,6 +175,22 @@ class Submission:
                 return self.submit(record, generation, plan)
         # Step 2: the record exists.
         return self._handle_existing(found, digest, delivery)
+
+    def _id_taken(
+        self, request: TrainingJobRequest, key: str, explicit_id: bool, delivery: Delivery, taken: IdTaken
+    ) -> str:
+        """Two keys map to one request id: the later request is refused and the holder goes on untouched."""
+        found = self.ledger.read(taken.holder)
+        holder = found[0].key if found else f"the request with key hash {taken.holder}"
+        advice = (
+            "choose another request_id"
+            if explicit_id
+            else "the id is derived from the marker's folder and generation, and another marker's maps to the same id "
+            "(folder names that differ only in case or punctuation, or share a long ending): upload the dataset to "
+            "a folder with a distinct name"
+        )
+        error = f"request_id: {request.request_id!r} already belongs to another request ({holder}); {advice}"
+        return self.reject(request.request_id, key, delivery, [error], "request_id already belongs to another request")
 
     def _dataset_problem(self, request: TrainingJobRequest) -> FieldError | None:
         """Preflight of a new request's dataset (issue 12 point 17): it exists, holds data and can be read."""

@@ -2,7 +2,8 @@
 
 Pure and cheap: `is_marker` decides for every upload in a watched bucket, so it must not import anything heavy.
 A marker's folder is the dataset; the job comes from the template of the longest matching `gs://` prefix;
-a non-empty marker holds overrides merged onto that template.
+a non-empty marker holds overrides merged onto that template (what it may override: functions/marker_policy.py).
+A marker's request id is derived under a prefix that no explicit id may use, so the two never meet.
 """
 
 from __future__ import annotations
@@ -24,11 +25,35 @@ def matching_rule(settings: Settings, bucket: str, name: str) -> str | None:
     return max(prefixes, key=len) if prefixes else None
 
 
+# Derived ids start with this; explicit ones (Pub/Sub, a marker's own request_id) may not (issue 24, point 7):
+# otherwise a requester could name a marker's id and share its ledger id and its default output folder.
+DERIVED_ID_PREFIX = "gcs."
+
+
 def derive_request_id(name: str, generation: str) -> str:
-    """A readable, deterministic id for a marker-triggered request: its folder plus the marker's generation."""
+    """A readable, deterministic id for a marker-triggered request: `gcs.`, its folder, the marker's generation.
+    The folder is slugged (case and some characters are lost, a long one keeps its end), so two markers can map to
+    one id: the ledger lets the first have it (functions/ledger.py)."""
     folder = name.rsplit("/", 1)[0] if "/" in name else "root"
     slug = re.sub(r"[^a-z0-9._-]+", "-", folder.lower()).strip("-._") or "data"
-    return f"{slug[-(127 - len(generation) - 1) :].lstrip('-._')}-{generation}"
+    room = 128 - len(DERIVED_ID_PREFIX) - len(generation) - 1
+    return f"{DERIVED_ID_PREFIX}{slug[-room:].lstrip('-._') or 'data'}-{generation}"
+
+
+def explicit_id_problem(request_id: str) -> str | None:
+    """Why a request id its requester chose (the `request_id` field's rule) may not be used, or None."""
+    if request_id.startswith(DERIVED_ID_PREFIX):
+        return (
+            f"ids starting with {DERIVED_ID_PREFIX!r} are reserved for requests started by a marker "
+            f"upload; choose an id that does not start with {DERIVED_ID_PREFIX!r}"
+        )
+    return None
+
+
+def dataset_folder(bucket: str, name: str) -> str:
+    """The dataset a marker starts: its own folder."""
+    folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+    return f"gs://{bucket}/{folder}"
 
 
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -46,9 +71,8 @@ def marker_request(
 ) -> tuple[dict[str, Any], bool]:
     """(request document, whether the request names its own request_id)."""
     document = deep_merge(template, overrides)
-    folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
     dataset = document.get("dataset")
-    document["dataset"] = {**(dataset if isinstance(dataset, dict) else {}), "uri": f"gs://{bucket}/{folder}"}
+    document["dataset"] = {**(dataset if isinstance(dataset, dict) else {}), "uri": dataset_folder(bucket, name)}
     document.setdefault("api_version", "trainctl/v1")
     explicit = "request_id" in overrides
     if not explicit:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from functions.marker_policy import DEFAULT_MAY_SET, MAY_SET_KEY
 from functions.settings import env_names
 from local.eventarc import EventarcBridge
 from local.fake_gcs import FakeGcs, create_bucket, start_fake_gcs
@@ -35,8 +36,11 @@ log = logging.getLogger("local.stack")
 
 # What a `_SUCCESS` marker anywhere in the data bucket starts, unless a longer rule matches or the marker's
 # own content overrides it: the built-in tabular trainer on the marker's folder, predicting the column
-# `target` (the name scikit-learn's and many exported datasets give the label) on 2 × L4.
+# `target` (the name scikit-learn's and many exported datasets give the label) on 2 × L4. Besides what every
+# template lets a marker set, a marker here may ask for other resources and scheduling (the demo asks for 2 nodes);
+# never for other code, another output folder, run-as account or request id (functions/marker_policy.py).
 DEFAULT_TEMPLATE: dict[str, Any] = {
+    MAY_SET_KEY: [*DEFAULT_MAY_SET, "resources", "scheduling"],
     "dataset": {"target": "target", "format": "auto"},
     "trainer": {"builtin": "tabular", "hyperparameters": {"epochs": 5}},
     "resources": {"machine_type": "g2-standard-24"},

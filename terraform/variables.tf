@@ -91,13 +91,19 @@ variable "trainer_image" {
 }
 
 variable "trigger_rules" {
-  description = "Trigger rules for dataset uploads: an object mapping \"gs://bucket/prefix/\" to a template (a partial job request object, or a gs:// URI of a YAML/JSON template). Passed JSON-encoded as TRAINCTL_TRIGGER_RULES."
+  description = "Trigger rules for dataset uploads: an object mapping \"gs://bucket/prefix/\" to a template (a partial job request object, or a gs:// URI of a YAML/JSON template). A template's optional marker_may_set lists the dotted request fields a marker may override (default: dataset, trainer.hyperparameters, labels, display_name); the controller checks the names against the request schema. Passed JSON-encoded as TRAINCTL_TRIGGER_RULES."
   type        = any
   default     = {}
 
   validation {
     condition     = can(keys(var.trigger_rules)) && alltrue([for prefix in try(keys(var.trigger_rules), []) : can(regex("^gs://[a-z0-9][a-z0-9._-]*[a-z0-9](/.*)?/$", prefix))])
     error_message = "trigger_rules must be an object whose keys are gs://bucket/prefix/ URIs ending in '/'."
+  }
+
+  validation {
+    # An absent marker_may_set (or a gs:// template, checked when it is read) passes; one that is there must be a list.
+    condition     = try(alltrue([for template in values(var.trigger_rules) : try(alltrue([for field in template.marker_may_set : can(regex("^[a-z_]+(\\.[a-z_]+)*$", field))]), !can(template.marker_may_set))]), true)
+    error_message = "A trigger template's marker_may_set must be a list of dotted request fields, such as [\"dataset\", \"trainer.hyperparameters\", \"labels\", \"display_name\"]."
   }
 }
 
@@ -202,7 +208,7 @@ variable "max_request_cost_usd" {
 }
 
 variable "max_request_bytes" {
-  description = "Largest job request (Pub/Sub message or marker file) the controller reads, in bytes."
+  description = "Largest job request (Pub/Sub message or marker file) or gs:// trigger template the controller reads, in bytes; a marker whose event states more is refused unread."
   type        = number
   default     = 65536
 

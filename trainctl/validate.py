@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from functions.documents import DocumentInvalid, load_document
+from functions.triggers import explicit_id_problem
 from schemas.errors import FieldError, RequestInvalid, parse_request
 from schemas.export import event_schema, render, request_schema
 from schemas.request import TrainingJobRequest
@@ -24,7 +25,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def load_request_file(path: Path) -> TrainingJobRequest:
-    """Read and validate one request file; raises RequestInvalid naming every problem."""
+    """Read and validate one request file; raises RequestInvalid naming every problem. A file names its own
+    request id, so the ids reserved for marker uploads are refused here as the controller would."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -33,7 +35,10 @@ def load_request_file(path: Path) -> TrainingJobRequest:
         document = load_document(raw, max_bytes=max(len(raw), 1))
     except DocumentInvalid as exc:
         raise RequestInvalid([FieldError("", str(exc))]) from None
-    return parse_request(document)
+    request = parse_request(document)
+    if reserved := explicit_id_problem(request.request_id):
+        raise RequestInvalid([FieldError("request_id", reserved)])
+    return request
 
 
 def run_validate(args: argparse.Namespace) -> int:

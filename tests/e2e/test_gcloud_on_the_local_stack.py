@@ -101,15 +101,18 @@ def test_data_files_then_a_marker_uploaded_with_gcloud_start_exactly_one_job(sta
     with stack.watch() as watch:
         uploaded = stack.shell("\n".join(copies))
         assert uploaded.returncode == 0, uploaded.stdout + uploaded.stderr
-        slug = folder.replace("/", "-")
-        succeeded = watch.wait_for(lambda event: event["request_id"].startswith(slug) and event["state"] == "succeeded")
+        derived = f"gcs.{folder.replace('/', '-')}-"  # a marker's request id: gcs.<folder>-<generation>
+        succeeded = watch.wait_for(
+            lambda event: event["request_id"].startswith(derived) and event["state"] == "succeeded"
+        )
 
     request_id = succeeded["request_id"]
     assert watch.states(request_id) == ["accepted", "submitted", "running", "succeeded"]
     assert succeeded["trigger"]["object"] == f"{folder}/_SUCCESS"
     assert succeeded["metrics"] == {"rows": 3}
     started = [job.labels["trainctl-request"] for job in stack.jobs()]
-    assert [started_id for started_id in started if started_id.startswith(slug)] == [request_id]
+    label = derived.replace(".", "-")  # label values take no '.'
+    assert [started_id for started_id in started if started_id.startswith(label)] == [request_id.replace(".", "-")]
 
     def shards_set_aside() -> set[str]:
         entries = stack.log_entries("on_dataset_upload")

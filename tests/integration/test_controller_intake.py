@@ -29,9 +29,9 @@ def test_twenty_data_files_and_one_marker_start_exactly_one_job(deployment, job_
     (job,) = jobs_with_key(job_client, key)
     after = len(list(job_client.list_custom_jobs(parent="projects/trainctl-local/locations/us-central1")))
     assert after - before == 1  # the data files never reached Vertex
-    request_id = f"churn-day1-{marker.generation}"
+    request_id = f"gcs.churn-day1-{marker.generation}"
     assert events.states(request_id) == ["accepted", "submitted"]
-    assert job.labels["trainctl-request"] == request_id
+    assert job.labels["trainctl-request"] == f"gcs-churn-day1-{marker.generation}"  # label values take no '.'
     spec = job.job_spec.worker_pool_specs[0]
     assert spec.container_spec.image_uri == "localhost/tests/fake-node:1"
     assert (
@@ -48,7 +48,7 @@ def test_the_same_storage_event_delivered_20_times_concurrently_submits_once(dep
     assert statuses == [200] * 20
     key = f"gcs:{deployment.data_bucket}/churn/day2/_SUCCESS#{marker.generation}"
     assert len(jobs_with_key(job_client, key)) == 1
-    request_id = f"churn-day2-{marker.generation}"
+    request_id = f"gcs.churn-day2-{marker.generation}"
     assert len(events.of(request_id, "submitted")) == 1
     assert len(events.of(request_id, "accepted")) == 1
     duplicates = events.of(request_id, "duplicate")

@@ -11,6 +11,7 @@ import pytest
 from tfconfig import TERRAFORM_DIR, block
 
 import functions.main
+from functions.marker_policy import DEFAULT_MAY_SET, MAY_SET_KEY
 from functions.settings import Settings, env_names
 from local.names import Names
 
@@ -91,6 +92,15 @@ def test_required_settings_are_always_set(tf):
 
 def test_trigger_rules_reach_the_controller_as_json(tf):
     assert tf.locals["controller_settings"]["TRAINCTL_TRIGGER_RULES"] == "${jsonencode(var.trigger_rules)}"
+
+
+def test_trigger_rules_say_what_a_marker_may_override_as_the_controller_does(tf):
+    """Issue 24, point 7: the variable documents a template's marker_may_set with the controller's own default,
+    and checks the declaration's shape (the controller checks the names against the request schema)."""
+    variable = tf.variables["trigger_rules"]
+    assert f"{MAY_SET_KEY} lists" in variable["description"]
+    assert f"(default: {', '.join(DEFAULT_MAY_SET)})" in variable["description"]
+    assert any(MAY_SET_KEY in validation["condition"] for validation in variable["validation"])
 
 
 # --- names ----------------------------------------------------------------------------------------------

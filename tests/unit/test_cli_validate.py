@@ -47,3 +47,15 @@ def test_one_invalid_file_among_valid_ones_fails_the_run(tmp_path):
 def test_schema_prints_the_request_and_event_schemas():
     assert json.loads(trainctl("schema").stdout)["title"] == "TrainingJobRequest"
     assert json.loads(trainctl("schema", "event").stdout)["title"] == "JobEvent"
+
+
+def test_a_file_naming_an_id_reserved_for_markers_is_invalid(tmp_path):
+    """Guards issue 24, point 7: `gcs.` ids belong to marker uploads; a request file names its own id, so
+    validate (and submit, which shares the check) refuses the prefix as the controller would."""
+    request = json.loads((ROOT / "examples" / "spot-2xl4.json").read_text()) | {"request_id": "gcs.churn-d1-42"}
+    path = tmp_path / "reserved.json"
+    path.write_text(json.dumps(request))
+    result = trainctl("validate", str(path))
+    assert result.returncode == 2
+    assert f"{path}: invalid (1 error)" in result.stdout
+    assert "  request_id: ids starting with 'gcs.' are reserved for requests started by a marker" in result.stdout

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from functions.triggers import derive_request_id, is_marker, marker_request, matching_rule
+from functions.triggers import (
+    DERIVED_ID_PREFIX,
+    derive_request_id,
+    explicit_id_problem,
+    is_marker,
+    marker_request,
+    matching_rule,
+)
 from schemas.errors import parse_request
+from tests.unit.conftest import BASE_REQUEST
 
 
 def test_only_marker_basenames_start_work(settings):
@@ -28,12 +36,26 @@ def test_longest_matching_prefix_wins(settings):
 
 def test_derived_request_ids_are_valid_deterministic_and_distinct_per_generation():
     first = derive_request_id("churn/2026-11-22/_SUCCESS", "1795305303570685")
-    assert first == "churn-2026-11-22-1795305303570685"
+    assert first == "gcs.churn-2026-11-22-1795305303570685"
     assert first == derive_request_id("churn/2026-11-22/_SUCCESS", "1795305303570685")
     assert first != derive_request_id("churn/2026-11-22/_SUCCESS", "1795305303570686")
     long = derive_request_id("A/" * 200 + "_SUCCESS", "1795305303570685")
-    assert len(long) <= 128 and long.endswith("-1795305303570685") and long[0].isalnum()
-    assert derive_request_id("_SUCCESS", "7") == "root-7"
+    assert len(long) == 128 and long.startswith("gcs.a-") and long.endswith("-1795305303570685")
+    assert derive_request_id("_SUCCESS", "7") == "gcs.root-7"
+    assert derive_request_id("-/_SUCCESS", "7") == "gcs.data-7"
+    for name in ("churn/2026-11-22/_SUCCESS", "A/" * 200 + "_SUCCESS", "_SUCCESS", "Ünïcode dir/_SUCCESS"):
+        assert parse_request(dict(BASE_REQUEST, request_id=derive_request_id(name, "1795305303570685")))
+
+
+def test_derived_ids_and_explicit_ids_are_disjoint():
+    """Guards issue 24, point 7: a marker's derived id starts with `gcs.`, which no explicit id (Pub/Sub, or a
+    marker naming its own) may use; before, `churn-d1-42` was both a marker's id and a valid Pub/Sub id."""
+    derived = derive_request_id("churn/d1/_SUCCESS", "42")
+    assert derived.startswith(DERIVED_ID_PREFIX)
+    problem = explicit_id_problem(derived)
+    assert problem is not None and "'gcs.'" in problem and "reserved" in problem
+    assert explicit_id_problem("churn-d1-42") is None  # the old derived form is an ordinary id, in its own folder
+    assert explicit_id_problem("gcs-churn") is None and explicit_id_problem("my.gcs.run") is None
 
 
 def test_marker_request_merges_overrides_and_sets_the_dataset_folder():
@@ -49,7 +71,7 @@ def test_marker_request_merges_overrides_and_sets_the_dataset_folder():
     assert request.dataset.uri == "gs://data/churn/d1/"
     assert request.trainer.hyperparameters.epochs == 9
     assert request.trainer.hyperparameters.batch_size == 64
-    assert request.request_id == "churn-d1-42"
+    assert request.request_id == "gcs.churn-d1-42"
     assert template["trainer"]["hyperparameters"]["epochs"] == 5  # the template is not modified
 
 

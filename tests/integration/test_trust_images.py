@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from functions.triggers import derive_request_id
 from local.names import LOCAL_TRAINER_IMAGE
 from tests.integration.deployment import Deployment, fake_node_request
 from tests.integration.test_controller_intake import jobs_with_key
@@ -30,6 +31,12 @@ def deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory):
     deployed = Deployment(
         uuid.uuid4().hex[:8], jobservice.rest_url, {"TRAINCTL_ALLOWED_IMAGE_PREFIXES": ALLOWED_PREFIXES}
     )
+    # A rule whose template lets markers choose the trainer (issue 24 point 7's `marker_may_set`), so that what
+    # refuses the built-in image with a command is the image rule itself, whoever asks.
+    template = {**fake_node_request("template"), "marker_may_set": ["dataset", "trainer"]}
+    del template["request_id"]
+    rules = {f"gs://{deployed.data_bucket}/open/": template}
+    deployed.extra_settings["TRAINCTL_TRIGGER_RULES"] = json.dumps(rules)
     deployed.create(tmp_path_factory.mktemp("functions"))
     try:
         yield deployed
@@ -63,12 +70,12 @@ def test_the_built_in_image_with_a_shell_command_from_a_marker_is_rejected(deplo
     events = deployment.events()
     planted = tmp_path / "pwned"
     overrides = {"trainer": {"image": LOCAL_TRAINER_IMAGE, "command": shell(planted)}}
-    marker = deployment.upload_marker("churn/builtin-shell/", json.dumps(overrides))
+    marker = deployment.upload_marker("open/builtin-shell/", json.dumps(overrides))
     assert deployment.post("on_dataset_upload", deployment.storage_event(marker)) == 200
-    request_id = f"churn-builtin-shell-{marker.generation}"
+    request_id = derive_request_id("open/builtin-shell/_SUCCESS", str(marker.generation))
     (rejected,) = events.of(request_id, "rejected")
     assert rejected.errors == [BUILTIN_GUARDRAIL]
-    key = f"gcs:{deployment.data_bucket}/churn/builtin-shell/_SUCCESS#{marker.generation}"
+    key = f"gcs:{deployment.data_bucket}/open/builtin-shell/_SUCCESS#{marker.generation}"
     assert jobs_with_key(job_client, key) == []
     assert deployment.record(key) is None
     assert not planted.exists()

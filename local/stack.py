@@ -82,6 +82,9 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_TRIGGER_RULES": json.dumps({f"gs://{names.data_bucket}/": DEFAULT_TEMPLATE, **options.trigger_rules}),
         "TRAINCTL_ALLOWED_IMAGE_PREFIXES": ",".join([trainer_registry, *options.allowed_image_prefixes]),
         "TRAINCTL_ALLOWED_OUTPUT_BUCKETS": names.control_bucket,
+        # As Terraform names them; the local JobService runs every node as the developer, whatever the account.
+        "TRAINCTL_TRAINER_SERVICE_ACCOUNT": names.service_account("trainer"),
+        "TRAINCTL_CUSTOM_SERVICE_ACCOUNT": names.service_account("custom"),
         "TRAINCTL_VERTEX_ENDPOINT": jobservice_rest_url.rstrip("/"),  # the controller calls Vertex's REST API
         # The Cloud Quotas stand-in (the capacity model's limits) is served on the same REST port.
         "TRAINCTL_QUOTAS_ENDPOINT": jobservice_rest_url.rstrip("/"),

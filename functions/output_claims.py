@@ -102,10 +102,13 @@ class OutputClaims:
 
     def forget_ended(self) -> int:
         """Delete the entries of requests that have ended (a handler that died between ending a request and
-        releasing its folder) or were abandoned before their claim; how many were deleted."""
+        releasing its folder) or were abandoned before their claim; how many were deleted. Entries of requests in
+        the active index are left alone without reading their records: they are released when retired."""
+        names = self._gcs.names(self.bucket, OUTPUTS_PREFIX)
+        active = set(self._ledger.active()) if names else set()
         dropped = 0
-        for name in self._gcs.names(self.bucket, OUTPUTS_PREFIX):
-            if self._holder(name, self._abandoned_after) is None:
+        for name in names:
+            if _parse(name)[2] not in active and self._holder(name, self._abandoned_after) is None:
                 self._gcs.delete(self.bucket, name)
                 dropped += 1
         return dropped

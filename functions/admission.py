@@ -169,7 +169,7 @@ def _output_problems(request: TrainingJobRequest, settings: Settings, output_dir
         return refuse(
             "output_isolation",
             f"the built-in trainer writes only to its own folder {own}, where custom images cannot write; "
-            f"leave output_dir out (or name a folder inside that one)",
+            "leave output_dir out (or name a folder inside that one)",
         )
     allowed = tuple(dict.fromkeys(b for b in settings.allowed_output_buckets if b != control))
     if bucket not in allowed:
@@ -178,7 +178,7 @@ def _output_problems(request: TrainingJobRequest, settings: Settings, output_dir
             f"bucket {bucket} is not allowed; allowed: {', '.join(allowed) or 'none'} "
             f"(or this request's own folder {own})",
         )
-    if len(path.encode()) > (limit := max_output_path_bytes(control, bucket)):
+    if len(path.encode()) > (limit := max_output_path_bytes(bucket)):
         return refuse(
             "output_isolation",
             f"the folder's path is {len(path.encode())} bytes; in bucket {bucket} at most {limit} (trainctl records "

@@ -32,7 +32,7 @@ _KEY_HASH_LENGTH = len(key_hash(""))
 _MAX_ENTRY_BYTES = 4096
 
 
-def max_output_path_bytes(control_bucket: str, bucket: str) -> int:
+def max_output_path_bytes(bucket: str) -> int:
     """The longest folder path in `bucket` whose entry's name still fits Cloud Storage's limit."""
     return MAX_OBJECT_NAME_BYTES - len(f"{OUTPUTS_PREFIX}{bucket}/".encode()) - _KEY_HASH_LENGTH
 
@@ -128,11 +128,11 @@ class OutputClaims:
             return None
         try:
             entry = json.loads(read[0])
-            claimed = datetime.fromisoformat(entry["claimed"])
+            young = self._clock() - datetime.fromisoformat(entry["claimed"]) < (no_record_for or self._claim_window)
             holder = Holder(str(entry["request_id"]), str(entry["output_dir"]))
         except (ValueError, KeyError, TypeError):
             return None  # not written by trainctl: only the functions may write the control bucket's outputs/
-        return holder if self._clock() - claimed < (no_record_for or self._claim_window) else None
+        return holder if young else None
 
     def _write(self, name: str, body: str) -> None:
         """Create the entry, or rewrite the one an earlier delivery of the same request left (a fresh claim time:

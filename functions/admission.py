@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from functions import planning
-from functions.planning import RUNS_PREFIX
+from functions.output_claims import max_output_path_bytes
 from functions.settings import Settings
 from schemas.errors import FieldError
 from schemas.events import CostEstimate, approximate_prices
@@ -133,27 +133,8 @@ def _request_problems(request: TrainingJobRequest, settings: Settings, output_di
             "allowed_data_buckets",
             f"bucket {data_bucket} is not allowed; allowed: {', '.join(settings.allowed_data_buckets)}",
         )
-    output_bucket, output_path = split_gs_uri(output_dir)
-    # The operator may list the control bucket too: name each bucket once, in order.
-    allowed_outputs = tuple(dict.fromkeys((settings.control_bucket, *settings.allowed_output_buckets)))
-    if output_bucket not in allowed_outputs:
-        refuse(
-            "output_dir",
-            "allowed_output_buckets",
-            f"bucket {output_bucket} is not allowed; allowed: {', '.join(allowed_outputs)}",
-        )
-    elif output_bucket == settings.control_bucket and not output_path.startswith(RUNS_PREFIX):
-        # The rest of the control bucket is the ledger: the trainer may write only under runs/.
-        refuse(
-            "output_dir",
-            "allowed_output_buckets",
-            f"in the control bucket, outputs go under gs://{output_bucket}/{RUNS_PREFIX}",
-        )
-    account = request.service_account
-    default_account = account is None or account == settings.trainer_service_account
-    if not default_account and account not in settings.allowed_service_accounts:
-        allowed = ", ".join(settings.allowed_service_accounts) or "none (only the default trainer account)"
-        refuse("service_account", "allowed_service_accounts", f"{account} may not be used; allowed: {allowed}")
+    problems += _output_problems(request, settings, output_dir)
+    problems += _service_account_problems(request, settings)
     return problems
 
 
@@ -174,6 +155,97 @@ def _image_problem(image: str, settings: Settings) -> tuple[str, str] | None:
     if not any(prefix_covers(prefix, image) for prefix in settings.allowed_image_prefixes):
         return "allowed_image_prefixes", f"{image} is not from an allowed registry; allowed: {allowed}"
     return None
+
+
+def _output_problems(request: TrainingJobRequest, settings: Settings, output_dir: str) -> list[FieldError]:
+    """Where the job may write. In the control bucket, only the request's own folder (runs/<id>/ for the built-in
+    trainer, custom-runs/<id>/ for a custom image): every other folder there is another request's or the ledger.
+    The built-in trainer writes nowhere else, so that custom code cannot reach its outputs; a custom image may also
+    write to the operator's output buckets (overlaps with other active requests there are refused at the claim,
+    functions/output_claims.py)."""
+    control = settings.control_bucket
+    bucket, path = split_gs_uri(output_dir)
+    own = planning.own_folder(request, settings)
+
+    def refuse(guardrail: str, text: str) -> list[FieldError]:
+        return [FieldError("output_dir", f"guardrail {guardrail}: {text}")]
+
+    if output_dir.startswith(own):
+        return []
+    if bucket == control:
+        return refuse(
+            "output_isolation",
+            f"in the control bucket a request writes only to its own folder, {own} for this one; "
+            f"{output_dir} is another request's folder or the ledger. Leave output_dir out to use {own}",
+        )
+    if planning.runs_builtin_trainer(request):
+        return refuse(
+            "output_isolation",
+            f"the built-in trainer writes only to its own folder {own}, where custom images cannot write; "
+            "leave output_dir out (or name a folder inside that one)",
+        )
+    allowed = tuple(dict.fromkeys(b for b in settings.allowed_output_buckets if b != control))
+    if bucket not in allowed:
+        return refuse(
+            "allowed_output_buckets",
+            f"bucket {bucket} is not allowed; allowed: {', '.join(allowed) or 'none'} "
+            f"(or this request's own folder {own})",
+        )
+    if len(path.encode()) > (limit := max_output_path_bytes(bucket)):
+        return refuse(
+            "output_isolation",
+            f"the folder's path is {len(path.encode())} bytes; in bucket {bucket} at most {limit} (trainctl records "
+            "each active output folder by name in the control bucket, where object names stop at 1024 bytes)",
+        )
+    return []
+
+
+def _service_account_problems(request: TrainingJobRequest, settings: Settings) -> list[FieldError]:
+    """Whom the job runs as. The built-in trainer and custom images each run as their own account (terraform/iam.tf):
+    a custom image may never run as the trainer's account, which may write the built-in trainer's outputs, nor the
+    built-in trainer as the custom images' one, which cannot. Another account only from the operator's allow-list."""
+    builtin = planning.runs_builtin_trainer(request)
+    trainer, custom = settings.trainer_service_account, settings.custom_service_account
+    account = request.service_account
+    if not builtin and trainer and not custom:
+        # Without an account Vertex runs the job as its Custom Code Service Agent, which may read and write the
+        # project's buckets (https://cloud.google.com/vertex-ai/docs/general/custom-service-account).
+        return [
+            FieldError(
+                "trainer.image",
+                "guardrail custom_service_account: custom images run as their own service account, and this "
+                "deployment names none (TRAINCTL_CUSTOM_SERVICE_ACCOUNT); only the built-in trainer runs here",
+            )
+        ]
+    own, others = (trainer, custom) if builtin else (custom, trainer)
+    if account is None or account == own:
+        return []
+    if account == others and builtin:
+        return [
+            FieldError(
+                "service_account",
+                f"guardrail trainer_service_account: {account} is the custom images' account, which cannot write the "
+                f"built-in trainer's folder; the built-in trainer runs as {trainer or 'the default account'}",
+            )
+        ]
+    if account == others:
+        return [
+            FieldError(
+                "service_account",
+                f"guardrail custom_service_account: {account} is the built-in trainer's account, which may write the "
+                f"built-in trainer's outputs; custom images run as {custom or 'the default account'}",
+            )
+        ]
+    if account not in settings.allowed_service_accounts:
+        allowed = ", ".join(a for a in settings.allowed_service_accounts if a != others) or (
+            "none (only the default trainer account)" if builtin else "none (only the custom images' account)"
+        )
+        return [
+            FieldError(
+                "service_account", f"guardrail allowed_service_accounts: {account} may not be used; allowed: {allowed}"
+            )
+        ]
+    return []
 
 
 def dataset_problem(uri: str, objects: Iterable[tuple[str, int]], marker_names: tuple[str, ...]) -> FieldError | None:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from functions.ledger import Ledger
 from functions.observation import Observation
 from functions.outbox import Outbox
+from functions.output_claims import OutputClaims
 from functions.ports import Events, Jobs, Quotas, Storage
 from functions.quota_pool import QuotaPools
 from functions.settings import Settings
@@ -43,7 +44,13 @@ class Controller:
         from functions.vertex import LazyJobs
 
         self.jobs = LazyJobs(self.vertex_factory)
-        self.outbox = Outbox(self.ledger, self.publisher, self.clock, timedelta(seconds=self.settings.outbox_grace))
+        s = self.settings
+        # A handler lives at most the function's timeout; a claim left longer than the lease is taken over anyway.
+        claim_window = timedelta(seconds=max(s.lease, s.function_timeout))
+        self.outputs = OutputClaims(
+            self.gcs, self.ledger, self.clock, claim_window, claim_window + timedelta(seconds=s.max_event_age)
+        )
+        self.outbox = Outbox(self.ledger, self.publisher, self.clock, timedelta(seconds=s.outbox_grace), self.outputs)
         self.submission = Submission(
             self.settings,
             self.ledger,
@@ -55,6 +62,7 @@ class Controller:
             self.owner,
             self.quotas,
             QuotaPools(self.gcs, self.ledger.bucket),
+            self.outputs,
         )
         self.observation = Observation(
             self.settings, self.ledger, self.gcs, self.jobs, self.outbox, self.submission, self.clock, self.owner

@@ -200,6 +200,7 @@ class Observation:
         if deferred := summary.get("deferred"):
             logs.warning(f"reconcile ran out of time; {deferred} records wait for the next tick")
         self._forget_quota_of_ended_requests()
+        self._forget_output_folders_of_ended_requests()
         return summary
 
     def _release_queues_in_order(self, queued: set[str]) -> dict[str, str]:
@@ -227,6 +228,16 @@ class Observation:
             return
         if dropped:
             logs.warning(f"dropped {dropped} ended requests from the GPU quota pools")
+
+    def _forget_output_folders_of_ended_requests(self) -> None:
+        """A handler that died between ending a request and releasing its output folder left it held: free it."""
+        try:
+            dropped = self.submission.outputs.forget_ended()
+        except Exception as exc:  # the next tick tries again; the sweep's own work is done
+            logs.error(f"reconcile could not tidy the output folder index: {type(exc).__name__}: {exc}")
+            return
+        if dropped:
+            logs.warning(f"freed the output folders of {dropped} ended requests")
 
     def _sweep_one(self, khash: str) -> str:
         """One record's outcome in the sweep: its state, "errors", or "deferred" when no time is left."""

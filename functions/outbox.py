@@ -15,6 +15,7 @@ from functions.history import FINAL_EVENT_STATES, outcome_of
 from functions.ledger import Ledger
 from functions.lifecycle import Record
 from functions.monitoring_fields import published_fields
+from functions.output_claims import OutputClaims, output_dir_of
 from functions.ports import Events
 
 
@@ -32,6 +33,7 @@ class Outbox:
     # whoever reads the record next publishes it. Shorter than Pub/Sub's 10 s minimum redelivery backoff, so
     # the redelivery of the failed event already does it; far longer than a publish takes (settings.outbox_grace).
     grace: timedelta
+    outputs: OutputClaims  # the output folders active requests hold outside the control bucket
 
     def read(self, khash: str) -> tuple[Record, int]:
         found = self.ledger.read(khash)
@@ -73,6 +75,8 @@ class Outbox:
     def retire_when_done(self, record: Record) -> None:
         """A final record leaves the active index once its outbox is empty. Until then reconcile keeps visiting
         it, so that a terminal event queued by a handler that died before publishing still goes out (once it
-        is older than the grace) even when the job was observed again meanwhile."""
+        is older than the grace) even when the job was observed again meanwhile. Its output folder is free then."""
         if record.final and not record.outbox:
+            # Its folder first: a record still active is retired again, so a failed release is tried again.
+            self.outputs.release(output_dir_of(record), record.key_hash)
             self.ledger.mark_inactive(record.key_hash)

@@ -23,7 +23,11 @@ REDUCTION_SERVER_BUCKET_CAP_MB = 64
 # 64 MB buckets with it (reference/vertex.md §3.3). A model whose whole gradient is smaller than one such bucket
 # all-reduces a single small message per step, latency-bound, where reducers add a hop and cost money.
 REDUCTION_SERVER_MIN_GRADIENT_MB = REDUCTION_SERVER_BUCKET_CAP_MB
-RUNS_PREFIX = "runs/"  # where outputs go in the control bucket; the rest of it is the ledger
+# Where outputs go in the control bucket, one folder per request; the rest of the bucket is the ledger. The built-in
+# trainer's account may write only below RUNS_PREFIX and the custom images' account only below CUSTOM_RUNS_PREFIX
+# (terraform/iam.tf), so custom code can never touch what the built-in trainer wrote.
+RUNS_PREFIX = "runs/"
+CUSTOM_RUNS_PREFIX = "custom-runs/"
 MANAGED_BY = "trainctl"
 
 
@@ -60,10 +64,27 @@ def reduction_server_image(settings: Settings, region: str) -> str:
     return f"{nearest}-docker.pkg.dev/" + image.removeprefix(current)
 
 
+def runs_builtin_trainer(request: TrainingJobRequest) -> bool:
+    """Whether the job runs the built-in trainer (and so as its account, into runs/); any trainer.image is custom."""
+    return request.trainer.image is None
+
+
+def own_folder(request: TrainingJobRequest, settings: Settings) -> str:
+    """The request's own folder in the control bucket: the only place there it may write, and its default output_dir."""
+    prefix = RUNS_PREFIX if runs_builtin_trainer(request) else CUSTOM_RUNS_PREFIX
+    return f"gs://{settings.control_bucket}/{prefix}{request.request_id}/"
+
+
 def output_dir(request: TrainingJobRequest, settings: Settings) -> str:
     if request.output_dir:
         return request.output_dir.rstrip("/") + "/"
-    return f"gs://{settings.control_bucket}/{RUNS_PREFIX}{request.request_id}/"
+    return own_folder(request, settings)
+
+
+def default_service_account(request: TrainingJobRequest, settings: Settings) -> str:
+    """The account a job runs as unless the request names another: the trainer's for the built-in trainer, the
+    custom images' own for any other image; empty (Vertex's default) only where the deployment names none."""
+    return settings.trainer_service_account if runs_builtin_trainer(request) else settings.custom_service_account
 
 
 def builtin_gradient_mb(request: TrainingJobRequest) -> float | None:
@@ -261,7 +282,7 @@ def plan_custom_job(
         "scheduling": scheduling,
         "base_output_directory": {"output_uri_prefix": out},
     }
-    service_account = request.service_account or settings.trainer_service_account
+    service_account = request.service_account or default_service_account(request, settings)
     if service_account:
         job_spec["service_account"] = service_account
     custom_job = {

@@ -33,6 +33,10 @@ class Settings:
     trigger_rules: dict[str, Any] = field(default_factory=dict)
     marker_names: tuple[str, ...] = ("_SUCCESS",)
     trainer_service_account: str = ""
+    # What custom images run as: an account apart from the trainer's, so that custom code cannot write where the
+    # built-in trainer's outputs live (gs://<control>/runs/). Empty where trainer_service_account is empty too (the
+    # local stack without accounts); where only the trainer's is set, custom images are refused (admission.py).
+    custom_service_account: str = ""
     reduction_server_image: str = DEFAULT_REDUCTION_SERVER_IMAGE
     allowed_machine_types: tuple[str, ...] = ()
     # Registries and folders custom images may come from, each matched at a path boundary (schemas/images.py):

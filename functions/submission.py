@@ -35,6 +35,7 @@ from functions.ledger import IdTaken, Ledger
 from functions.lifecycle import Record, backoff, decide_on_existing, job_ref, ladder_exhausted, resubmit
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
+from functions.output_claims import OutputClaims
 from functions.planning import Plan, plan_custom_job
 from functions.ports import Events, Quotas, Storage
 from functions.quota_pool import QuotaPools, pool_name
@@ -104,6 +105,7 @@ class Submission:
     owner: str
     quotas: Quotas | None  # the project's GPU limits; None: no quota gating
     pools: QuotaPools  # what trainctl's own jobs hold of them, and who waits
+    outputs: OutputClaims  # the output folders active requests hold outside the control bucket
 
     def reject(
         self, request_id: str, key: str, delivery: Delivery, errors: list[str], message: str, reason: str = "invalid"
@@ -158,11 +160,26 @@ class Submission:
             if start != 0:
                 plan = plan_custom_job(request, self.settings, key, 1, start)
             self.jobs.prepare()
-            # Step 1: claim.
+            # Step 1: claim, its output folder first (held from here until the record is retired).
+            holder = self.outputs.claim(plan.output_dir, key_hash(key), request.request_id)
+            if holder is not None:
+                return self.reject(
+                    request.request_id,
+                    key,
+                    delivery,
+                    [
+                        f"output_dir: guardrail output_isolation: {plan.output_dir} overlaps {holder.output_dir}, "
+                        f"where active request {holder.request_id} writes (two jobs in one folder would read each "
+                        "other's metrics and progress); choose a folder neither inside nor around it, or send this "
+                        f"request again once {holder.request_id} has ended"
+                    ],
+                    "the output_dir overlaps an active request's",
+                )
             record = self._new_record(request, key, explicit_id, delivery, plan, digest, rungs, start)
             try:
                 generation = self.ledger.create(record)
             except IdTaken as taken:
+                self.outputs.release(plan.output_dir, key_hash(key))  # this request will not write there
                 return self._id_taken(request, key, explicit_id, delivery, taken)
             except Conflict:
                 found = self.ledger.read(key_hash(key))

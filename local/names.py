@@ -47,3 +47,7 @@ class Names:
     @property
     def dead_letter_subscription(self) -> str:
         return f"{self.prefix}-dead-letter-pull"
+
+    def service_account(self, account: str) -> str:
+        """The email of Terraform's `<prefix>-<account>` service account (terraform/iam.tf: trainer, custom)."""
+        return f"{self.prefix}-{account}@{self.project}.iam.gserviceaccount.com"

@@ -87,6 +87,9 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         # Terraform (issue 24, point 1).
         "TRAINCTL_ALLOWED_IMAGE_PREFIXES": ",".join(options.allowed_image_prefixes),
         "TRAINCTL_ALLOWED_OUTPUT_BUCKETS": names.control_bucket,
+        # As Terraform names them; the local JobService runs every node as the developer, whatever the account.
+        "TRAINCTL_TRAINER_SERVICE_ACCOUNT": names.service_account("trainer"),
+        "TRAINCTL_CUSTOM_SERVICE_ACCOUNT": names.service_account("custom"),
         "TRAINCTL_VERTEX_ENDPOINT": jobservice_rest_url.rstrip("/"),  # the controller calls Vertex's REST API
         # The Cloud Quotas stand-in (the capacity model's limits) is served on the same REST port.
         "TRAINCTL_QUOTAS_ENDPOINT": jobservice_rest_url.rstrip("/"),

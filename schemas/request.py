@@ -439,7 +439,13 @@ class TrainingJobRequest(_Strict):
         "trainctl moves down to when a rung cannot get capacity or quota. Each move is a new attempt into the same "
         "output_dir, so the built-in trainer resumes from its checkpoint.",
     )
-    output_dir: GsUri | None = Field(None, description="Default: gs://<control bucket>/runs/<request_id>/.")
+    output_dir: GsUri | None = Field(
+        None,
+        description="Where the job writes. Default: gs://<control bucket>/runs/<request_id>/ for the built-in "
+        "trainer, which writes nowhere else; gs://<control bucket>/custom-runs/<request_id>/ for a custom image, "
+        "which may instead name a folder in one of the operator's output buckets, neither inside nor around another "
+        "active request's output_dir.",
+    )
     labels: dict[str, str] = Field(
         default_factory=dict,
         description="GCP labels for the CustomJob (keys and values ≤ 63 of [a-z0-9_-], keys start with a letter).",
@@ -447,7 +453,8 @@ class TrainingJobRequest(_Strict):
     service_account: str | None = Field(
         None,
         pattern=_SERVICE_ACCOUNT_RE,
-        description="Run-as service account; must be on the controller's allow-list.",
+        description="Run-as service account; must be on the controller's allow-list. A custom image never runs as "
+        "the built-in trainer's account, nor the built-in trainer as the custom images' one.",
     )
 
     @field_validator("labels")

@@ -51,9 +51,28 @@ resource "google_service_account_iam_member" "function_acts_as_trainer" {
   member             = google_service_account.function[each.key].member
 }
 
+# The same for the custom images' account, which jobs of custom images run as.
+resource "google_service_account_iam_member" "function_acts_as_custom_trainer" {
+  for_each = local.functions
+
+  service_account_id = google_service_account.custom.name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.function[each.key].member
+}
+
 # Dataset markers and dataset objects (overrides in the marker, existence checks at admission).
 resource "google_storage_bucket_iam_member" "function_reads_data" {
   for_each = local.data_readers
+
+  bucket = each.value.bucket
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.function[each.value.function].member
+}
+
+# What custom images wrote in the operator's output buckets: metrics.json, progress.json and failure.json are read,
+# and the output folder listed when a failure is diagnosed.
+resource "google_storage_bucket_iam_member" "function_reads_outputs" {
+  for_each = local.output_readers
 
   bucket = each.value.bucket
   role   = "roles/storage.objectViewer"
@@ -85,7 +104,7 @@ resource "google_pubsub_topic_iam_member" "function_publishes_events" {
 resource "google_service_account" "trainer" {
   account_id   = "${var.name_prefix}-trainer"
   display_name = "trainctl trainer"
-  description  = "Runs the DDP trainer inside Vertex AI CustomJobs: reads datasets, writes run outputs."
+  description  = "Runs the built-in DDP trainer inside Vertex AI CustomJobs: reads datasets, writes runs/."
 
   depends_on = [google_project_service.enabled]
 }
@@ -98,8 +117,8 @@ resource "google_storage_bucket_iam_member" "trainer_reads_data" {
   member = google_service_account.trainer.member
 }
 
-# Model, metrics, checkpoints (written, listed, rotated) and TensorBoard logs, only below runs/: the trainer
-# may run a user's custom image, and must not be able to touch the ledger beside the runs.
+# Model, metrics, checkpoints (written, listed, rotated) and TensorBoard logs, only below runs/: the ledger beside
+# the runs stays out of reach, and so do custom images' outputs (they run as the custom account below).
 resource "google_storage_bucket_iam_member" "trainer_writes_run_outputs" {
   bucket = google_storage_bucket.control.name
   role   = "roles/storage.objectUser"
@@ -110,6 +129,49 @@ resource "google_storage_bucket_iam_member" "trainer_writes_run_outputs" {
     description = "Objects below ${local.artifacts_prefix}, and listings of that prefix."
     expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.control.name}/objects/${local.artifacts_prefix}\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${local.artifacts_prefix}\")"
   }
+}
+
+# ---------------------------------------------------------------------------------------------------
+# Custom images: what a CustomJob of any image but the built-in trainer's runs as. An account of its own, so that
+# custom code (all of whose jobs share it) can never write where the built-in trainer's outputs live, nor the
+# ledger; the controller refuses a custom image that names the trainer's account (functions/admission.py).
+
+resource "google_service_account" "custom" {
+  account_id   = "${var.name_prefix}-custom"
+  display_name = "trainctl custom images"
+  description  = "Runs custom trainer images inside Vertex AI CustomJobs: reads datasets, writes custom-runs/ and the output buckets."
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_storage_bucket_iam_member" "custom_reads_data" {
+  for_each = toset(local.data_buckets)
+
+  bucket = each.value
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.custom.member
+}
+
+# Outputs in the control bucket, only below custom-runs/: not runs/ (the built-in trainer's), not the ledger.
+resource "google_storage_bucket_iam_member" "custom_writes_custom_run_outputs" {
+  bucket = google_storage_bucket.control.name
+  role   = "roles/storage.objectUser"
+  member = google_service_account.custom.member
+
+  condition {
+    title       = "custom-run-outputs-only"
+    description = "Objects below ${local.custom_artifacts_prefix}, and listings of that prefix."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.control.name}/objects/${local.custom_artifacts_prefix}\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${local.custom_artifacts_prefix}\")"
+  }
+}
+
+# The operator's output buckets, whole (var.output_buckets: never the control bucket or a data bucket).
+resource "google_storage_bucket_iam_member" "custom_writes_output_buckets" {
+  for_each = toset(var.output_buckets)
+
+  bucket = each.value
+  role   = "roles/storage.objectUser"
+  member = google_service_account.custom.member
 }
 
 # ---------------------------------------------------------------------------------------------------

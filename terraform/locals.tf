@@ -24,9 +24,13 @@ locals {
   # Every bucket a job may read a dataset from.
   data_buckets = concat([google_storage_bucket.data.name], var.extra_data_buckets)
 
-  # The trainer writes run outputs only below this prefix of the control bucket (the controller's default
+  # The built-in trainer writes run outputs only below this prefix of the control bucket (the controller's default
   # output_dir is gs://<control bucket>/runs/<request_id>/); the ledger beside it stays out of its reach.
   artifacts_prefix = "runs/"
+  # Custom images write only below this one (gs://<control bucket>/custom-runs/<request_id>/ by default) and to
+  # var.output_buckets, as an account of their own: what the built-in trainer wrote stays out of their reach.
+  # functions/planning.py's RUNS_PREFIX and CUSTOM_RUNS_PREFIX; a test compares them.
+  custom_artifacts_prefix = "custom-runs/"
 
   trainer_repository = "${var.region}-docker.pkg.dev/${var.project}/${google_artifact_registry_repository.trainer.repository_id}"
   trainer_image      = coalesce(var.trainer_image, "${local.trainer_repository}/trainer:latest")
@@ -48,12 +52,13 @@ locals {
     TRAINCTL_TRIGGER_RULES            = jsonencode(var.trigger_rules)
     TRAINCTL_MARKER_NAMES             = join(",", var.marker_names)
     TRAINCTL_TRAINER_SERVICE_ACCOUNT  = google_service_account.trainer.email
+    TRAINCTL_CUSTOM_SERVICE_ACCOUNT   = google_service_account.custom.email
     TRAINCTL_REDUCTION_SERVER_IMAGE   = local.reduction_server_image
     TRAINCTL_ALLOWED_MACHINE_TYPES    = join(",", var.allowed_machine_types)
     TRAINCTL_ALLOWED_REGIONS          = join(",", var.allowed_regions)
     TRAINCTL_ALLOWED_IMAGE_PREFIXES   = join(",", var.extra_allowed_image_prefixes)
     TRAINCTL_ALLOWED_DATA_BUCKETS     = join(",", local.data_buckets)
-    TRAINCTL_ALLOWED_OUTPUT_BUCKETS   = google_storage_bucket.control.name
+    TRAINCTL_ALLOWED_OUTPUT_BUCKETS   = join(",", concat([google_storage_bucket.control.name], var.output_buckets))
     TRAINCTL_ALLOWED_SERVICE_ACCOUNTS = google_service_account.trainer.email
     TRAINCTL_MAX_GPUS_PER_JOB         = tostring(var.max_gpus_per_job)
     TRAINCTL_MAX_NODES                = tostring(var.max_nodes)
@@ -73,13 +78,15 @@ locals {
   # The four entry points of functions/main.py and what each one needs. All four create, list and cancel
   # CustomJobs as the trainer (aiplatform.user + act-as; see iam.tf). `reads_data`: reads dataset markers
   # and lists datasets (the intake functions at admission, on_job_state and reconcile when they diagnose a
-  # user failure); tests/terraform/test_terraform_reachable_calls.py derives it from the code. `trigger`: an Eventarc trigger, or null when something else calls the
+  # user failure); `reads_outputs`: reads what jobs wrote in var.output_buckets (the functions that observe
+  # jobs); tests/terraform/test_terraform_reachable_calls.py derives both from the code. `trigger`: an Eventarc trigger, or null when something else calls the
   # function (on_job_request: our push subscription with a dead-letter policy; reconcile: Cloud Scheduler).
   functions = {
     on_dataset_upload = {
-      account     = "fn-upload"
-      description = "Starts a job when a dataset marker lands in the data bucket."
-      reads_data  = true
+      account       = "fn-upload"
+      description   = "Starts a job when a dataset marker lands in the data bucket."
+      reads_data    = true
+      reads_outputs = false
       trigger = {
         event_type   = "google.cloud.storage.object.v1.finalized"
         bucket       = google_storage_bucket.data.name
@@ -87,15 +94,17 @@ locals {
       }
     }
     on_job_request = {
-      account     = "fn-request"
-      description = "Starts a job for each request published on the requests topic."
-      reads_data  = true
-      trigger     = null
+      account       = "fn-request"
+      description   = "Starts a job for each request published on the requests topic."
+      reads_data    = true
+      reads_outputs = false
+      trigger       = null
     }
     on_job_state = {
-      account     = "fn-job-state"
-      description = "Publishes lifecycle events for job state changes routed from Cloud Logging."
-      reads_data  = true
+      account       = "fn-job-state"
+      description   = "Publishes lifecycle events for job state changes routed from Cloud Logging."
+      reads_data    = true
+      reads_outputs = true
       trigger = {
         event_type   = "google.cloud.pubsub.topic.v1.messagePublished"
         bucket       = null
@@ -103,15 +112,22 @@ locals {
       }
     }
     reconcile = {
-      account     = "fn-reconcile"
-      description = "Sweeps active jobs: missed state changes, stuck jobs, resubmissions."
-      reads_data  = true
-      trigger     = null
+      account       = "fn-reconcile"
+      description   = "Sweeps active jobs: missed state changes, stuck jobs, resubmissions."
+      reads_data    = true
+      reads_outputs = true
+      trigger       = null
     }
   }
 
   # One entry per (function, data bucket) pair for the read grants.
   data_readers = merge([
     for name, f in local.functions : { for b in local.data_buckets : "${name}/${b}" => { function = name, bucket = b } } if f.reads_data
+  ]...)
+
+  # One entry per (function, output bucket) pair: the functions that observe jobs read what custom images wrote
+  # there (metrics.json, progress.json, failure.json) and list it when diagnosing a failure.
+  output_readers = merge([
+    for name, f in local.functions : { for b in var.output_buckets : "${name}/${b}" => { function = name, bucket = b } } if f.reads_outputs
   ]...)
 }

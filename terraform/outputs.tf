@@ -1,7 +1,7 @@
 # What operators, the trainctl CLI and other services need to find this deployment.
 
 output "buckets" {
-  description = "Bucket names: data (watched for markers), control (ledger, templates, runs/), source (function archives)."
+  description = "Bucket names: data (watched for markers), control (ledger, templates, runs/, custom-runs/), source (function archives)."
   value = {
     data    = google_storage_bucket.data.name
     control = google_storage_bucket.control.name
@@ -33,11 +33,12 @@ output "function_uris" {
 }
 
 output "service_accounts" {
-  description = "Email of each service account: one per function, the trainer, the callers (Eventarc, push, scheduler) and the build."
+  description = "Email of each service account: one per function, the trainer, the custom images' account (custom), the callers (Eventarc, push, scheduler) and the build."
   value = merge(
     { for name, sa in google_service_account.function : name => sa.email },
     {
       trainer   = google_service_account.trainer.email
+      custom    = google_service_account.custom.email
       eventarc  = google_service_account.eventarc.email
       push      = google_service_account.push.email
       scheduler = google_service_account.scheduler.email

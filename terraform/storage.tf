@@ -41,11 +41,11 @@ resource "google_storage_bucket" "control" {
     enabled = true
   }
 
-  # Old runs: models, checkpoints and TensorBoard logs under runs/<request_id>/.
+  # Old runs: models, checkpoints and TensorBoard logs under runs/<request_id>/ and custom-runs/<request_id>/.
   lifecycle_rule {
     condition {
       age            = var.run_retention_days
-      matches_prefix = [local.artifacts_prefix]
+      matches_prefix = [local.artifacts_prefix, local.custom_artifacts_prefix]
     }
     action {
       type = "Delete"

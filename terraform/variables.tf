@@ -49,7 +49,7 @@ variable "data_bucket_name" {
 }
 
 variable "control_bucket_name" {
-  description = "Name of the control bucket to create: the submission ledger, trigger templates and run artifacts (runs/<request_id>/). Null means <project>-<name_prefix>-control."
+  description = "Name of the control bucket to create: the submission ledger, trigger templates and run artifacts (runs/<request_id>/ of the built-in trainer, custom-runs/<request_id>/ of custom images). Null means <project>-<name_prefix>-control."
   type        = string
   default     = null
 
@@ -67,6 +67,26 @@ variable "extra_data_buckets" {
   validation {
     condition     = alltrue([for b in var.extra_data_buckets : can(regex("^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$", b))])
     error_message = "extra_data_buckets must hold bucket names such as my-datasets, without gs:// or a path."
+  }
+}
+
+variable "output_buckets" {
+  description = "Existing buckets (names, not gs:// URIs) that custom images may write their outputs to (a request's output_dir), besides their own folder custom-runs/<request_id>/ of the control bucket. Only the custom images' account may write them, and the functions that observe jobs read them; the built-in trainer writes only to runs/<request_id>/ of the control bucket. Neither the control bucket nor a data bucket: a job that could write there could rewrite the ledger, another request's dataset, or a marker that starts a job."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for b in var.output_buckets : can(regex("^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$", b))])
+    error_message = "output_buckets must hold bucket names such as my-models, without gs:// or a path."
+  }
+
+  validation {
+    condition = length(setintersection(var.output_buckets, concat(
+      [coalesce(var.control_bucket_name, "${var.project}-${var.name_prefix}-control")],
+      [coalesce(var.data_bucket_name, "${var.project}-${var.name_prefix}-data")],
+      var.extra_data_buckets,
+    ))) == 0
+    error_message = "output_buckets must not name the control bucket or a data bucket (data_bucket_name, extra_data_buckets): jobs may write every object of an output bucket."
   }
 }
 
@@ -381,7 +401,7 @@ variable "reconcile_time_zone" {
 }
 
 variable "run_retention_days" {
-  description = "Age in days after which run artifacts (runs/ in the control bucket) are deleted."
+  description = "Age in days after which run artifacts (runs/ and custom-runs/ in the control bucket) are deleted."
   type        = number
   default     = 90
 

@@ -33,6 +33,9 @@ FAKE_NODE_IMAGE = "localhost/tests/fake-node"
 SHARED_DATA_BUCKET = "it-data"
 SHARED_DATASET = f"gs://{SHARED_DATA_BUCKET}/whatever/"
 DATA_SHARD = "a,y\n1,0\n"
+# The run-as accounts, as Terraform would name them: the built-in trainer's, and the custom images' own.
+TRAINER_ACCOUNT = f"it-trainer@{LOCAL_PROJECT}.iam.gserviceaccount.com"
+CUSTOM_ACCOUNT = f"it-custom@{LOCAL_PROJECT}.iam.gserviceaccount.com"
 
 
 def fake_node_request(request_id: str, *args: str, **sections: Any) -> dict[str, Any]:
@@ -80,6 +83,8 @@ class Deployment:
             "TRAINCTL_TRAINER_IMAGE": LOCAL_TRAINER_IMAGE,
             "TRAINCTL_TRIGGER_RULES": json.dumps({f"gs://{self.data_bucket}/churn/": template}),
             "TRAINCTL_ALLOWED_IMAGE_PREFIXES": "localhost/tests/",
+            "TRAINCTL_TRAINER_SERVICE_ACCOUNT": TRAINER_ACCOUNT,
+            "TRAINCTL_CUSTOM_SERVICE_ACCOUNT": CUSTOM_ACCOUNT,
             "TRAINCTL_VERTEX_ENDPOINT": self.vertex_endpoint,
             "TRAINCTL_QUOTAS_ENDPOINT": self.vertex_endpoint,  # the Cloud Quotas stand-in shares the REST port
             "TRAINCTL_LEASE": "3s",

@@ -33,7 +33,7 @@ def test_a_job_run_to_completion_is_reported_once_by_reconcile_alone(deployment,
         deployment.reconcile()  # later ticks change nothing
     assert counts(events, "complete-1") == {"accepted": 1, "submitted": 1, "running": 1, "succeeded": 1}
     assert succeeded.metrics == {"val_accuracy": 0.91, "samples_per_second": 1234.5}
-    assert succeeded.artifacts.model_dir == f"gs://{deployment.control_bucket}/runs/complete-1/model/"
+    assert succeeded.artifacts.model_dir == f"gs://{deployment.control_bucket}/custom-runs/complete-1/model/"
     assert succeeded.job.console_url.startswith("https://console.cloud.google.com/vertex-ai/locations/us-central1/")
     assert succeeded.duration_seconds is not None and succeeded.cost.gpus == 2
     assert deployment.record("request:complete-1")["state"] == "succeeded"
@@ -151,7 +151,9 @@ def test_a_job_still_stocked_out_after_vertexs_retries_is_resubmitted_and_succee
     ]  # fmt: skip
     second = job_client.get_custom_job(name=succeeded.job.name)
     assert second.labels["trainctl-attempt"] == "2"
-    assert second.job_spec.base_output_directory.output_uri_prefix.endswith("/runs/stocked-out-1/")  # resumes there
+    assert second.job_spec.base_output_directory.output_uri_prefix.endswith(
+        "/custom-runs/stocked-out-1/"
+    )  # resumes there
 
 
 def test_a_failed_user_job_is_reported_failed_with_reason_user_and_not_retried(deployment, job_client):
@@ -177,14 +179,14 @@ def test_a_running_job_whose_progress_stands_still_is_cancelled_as_hung_and_resu
     events.wait_for("hung-1", "running", act=deployment.reconcile)
     stale = {"step": 7, "total_steps": 100, "epoch": 0, "time": time.time() - 3600, "attempt": 0, "state": "training"}
     checkpoints = deployment.storage().bucket(deployment.control_bucket)
-    checkpoints.blob("runs/hung-1/checkpoints/progress.json").upload_from_string(json.dumps(stale))
+    checkpoints.blob("custom-runs/hung-1/checkpoints/progress.json").upload_from_string(json.dumps(stale))
 
     stuck = events.wait_for("hung-1", "stuck", act=deployment.reconcile)
     assert (stuck.reason, stuck.job_state, stuck.max_silence_seconds) == ("hang", "JOB_STATE_RUNNING", 300)
     retrying = events.wait_for("hung-1", "retrying", act=deployment.reconcile)
     assert (retrying.reason, retrying.attempt) == ("hang", 1)
     assert job_client.get_custom_job(name=first_job).state.name == "JOB_STATE_CANCELLED"
-    checkpoints.blob("runs/hung-1/checkpoints/progress.json").delete()  # the new attempt has not written one yet
+    checkpoints.blob("custom-runs/hung-1/checkpoints/progress.json").delete()  # the new attempt has not written one yet
     release.touch()
     succeeded = events.wait_for("hung-1", "succeeded", act=deployment.reconcile)
     assert succeeded.attempt == 2 and succeeded.job.name != first_job

@@ -35,7 +35,8 @@ def test_twenty_data_files_and_one_marker_start_exactly_one_job(deployment, job_
     spec = job.job_spec.worker_pool_specs[0]
     assert spec.container_spec.image_uri == "localhost/tests/fake-node:1"
     assert (
-        job.job_spec.base_output_directory.output_uri_prefix == f"gs://{deployment.control_bucket}/runs/{request_id}/"
+        job.job_spec.base_output_directory.output_uri_prefix
+        == f"gs://{deployment.control_bucket}/custom-runs/{request_id}/"
     )
 
 

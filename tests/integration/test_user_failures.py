@@ -1,7 +1,7 @@
 """A request that would fail by the user's hand is refused before any GPU is paid for when that can be known
 (a dataset with no data: issue 12 point 17), and otherwise reported `failed` with reason `user` and a message
-naming the path at fault, using the built-in trainer on the local JobService: a dataset without CSV or Parquet
-files, and an output folder the job cannot write.
+naming the path at fault, on the local JobService: a dataset without CSV or Parquet files (the built-in trainer),
+and an output folder the job cannot write (a custom image: the built-in trainer writes only its own folder).
 
 Guards the failure diagnosis: Vertex reports only a replica's exit status; without the trainer's failure
 note and the controller's checks the requester would have to dig through node logs."""
@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tests.integration.deployment import Deployment
+from tests.integration.deployment import Deployment, fake_node_request
 
 UNWRITABLE = "it-no-such-bucket"  # allowed by the guardrail, but it does not exist: every write fails
 
@@ -76,10 +76,11 @@ def test_a_dataset_without_csv_or_parquet_fails_with_reason_user_naming_the_data
 
 
 def test_an_unwritable_output_dir_fails_with_reason_user_naming_the_folder(deployment):
+    """Only a custom image may write outside the control bucket (issue 24, point 4): this one fails writing its
+    metrics to an allowed output bucket that does not exist."""
     events = deployment.events()
-    deployment.upload("ok/part-0.csv", "a,b,y\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(40)))
     output = f"gs://{UNWRITABLE}/runs/unwritable-1/"
-    request = tabular_request("unwritable-1", f"gs://{deployment.data_bucket}/ok/", output_dir=output)
+    request = fake_node_request("unwritable-1", "--metrics", "{}", output_dir=output)
     assert deployment.request(request) == 200
     failed = events.wait_for("unwritable-1", "failed", timeout=240, act=deployment.reconcile)
     assert failed.reason == "user"

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
 
+import pytest
 from tfconfig import TERRAFORM_DIR, block, strings
 
 import functions.main
+from functions import planning
 
 PRIMITIVE_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
 IAM_MEMBER_KINDS = (
@@ -89,12 +94,18 @@ def test_service_account_ids_fit_iam_limits_with_the_longest_prefix(tf):
 
 
 def test_every_function_may_submit_as_the_trainer_and_nothing_more(tf):
-    # The intake functions submit; on_job_state and reconcile resubmit preempted jobs.
+    # The intake functions submit; on_job_state and reconcile resubmit preempted jobs. Custom images run as their
+    # own account (issue 24, point 4), so the functions may act as that one too, and as no other.
     assert set(tf.locals["functions"]) == set(functions.main.__all__)
-    act_as = tf.resource("google_service_account_iam_member", "function_acts_as_trainer")
-    assert act_as["for_each"] == "${local.functions}"
-    assert act_as["service_account_id"] == "${google_service_account.trainer.name}"
-    assert act_as["role"] == "roles/iam.serviceAccountUser"
+    acts_as = {
+        body["service_account_id"]: body
+        for body in tf.of_kind("google_service_account_iam_member").values()
+        if body["member"] == "${google_service_account.function[each.key].member}"
+    }
+    assert set(acts_as) == {"${google_service_account.trainer.name}", "${google_service_account.custom.name}"}
+    for act_as in acts_as.values():
+        assert act_as["for_each"] == "${local.functions}"
+        assert act_as["role"] == "roles/iam.serviceAccountUser"
     vertex = tf.resource("google_project_iam_member", "function_uses_vertex")
     assert vertex["role"] == "roles/aiplatform.user"
 
@@ -113,11 +124,14 @@ def test_function_accounts_hold_exactly_the_controller_grants(tf):
         "google_project_iam_member.function_reads_quotas",
         "google_project_iam_member.function_uses_vertex",
         "google_pubsub_topic_iam_member.function_publishes_events",
+        "google_service_account_iam_member.function_acts_as_custom_trainer",
         "google_service_account_iam_member.function_acts_as_trainer",
         "google_storage_bucket_iam_member.function_reads_data",
+        "google_storage_bucket_iam_member.function_reads_outputs",
         "google_storage_bucket_iam_member.function_uses_control_bucket",
     ]
     assert granted["google_storage_bucket_iam_member.function_reads_data"]["role"] == "roles/storage.objectViewer"
+    assert granted["google_storage_bucket_iam_member.function_reads_outputs"]["role"] == "roles/storage.objectViewer"
     assert granted["google_project_iam_member.function_reads_quotas"]["role"] == "roles/cloudquotas.viewer"
     assert (
         granted["google_storage_bucket_iam_member.function_uses_control_bucket"]["role"] == "roles/storage.objectUser"
@@ -140,6 +154,128 @@ def test_trainer_reads_data_and_writes_run_outputs_only(tf):
     expression = block(writes, "condition")["expression"]
     assert "/objects/${local.artifacts_prefix}" in expression and "objectListPrefix" in expression
     assert tf.locals["artifacts_prefix"] == "runs/"
+
+
+# --- custom images (issue 24, point 4) --------------------------------------------------------------------
+
+CONTROL = "ctl"
+
+
+def _allows(tf, grant: str, obj: str | None = None, list_prefix: str | None = None) -> bool:
+    """Evaluate a control-bucket grant's condition (its two CEL forms: resource.name.startsWith and the
+    objectListPrefix attribute's startsWith) for reading or writing object `obj`, or listing `list_prefix`."""
+    body = tf.resource("google_storage_bucket_iam_member", grant)
+    expression = block(body, "condition")["expression"]
+    for name in ("artifacts_prefix", "custom_artifacts_prefix"):
+        expression = expression.replace(f"${{local.{name}}}", tf.locals[name])
+    expression = expression.replace("${google_storage_bucket.control.name}", CONTROL)
+    results = []
+    for clause in expression.split("||"):
+        clause = clause.strip()
+        if match := re.fullmatch(r'resource\.name\.startsWith\("([^"]*)"\)', clause):
+            results.append(obj is not None and f"projects/_/buckets/{CONTROL}/objects/{obj}".startswith(match[1]))
+        elif match := re.fullmatch(
+            r'api\.getAttribute\("storage\.googleapis\.com/objectListPrefix", ""\)\.startsWith\("([^"]*)"\)', clause
+        ):
+            results.append(list_prefix is not None and list_prefix.startswith(match[1]))
+        else:
+            raise AssertionError(f"unexpected clause {clause!r}")
+    return any(results)
+
+
+def test_the_control_bucket_prefixes_are_the_planners(tf):
+    """Guards issue 24, point 4: the folders the planner sends each kind of job to are the ones its account may
+    write, and neither prefix lies inside the other."""
+    assert tf.locals["artifacts_prefix"] == planning.RUNS_PREFIX
+    assert tf.locals["custom_artifacts_prefix"] == planning.CUSTOM_RUNS_PREFIX
+    assert not planning.CUSTOM_RUNS_PREFIX.startswith(planning.RUNS_PREFIX)
+    assert not planning.RUNS_PREFIX.startswith(planning.CUSTOM_RUNS_PREFIX)
+
+
+@pytest.mark.parametrize(
+    ("obj", "list_prefix", "trainer", "custom"),
+    [
+        ("runs/r1/model/metrics.json", None, True, False),
+        ("runs/r1/checkpoints/progress.json", None, True, False),
+        (None, "runs/r1/checkpoints/", True, False),
+        ("custom-runs/r1/model/metrics.json", None, False, True),
+        (None, "custom-runs/r1/checkpoints/", False, True),
+        ("ledger/abc.json", None, False, False),
+        ("active/abc", None, False, False),
+        ("outputs/models/team/abc", None, False, False),
+        (None, "", False, False),
+        (None, "ledger/", False, False),
+    ],
+)
+def test_the_trainer_and_custom_images_each_reach_only_their_own_prefix(tf, obj, list_prefix, trainer, custom):
+    """Guards issue 24, point 4: jobs of custom images cannot write (or read, or list) where the built-in trainer's
+    outputs live, nor the ledger; the built-in trainer cannot reach custom images' outputs."""
+    assert _allows(tf, "trainer_writes_run_outputs", obj, list_prefix) is trainer
+    assert _allows(tf, "custom_writes_custom_run_outputs", obj, list_prefix) is custom
+
+
+def test_custom_images_read_data_and_write_only_custom_runs_and_the_output_buckets(tf):
+    """Guards issue 24, point 4: what a custom image can reach (SECURITY.md): the data buckets to read, its own
+    prefix of the control bucket and the operator's output buckets to write; nothing else, no Vertex, no topic."""
+    account = tf.resource("google_service_account", "custom")
+    assert account["account_id"] == "${var.name_prefix}-custom"
+    granted = grants_to(tf, "${google_service_account.custom.member}")
+    assert sorted(granted) == [
+        "google_storage_bucket_iam_member.custom_reads_data",
+        "google_storage_bucket_iam_member.custom_writes_custom_run_outputs",
+        "google_storage_bucket_iam_member.custom_writes_output_buckets",
+    ]
+    reads = granted["google_storage_bucket_iam_member.custom_reads_data"]
+    assert (reads["for_each"], reads["role"]) == ("${toset(local.data_buckets)}", "roles/storage.objectViewer")
+    control = granted["google_storage_bucket_iam_member.custom_writes_custom_run_outputs"]
+    assert (control["bucket"], control["role"]) == ("${google_storage_bucket.control.name}", "roles/storage.objectUser")
+    outputs = granted["google_storage_bucket_iam_member.custom_writes_output_buckets"]
+    assert (outputs["for_each"], outputs["role"]) == ("${toset(var.output_buckets)}", "roles/storage.objectUser")
+    # The controller runs custom images as it, and may send their outputs to the output buckets.
+    settings = tf.locals["controller_settings"]
+    assert settings["TRAINCTL_CUSTOM_SERVICE_ACCOUNT"] == "${google_service_account.custom.email}"
+    assert settings["TRAINCTL_TRAINER_SERVICE_ACCOUNT"] == "${google_service_account.trainer.email}"
+    assert (
+        settings["TRAINCTL_ALLOWED_OUTPUT_BUCKETS"]
+        == '${join(",", concat([google_storage_bucket.control.name], var.output_buckets))}'
+    )
+
+
+def _variable_errors(tmp_path, **values: object) -> str:
+    """What `terraform console` says about variables.tf's validations for these values (no provider needed)."""
+    shutil.copy(TERRAFORM_DIR / "variables.tf", tmp_path)
+    args = [f"-var={name}={value if isinstance(value, str) else json.dumps(value)}" for name, value in values.items()]
+    run = subprocess.run(
+        ["terraform", "console", "-no-color", *args],
+        input="var.project\n",
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return run.stderr if "Invalid value for variable" in run.stderr else ""
+
+
+@pytest.mark.skipif(shutil.which("terraform") is None, reason="terraform is not installed")
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"output_buckets": ["models", "team-outputs.example.com"]}, None),
+        ({"output_buckets": ["gs://models/"]}, "must hold bucket names"),
+        ({"output_buckets": ["proj-1-trainctl-control"]}, "must not name the control bucket or a data bucket"),
+        ({"output_buckets": ["ctl"], "control_bucket_name": "ctl"}, "must not name the control bucket"),
+        ({"output_buckets": ["proj-1-trainctl-data"]}, "must not name the control bucket or a data bucket"),
+        ({"output_buckets": ["shared"], "extra_data_buckets": ["shared"]}, "must not name the control bucket"),
+    ],
+)
+def test_output_buckets_are_bucket_names_apart_from_the_control_and_data_buckets(tmp_path, values, problem):
+    """Guards issue 24, point 4: custom images may write every object of an output bucket, so the control bucket
+    (the ledger, the built-in trainer's runs) and the data buckets (datasets, markers that start jobs) are refused."""
+    errors = _variable_errors(tmp_path, project="proj-1", **values)
+    if problem is None:
+        assert errors == ""
+    else:
+        assert "output_buckets" in errors and problem in " ".join(errors.split())
 
 
 # --- service agents and callers -------------------------------------------------------------------------

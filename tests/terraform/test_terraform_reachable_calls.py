@@ -55,13 +55,15 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.handlers._marker", "read"): frozenset({"data"}),
     # Trigger templates (gs:// in trigger_rules) are kept in the control bucket (terraform/README.md).
     ("functions.handlers._template", "read"): frozenset({"control"}),
-    # metrics.json and progress.json under output_dir, which the guardrails keep in the allowed output bucket:
-    # control.
-    ("functions.observation.Observation._json_object", "read"): frozenset({"control"}),
+    # OutputClaims(gcs, ledger, …): the index of output folders lives in the control bucket beside the ledger.
+    ("functions.output_claims.OutputClaims", "*"): frozenset({"control"}),
+    # metrics.json and progress.json under output_dir, which the guardrails keep in the request's own folder of
+    # the control bucket or, for a custom image, in an operator output bucket (var.output_buckets).
+    ("functions.observation.Observation._json_object", "read"): frozenset({"control", "outputs"}),
     # The trainer's failure note, under the run's model_dir.
-    ("functions.observation.Observation._diagnose", "read"): frozenset({"control"}),
-    # Diagnosis lists the dataset (data) and the run's output folder (control).
-    ("functions.observation.Observation._diagnose", "any_under"): frozenset({"data", "control"}),
+    ("functions.observation.Observation._diagnose", "read"): frozenset({"control", "outputs"}),
+    # Diagnosis lists the dataset (data) and the run's output folder (control or an output bucket).
+    ("functions.observation.Observation._diagnose", "any_under"): frozenset({"data", "control", "outputs"}),
     # Admission's preflight lists the request's dataset.
     ("functions.submission.Submission._dataset_problem", "objects_under"): frozenset({"data"}),
 }
@@ -87,9 +89,13 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
 # How Terraform names the resources of SITE_RESOURCES in a grant.
 TERRAFORM_RESOURCES = {
     ("bucket", "${google_storage_bucket.control.name}"): "control",
-    ("bucket", "${each.value.bucket}"): "data",  # only with for_each = local.data_readers (checked below)
     ("topic", "${google_pubsub_topic.events.id}"): "events",
     ("project", "${var.project}"): "project",
+}
+# Grants to some functions on each of a list of buckets: (for_each, the function flag selecting them, the buckets).
+PER_BUCKET_GRANTS = {
+    "${local.data_readers}": ("reads_data", "data"),
+    "${local.output_readers}": ("reads_outputs", "outputs"),
 }
 
 
@@ -139,7 +145,8 @@ def granted(tf, function: str) -> set[tuple[str, str]]:
     """(resource, permission) pairs Terraform grants one function's service account on buckets, topics and the
     project (project-level roles outside ROLE_PERMISSIONS, such as Vertex's, are not modelled here)."""
     functions = tf.locals["functions"]
-    assert " if f.reads_data]" in tf.locals["data_readers"], "data_readers must select functions by reads_data"
+    for local_name, (flag, _) in PER_BUCKET_GRANTS.items():
+        assert f" if f.{flag}]" in tf.locals[local_name[8:-1]], f"{local_name} must select functions by {flag}"
     pairs: set[tuple[str, str]] = set()
     for kind in ("google_storage_bucket_iam_member", "google_pubsub_topic_iam_member", "google_project_iam_member"):
         for name, body in tf.of_kind(kind).items():
@@ -148,16 +155,17 @@ def granted(tf, function: str) -> set[tuple[str, str]]:
             if kind == "google_project_iam_member" and body["role"] not in ROLE_PERMISSIONS:
                 continue
             assert "condition" not in body, f"{kind}.{name}: conditional grants are not modelled here"
+            field = next(f for f in ("bucket", "topic", "project") if f in body)
             if body["for_each"] == "${local.functions}":
                 holders = set(functions)
-            elif body["for_each"] == "${local.data_readers}":
-                holders = {f for f, spec in functions.items() if spec["reads_data"] is True}
+                resource = TERRAFORM_RESOURCES.get((field, body[field]))
+            elif body["for_each"] in PER_BUCKET_GRANTS:
+                flag, resource = PER_BUCKET_GRANTS[body["for_each"]]
+                holders = {f for f, spec in functions.items() if spec[flag] is True}
+                assert (field, body[field]) == ("bucket", "${each.value.bucket}"), f"{kind}.{name}"
             else:
                 raise AssertionError(f"{kind}.{name}: teach this test its for_each {body['for_each']}")
-            field = next(f for f in ("bucket", "topic", "project") if f in body)
-            resource = TERRAFORM_RESOURCES.get((field, body[field]))
             assert resource is not None, f"{kind}.{name}: teach this test what {field} {body[field]} is"
-            assert resource != "data" or body["for_each"] == "${local.data_readers}", f"{kind}.{name}"
             if function in holders:
                 pairs |= {(resource, p) for p in ROLE_PERMISSIONS[body["role"]]}
     return pairs
@@ -210,3 +218,12 @@ def test_each_function_may_read_the_gpu_quotas(tf, graph, function):
     sites = graph.reachable_sites(f"functions.main.{function}")
     assert any(site.adapter == QUOTAS for site in sites), f"{function} never builds GpuQuotas"
     assert ("project", "cloudquotas.quotas.get") in granted(tf, function)
+
+
+@pytest.mark.parametrize("function", functions.main.__all__)
+def test_only_the_functions_that_observe_jobs_may_read_the_output_buckets(tf, graph, function):
+    """Guards issue 24, point 4: custom images may write to the operator's output buckets; the functions that read
+    what a job wrote there (metrics, progress, failure note) are granted it, and no other."""
+    reads_outputs = any(resource == "outputs" for resource, _ in needed(function, graph))
+    assert tf.locals["functions"][function]["reads_outputs"] is reads_outputs
+    assert reads_outputs == (function in ("on_job_state", "reconcile"))

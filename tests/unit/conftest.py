@@ -33,5 +33,6 @@ def settings() -> Settings:
         events_topic="trainctl-events",
         trainer_image="us-docker.pkg.dev/proj/trainctl/trainer:1",
         trainer_service_account="trainer@proj.iam.gserviceaccount.com",
+        custom_service_account="custom@proj.iam.gserviceaccount.com",
         trigger_rules={"gs://data-bucket/churn/": {"dataset": {"target": "churned"}}},
     )

@@ -172,15 +172,17 @@ def test_allowed_image_prefixes_match_at_a_path_boundary(settings, prefix, image
 
 
 def test_data_and_output_buckets(settings):
-    s = dataclasses.replace(settings, allowed_data_buckets=("data-bucket",))
+    s = dataclasses.replace(settings, allowed_data_buckets=("data-bucket",), allowed_image_prefixes=(REGISTRY,))
     assert problems(s) == []
-    found = problems(s, dataset={"uri": "gs://other-bucket/x/", "target": "y"}, output_dir="gs://elsewhere/out/")
+    found = problems(
+        s, dataset={"uri": "gs://other-bucket/x/", "target": "y"}, output_dir="gs://elsewhere/out/", trainer=CUSTOM
+    )
     assert (
         "dataset.uri: guardrail allowed_data_buckets: bucket other-bucket is not allowed; allowed: data-bucket" in found
     )
     assert (
-        "output_dir: guardrail allowed_output_buckets: bucket elsewhere is not allowed; allowed: proj-trainctl-control"
-        in found
+        "output_dir: guardrail allowed_output_buckets: bucket elsewhere is not allowed; allowed: none "
+        "(or this request's own folder gs://proj-trainctl-control/custom-runs/churn-1/)" in found
     )
 
 
@@ -195,11 +197,152 @@ def test_service_account_override_needs_the_allow_list(settings):
 
 
 def test_outputs_in_the_control_bucket_stay_under_runs(settings):
-    assert problems(settings, output_dir="gs://proj-trainctl-control/runs/mine/") == []
+    assert problems(settings, output_dir="gs://proj-trainctl-control/runs/churn-1/") == []
     assert problems(settings, output_dir="gs://proj-trainctl-control/ledger/") == [
-        "output_dir: guardrail allowed_output_buckets: in the control bucket, outputs go under "
-        "gs://proj-trainctl-control/runs/"
+        "output_dir: guardrail output_isolation: in the control bucket a request writes only to its own folder, "
+        "gs://proj-trainctl-control/runs/churn-1/ for this one; gs://proj-trainctl-control/ledger/ is another "
+        "request's folder or the ledger. Leave output_dir out to use gs://proj-trainctl-control/runs/churn-1/"
     ]
+
+
+# --- issue 24, point 4: outputs are isolated -------------------------------------------------------------
+
+REGISTRY = "us-docker.pkg.dev/partner/images/"
+CUSTOM = {"image": f"{REGISTRY}trainer:1"}
+CONTROL = "gs://proj-trainctl-control/"
+
+
+@pytest.fixture
+def operator(settings):
+    """A deployment that allows custom images from REGISTRY and an operator output bucket, `models`."""
+    return dataclasses.replace(settings, allowed_image_prefixes=(REGISTRY,), allowed_output_buckets=("models",))
+
+
+OTHER_FOLDERS = [
+    "runs/victim/",
+    "runs/",
+    "runs/churn-1-x/",
+    "custom-runs/victim/",
+    "custom-runs/",
+    "custom-runs/churn-1-x/",
+    "",
+    "ledger/",
+    "active/",
+]
+
+
+@pytest.mark.parametrize("folder", [*OTHER_FOLDERS, "custom-runs/churn-1/"])
+def test_a_built_in_request_may_write_no_folder_of_the_control_bucket_but_its_own(operator, folder):
+    """Guards issue 24, point 4: another request's folder (`runs/<victim>/`, whose progress.json and metrics.json
+    the controller reads as the victim's), the whole of `runs/`, a sibling that merely starts with the own id, and
+    custom images' folders are all refused, naming the request's own folder."""
+    [found] = problems(operator, output_dir=CONTROL + folder)
+    assert found.startswith(
+        "output_dir: guardrail output_isolation: in the control bucket a request writes only to its own folder, "
+        "gs://proj-trainctl-control/runs/churn-1/ for this one"
+    )
+
+
+@pytest.mark.parametrize("folder", [*OTHER_FOLDERS, "runs/churn-1/"])
+def test_a_custom_image_may_write_no_folder_of_the_control_bucket_but_its_own(operator, folder):
+    """Guards issue 24, point 4: a custom image's own folder is custom-runs/<id>/; the built-in trainer's
+    folders, even the one of its own id, are out of its reach."""
+    [found] = problems(operator, output_dir=CONTROL + folder, trainer=CUSTOM)
+    assert found.startswith(
+        "output_dir: guardrail output_isolation: in the control bucket a request writes only to its own folder, "
+        "gs://proj-trainctl-control/custom-runs/churn-1/ for this one"
+    )
+
+
+def test_each_request_may_write_its_own_folder_and_below(operator):
+    """Guards issue 24, point 4: the default, the own folder named explicitly, and a folder inside it."""
+    for output_dir in (None, "runs/churn-1", "runs/churn-1/", "runs/churn-1/tuned/"):
+        assert problems(operator, output_dir=output_dir and CONTROL + output_dir) == [], output_dir
+    for output_dir in (None, "custom-runs/churn-1/", "custom-runs/churn-1/a/b/"):
+        assert problems(operator, output_dir=output_dir and CONTROL + output_dir, trainer=CUSTOM) == [], output_dir
+    assert problems(operator, output_dir="gs://models/team/churn/", trainer=CUSTOM) == []
+
+
+def test_a_custom_image_writes_to_custom_runs_by_default(operator):
+    """Guards issue 24, point 4: custom code's default folder is where the custom images' account may write and
+    the built-in trainer's may not."""
+    custom = plan_custom_job(make_request(trainer=CUSTOM), operator, "request:churn-1")
+    assert custom.output_dir == "gs://proj-trainctl-control/custom-runs/churn-1/"
+    builtin = plan_custom_job(make_request(), operator, "request:churn-1")
+    assert builtin.output_dir == "gs://proj-trainctl-control/runs/churn-1/"
+
+
+def test_the_built_in_trainer_writes_nowhere_but_its_own_folder(operator):
+    """Guards issue 24, point 4: not even in an operator output bucket, where the custom images' account writes."""
+    assert problems(operator, output_dir="gs://models/team/churn/") == [
+        "output_dir: guardrail output_isolation: the built-in trainer writes only to its own folder "
+        "gs://proj-trainctl-control/runs/churn-1/, where custom images cannot write; leave output_dir out (or "
+        "name a folder inside that one)"
+    ]
+
+
+def test_a_custom_output_folder_too_long_to_index_is_refused(operator):
+    """Guards issue 24, point 4: each active folder in an operator bucket is recorded by name in the control
+    bucket; a path whose record could not be written is refused at admission, never a failing write later."""
+    fits = "a/" * ((1024 - len("outputs/models/") - 40) // 2)
+    assert problems(operator, output_dir=f"gs://models/{fits}", trainer=CUSTOM) == []
+    [found] = problems(operator, output_dir=f"gs://models/{fits}b/", trainer=CUSTOM)
+    assert found == (
+        "output_dir: guardrail output_isolation: the folder's path is 970 bytes; in bucket models at most 969 "
+        "(trainctl records each active output folder by name in the control bucket, where object names stop at "
+        "1024 bytes)"
+    )
+
+
+def test_custom_images_and_the_built_in_trainer_each_run_as_their_own_account(operator):
+    """Guards issue 24, point 4: a custom image runs as the custom images' account, which cannot write runs/."""
+    spec = plan_custom_job(make_request(trainer=CUSTOM), operator, "request:churn-1").custom_job["job_spec"]
+    assert spec["service_account"] == "custom@proj.iam.gserviceaccount.com"
+    spec = plan_custom_job(make_request(), operator, "request:churn-1").custom_job["job_spec"]
+    assert spec["service_account"] == "trainer@proj.iam.gserviceaccount.com"
+
+
+def test_a_custom_image_may_never_run_as_the_trainer_account(operator):
+    """Guards issue 24, point 4: not even when the operator lists the trainer's account as allowed (Terraform
+    does); and the built-in trainer may not run as the custom images' account, which cannot write its folder."""
+    s = dataclasses.replace(operator, allowed_service_accounts=("trainer@proj.iam.gserviceaccount.com",))
+    assert problems(s, trainer=CUSTOM, service_account="trainer@proj.iam.gserviceaccount.com") == [
+        "service_account: guardrail custom_service_account: trainer@proj.iam.gserviceaccount.com is the built-in "
+        "trainer's account, which may write the built-in trainer's outputs; custom images run as "
+        "custom@proj.iam.gserviceaccount.com"
+    ]
+    assert problems(s, service_account="custom@proj.iam.gserviceaccount.com") == [
+        "service_account: guardrail trainer_service_account: custom@proj.iam.gserviceaccount.com is the custom "
+        "images' account, which cannot write the built-in trainer's folder; the built-in trainer runs as "
+        "trainer@proj.iam.gserviceaccount.com"
+    ]
+    assert problems(s, trainer=CUSTOM, service_account="custom@proj.iam.gserviceaccount.com") == []
+    assert problems(s, service_account="trainer@proj.iam.gserviceaccount.com") == []
+
+
+def test_a_custom_image_may_run_as_an_allowed_account_but_no_other(operator):
+    """Guards issue 24, point 4: the operator's allow-list still applies to custom images, less the trainer's."""
+    other = "team@proj.iam.gserviceaccount.com"
+    s = dataclasses.replace(operator, allowed_service_accounts=("trainer@proj.iam.gserviceaccount.com", other))
+    assert problems(s, trainer=CUSTOM, service_account=other) == []
+    assert problems(s, trainer=CUSTOM, service_account="admin@proj.iam.gserviceaccount.com") == [
+        "service_account: guardrail allowed_service_accounts: admin@proj.iam.gserviceaccount.com may not be used; "
+        f"allowed: {other}"
+    ]
+
+
+def test_custom_images_are_refused_where_they_have_no_account_of_their_own(operator):
+    """Guards issue 24, point 4: with a trainer account but none for custom images, a custom image would run as
+    Vertex's Custom Code Service Agent, which may reach the project's buckets: refused. With no account named at
+    all (the local stack without accounts), both run as the default."""
+    s = dataclasses.replace(operator, custom_service_account="")
+    assert problems(s, trainer=CUSTOM) == [
+        "trainer.image: guardrail custom_service_account: custom images run as their own service account, and "
+        "this deployment names none (TRAINCTL_CUSTOM_SERVICE_ACCOUNT); only the built-in trainer runs here"
+    ]
+    anonymous = dataclasses.replace(s, trainer_service_account="")
+    assert problems(anonymous, trainer=CUSTOM) == []
+    assert "service_account" not in plan_custom_job(make_request(trainer=CUSTOM), anonymous, "k").custom_job["job_spec"]
 
 
 @pytest.mark.parametrize(

@@ -123,13 +123,18 @@ def test_the_catalog_says_where_its_prices_come_from():
 
 def test_the_control_bucket_is_listed_once_among_allowed_output_buckets(settings):
     """Guards issue 12 point 17 (second half): an operator who also lists the control bucket among the output
-    buckets sees it once in the refusal, in the order given."""
-    s = dataclasses.replace(settings, allowed_output_buckets=("models", "proj-trainctl-control", "models"))
-    request = make_request(output_dir="gs://elsewhere/out/")
+    buckets sees each bucket once in the refusal, in the order given, and the control bucket only as the request's
+    own folder there (issue 24, point 4: the rest of it is other requests' and the ledger)."""
+    s = dataclasses.replace(
+        settings,
+        allowed_output_buckets=("models", "proj-trainctl-control", "models"),
+        allowed_image_prefixes=("us-docker.pkg.dev/p/",),
+    )
+    request = make_request(output_dir="gs://elsewhere/out/", trainer={"image": "us-docker.pkg.dev/p/t:1"})
     plan = plan_custom_job(request, s, KEY)
     assert [str(p) for p in admission_problems(request, s, plan.output_dir)] == [
         "output_dir: guardrail allowed_output_buckets: bucket elsewhere is not allowed; "
-        "allowed: proj-trainctl-control, models"
+        "allowed: models (or this request's own folder gs://proj-trainctl-control/custom-runs/churn-1/)"
     ]
 
 

@@ -65,7 +65,10 @@ def test_shards_and_a_marker_in_the_data_bucket_train_the_builtin_model(stack: R
         )
         assert copied.returncode == 0, copied.stderr
         ended = watch.wait_for(
-            lambda event: event["request_id"].startswith(folder) and event["state"] in ("succeeded", "failed"),
+            # A marker's request id is gcs.<folder>-<generation>.
+            lambda event: (
+                event["request_id"].startswith(f"gcs.{folder}-") and event["state"] in ("succeeded", "failed")
+            ),
             timeout=240,
         )
 

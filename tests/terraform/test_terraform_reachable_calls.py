@@ -55,11 +55,9 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.handlers._marker", "read"): frozenset({"data"}),
     # Trigger templates (gs:// in trigger_rules) are kept in the control bucket (terraform/README.md).
     ("functions.handlers._template", "read"): frozenset({"control"}),
-    # metrics.json and progress.json under output_dir, which the guardrails keep in the allowed output bucket:
-    # control.
-    ("functions.observation.Observation._json_object", "read"): frozenset({"control"}),
-    # The trainer's failure note, under the run's model_dir.
-    ("functions.observation.Observation._diagnose", "read"): frozenset({"control"}),
+    # What the job wrote under output_dir (metrics.json, progress.json, the trainer's failure note), which the
+    # guardrails keep in the allowed output bucket: control.
+    ("functions.observation.Observation._job_output", "read"): frozenset({"control"}),
     # Diagnosis lists the dataset (data) and the run's output folder (control).
     ("functions.observation.Observation._diagnose", "any_under"): frozenset({"data", "control"}),
     # Admission's preflight lists the request's dataset.

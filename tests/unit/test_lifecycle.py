@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from functions.lifecycle import JobSnapshot, decide_on_existing, job_ref, observe
+from functions.lifecycle import JobSnapshot, _silence, decide_on_existing, job_ref, observe
 from tests.unit.conftest import RECORD_JOB, RECORD_TIME, make_record
 
 NOW = RECORD_TIME
@@ -203,6 +203,22 @@ def test_a_heartbeat_this_job_cannot_have_written_is_no_evidence_of_a_hang(writt
     running = job("JOB_STATE_RUNNING", start_time=NOW - timedelta(hours=1))
     transition = observe(rec, running, REF, NOW, 3600, None, max_silence=60, progress=forged)
     assert (transition.events, transition.action, rec.stuck) == ([], "none", False), why
+
+
+@pytest.mark.parametrize(
+    ("written", "silence"),
+    [
+        (NOW - timedelta(minutes=10), 600.0),
+        (NOW - timedelta(hours=1), 3600.0),  # written the moment the job started
+        (NOW - timedelta(hours=1, seconds=1), None),  # before it started
+        (NOW + timedelta(seconds=299), 0.0),  # the trainer's clock a little ahead of the controller's
+        (NOW + timedelta(seconds=301), None),  # further ahead: not a time it wrote
+    ],
+)
+def test_the_silence_of_a_heartbeat_counts_only_times_the_job_can_have_written(written, silence):
+    """Issue 24, point 5: _silence is the evidence a hang is judged by; None is no evidence either way."""
+    progress = {"step": 1, "time": written.timestamp(), "state": "training"}
+    assert _silence(progress, NOW, NOW - timedelta(hours=1)) == silence
 
 
 def test_a_heartbeat_a_little_ahead_of_the_controllers_clock_is_fresh():

@@ -153,3 +153,12 @@ def test_a_history_write_that_fails_neither_republishes_the_final_event_nor_keep
     stored, _ = ledger.read("abc") or (None, 0)
     assert stored is not None and stored.outbox == [] and ce_id in stored.published
     assert storage.names(BUCKET, ACTIVE_PREFIX) == []
+
+
+def test_a_history_object_whose_content_is_unreadable_is_reported_without_its_labels():
+    storage = CloudLikeStorage()
+    ledger = Ledger(storage, BUCKET)
+    many = outcome(longest_labels(60))
+    _, metadata = history_entry(many)
+    storage.write(BUCKET, "history/2026-11-22/junk", b"not an outcome", 0, metadata)
+    assert ledger.outcomes(NOW - timedelta(days=1)) == [many.model_copy(update={"labels": {}})]

@@ -1,4 +1,5 @@
-"""Decode a request document (JSON or YAML) safely: bounded size and nesting, no YAML aliases or tags.
+"""Decode a document someone else wrote safely: a request (JSON or YAML, `load_document`) or what a job left for the
+controller to read (JSON only, `load_json`); bounded size and nesting, no YAML aliases or tags.
 
 Everything that can go wrong raises DocumentInvalid with a message a user can act on; nothing else escapes,
 so a handler can treat the error as permanent and never retry it.
@@ -48,15 +49,7 @@ def _depth(value: Any, limit: int) -> int:
 
 def load_document(raw: bytes | str, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
     """JSON first (the common case, and a subset of YAML), then YAML."""
-    data = raw.encode() if isinstance(raw, str) else raw
-    if len(data) > max_bytes:
-        raise DocumentInvalid(f"document is {len(data)} bytes; the limit is {max_bytes}")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DocumentInvalid(f"document is not UTF-8 text (byte {exc.start})") from None
-    if "\x00" in text:
-        raise DocumentInvalid("document contains a NUL character")
+    text = _text(raw, max_bytes)
     # Both parsers recurse once per nesting level; absurd nesting ends in RecursionError, caught below.
     try:
         value = json.loads(text)
@@ -66,12 +59,47 @@ def load_document(raw: bytes | str, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
         except yaml.YAMLError as exc:
             raise DocumentInvalid(f"not valid JSON or YAML: {_first_line(exc)}") from None
         except RecursionError:
-            raise DocumentInvalid(f"document is nested more than {MAX_DEPTH} levels deep") from None
+            raise _too_deep() from None
     except RecursionError:
-        raise DocumentInvalid(f"document is nested more than {MAX_DEPTH} levels deep") from None
+        raise _too_deep() from None
+    return _within_depth(value)
+
+
+def load_json(raw: bytes | str, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
+    """A JSON document, under the same size and nesting rules; no YAML: for what programs write (a job's
+    metrics.json, say). NaN and Infinity parse into floats, as Python's json has it: a caller that needs finite
+    numbers says so in its schema."""
+    text = _text(raw, max_bytes)
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _too_deep() from None
+    except ValueError as exc:  # JSONDecodeError, and an integer of more digits than Python converts
+        raise DocumentInvalid(f"not valid JSON: {_first_line(exc)}") from None
+    return _within_depth(value)
+
+
+def _text(raw: bytes | str, max_bytes: int) -> str:
+    data = raw.encode() if isinstance(raw, str) else raw
+    if len(data) > max_bytes:
+        raise DocumentInvalid(f"document is {len(data)} bytes; the limit is {max_bytes}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DocumentInvalid(f"document is not UTF-8 text (byte {exc.start})") from None
+    if "\x00" in text:
+        raise DocumentInvalid("document contains a NUL character")
+    return text
+
+
+def _within_depth(value: Any) -> Any:
     if _depth(value, MAX_DEPTH) > MAX_DEPTH:
-        raise DocumentInvalid(f"document is nested more than {MAX_DEPTH} levels deep")
+        raise _too_deep()
     return value
+
+
+def _too_deep() -> DocumentInvalid:
+    return DocumentInvalid(f"document is nested more than {MAX_DEPTH} levels deep")
 
 
 def _first_line(exc: Exception) -> str:

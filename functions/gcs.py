@@ -24,6 +24,13 @@ from functions.retry import Retryable, RetryPolicy
 _SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 POLICY = RetryPolicy(attempts=5, first_pause=0.25, max_pause=4.0, call_timeout=30.0)
+# Cloud Storage's limits on an object's custom metadata, in UTF-8 bytes: a key at most 1 KiB, a value at most 4 KiB,
+# all keys and values together at most 8 KiB (google.storage.v2 ServiceConstants.Values
+# MAX_CUSTOM_METADATA_FIELD_NAME_BYTES, _FIELD_VALUE_BYTES, _TOTAL_SIZE_BYTES; local/FIDELITY.md). Cloud Storage
+# refuses a write past them; fake-gcs-server enforces none, so `write` checks them itself, in both places.
+MAX_METADATA_KEY_BYTES = 1024
+MAX_METADATA_VALUE_BYTES = 4096
+MAX_METADATA_TOTAL_BYTES = 8192
 
 
 class Conflict(Exception):
@@ -107,7 +114,10 @@ class Gcs:
         custom_metadata: dict[str, str] | None = None,
     ) -> int:
         """Write only if the object is at `if_generation_match` (0: does not exist); returns the new generation.
-        `custom_metadata` is the object's own key/value metadata, which listings can return without a read."""
+        `custom_metadata` is the object's own key/value metadata, which listings can return without a read;
+        StorageError (400, as Cloud Storage answers) when it breaks Cloud Storage's limits."""
+        if problems := metadata_problems(custom_metadata or {}):
+            raise StorageError(f"custom metadata of gs://{bucket}/{name} is too large: {'; '.join(problems)}", 400)
         content_type = "application/json" if name.endswith(".json") else "application/octet-stream"
         # A multipart upload, as the client library makes: fake-gcs-server ignores preconditions on media ones.
         boundary = f"trainctl-{random.getrandbits(64):016x}"
@@ -176,6 +186,20 @@ class Gcs:
             if not listing.get("nextPageToken"):
                 return names
             params["pageToken"] = listing["nextPageToken"]
+
+
+def metadata_problems(metadata: dict[str, str]) -> list[str]:
+    """How custom metadata breaks Cloud Storage's limits; [] when it is within them."""
+    problems = []
+    for key, value in metadata.items():
+        if (size := len(key.encode())) > MAX_METADATA_KEY_BYTES:
+            problems.append(f"key {key[:40]!r} is {size} bytes, over {MAX_METADATA_KEY_BYTES}")
+        if (size := len(value.encode())) > MAX_METADATA_VALUE_BYTES:
+            problems.append(f"the value of {key[:40]!r} is {size} bytes, over {MAX_METADATA_VALUE_BYTES}")
+    total = sum(len(key.encode()) + len(value.encode()) for key, value in metadata.items())
+    if total > MAX_METADATA_TOTAL_BYTES:
+        problems.append(f"keys and values total {total} bytes, over {MAX_METADATA_TOTAL_BYTES}")
+    return problems
 
 
 def _bounded_body(response: Any, uri: str, max_bytes: int) -> bytes:

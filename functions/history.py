@@ -1,9 +1,12 @@
 """What each finished request came to, kept small enough to travel in a listing.
 
 When a request reaches a final state (or is rejected at intake, which writes no ledger record) the controller
-writes an empty object `history/<day>/<id>` whose custom metadata holds its Outcome. `trainctl report` then
+writes an object `history/<day>/<id>` whose custom metadata holds its Outcome. `trainctl report` then
 lists only the days it asks about, and each page of the listing brings 1,000 outcomes with no object read:
 at 100,000 finished requests that is 100 listing calls instead of 100,000 reads (bench/report_listing.py).
+
+Custom metadata is small (the limits below): an outcome whose labels do not fit keeps them out of its metadata
+and says so, and the report reads those few objects, whose content is always the whole outcome.
 """
 
 from __future__ import annotations
@@ -12,11 +15,17 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.gcs import metadata_problems
 from functions.lifecycle import Record
 from schemas.events import JobEvent
 
 FINAL_EVENT_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 METADATA_KEY = "outcome"
+# Set to LABELS_IN_CONTENT when the outcome in METADATA_KEY was stored without its labels.
+LABELS_KEY = "labels"
+LABELS_IN_CONTENT = "in-content"
+# An outcome's content: its JSON with at most 64 labels of 63-character keys and values is under 10 KiB.
+MAX_OUTCOME_BYTES = 64 * 1024
 
 
 class Outcome(BaseModel):
@@ -59,3 +68,20 @@ def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
         attempt=event.attempt,
         labels=(record.request.get("labels") or {}) if record else {},
     )
+
+
+def history_entry(outcome: Outcome) -> tuple[bytes, dict[str, str]]:
+    """The content and the custom metadata of an outcome's history object: the whole outcome as content; in the
+    metadata, the outcome with its labels when they fit Cloud Storage's limits (gcs.metadata_problems), else
+    without them and a note that they are in the content. Without labels an outcome is under 1 KiB."""
+    whole = outcome.model_dump_json()
+    metadata = {METADATA_KEY: whole}
+    if metadata_problems(metadata):
+        without = outcome.model_copy(update={"labels": {}}).model_dump_json()
+        metadata = {METADATA_KEY: without, LABELS_KEY: LABELS_IN_CONTENT}
+    return whole.encode(), metadata
+
+
+def labels_in_content(metadata: dict[str, str]) -> bool:
+    """Whether the outcome in this metadata was stored without its labels (they are in the object's content)."""
+    return metadata.get(LABELS_KEY) == LABELS_IN_CONTENT

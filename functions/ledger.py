@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from functions import logs
 from functions.errors import Transient
-from functions.gcs import Conflict
-from functions.history import METADATA_KEY, Outcome
+from functions.gcs import Conflict, StorageError, TooLarge
+from functions.history import MAX_OUTCOME_BYTES, METADATA_KEY, Outcome, history_entry, labels_in_content
 from functions.lifecycle import Record
 from functions.ports import Storage
 
@@ -95,21 +96,44 @@ class Ledger:
 
     def record_outcome(self, outcome: Outcome, name: str) -> None:
         """File a finished request under the day it finished; `name` is unique to it (its key hash, or the
-        rejected delivery's event id). Writing it again (a redelivery) keeps the first."""
+        rejected delivery's event id). Writing it again (a redelivery) keeps the first.
+
+        Never raises: the index serves `trainctl report`, and a write it refuses must not keep a final event in
+        the outbox (republished every tick) nor its record active. A refusal is logged with the outcome; an
+        outage of Cloud Storage also fails the outbox's own compare-and-swap that follows, so the event, and this
+        write, are tried again by the next handler."""
         day = f"{outcome.time.astimezone(UTC):%Y-%m-%d}"
+        content, metadata = history_entry(outcome)
         try:
-            self._gcs.write(
-                self.bucket, f"{HISTORY_PREFIX}{day}/{name}", b"", 0, {METADATA_KEY: outcome.model_dump_json()}
-            )
+            self._gcs.write(self.bucket, f"{HISTORY_PREFIX}{day}/{name}", content, 0, metadata)
         except Conflict:
             pass
+        except (StorageError, Transient) as exc:
+            logs.error(
+                f"could not file the outcome of {outcome.request_id} in the history index; `trainctl report` will "
+                f"miss it (the events table has it): {type(exc).__name__}: {exc}",
+                outcome=outcome.model_dump(mode="json"),
+            )
 
     def outcomes(self, since: datetime) -> list[Outcome]:
-        """Every request that finished at or after `since`, from the listing alone (no object is read)."""
+        """Every request that finished at or after `since`, from the listing alone (no object is read), but for
+        the few whose labels did not fit their metadata."""
         first_day = f"{HISTORY_PREFIX}{since.astimezone(UTC):%Y-%m-%d}"
         listing = self._gcs.metadata_under(self.bucket, HISTORY_PREFIX, first_day)
-        found = (Outcome.model_validate_json(meta[METADATA_KEY]) for _, meta in listing if METADATA_KEY in meta)
+        found = (self._outcome(name, meta) for name, meta in listing if METADATA_KEY in meta)
         return [outcome for outcome in found if outcome.time >= since]
+
+    def _outcome(self, name: str, metadata: dict[str, str]) -> Outcome:
+        """The outcome a listing shows, with its labels read from the content when they did not fit."""
+        outcome = Outcome.model_validate_json(metadata[METADATA_KEY])
+        if not labels_in_content(metadata):
+            return outcome
+        try:
+            whole = self._gcs.read(self.bucket, name, max_bytes=MAX_OUTCOME_BYTES)
+            return Outcome.model_validate_json(whole[0]) if whole else outcome
+        except (TooLarge, ValueError) as exc:  # not what record_outcome writes: report it without labels
+            logs.warning(f"the history object {name} holds no readable outcome; its labels are left out: {exc}")
+            return outcome
 
     @staticmethod
     def _name(record: Record) -> str:

@@ -9,6 +9,7 @@ under two ids.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -43,6 +44,9 @@ from schemas.rules import format_duration
 VERTEX_WAITING = frozenset({"JOB_STATE_QUEUED", "JOB_STATE_PENDING"})
 VERTEX_RUNNING = frozenset({"JOB_STATE_RUNNING", "JOB_STATE_UPDATING"})
 MAX_PUBLISHED_IDS = 200
+# How far ahead of the controller's clock a heartbeat's time may be and still count as one: the trainer's node and
+# the function read different clocks. Further ahead, it is no evidence either way (see _silence).
+HEARTBEAT_CLOCK_SKEW_SECONDS = 300
 
 
 class Record(BaseModel):
@@ -214,6 +218,7 @@ def observe(
     *,
     max_silence: int | None = None,
     progress: dict[str, Any] | None = None,
+    metrics_note: str = "",
 ) -> Transition:
     """Fold one observation of the record's job into the record; pure apart from mutating `record`.
 
@@ -221,9 +226,12 @@ def observe(
     `diagnosis` is None until the orchestrator has looked for the cause of a user failure (the trainer's
     failure note, a missing dataset, an output folder nothing reached): such a FAILED job first asks for it.
     `progress` is None until the orchestrator has read the trainer's progress record ({} when there is none):
-    with a `max_silence`, a RUNNING job first asks for it, and one whose progress has not moved for longer is
-    hung — Vertex restarts only workers that exit, and a collective stuck forever never exits.
+    with a `max_silence`, a RUNNING job of the built-in trainer first asks for it, and one whose progress has not
+    moved for longer is hung — Vertex restarts only workers that exit, and a collective stuck forever never exits.
+    `metrics_note` says what of metrics.json could not be used (the `succeeded` message carries it).
     """
+    if not writes_heartbeat(record.request):
+        max_silence = None
     events: list[JobEvent] = []
     common = _common(record, job, ref, now, "")
     record.job_state = job.state
@@ -269,7 +277,7 @@ def observe(
         if record.state == "submitted":
             events.append(Running(**common | {"message": f"job {job.job_id} is running"}))
             record.state = "running"
-        silent = _silence(progress, now)
+        silent = _silence(progress, now, job.start_time)
         if max_silence is not None and silent is not None and silent > max_silence:
             record.stuck, record.failure_reason = True, "hang"
             step = progress.get("step") if progress else None
@@ -294,6 +302,7 @@ def observe(
         running_if_missed()
         record.state = "succeeded"
         text = f"job {job.job_id} succeeded" + (f" in {format_duration(int(d))}" if (d := _duration(job)) else "")
+        text += f"; {metrics_note}" if metrics_note else ""
         events.append(
             Succeeded(
                 **common | {"message": text},
@@ -433,14 +442,28 @@ def ladder_exhausted(
     return Transition(events)
 
 
-def _silence(progress: dict[str, Any] | None, now: datetime) -> float | None:
-    """Seconds since the trainer last reported progress; None when it reports none, or has finished."""
+def writes_heartbeat(request: dict[str, Any]) -> bool:
+    """Whether the request's job keeps the built-in trainer's heartbeat (checkpoints/progress.json). Only those
+    are judged for hangs: a custom image writes none of its own, and its jobs share one service account, so a
+    progress record beside one would be anybody's word (README: a job that writes no heartbeat is never judged)."""
+    return bool((request.get("trainer") or {}).get("builtin"))
+
+
+def _silence(progress: dict[str, Any] | None, now: datetime, started: datetime | None) -> float | None:
+    """Seconds since the trainer last reported progress; None when its record is no evidence either way: there is
+    none, training has finished, or its time is not one this job can have written — before the job started (an
+    earlier attempt's record, or one forged to have the job cancelled) or ahead of now by more than clock skew.
+    A job whose heartbeat is no evidence runs until its scheduling.timeout, which Vertex enforces."""
     if not progress or progress.get("state") == "finished":
         return None
     written = progress.get("time")
-    if isinstance(written, bool) or not isinstance(written, int | float):
+    if isinstance(written, bool) or not isinstance(written, int | float) or not math.isfinite(written):
         return None
-    return now.timestamp() - written
+    if started is not None and written < started.timestamp():
+        return None
+    if written > now.timestamp() + HEARTBEAT_CLOCK_SKEW_SECONDS:
+        return None
+    return max(0.0, now.timestamp() - written)
 
 
 def backoff(attempt: int, base: timedelta = timedelta(minutes=2), cap: timedelta = timedelta(minutes=30)) -> timedelta:

@@ -2,14 +2,14 @@
 the sweep over every active request (`reconcile`, the source of truth) — publishing each change once.
 
 The decisions are lifecycle.observe's (pure); this module reads the job, loads what a decision asks for
-(metrics.json, the cause of a user failure), saves the record, cancels or resubmits.
+(metrics.json, the heartbeat, the cause of a user failure — each untrusted, read through functions/job_outputs.py),
+saves the record, releases the quota of a request that has ended, cancels or resubmits.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import random
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +19,15 @@ from typing import Any
 
 from functions import deadline, logs
 from functions.errors import Transient
-from functions.gcs import Conflict
+from functions.gcs import Conflict, StorageError, TooLarge
+from functions.job_outputs import (
+    MAX_OUTPUT_BYTES,
+    Metrics,
+    Unreadable,
+    parse_failure_note,
+    parse_metrics,
+    parse_progress,
+)
 from functions.ledger import Ledger
 from functions.lifecycle import JobSnapshot, Record, job_ref, observe
 from functions.outbox import Outbox
@@ -29,7 +37,6 @@ from functions.submission import Submission
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
 
-MAX_JSON_BYTES = 1024 * 1024
 # A reconcile tick starts observing a record only with at least this much of its deadline left; the records it
 # does not reach are the next tick's (every record is visited in a fresh order, so none is always last).
 MIN_OBSERVE_SECONDS = 10.0
@@ -87,10 +94,11 @@ class Observation:
             return "missing"
         record, generation = found
         with logs.request_context(record.request_id), _tagged(record.request_id):
+            # First: whatever fails below (a publish, the history index), an ended request holds no GPU quota.
+            self.submission.release_quota(record)
             record, generation = self.outbox.flush_stale(record, generation)
             now = self.clock()
             if record.final:
-                self.submission.release_quota(record)
                 self.outbox.retire_when_done(record)
                 return record.state
             if record.state == "queued":
@@ -112,7 +120,10 @@ class Observation:
         before = record.model_dump()
         transition = observe(record, job, ref, now, max_pending, None, max_silence=max_silence)
         if transition.action == "load_metrics":
-            transition = observe(record, job, ref, now, max_pending, self._metrics(record), max_silence=max_silence)
+            metrics = self._metrics(record)
+            transition = observe(
+                record, job, ref, now, max_pending, metrics.values, max_silence=max_silence, metrics_note=metrics.note
+            )
         elif transition.action == "diagnose":
             diagnosis = self._diagnose(record)
             transition = observe(record, job, ref, now, max_pending, None, diagnosis, max_silence=max_silence)
@@ -128,45 +139,60 @@ class Observation:
             record.owner = self.owner
             record.lease_until = now + timedelta(seconds=self.settings.lease)
         generation = self.outbox.save(record, generation)
+        self.submission.release_quota(record)  # once the ended state is saved, before anything else can fail
         if transition.action == "cancel":
             self.jobs.cancel(job.name)
         record, generation = self.outbox.flush(record, generation, mine)
-        self.submission.release_quota(record)
         self.outbox.retire_when_done(record)
         if transition.action == "resubmit":
             return self.submission.submit(record, generation)
         return record.state
 
-    def _metrics(self, record: Record) -> dict[str, Any]:
-        return self._json_object(record.artifacts.metrics_uri, "reported without metrics")
+    def _metrics(self, record: Record) -> Metrics:
+        """metrics.json as far as it can be used; what cannot, said in words for the `succeeded` event. A job
+        that writes none (a custom image may not) has no metrics and nothing to say."""
+        uri = record.artifacts.metrics_uri
+        try:
+            raw = self._job_output(uri)
+            return parse_metrics(raw) if raw is not None else Metrics({})
+        except Unreadable as exc:
+            logs.warning(f"{uri} cannot be read; reported without metrics: {exc}", uri=uri)
+            return Metrics({}, f"its metrics.json could not be read, so no metrics are reported: {exc}")
 
     def _progress(self, record: Record) -> dict[str, Any]:
-        """The trainer's heartbeat (trainer/progress.py); {} when it writes none (a custom image, say)."""
-        return self._json_object(record.artifacts.checkpoint_dir + PROGRESS_FILE, "its progress is not judged")
-
-    def _json_object(self, uri: str, otherwise: str) -> dict[str, Any]:
-        """A small JSON object the job wrote; {} when it is missing or not one."""
-        bucket, name = split_gs_uri(uri)
-        found = self.gcs.read(bucket, name)
-        if found is None:
-            return {}
+        """The built-in trainer's heartbeat (trainer/progress.py); {} when there is none, or none that can be read
+        (its progress is then not judged)."""
+        uri = record.artifacts.checkpoint_dir + PROGRESS_FILE
         try:
-            value = json.loads(found[0][:MAX_JSON_BYTES])
-        except ValueError:
-            logs.warning(f"{uri} is not JSON; {otherwise}", uri=uri)
+            raw = self._job_output(uri)
+            return parse_progress(raw).model_dump(exclude_none=True) if raw is not None else {}
+        except Unreadable as exc:
+            logs.warning(f"{uri} cannot be read; its progress is not judged: {exc}", uri=uri)
             return {}
-        return value if isinstance(value, dict) else {}
+
+    def _job_output(self, uri: str) -> bytes | None:
+        """The bytes of an object the job wrote, None when there is none; Unreadable when it is larger than any
+        the trainer writes (never downloaded whole) or the controller may not read it."""
+        bucket, name = split_gs_uri(uri)
+        try:
+            found = self.gcs.read(bucket, name, max_bytes=MAX_OUTPUT_BYTES)
+        except TooLarge as exc:
+            size = f"{exc.size} bytes" if exc.size is not None else "larger than that"
+            raise Unreadable(f"it is {size}; the limit is {exc.limit} bytes") from None
+        except StorageError as exc:  # 403: an output bucket the functions may not read; a 5xx is Transient instead
+            raise Unreadable(f"Cloud Storage refused the read ({exc.status})") from None
+        return found[0] if found is not None else None
 
     def _diagnose(self, record: Record) -> str:
         """Why a job failed by the user's hand, in words that name the path: the trainer's own note when it
-        could write one, else what is missing (the dataset, or any output at all)."""
-        bucket, name = split_gs_uri(record.artifacts.model_dir + FAILURE_NOTE)
-        found = self.gcs.read(bucket, name)
-        if found is not None:
-            try:
-                return f"The trainer reported: {json.loads(found[0])['error']}"
-            except (ValueError, KeyError, TypeError):
-                pass
+        could write one (or that it could not be read), else what is missing (the dataset, or any output)."""
+        note = record.artifacts.model_dir + FAILURE_NOTE
+        try:
+            raw = self._job_output(note)
+            if raw is not None:
+                return f"The trainer reported: {parse_failure_note(raw)}"
+        except Unreadable as exc:
+            return f"The trainer's failure note {note} could not be read: {exc}."
         dataset = record.request["dataset"]["uri"]
         bucket, prefix = split_gs_uri(dataset)
         if not self.gcs.any_under(bucket, prefix):

@@ -487,10 +487,11 @@ class Submission:
             record.state, record.message = "cancelled", why
             events.append(Cancelled(**common, message=f"never submitted: {why}. {QUOTA_ADVICE}", reason="quota"))
         mine = record.add_events(events)
-        record, generation = self.outbox.flush(record, self.outbox.save(record, generation), mine)
+        generation = self.outbox.save(record, generation)
+        self.release_quota(record)  # once the ended state is saved, before anything else can fail
+        record, generation = self.outbox.flush(record, generation, mine)
         if record.state == "claimed":
             return self.submit(record, generation)
-        self.release_quota(record)
         self.outbox.retire_when_done(record)
         return record.state
 
@@ -535,8 +536,9 @@ class Submission:
                 )
             ]
         )
-        record, generation = self.outbox.flush(record, self.outbox.save(record, generation), whole_outbox(record))
-        self.release_quota(record)
+        generation = self.outbox.save(record, generation)
+        self.release_quota(record)  # once the ended state is saved, before anything else can fail
+        record, generation = self.outbox.flush(record, generation, whole_outbox(record))
         self.outbox.retire_when_done(record)
         return "failed"
 
@@ -581,7 +583,8 @@ class Submission:
             ]
         record.failure_reason, record.message = exc.reason, exc.message
         record.add_events(events)
-        record, generation = self.outbox.flush(record, self.outbox.save(record, generation), whole_outbox(record))
-        self.release_quota(record)
+        generation = self.outbox.save(record, generation)
+        self.release_quota(record)  # once the ended state is saved, before anything else can fail
+        record, generation = self.outbox.flush(record, generation, whole_outbox(record))
         self.outbox.retire_when_done(record)
         return events[0].state

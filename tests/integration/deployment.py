@@ -5,13 +5,14 @@ way Eventarc and Pub/Sub push do and to read what they published."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,24 @@ class Deployment:
     def record(self, request_key: str) -> dict[str, Any] | None:
         blob = self.storage().bucket(self.control_bucket).blob(f"ledger/{key_hash(request_key)}.json")
         return json.loads(blob.download_as_bytes()) if blob.exists() else None
+
+
+@contextlib.contextmanager
+def serving(
+    jobservice: Any, log_dir: Path, capacity: dict[str, Any] | None = None, **settings: str
+) -> Iterator[Deployment]:
+    """A new deployment serving the functions with `settings` for the length of the block; with `capacity`, the
+    session JobService's capacity model (GPU quotas, stockouts: local/jobservice/capacity.py) for as long."""
+    if capacity is not None:
+        jobservice.control.set_capacity(capacity)
+    deployed = Deployment(uuid.uuid4().hex[:8], jobservice.rest_url)
+    try:
+        deployed.create(log_dir, **settings)
+        yield deployed
+    finally:
+        deployed.stop()
+        if capacity is not None:
+            jobservice.control.clear_capacity()
 
 
 class EventLog:

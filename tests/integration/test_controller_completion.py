@@ -5,7 +5,6 @@ itself kept as one attempt; jobs that fail after Vertex's own retries resubmitte
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from google.cloud import pubsub_v1
@@ -163,30 +162,3 @@ def test_a_failed_user_job_is_reported_failed_with_reason_user_and_not_retried(d
     assert failed.reason == "user"
     assert "exited with a non-zero status of 3" in failed.message
     assert "retrying" not in events.states("user-error-1")
-
-
-def test_a_running_job_whose_progress_stands_still_is_cancelled_as_hung_and_resubmitted(
-    deployment, job_client, tmp_path
-):
-    """Issue 16 item 5: Vertex restarts only workers that exit; a job RUNNING whose trainer stopped advancing
-    (its progress record, checkpoints/progress.json, older than max_silence) is stuck (hang), cancelled, and
-    resubmitted into the same output directory."""
-    events = deployment.events()
-    release = tmp_path / "release"  # both attempts run until it exists
-    request = fake_node_request("hung-1", "--until-file", str(release), scheduling={"max_silence": "5m"})
-    assert deployment.request(request) == 200
-    first_job = deployment.record("request:hung-1")["job_name"]
-    events.wait_for("hung-1", "running", act=deployment.reconcile)
-    stale = {"step": 7, "total_steps": 100, "epoch": 0, "time": time.time() - 3600, "attempt": 0, "state": "training"}
-    checkpoints = deployment.storage().bucket(deployment.control_bucket)
-    checkpoints.blob("custom-runs/hung-1/checkpoints/progress.json").upload_from_string(json.dumps(stale))
-
-    stuck = events.wait_for("hung-1", "stuck", act=deployment.reconcile)
-    assert (stuck.reason, stuck.job_state, stuck.max_silence_seconds) == ("hang", "JOB_STATE_RUNNING", 300)
-    retrying = events.wait_for("hung-1", "retrying", act=deployment.reconcile)
-    assert (retrying.reason, retrying.attempt) == ("hang", 1)
-    assert job_client.get_custom_job(name=first_job).state.name == "JOB_STATE_CANCELLED"
-    checkpoints.blob("custom-runs/hung-1/checkpoints/progress.json").delete()  # the new attempt has not written one yet
-    release.touch()
-    succeeded = events.wait_for("hung-1", "succeeded", act=deployment.reconcile)
-    assert succeeded.attempt == 2 and succeeded.job.name != first_job

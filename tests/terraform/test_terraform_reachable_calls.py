@@ -57,11 +57,10 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.handlers._template", "read"): frozenset({"control"}),
     # OutputClaims(gcs, ledger, …): the index of output folders lives in the control bucket beside the ledger.
     ("functions.output_claims.OutputClaims", "*"): frozenset({"control"}),
-    # metrics.json and progress.json under output_dir, which the guardrails keep in the request's own folder of
-    # the control bucket or, for a custom image, in an operator output bucket (var.output_buckets).
-    ("functions.observation.Observation._json_object", "read"): frozenset({"control", "outputs"}),
-    # The trainer's failure note, under the run's model_dir.
-    ("functions.observation.Observation._diagnose", "read"): frozenset({"control", "outputs"}),
+    # What the job wrote under output_dir (metrics.json, progress.json, the trainer's failure note), which the
+    # guardrails keep in the request's own folder of the control bucket or, for a custom image, in an operator
+    # output bucket (var.output_buckets).
+    ("functions.observation.Observation._job_output", "read"): frozenset({"control", "outputs"}),
     # Diagnosis lists the dataset (data) and the run's output folder (control or an output bucket).
     ("functions.observation.Observation._diagnose", "any_under"): frozenset({"data", "control", "outputs"}),
     # Admission's preflight lists the request's dataset.

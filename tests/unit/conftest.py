@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from functions.lifecycle import Record
 from functions.settings import Settings
+from functions.submission import artifacts
 from schemas.errors import parse_request
+from schemas.events import CostEstimate
 from schemas.request import TrainingJobRequest
+
+RECORD_TIME = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+RECORD_JOB = "projects/p/locations/us-central1/customJobs/123"
 
 BASE_REQUEST: dict[str, Any] = {
     "api_version": "trainctl/v1",
@@ -23,6 +30,27 @@ BASE_REQUEST: dict[str, Any] = {
 def make_request(**sections: Any) -> TrainingJobRequest:
     """BASE_REQUEST with whole top-level sections replaced."""
     return parse_request(copy.deepcopy(BASE_REQUEST) | sections)
+
+
+def make_record(**fields: Any) -> Record:
+    """A ledger record of request r1 (key hash "abc"), submitted as RECORD_JOB, with `fields` replaced."""
+    base: dict[str, Any] = dict(
+        key="request:r1",
+        key_hash="abc",
+        request_id="r1",
+        spec_hash="s1",
+        explicit_id=True,
+        request={},
+        state="submitted",
+        attempt=1,
+        max_attempts=3,
+        job_name=RECORD_JOB,
+        cost=CostEstimate(hourly_usd=1, max_usd=24, gpus=2, nodes=1, prices_as_of="2026-11-22"),
+        artifacts=artifacts("gs://c/runs/r1/"),
+        created=RECORD_TIME,
+        updated=RECORD_TIME,
+    )
+    return Record(**(base | fields))
 
 
 @pytest.fixture

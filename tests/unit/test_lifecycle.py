@@ -2,37 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
-from functions.lifecycle import JobSnapshot, Record, decide_on_existing, job_ref, observe
-from functions.submission import artifacts
-from schemas.events import CostEstimate
+from functions.lifecycle import JobSnapshot, _silence, decide_on_existing, job_ref, observe
+from tests.unit.conftest import RECORD_JOB, RECORD_TIME, make_record
 
-NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
-JOB = "projects/p/locations/us-central1/customJobs/123"
+NOW = RECORD_TIME
+JOB = RECORD_JOB
 REF = job_ref(JOB, "us-central1", "p")
+BUILTIN = {"trainer": {"builtin": "tabular"}}  # the built-in trainer writes the heartbeat hangs are judged by
 
 
-def record(**fields) -> Record:
-    base = dict(
-        key="request:r1",
-        key_hash="abc",
-        request_id="r1",
-        spec_hash="s1",
-        explicit_id=True,
-        request={},
-        state="submitted",
-        attempt=1,
-        max_attempts=3,
-        job_name=JOB,
-        cost=CostEstimate(hourly_usd=1, max_usd=24, gpus=2, nodes=1, prices_as_of="2026-11-22"),
-        artifacts=artifacts("gs://c/runs/r1/"),
-        created=NOW,
-        updated=NOW,
-    )
-    return Record(**(base | fields))
+record = make_record
 
 
 def job(state: str, **fields) -> JobSnapshot:
@@ -167,7 +150,7 @@ def test_outbox_never_queues_the_same_event_twice():
 
 
 def test_a_running_job_first_asks_for_its_progress_when_silence_is_judged():
-    rec = record()
+    rec = record(request=BUILTIN)
     transition = observe(rec, job("JOB_STATE_RUNNING", start_time=NOW), REF, NOW, 3600, None, max_silence=600)
     assert (transition.action, transition.events, rec.state) == ("load_progress", [], "submitted")
 
@@ -182,7 +165,7 @@ def test_a_running_job_first_asks_for_its_progress_when_silence_is_judged():
     ],
 )
 def test_a_running_job_that_advances_or_reports_nothing_is_left_running(progress):
-    rec = record()
+    rec = record(request=BUILTIN)
     transition = observe(
         rec, job("JOB_STATE_RUNNING", start_time=NOW), REF, NOW, 3600, None, max_silence=600, progress=progress
     )
@@ -192,7 +175,7 @@ def test_a_running_job_that_advances_or_reports_nothing_is_left_running(progress
 
 def test_a_running_job_whose_progress_stood_still_is_hung_then_resubmitted():
     """Issue 16 item 5: a RUNNING job that no longer trains is stuck (hang), cancelled, then a new attempt."""
-    rec = record(state="running")
+    rec = record(state="running", request=BUILTIN)
     stale = {"step": 42, "time": (NOW - timedelta(minutes=45)).timestamp(), "state": "training"}
     running = job("JOB_STATE_RUNNING", start_time=NOW - timedelta(hours=1))
     transition = observe(rec, running, REF, NOW, 3600, None, max_silence=1800, progress=stale)
@@ -204,6 +187,66 @@ def test_a_running_job_whose_progress_stood_still_is_hung_then_resubmitted():
     transition = observe(rec, cancelled, REF, NOW, 3600, None, max_silence=1800)
     assert [(e.state, e.reason, e.attempt) for e in transition.events] == [("retrying", "hang", 1)]
     assert transition.action == "resubmit" and (rec.state, rec.attempt, rec.stuck) == ("claimed", 2, False)
+
+
+@pytest.mark.parametrize(
+    ("written", "why"),
+    [
+        (NOW - timedelta(hours=2), "before the job started: an earlier attempt's record, or a forgery"),
+        (NOW + timedelta(days=365), "ahead of now by more than clock skew"),
+    ],
+)
+def test_a_heartbeat_this_job_cannot_have_written_is_no_evidence_of_a_hang(written, why):
+    """Issue 24, point 5: a forged progress.json with an old time had the job declared hung and cancelled."""
+    rec = record(state="running", request=BUILTIN)
+    forged = {"step": 1, "time": written.timestamp(), "state": "training"}
+    running = job("JOB_STATE_RUNNING", start_time=NOW - timedelta(hours=1))
+    transition = observe(rec, running, REF, NOW, 3600, None, max_silence=60, progress=forged)
+    assert (transition.events, transition.action, rec.stuck) == ([], "none", False), why
+
+
+@pytest.mark.parametrize(
+    ("written", "silence"),
+    [
+        (NOW - timedelta(minutes=10), 600.0),
+        (NOW - timedelta(hours=1), 3600.0),  # written the moment the job started
+        (NOW - timedelta(hours=1, seconds=1), None),  # before it started
+        (NOW + timedelta(seconds=299), 0.0),  # the trainer's clock a little ahead of the controller's
+        (NOW + timedelta(seconds=301), None),  # further ahead: not a time it wrote
+    ],
+)
+def test_the_silence_of_a_heartbeat_counts_only_times_the_job_can_have_written(written, silence):
+    """Issue 24, point 5: _silence is the evidence a hang is judged by; None is no evidence either way."""
+    progress = {"step": 1, "time": written.timestamp(), "state": "training"}
+    assert _silence(progress, NOW, NOW - timedelta(hours=1)) == silence
+
+
+def test_a_heartbeat_a_little_ahead_of_the_controllers_clock_is_fresh():
+    rec = record(state="running", request=BUILTIN)
+    ahead = {"step": 1, "time": (NOW + timedelta(seconds=30)).timestamp(), "state": "training"}
+    running = job("JOB_STATE_RUNNING", start_time=NOW - timedelta(hours=1))
+    assert observe(rec, running, REF, NOW, 3600, None, max_silence=60, progress=ahead).action == "none"
+
+
+def test_a_custom_images_job_is_never_judged_for_hangs():
+    """Issue 24, point 5: custom images share one service account, so the heartbeat beside one of their jobs may
+    be another job's forgery; only the built-in trainer's requests are judged (and read no progress.json)."""
+    rec = record(state="running", request={"trainer": {"image": "us-docker.pkg.dev/p/r/img:1"}})
+    stale = {"step": 42, "time": (NOW - timedelta(minutes=45)).timestamp(), "state": "training"}
+    running = job("JOB_STATE_RUNNING", start_time=NOW - timedelta(hours=1))
+    assert observe(rec, running, REF, NOW, 3600, None, max_silence=1800).action == "none"
+    transition = observe(rec, running, REF, NOW, 3600, None, max_silence=1800, progress=stale)
+    assert (transition.events, transition.action, rec.stuck) == ([], "none", False)
+
+
+def test_a_success_says_what_of_its_metrics_could_not_be_used():
+    """Issue 24, point 5: an unreadable metrics.json is reported as such, and the request still ends."""
+    rec = record(state="running")
+    done = job("JOB_STATE_SUCCEEDED", start_time=NOW - timedelta(minutes=3), end_time=NOW)
+    note = "its metrics.json could not be read, so no metrics are reported: document is nested more than 32 levels"
+    [succeeded] = observe(rec, done, REF, NOW, 3600, {}, metrics_note=note).events
+    assert (succeeded.state, succeeded.metrics, rec.state) == ("succeeded", {}, "succeeded")
+    assert succeeded.message == f"job 123 succeeded in 3m; {note}"
 
 
 def test_a_hung_job_without_attempts_left_fails_for_hang():

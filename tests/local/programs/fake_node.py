@@ -3,6 +3,10 @@ test asks (sleep, wait for a file, ignore SIGTERM, exit with a status).
 
 python fake_node.py [--record-env DIR] [--pid-dir DIR] [--ignore-sigterm] [--sleep S]
                     [--until-file F] [--sleep-unless-exists F] [--exit-code N] [--metrics JSON]
+
+It also stands in for the built-in trainer (tests/integration/test_untrusted_job_outputs.py maps the controller's
+trainer image onto it): given the trainer's command line, it takes `--data gs://BUCKET/FOLDER/` and reads its own
+arguments from the object FOLDER/fake-node-args, one a line; the trainer's other flags are ignored.
 """
 
 from __future__ import annotations
@@ -41,7 +45,12 @@ def main() -> int:
     parser.add_argument("--runs-file", type=Path, help="count this node's runs (one line per run) in this file")
     parser.add_argument("--fail-first", type=int, help="with --runs-file: fail only the first N runs, then exit 0")
     parser.add_argument("--signal", type=int, help="fail by dying of this signal instead of --exit-code")
-    args = parser.parse_args()
+    parser.add_argument("--data", help="standing in for the built-in trainer: read arguments from DATA/fake-node-args")
+    args, trainer_flags = parser.parse_known_args()
+    if args.data:
+        args = parser.parse_args(stand_in_args(args.data))
+    elif trainer_flags:
+        parser.error(f"unrecognized arguments: {' '.join(trainer_flags)}")
     print(f"fake node {node_name()} started with {sys.argv[1:]}", flush=True)
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -66,6 +75,15 @@ def main() -> int:
         signal.signal(args.signal, signal.SIG_DFL)
         os.kill(os.getpid(), args.signal)
     return args.exit_code
+
+
+def stand_in_args(data: str) -> list[str]:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    bucket, _, folder = data.removeprefix("gs://").partition("/")
+    client = storage.Client(project="local", credentials=AnonymousCredentials())
+    return client.bucket(bucket).blob(folder + "fake-node-args").download_as_text().splitlines()
 
 
 def write_metrics(metrics: str) -> None:

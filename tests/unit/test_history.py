@@ -20,6 +20,7 @@ from functions.history import Outcome, history_entry
 from functions.ledger import ACTIVE_PREFIX, Ledger
 from functions.lifecycle import Record
 from functions.outbox import Outbox
+from functions.output_claims import OutputClaims
 from schemas.events import Succeeded
 from schemas.rules import MAX_LABELS
 from tests.unit.conftest import make_record
@@ -143,7 +144,8 @@ def test_a_history_write_that_fails_neither_republishes_the_final_event_nor_keep
     on; an outage of Cloud Storage fails the outbox's own save right after, which retries everything."""
     storage = CloudLikeStorage(refuse_history=refusal)
     ledger, publisher = Ledger(storage, BUCKET), Published()
-    outbox = Outbox(ledger, publisher, lambda: NOW, timedelta(seconds=5))
+    claims = OutputClaims(storage, ledger, lambda: NOW, timedelta(minutes=10), timedelta(days=1))
+    outbox = Outbox(ledger, publisher, lambda: NOW, timedelta(seconds=5), claims)
     record, generation, ce_id = final_record(storage)
 
     record, generation = outbox.flush(record, generation, {ce_id})

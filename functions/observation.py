@@ -32,6 +32,7 @@ from functions.ledger import Ledger
 from functions.lifecycle import JobSnapshot, Record, job_ref, observe
 from functions.outbox import Outbox
 from functions.ports import Jobs, Storage
+from functions.promotion import Promotion
 from functions.settings import Settings
 from functions.submission import Submission
 from schemas.request import TrainingJobRequest
@@ -57,6 +58,7 @@ class Observation:
     submission: Submission  # a claimed record whose lease ran out, or a failure worth another attempt
     clock: Callable[[], datetime]
     owner: str
+    promotion: Promotion  # a success with a model block: register, decide, promote
 
     def observe_job(self, job_id: str) -> str:
         """A job's service log line arrived: bring its record up to date."""
@@ -99,6 +101,7 @@ class Observation:
             record, generation = self.outbox.flush_stale(record, generation)
             now = self.clock()
             if record.final:
+                record, generation = self.promotion.settle(record, generation)
                 self.outbox.retire_when_done(record)
                 return record.state
             if record.state == "queued":
@@ -143,6 +146,7 @@ class Observation:
         if transition.action == "cancel":
             self.jobs.cancel(job.name)
         record, generation = self.outbox.flush(record, generation, mine)
+        record, generation = self.promotion.settle(record, generation)
         self.outbox.retire_when_done(record)
         if transition.action == "resubmit":
             return self.submission.submit(record, generation)

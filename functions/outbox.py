@@ -75,8 +75,9 @@ class Outbox:
     def retire_when_done(self, record: Record) -> None:
         """A final record leaves the active index once its outbox is empty. Until then reconcile keeps visiting
         it, so that a terminal event queued by a handler that died before publishing still goes out (once it
-        is older than the grace) even when the job was observed again meanwhile. Its output folder is free then."""
-        if record.final and not record.outbox:
+        is older than the grace) even when the job was observed again meanwhile, and until the steps after a success
+        (functions/promotion.py) are done. Its output folder is free then."""
+        if record.final and not record.outbox and not record.model_steps_pending:
             # Its folder first: a record still active is retired again, so a failed release is tried again.
             self.outputs.release(output_dir_of(record), record.key_hash)
             self.ledger.mark_inactive(record.key_hash)

@@ -79,7 +79,10 @@ def _regional_api(region: str) -> str:
     return f"https://{region}-aiplatform.googleapis.com"
 
 
-class VertexJobs:
+class VertexApi:
+    """One Vertex AI REST service of a project (the JobService here, the ModelService in functions/registry.py): its
+    endpoint per region and the call with the retry policy and Google's error shape."""
+
     def __init__(self, project: str, region: str, endpoint: str = "", policy: RetryPolicy = POLICY):
         self._session, self._base = rest_session(endpoint or None, _regional_api(region), _SCOPES)
         self._endpoint = endpoint
@@ -127,6 +130,8 @@ class VertexJobs:
 
         return self._policy.call(what, attempt, before_retry)
 
+
+class VertexJobs(VertexApi):
     def find(self, key_hash: str, attempt: int, region: str | None = None) -> JobSnapshot | None:
         """The job this request's attempt created, if any (an attempt's job is in its ladder rung's region)."""
         filter_ = f'labels.trainctl-key="{key_hash}" AND labels.trainctl-attempt="{attempt}"'

@@ -19,7 +19,7 @@ Goal = Literal["maximize", "minimize"]
 # What the trainer writes beside its own figures when it was given --champion-model-dir (trainer/, issue 26 step 1):
 # the champion's figure on this run's validation rows, whether it was measured on them, or why it could not be.
 CHAMPION_PREFIX = "champion_"
-CHAMPION_SAME_ROWS = "champion_same_rows"
+CHAMPION_SAME_ROWS = "champion_scored_on_same_rows"
 CHAMPION_ERROR = "champion_error"
 
 

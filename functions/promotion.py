@@ -17,7 +17,6 @@ Exactly once, step by step:
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from collections.abc import Callable
@@ -26,38 +25,25 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from functions import deadline, logs
+from functions.alias_moves import finish_move
 from functions.errors import Transient
-from functions.failures import PERMISSION_DENIED, call_failure_reason
+from functions.failures import NOT_FOUND, PERMISSION_DENIED, call_failure_reason
 from functions.gcs import Conflict, StorageError, TooLarge
 from functions.job_outputs import MAX_OUTPUT_BYTES, Unreadable, parse_metrics
 from functions.lifecycle import ModelSteps, Record
 from functions.model_decision import Figures, NoMetric, decide, figure, metric_and_goal, same_rows_figure
-from functions.model_ledger import Entry, ModelLedger, ModelRecord, Move
+from functions.model_ledger import Entry, ModelLedger, Move
+from functions.model_versions import KEY_LABEL, evaluation_body, evaluation_name, lineage, upload_body
 from functions.outbox import Outbox
-from functions.planning import runs_builtin_trainer
 from functions.ports import Registry, Storage
 from functions.registry import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected
-from schemas.events import Held, JobEvent, Lineage, Promoted, Registered
-from schemas.request import DEFAULT_ALIAS, RegistryModel, TrainingJobRequest
-from schemas.rules import sanitize_label_value, split_gs_uri
+from schemas.events import Held, JobEvent, Promoted, Registered
+from schemas.request import RegistryModel
+from schemas.rules import split_gs_uri
 
 ALREADY_EXISTS = 6  # google.rpc.Code: a model_id another run's upload took first
-# The label that ties a version to its request (the ledger record's key hash, as `trainctl-key` ties a job to it).
-KEY_LABEL = "trainctl-key"
-MANAGED_BY = "trainctl"
-# The serving container of a built-in trainer version (trainer/serve.py follows Vertex's custom-container contract:
-# https://cloud.google.com/vertex-ai/docs/predictions/custom-container-requirements).
-SERVING_COMMAND = ["python", "-m", "trainer.serve"]
-SERVING_PORT = 8080
-# Vertex's ModelEvaluation schemas for the built-in trainer's tasks (google_cloud_pipeline_components'
-# PROBLEM_TYPE_TO_SCHEMA_URI); the trainer's own figure names travel in the metrics beside the schema's.
-EVALUATION_SCHEMAS = {
-    "classification": "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml",
-    "regression": "gs://google-cloud-aiplatform/schema/modelevaluation/regression_metrics_1.0.0.yaml",
-}
-MAX_DESCRIPTION = 2000
 # A registry that stays unreachable (or an upload that never finishes) does not keep a request active for ever.
 GIVE_UP_AFTER = timedelta(hours=24)
 # How long a visit waits on an upload's operation, or on another request's alias move, before leaving it to the next.
@@ -124,49 +110,65 @@ class Promotion:
             upload = self._wait_for(steps.operation)
             if upload is not None and not upload.done:
                 return record, generation
-            found, generation = self._finished_upload(record, generation, upload)
-            if found is None and steps.operation:
-                return record, generation
+            found = self._made_by(upload, block)
+            if found is None:
+                return record, self._forget_upload(record, generation)  # the next visit uploads again
         if found is None:
-            now = self.clock()
             if steps.upload_started and steps.upload_owner != self.owner and not self._expired(steps.upload_started):
                 return record, generation  # another handler is uploading it right now
-            steps.upload_started, steps.upload_owner = now, self.owner
+            steps.upload_started, steps.upload_owner = self.clock(), self.owner
             generation = self.outbox.save(record, generation)  # the claim: no other handler uploads meanwhile
-            try:
-                started = registry.upload(self._upload_body(record, block, registry), look_up)
-            except CallRejected as exc:
-                if exc.code != ALREADY_EXISTS:
-                    raise
-                # Two first successes raced to create the model: this one becomes a version of the other's.
-                started = registry.upload(self._upload_body(record, block, registry), look_up)
-            if isinstance(started, Upload):
+            started = self._upload(record, generation, block, look_up)
+            if isinstance(started, ModelVersion):
+                found = started
+            else:
                 steps.operation = started.operation
                 generation = self.outbox.save(record, generation)
                 upload = started if started.done else self._wait_for(started.operation)
-                if upload is not None and not upload.done:
+                if upload is None or not upload.done:
                     return record, generation
-                found, generation = self._finished_upload(record, generation, upload)
+                found = self._made_by(upload, block)
                 if found is None:
-                    return record, generation
-            else:
-                found = started
+                    return record, self._forget_upload(record, generation)
         return self._registered(record, generation, block, found)
 
-    def _finished_upload(
-        self, record: Record, generation: int, upload: Upload | None
-    ) -> tuple[ModelVersion | None, int]:
-        """The version a finished upload made; None (and the operation forgotten, so the next visit uploads again)
-        when it made none: Vertex forgot the operation, or another run created the model first."""
-        steps, registry = record.model_steps, self.registry()
-        assert steps is not None
-        if upload is not None and upload.error_code == 0 and upload.version_id:
-            return registry.get(f"{registry.model_name(_model_id(record))}@{upload.version_id}"), generation
-        if upload is not None and upload.error_code not in (0, ALREADY_EXISTS):
+    def _upload(
+        self, record: Record, generation: int, block: RegistryModel, look_up: Callable[[], ModelVersion | None]
+    ) -> Upload | ModelVersion:
+        """UploadModel: a new model when there is none yet, else a version of it. Two first successes may race
+        to create the model: the one refused ALREADY_EXISTS uploads as a version of the other's, once that is
+        readable."""
+        registry = self.registry()
+        name = registry.model_name(block.name)
+        new_model = registry.get(name) is None
+        try:
+            return registry.upload(upload_body(record, block, self.settings, name, new_model), look_up)
+        except CallRejected as exc:
+            if not new_model or exc.code != ALREADY_EXISTS:
+                raise
+        try:
+            return registry.upload(upload_body(record, block, self.settings, name, False), look_up)
+        except CallRejected as exc:
+            if exc.code != NOT_FOUND:
+                raise
+            self._forget_upload(record, generation)  # nothing was uploaded: no claim to wait out
+            raise Transient(f"model {block.name} is being created by another run's upload; trying again") from None
+
+    def _made_by(self, upload: Upload | None, block: RegistryModel) -> ModelVersion | None:
+        """The version a finished upload made; None when it made none: Vertex forgot the operation, or another run
+        created the model first (ALREADY_EXISTS). Any other error is the registry's refusal."""
+        if upload is None or upload.error_code == ALREADY_EXISTS:
+            return None
+        if upload.error_code:
             raise CallRejected(upload.error_code, call_failure_reason(upload.error_code), upload.error_message)
-        # ALREADY_EXISTS: two first successes raced to create the model; this one becomes a version of it.
+        registry = self.registry()
+        return registry.get(f"{registry.model_name(block.name)}@{upload.version_id}") if upload.version_id else None
+
+    def _forget_upload(self, record: Record, generation: int) -> int:
+        steps = record.model_steps
+        assert steps is not None
         steps.operation = steps.upload_started = steps.upload_owner = None
-        return None, self.outbox.save(record, generation)
+        return self.outbox.save(record, generation)
 
     def _wait_for(self, operation: str) -> Upload | None:
         """The upload's operation, waited on briefly while it runs."""
@@ -183,37 +185,6 @@ class Promotion:
         window = timedelta(seconds=max(self.settings.lease, self.settings.function_timeout))
         return self.clock() - since > window
 
-    def _upload_body(self, record: Record, block: RegistryModel, registry: Registry) -> dict[str, Any]:
-        request = TrainingJobRequest.model_validate(record.request)
-        model = {
-            "displayName": block.name,
-            "artifactUri": record.artifacts.model_dir,
-            "containerSpec": serving_container(request, self.settings),
-            "labels": version_labels(record, self._image(request)),
-            "versionDescription": self._lineage(record, request).model_dump_json(exclude_none=True)[:MAX_DESCRIPTION],
-        }
-        name = registry.model_name(block.name)
-        if registry.get(name) is not None:
-            return {"parentModel": name, "model": model}
-        return {"modelId": block.name, "model": model | {"description": "Trained and registered by trainctl."}}
-
-    def _image(self, request: TrainingJobRequest) -> str:
-        return self.settings.trainer_image if runs_builtin_trainer(request) else str(request.trainer.image)
-
-    def _lineage(self, record: Record, request: TrainingJobRequest) -> Lineage:
-        trigger = record.trigger
-        marker = None
-        if trigger is not None and trigger.kind == "gcs" and trigger.bucket:
-            marker = f"gs://{trigger.bucket}/{trigger.object}#{trigger.generation}"
-        return Lineage(
-            request_id=record.request_id,
-            dataset_uri=request.dataset.uri,
-            marker=marker,
-            job=record.job_name,
-            image=self._image(request),
-            champion_passed=record.model_steps.champion_version if record.model_steps else None,
-        )
-
     def _registered(
         self, record: Record, generation: int, block: RegistryModel, version: ModelVersion | None
     ) -> tuple[Record, int]:
@@ -222,7 +193,6 @@ class Promotion:
         steps = record.model_steps
         assert steps is not None
         steps.version, steps.operation = version.version_id, None
-        request = TrainingJobRequest.model_validate(record.request)
         event = Registered(
             **record.envelope(self.clock()),
             message=f"registered version {version.version_id} of model {block.name}",
@@ -230,7 +200,7 @@ class Promotion:
             model_resource=version.model,
             version=version.version_id,
             artifact_uri=record.artifacts.model_dir,
-            lineage=self._lineage(record, request),
+            lineage=lineage(record, self.settings),
         )
         return self._save_with(record, generation, [event])
 
@@ -241,7 +211,7 @@ class Promotion:
         refusal is logged and the decision goes on (it reads the figures from metrics.json, not from here)."""
         steps, registry = record.model_steps, self.registry()
         assert steps is not None and steps.version is not None
-        version = f"{registry.model_name(_model_id(record))}@{steps.version}"
+        version = f"{registry.model_name(str(record.request['model']['name']))}@{steps.version}"
         name = evaluation_name(record.key_hash)
         try:
             if not any(e.get("displayName") == name for e in registry.evaluations(version)):
@@ -285,7 +255,7 @@ class Promotion:
                     time.sleep(random.uniform(0.1, 0.3))
                     continue
                 try:
-                    models, model_generation = self._finish_move(models, model_generation)
+                    models, model_generation = finish_move(registry, self.models, models, model_generation)
                 except Conflict:
                     continue
             entry = models.decided(record.key_hash)
@@ -322,7 +292,7 @@ class Promotion:
                 except Conflict:
                     continue  # another decision came first: decide again against the champion it left
                 if promote:
-                    self._finish_move(models, model_generation)
+                    finish_move(registry, self.models, models, model_generation)
             return self._decided(record, generation, block, entry)
         raise Transient(f"the record of model {block.name} kept changing")
 
@@ -359,17 +329,6 @@ class Promotion:
             if value is not None:
                 return value
         return None
-
-    def _finish_move(self, models: ModelRecord, generation: int) -> tuple[ModelRecord, int]:
-        """Make the recorded alias move in the registry (idempotent), then clear it (compare-and-swap)."""
-        move = models.moving
-        assert move is not None
-        registry = self.registry()
-        registry.merge_aliases(
-            f"{registry.model_name(models.model_id)}@{move.to_version}", [models.alias, DEFAULT_ALIAS]
-        )
-        models.moving = None
-        return models, self.models.write(models, generation)
 
     def _decided(self, record: Record, generation: int, block: RegistryModel, entry: Entry) -> tuple[Record, int]:
         steps = record.model_steps
@@ -421,65 +380,3 @@ class Promotion:
         mine = record.add_events(events)
         generation = self.outbox.save(record, generation)
         return self.outbox.flush(record, generation, mine)
-
-
-def _model_id(record: Record) -> str:
-    return str(record.request["model"]["name"])
-
-
-def label_of(text: str) -> str:
-    """Free text (a URI, an image) as a label value: its readable end and a hash of the whole, ≤ 63 characters,
-    so that two values differing only early on stay apart."""
-    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
-    tail = sanitize_label_value(text[-80:])[-(63 - len(digest) - 1) :].strip("-_")
-    return f"{tail}-{digest}" if tail else digest
-
-
-def version_labels(record: Record, image: str) -> dict[str, str]:
-    """Lineage as labels (label rules: ≤ 63 of [a-z0-9_-]); the full text is in the version's description."""
-    labels = {
-        KEY_LABEL: record.key_hash,
-        "trainctl-request": sanitize_label_value(record.request_id),
-        "trainctl-dataset": label_of(str(record.request["dataset"]["uri"])),
-        "trainctl-image": label_of(image),
-        "managed-by": MANAGED_BY,
-    }
-    if record.job_name:
-        labels["trainctl-job"] = sanitize_label_value(record.job_name.rsplit("/", 1)[-1])
-    trigger = record.trigger
-    if trigger is not None and trigger.kind == "gcs" and trigger.generation:
-        labels["trainctl-generation"] = sanitize_label_value(trigger.generation)
-    return labels
-
-
-def serving_container(request: TrainingJobRequest, settings: Settings) -> dict[str, Any]:
-    """The version's serving container: the trainer image with its serving entry point, or a custom image as it
-    is (it must follow Vertex's custom-container contract itself to be deployed)."""
-    if runs_builtin_trainer(request):
-        return {
-            "imageUri": settings.trainer_image,
-            "command": SERVING_COMMAND,
-            "ports": [{"containerPort": SERVING_PORT}],
-        }
-    return {"imageUri": str(request.trainer.image)}
-
-
-def evaluation_name(key_hash: str) -> str:
-    """The display name of the evaluation trainctl imports for a request: how it is found again."""
-    return f"trainctl-{key_hash}"
-
-
-def evaluation_body(name: str, record: Record, metrics: dict[str, Any]) -> dict[str, Any]:
-    """A ModelEvaluation of the run's numeric metrics (and, for regression, the schema's own RMSE name)."""
-    numbers = {k: v for k, v in metrics.items() if figure(metrics, k) is not None}
-    task = metrics.get("task")
-    if task == "regression" and "val_rmse" in numbers:
-        numbers["rootMeanSquaredError"] = numbers["val_rmse"]
-    body: dict[str, Any] = {
-        "displayName": name,
-        "metrics": numbers,
-        "metadata": {"request_id": record.request_id, "trainctl_key": record.key_hash},
-    }
-    if isinstance(task, str) and task in EVALUATION_SCHEMAS:
-        body["metricsSchemaUri"] = EVALUATION_SCHEMAS[task]
-    return body

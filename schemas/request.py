@@ -386,10 +386,11 @@ class Fallback(_Strict):
 
 # Vertex Model Registry's rules (googleapis google/cloud/aiplatform/v1/model_service.proto): a model id "may be up
 # to 63 characters, and valid characters are [a-z0-9_-]. The first character cannot be a number or hyphen"
-# (UploadModelRequest.model_id); an alias "should be at most 128 characters, and match
-# [a-z][a-zA-Z0-9-]{0,126}[a-z-0-9]" (MergeVersionAliasesRequest.version_aliases).
+# (UploadModelRequest.model_id). An alias: MergeVersionAliasesRequest says [a-z][a-zA-Z0-9-]{0,126}[a-z-0-9],
+# Model.version_aliases [a-z][a-zA-Z0-9-]{0,126}[a-z0-9], the model-alias page [a-z][a-z0-9-]{0,126}[a-z0-9]
+# (cloud.google.com/vertex-ai/docs/model-registry/model-alias); only what all three accept is taken.
 MODEL_ID_RE = re.compile(r"[a-z_][a-z0-9_-]{0,62}")
-MODEL_ALIAS_RE = re.compile(r"[a-z][a-zA-Z0-9-]{0,126}[a-z0-9-]")
+MODEL_ALIAS_RE = re.compile(r"[a-z][a-z0-9-]{0,126}[a-z0-9]")
 # Vertex gives a model's first version the alias `default` and keeps exactly one version under it (model.proto,
 # Model.version_aliases); promotion moves it with the model block's alias, so the block cannot name it.
 DEFAULT_ALIAS = "default"
@@ -429,8 +430,8 @@ _check_model_id = _matching(
 )
 _check_alias = _matching(
     MODEL_ALIAS_RE,
-    "must be 2-128 letters, digits or '-', starting with a lowercase letter and ending with a lowercase letter, digit "
-    "or '-' (Vertex AI's version alias rule)",
+    "must be 2-128 lowercase letters, digits or '-', starting with a letter and ending with a letter or digit "
+    "(Vertex AI's version alias rule)",
 )
 _check_metric_name = _matching(
     _METRIC_NAME_RE, "must be the name of an entry of metrics.json: 1-128 letters, digits, '_', '.' or '-'"

@@ -43,17 +43,17 @@ def test_model_ids_vertex_refuses_are_refused_naming_the_rule(name):
     assert problem.startswith("model.name: must be 1-63 lowercase letters, digits, '_' or '-', not starting with")
 
 
-@pytest.mark.parametrize("alias", ["champion", "prod-eu", "aB9-", "a" * 128])
+@pytest.mark.parametrize("alias", ["champion", "prod-eu", "a9", "a" * 128])
 def test_aliases_vertex_accepts_are_accepted(alias):
     assert make_request(model={"name": "churn", "alias": alias}).model.alias == alias
 
 
-@pytest.mark.parametrize("alias", ["a", "9prod", "Prod", "prod_eu", "prod!", "a" * 129])
+@pytest.mark.parametrize("alias", ["a", "9prod", "Prod", "prod_eu", "prod!", "prod-", "pRod", "a" * 129])
 def test_aliases_vertex_refuses_are_refused(alias):
-    """Issue 26, the model block: MergeVersionAliasesRequest: "at most 128 characters, and match
-    [a-z][a-zA-Z0-9-]{0,126}[a-z-0-9]"."""
+    """Issue 26, the model block: an alias Vertex's three statements of the rule all accept (MergeVersionAliasesRequest
+    and Model.version_aliases in model_service.proto and model.proto, and the model-alias page)."""
     [problem] = problems(model={"name": "churn", "alias": alias})
-    assert problem.startswith("model.alias: must be 2-128 letters, digits or '-'")
+    assert problem.startswith("model.alias: must be 2-128 lowercase letters, digits or '-'")
 
 
 def test_the_default_alias_is_refused_because_it_moves_with_the_alias():

@@ -82,8 +82,9 @@ def test_the_default_metric_follows_the_task_the_trainer_reports():
 
 
 def test_the_same_rows_figure_is_the_trainers_champion_score():
-    assert same_rows_figure({"champion_val_accuracy": 0.8, "champion_same_rows": True}, "val_accuracy") == (0.8, "")
-    assert same_rows_figure({"champion_val_accuracy": 0.8, "champion_same_rows": False}, "val_accuracy")[0] is None
+    scored = {"champion_val_accuracy": 0.8, "champion_scored_on_same_rows": True}
+    assert same_rows_figure(scored, "val_accuracy") == (0.8, "")
+    assert same_rows_figure(scored | {"champion_scored_on_same_rows": False}, "val_accuracy")[0] is None
     value, note = same_rows_figure({"champion_error": "column 'age' is missing"}, "val_accuracy")
     assert value is None and note.endswith("could not score the champion on this run's data: column 'age' is missing")
     assert same_rows_figure({"champion_val_accuracy": float("nan")}, "val_accuracy")[0] is None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from schemas.events import Decision
-from schemas.request import BUILTIN_METRIC_GOALS, TASK_METRICS, RegistryModel
+from schemas.request import BUILTIN_METRIC_GOALS, TASK_METRICS, ModelBlock
 
 Goal = Literal["maximize", "minimize"]
 # What the trainer writes beside its own figures when it was given --champion-model-dir (trainer/, issue 26 step 1):
@@ -27,7 +27,7 @@ class NoMetric(ValueError):
     """The decision cannot be made: which metric decides is unknown (the message says why)."""
 
 
-def metric_and_goal(block: RegistryModel, metrics: dict[str, Any]) -> tuple[str, Goal]:
+def metric_and_goal(block: ModelBlock, metrics: dict[str, Any]) -> tuple[str, Goal]:
     """The metric that decides and which way is better: the block's own, else the built-in trainer's metric for the
     run's task (metrics.json's `metric`, or `task`; the task may have been `auto`)."""
     metric = block.metric

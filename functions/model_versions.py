@@ -16,7 +16,7 @@ from functions.model_decision import figure
 from functions.planning import runs_builtin_trainer
 from functions.settings import Settings
 from schemas.events import Lineage
-from schemas.request import RegistryModel, TrainingJobRequest
+from schemas.request import ModelBlock, TrainingJobRequest
 from schemas.rules import sanitize_label_value
 
 # The label that ties a version to its request (the ledger record's key hash, as `trainctl-key` ties a job to it).
@@ -57,7 +57,7 @@ def lineage(record: Record, settings: Settings) -> Lineage:
 
 
 def upload_body(
-    record: Record, block: RegistryModel, settings: Settings, model_name: str, new_model: bool
+    record: Record, block: ModelBlock, settings: Settings, model_name: str, new_model: bool
 ) -> dict[str, Any]:
     """The REST UploadModelRequest (less its parent): a new model named by the block (`modelId`), or a new version
     of `model_name` (`parentModel`)."""

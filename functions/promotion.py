@@ -40,7 +40,7 @@ from functions.registry import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected
 from schemas.events import Held, JobEvent, Promoted, Registered
-from schemas.request import RegistryModel
+from schemas.request import ModelBlock
 from schemas.rules import split_gs_uri
 
 ALREADY_EXISTS = 6  # google.rpc.Code: a model_id another run's upload took first
@@ -67,7 +67,7 @@ class Promotion:
             return record, generation
         steps = record.model_steps
         assert steps is not None
-        block = RegistryModel.model_validate(record.request["model"])
+        block = ModelBlock.model_validate(record.request["model"])
         now = self.clock()
         if steps.since is None:
             steps.since = now
@@ -98,8 +98,9 @@ class Promotion:
 
     # ---- register ----------------------------------------------------------------------------------------
 
-    def _register(self, record: Record, generation: int, block: RegistryModel) -> tuple[Record, int]:
-        registry, steps = self.registry(), record.model_steps
+    def _register(self, record: Record, generation: int, block: ModelBlock) -> tuple[Record, int]:
+        registry = self.registry()
+        steps = record.model_steps
         assert steps is not None
 
         def look_up() -> ModelVersion | None:
@@ -133,7 +134,7 @@ class Promotion:
         return self._registered(record, generation, block, found)
 
     def _upload(
-        self, record: Record, generation: int, block: RegistryModel, look_up: Callable[[], ModelVersion | None]
+        self, record: Record, generation: int, block: ModelBlock, look_up: Callable[[], ModelVersion | None]
     ) -> Upload | ModelVersion:
         """UploadModel: a new model when there is none yet, else a version of it. Two first successes may race
         to create the model: the one refused ALREADY_EXISTS uploads as a version of the other's, once that is
@@ -154,7 +155,7 @@ class Promotion:
             self._forget_upload(record, generation)  # nothing was uploaded: no claim to wait out
             raise Transient(f"model {block.name} is being created by another run's upload; trying again") from None
 
-    def _made_by(self, upload: Upload | None, block: RegistryModel) -> ModelVersion | None:
+    def _made_by(self, upload: Upload | None, block: ModelBlock) -> ModelVersion | None:
         """The version a finished upload made; None when it made none: Vertex forgot the operation, or another run
         created the model first (ALREADY_EXISTS). Any other error is the registry's refusal."""
         if upload is None or upload.error_code == ALREADY_EXISTS:
@@ -186,7 +187,7 @@ class Promotion:
         return self.clock() - since > window
 
     def _registered(
-        self, record: Record, generation: int, block: RegistryModel, version: ModelVersion | None
+        self, record: Record, generation: int, block: ModelBlock, version: ModelVersion | None
     ) -> tuple[Record, int]:
         if version is None:
             raise Transient(f"the new version of {block.name} is not readable yet")
@@ -209,7 +210,8 @@ class Promotion:
     def _evaluate(self, record: Record, generation: int) -> tuple[Record, int]:
         """The run's metrics as a ModelEvaluation of its version, so they show in the console. Best effort: a
         refusal is logged and the decision goes on (it reads the figures from metrics.json, not from here)."""
-        steps, registry = record.model_steps, self.registry()
+        steps = record.model_steps
+        registry = self.registry()
         assert steps is not None and steps.version is not None
         version = f"{registry.model_name(str(record.request['model']['name']))}@{steps.version}"
         name = evaluation_name(record.key_hash)
@@ -236,8 +238,9 @@ class Promotion:
 
     # ---- decide and promote ------------------------------------------------------------------------------
 
-    def _decide(self, record: Record, generation: int, block: RegistryModel) -> tuple[Record, int]:
-        steps, registry = record.model_steps, self.registry()
+    def _decide(self, record: Record, generation: int, block: ModelBlock) -> tuple[Record, int]:
+        steps = record.model_steps
+        registry = self.registry()
         assert steps is not None and steps.version is not None
         metrics, note = self._metrics(record)
         try:
@@ -301,7 +304,7 @@ class Promotion:
         metrics: dict[str, Any],
         metric: str,
         goal: Any,
-        block: RegistryModel,
+        block: ModelBlock,
         steps: ModelSteps,
         champion: ModelVersion | None,
     ) -> Figures:
@@ -330,7 +333,7 @@ class Promotion:
                 return value
         return None
 
-    def _decided(self, record: Record, generation: int, block: RegistryModel, entry: Entry) -> tuple[Record, int]:
+    def _decided(self, record: Record, generation: int, block: ModelBlock, entry: Entry) -> tuple[Record, int]:
         steps = record.model_steps
         assert steps is not None and entry.decision is not None
         common = self._model_fields(record, block)
@@ -358,7 +361,7 @@ class Promotion:
         logs.info(f"model decision: {steps.decision}", model=block.name, version=steps.version)
         return self._save_with(record, generation, [event])
 
-    def _hold(self, record: Record, generation: int, block: RegistryModel, why: str) -> tuple[Record, int]:
+    def _hold(self, record: Record, generation: int, block: ModelBlock, why: str) -> tuple[Record, int]:
         """End the steps without a promotion, saying why (a refusal, or a registry unreachable for too long)."""
         steps = record.model_steps
         assert steps is not None
@@ -367,7 +370,7 @@ class Promotion:
         event = Held(**record.envelope(self.clock()), **self._model_fields(record, block), message=f"held: {why}")
         return self._save_with(record, generation, [event])
 
-    def _model_fields(self, record: Record, block: RegistryModel) -> dict[str, Any]:
+    def _model_fields(self, record: Record, block: ModelBlock) -> dict[str, Any]:
         steps = record.model_steps
         return {
             "model": block.name,

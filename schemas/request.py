@@ -438,7 +438,7 @@ _check_metric_name = _matching(
 )
 
 
-class RegistryModel(_Strict):
+class ModelBlock(_Strict):
     """The Vertex AI Model Registry model each successful run becomes a new version of. The version is promoted
     (the alias, and `default`, moved to it) when it beats the version under the alias by more than
     min_improvement on the metric; else it is held."""
@@ -533,7 +533,7 @@ class TrainingJobRequest(_Strict):
         default_factory=dict,
         description="GCP labels for the CustomJob (keys and values ≤ 63 of [a-z0-9_-], keys start with a letter).",
     )
-    model: RegistryModel | None = Field(
+    model: ModelBlock | None = Field(
         None,
         description="Register each successful run as a version of this Model Registry model, and promote it when "
         "it beats the version in use (README: the model block).",

@@ -18,7 +18,10 @@ resource "google_service_account" "function" {
 
 # CreateCustomJob / ListCustomJobs / CancelCustomJob need aiplatform.user (customJobs.create and .cancel
 # have no narrower predefined role). Every function may create a job: the intake functions submit, and
-# on_job_state and reconcile resubmit capacity, preemption and internal failures.
+# on_job_state and reconcile resubmit capacity, preemption and internal failures. The same role holds the Model
+# Registry permissions of the `model` block (aiplatform.models.get/list/upload/update,
+# aiplatform.modelEvaluations.list/import): the intake functions read the champion, the observers register and
+# promote (terraform/README.md).
 resource "google_project_iam_member" "function_uses_vertex" {
   for_each = local.functions
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from functions.model_decision import Figures, NoMetric, decide, metric_and_goal, same_rows_figure
-from schemas.request import RegistryModel
+from schemas.request import ModelBlock
 
 
 def figures(challenger: float | None, champion: float | None, goal: str = "maximize", **more) -> Figures:
@@ -73,12 +73,12 @@ def test_figures_from_other_rows_are_said_to_be():
 
 
 def test_the_default_metric_follows_the_task_the_trainer_reports():
-    block = RegistryModel(name="churn")
+    block = ModelBlock(name="churn")
     assert metric_and_goal(block, {"task": "regression", "metric": "rmse"}) == ("val_rmse", "minimize")
     assert metric_and_goal(block, {"task": "classification"}) == ("val_accuracy", "maximize")
     with pytest.raises(NoMetric, match="neither the run's task nor its metric"):
         metric_and_goal(block, {})
-    assert metric_and_goal(RegistryModel(name="c", metric="f1", goal="maximize"), {}) == ("f1", "maximize")
+    assert metric_and_goal(ModelBlock(name="c", metric="f1", goal="maximize"), {}) == ("f1", "maximize")
 
 
 def test_the_same_rows_figure_is_the_trainers_champion_score():

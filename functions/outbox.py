@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from functions import logs
 from functions.errors import Transient
 from functions.gcs import Conflict
-from functions.history import FINAL_EVENT_STATES, outcome_of
+from functions.history import FINAL_EVENT_STATES, MODEL_DECISION_KEY, MODEL_DECISION_STATES, outcome_of
 from functions.ledger import Ledger
 from functions.lifecycle import Record
 from functions.monitoring_fields import published_fields
@@ -60,6 +60,8 @@ class Outbox:
             if event.state in FINAL_EVENT_STATES:
                 # Before the outbox is cleared: a crash here republishes (same ce-id) and files it then.
                 self.ledger.record_outcome(outcome_of(event, record), record.key_hash)
+            elif event.state in MODEL_DECISION_STATES:
+                self.ledger.record_outcome(outcome_of(event, record), f"{record.key_hash}-model", MODEL_DECISION_KEY)
         done = {e.ce_id for e in events}
         for _ in range(5):
             record.mark_published(done)

@@ -61,20 +61,39 @@ def find_record(request_id: str) -> Record | None:
 
 
 def summary(record: Record) -> dict[str, Any]:
+    return (
+        {
+            "request_id": record.request_id,
+            "state": record.state,
+            "attempt": record.attempt,
+            "job": record.job_name,
+            "job_state": record.job_state,
+            "failure_reason": record.failure_reason,
+            "message": record.message,
+            "trigger": record.trigger.model_dump(exclude_none=True) if record.trigger else None,
+            "cost": record.cost.model_dump(),
+            "artifacts": record.artifacts.model_dump(),
+            "created": record.created.isoformat(),
+            "updated": record.updated.isoformat(),
+        }
+        | _ladder_summary(record)
+        | _model_summary(record)
+    )
+
+
+def _model_summary(record: Record) -> dict[str, Any]:
+    """With a model block: the champion the run was given, its version and the decision (`trainctl models show`)."""
+    steps = record.model_steps
+    if steps is None:
+        return {}
     return {
-        "request_id": record.request_id,
-        "state": record.state,
-        "attempt": record.attempt,
-        "job": record.job_name,
-        "job_state": record.job_state,
-        "failure_reason": record.failure_reason,
-        "message": record.message,
-        "trigger": record.trigger.model_dump(exclude_none=True) if record.trigger else None,
-        "cost": record.cost.model_dump(),
-        "artifacts": record.artifacts.model_dump(),
-        "created": record.created.isoformat(),
-        "updated": record.updated.isoformat(),
-    } | _ladder_summary(record)
+        "model": {
+            "name": record.request["model"]["name"],
+            "champion_given": steps.champion_version,
+            "version": steps.version,
+            "decision": steps.decision or ("pending" if record.state == "succeeded" else None),
+        }
+    }
 
 
 def _ladder_summary(record: Record) -> dict[str, Any]:

@@ -270,7 +270,7 @@ def test_a_run_is_compared_with_the_champion_at_promotion_time_not_the_one_it_sc
 def test_rollback_moves_the_alias_back_with_an_event_from_the_command_line(deployment, registry, monkeypatch, capsys):
     """Issue 26, people: `trainctl models rollback` moves `champion` (and `default`) back to the version it left,
     records who did it, and publishes `promoted` with trigger `cli`; `promote` moves it to a chosen version; errors
-    name the model and version."""
+    name the model and version; `trainctl status` and `trainctl report` show the controller's decisions."""
     model = new_model()
     run(deployment, "roll-1", model, accuracy(0.80), "promoted")
     run(deployment, "roll-2", model, accuracy(0.90, champion=0.80), "promoted")
@@ -305,3 +305,10 @@ def test_rollback_moves_the_alias_back_with_an_event_from_the_command_line(deplo
     assert [v["version"] for v in shown["versions"]] == ["1", "2"]
     assert shown["versions"][1]["metrics"]["val_accuracy"] == 0.90
     assert shown["versions"][0]["lineage"]["request_id"] == "roll-1"
+
+    # Where a request's model steps stand, and the controller's decisions per model in `trainctl report`.
+    assert trainctl(["status", "roll-2", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["model"] == {"name": model, "champion_given": "1", "version": "2", "decision": "promoted"}
+    assert trainctl(["report", "--since", "1h", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"]["models"][model] == {"promoted": 2, "held": 0}

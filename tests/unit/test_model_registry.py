@@ -212,9 +212,11 @@ def test_the_only_version_and_the_default_one_cannot_be_deleted_and_ids_are_neve
     """Issue 26, the local stack: "Deleting the only version in the Model is not allowed"; the version carrying
     `default` is refused too (FAILED_PRECONDITION), and a deleted version's id is not given again."""
     upload(registry)
-    assert refusal(registry.delete_version, f"{CHURN}@1").code == grpc.StatusCode.FAILED_PRECONDITION
+    only = refusal(registry.delete_version, f"{CHURN}@1")
+    assert only.code == grpc.StatusCode.FAILED_PRECONDITION and "delete the model instead" in only.message
     upload(registry, parent_model=CHURN)
-    assert refusal(registry.delete_version, f"{CHURN}@1").code == grpc.StatusCode.FAILED_PRECONDITION
+    default = refusal(registry.delete_version, f"{CHURN}@1")
+    assert default.code == grpc.StatusCode.FAILED_PRECONDITION and "carries the default alias" in default.message
 
     deleted = registry.delete_version(f"{CHURN}@2")
 

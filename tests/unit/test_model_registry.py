@@ -181,6 +181,7 @@ def test_merge_and_delete_take_a_version_id_not_an_alias(registry: ModelRegistry
 
 @pytest.mark.parametrize("model_id", ["churn", "_churn", "c", "churn_model-2", "c" * 63])
 def test_a_model_id_by_vertex_rules_is_taken(registry: ModelRegistry, model_id: str):
+    """Issue 26, the local stack: a model_id Vertex accepts becomes the last part of the model's name."""
     upload(registry, model_id)
 
     assert registry.get(f"{PARENT}/models/{model_id}").display_name == model_id
@@ -195,6 +196,8 @@ def test_a_model_id_vertex_would_not_take_is_refused_naming_the_field(registry: 
 
 
 def test_a_model_id_in_use_is_already_exists_and_an_unknown_parent_model_not_found(registry: ModelRegistry):
+    """Issue 26, the local stack: a second model under one id is ALREADY_EXISTS; a version of a model that does
+    not exist is NOT_FOUND."""
     upload(registry)
 
     assert refusal(upload, registry).code == grpc.StatusCode.ALREADY_EXISTS
@@ -202,6 +205,7 @@ def test_a_model_id_in_use_is_already_exists_and_an_unknown_parent_model_not_fou
 
 
 def test_a_model_without_a_model_id_gets_a_numeric_one(registry: ModelRegistry):
+    """Issue 26, the local stack: without model_id, Vertex names the model with a numeric id."""
     operation = registry.upload(UploadModelRequest(parent=PARENT, model={"display_name": "anonymous"}))
 
     model = UploadModelResponse.deserialize(operation.response.value).model
@@ -229,6 +233,7 @@ def test_the_only_version_and_the_default_one_cannot_be_deleted_and_ids_are_neve
 
 
 def test_upload_refusals_name_each_field(registry: ModelRegistry):
+    """Issue 26, the local stack: one INVALID_ARGUMENT lists every bad field of an upload, each by its path."""
     request = UploadModelRequest(
         parent=PARENT,
         model_id="churn",

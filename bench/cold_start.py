@@ -36,6 +36,8 @@ sys.path.insert(0, str(REPO_ROOT))  # run as a script: bench/ is on sys.path, th
 from bench.function_tiers import VCPU_OF_MEMORY, estimated_seconds, smallest_tier  # noqa: E402
 from bench.report import RESULTS, Figure  # noqa: E402
 from bench.stack import Stack, run_benchmark  # noqa: E402
+from local.names import LOCAL_PROJECT, LOCAL_REGION  # noqa: E402
+from schemas.catalog import quota_metric  # noqa: E402
 
 CHILD = REPO_ROOT / "bench" / "cold_child.py"
 TARGET = "on_dataset_upload"
@@ -194,6 +196,7 @@ def measure(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[
             Figure(f"{path.name}: Cloud Quotas calls", f"{path.median('quota_calls'):.0f}"),
         ]
     figures += cpu_figures(baseline, paths[3], goal=0.35)
+    figures += quota_read_figures(stack, env["TRAINCTL_QUOTAS_ENDPOINT"], args.runs)
     spread = "; ".join(
         f"{p.name.split(':')[0]} {min(r['handled_s'] for r in p.runs):.3f}–{max(r['handled_s'] for r in p.runs):.3f} s"
         f" (loaded by {p.median('loaded_s'):.3f} s)"
@@ -208,6 +211,25 @@ def measure(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[
         *(f"-X importtime, heaviest top-level imports of {profile}" for profile in profiles),
     ]
     return figures, notes
+
+
+def quota_read_figures(stack: Stack, endpoint: str, runs: int) -> list[Figure]:
+    """The cold submission's quota read alone, in this process: a fresh client (as a cold function instance has)
+    asked for the template's L4 limit, `runs` times."""
+    from functions.quotas import GpuQuotas
+
+    control, seconds = stack.jobservice.control, []
+    calls_before = control.quota_reads()
+    for _ in range(runs):
+        client = GpuQuotas(LOCAL_PROJECT, endpoint)
+        start = time.perf_counter()
+        limit = client.limit(quota_metric("NVIDIA_L4"), LOCAL_REGION)
+        seconds.append(time.perf_counter() - start)
+        if limit != CAPACITY["default_quotas"]["custom_model_training_nvidia_l4_gpus"]:
+            raise RuntimeError(f"the L4 limit read back as {limit}")
+    calls = (control.quota_reads() - calls_before) / runs
+    name = "cold quota read alone (a fresh GpuQuotas, the L4 limit)"
+    return [Figure(f"{name}: time", f"{statistics.median(seconds) * 1000:.0f} ms ({calls:.0f} calls)")]
 
 
 def cpu_figures(baseline: ColdPath, submission: ColdPath, goal: float) -> list[Figure]:

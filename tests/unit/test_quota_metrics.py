@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functions.quotas import limit_in, region_value
+from functions.quotas import limit_of, region_value
 from functions.settings import Settings
 from local.jobservice.cloud_quotas import quota_id as stand_in_quota_id
 from schemas.catalog import ACCELERATORS, GPU_QUOTA_NAMES, quota_id, quota_metric
@@ -103,9 +103,13 @@ def test_the_settings_read_the_quotas_endpoint_and_the_allowed_regions():
 
 def test_a_negative_limit_reads_as_no_limit():
     """Guards issue 14 item 3: -1 (Service Usage's unlimited) must not gate every request as if the limit were
-    below any job; a metric not listed is unknown, with the reason."""
+    below any job; a region without a value and without a default is unknown, with the reason."""
     unlimited = {"metric": L4_INFO["metric"], "dimensionsInfos": [{"details": {"value": "-1"}}]}
-    assert limit_in([unlimited], L4_INFO["metric"], "us-central1") == (None, "")
-    assert limit_in([L4_INFO], L4_INFO["metric"], "us-central1") == (8, "")
-    value, why = limit_in([L4_INFO], "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus", "us-central1")
-    assert value is None and "lists no aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus" in why
+    assert limit_of(unlimited, "us-central1") == (None, "")
+    assert limit_of(L4_INFO, "us-central1") == (8, "")
+    only_one_region = {**L4_INFO, "dimensionsInfos": L4_INFO["dimensionsInfos"][:1]}
+    value, why = limit_of(only_one_region, "asia-east1")
+    assert (
+        value is None
+        and why == "CustomModelTrainingL4GPUsPerProjectPerRegion has no value for asia-east1 and no default"
+    )

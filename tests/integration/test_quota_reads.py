@@ -4,12 +4,11 @@ each by its id, once per function instance and ttl. Guards issue 25, point 7."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.deployment import Deployment, fake_node_request
+from tests.integration.deployment import Deployment, fake_node_request, serving
 
 pytestmark = pytest.mark.integration
 
@@ -29,17 +28,11 @@ V100_ID = "CustomModelTrainingV100GPUsPerProjectPerRegion"
 SPOT_V100_ID = "CustomModelTrainingPreemptibleV100GPUsPerProjectPerRegion"
 
 
-@pytest.fixture(scope="module")
-def cold_deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -> Iterator[Deployment]:
+@pytest.fixture
+def cold_deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path) -> Iterator[Deployment]:
     """Functions just started, that have read no quota yet."""
-    jobservice.control.set_capacity(CAPACITY)
-    deployed = Deployment(uuid.uuid4().hex[:8], jobservice.rest_url)
-    deployed.create(tmp_path_factory.mktemp("functions"), TRAINCTL_ALLOWED_REGIONS="europe-west4")
-    try:
+    with serving(jobservice, tmp_path, CAPACITY, TRAINCTL_ALLOWED_REGIONS="europe-west4") as deployed:
         yield deployed
-    finally:
-        deployed.stop()
-        jobservice.control.clear_capacity()
 
 
 def ladder_request(request_id: str) -> dict:

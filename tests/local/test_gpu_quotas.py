@@ -118,6 +118,22 @@ def test_a_region_without_a_value_is_logged_once_per_region(jobservice, stand_in
     assert [line["region"] for line in lines] == ["asia-east1", "europe-west4"]
 
 
+def test_each_quota_read_is_cached_for_its_ttl(jobservice, stand_in):
+    """Guards issue 14 item 3 (and issue 25 point 7): within the ttl a metric already read makes no request, in any
+    region; another metric is one read of its own; after the ttl, one read more."""
+    clock = Clock()
+    client = quotas(jobservice, ttl=300.0, clock=clock)
+    before = stand_in.quota_reads()
+    assert client.limit(L4, "us-central1") == 8
+    assert client.limit(L4, "asia-east1") == 2
+    assert stand_in.quota_reads() - before == 1
+    assert client.limit(T4, "us-central1") == 4
+    assert stand_in.quota_reads() - before == 2
+    clock.now = 301.0
+    assert client.limit(L4, "us-central1") == 8
+    assert stand_in.quota_reads() - before == 3
+
+
 def test_a_refusing_api_gives_none_and_one_warning(jobservice, stand_in, capsys):
     """Guards issue 14 item 3: a 403 (Cloud Quotas disabled, or no permission) is not retried; the limit is
     unknown (the controller admits without quota gating) and one warning line says why."""

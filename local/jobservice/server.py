@@ -180,7 +180,11 @@ class LocalJobService:
             return {}
 
         def quota_reads(request: dict, context: grpc.ServicerContext) -> dict:
-            return {"count": self.quota_reads.count}
+            return {"count": self.quota_reads.count, "calls": list(self.quota_reads.calls)}
+
+        def slow_quota_reads(request: dict, context: grpc.ServicerContext) -> dict:
+            self.quota_reads.slow_down(float(request["seconds"]))
+            return {}
 
         def replica_logs(request: dict, context: grpc.ServicerContext) -> dict:
             return {"logs": self.executor.log_paths(request["name"])}
@@ -218,6 +222,7 @@ class LocalJobService:
             "SetCapacity": set_capacity,
             "RefuseQuotaReads": refuse_quota_reads,
             "QuotaReads": quota_reads,
+            "SlowQuotaReads": slow_quota_reads,
             "ReplicaLogs": replica_logs,
             "ClearFaults": clear_faults,
             "Info": info,

@@ -50,7 +50,10 @@ def local_champion_sums(
     model, prep = model_from_bytes(data, source, allowed_factories=factories)
     check_comparable(prep, run_prep)
     objective = Objective(prep)
-    inputs, targets = prep.features(rows), prep.targets(rows)
+    try:
+        inputs, targets = prep.features(rows), prep.targets(rows)
+    except ValueError as e:
+        raise ValueError(f"the champion cannot read this run's validation rows: {e}") from e
     return objective, objective.local_sums(model.to(device), inputs, targets, device)
 
 

@@ -77,8 +77,8 @@ def instances_table(body: bytes, prep: Preprocessor) -> pa.Table:
             raise Refused(
                 400,
                 f"instances[{i}] is {_json_kind(instance)}; each instance must be an object of column names and "
-                f"values, e.g. {_example(columns)} (for batch prediction from CSV or BigQuery, set "
-                'instanceConfig.instanceType to "object")',
+                f"values, e.g. {_example(columns)} (batch prediction: JSONL objects, or BigQuery with "
+                'instanceConfig.instanceType "object"; CSV rows arrive as arrays)',
             )
         missing = [c for c in columns if c not in instance]
         if missing:

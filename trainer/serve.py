@@ -175,10 +175,12 @@ class PredictionHandler(BaseHTTPRequestHandler):
             self._send(500, {"error": f"prediction failed: {type(e).__name__}: {e}"})
 
     def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self._read_chunks()
         length = self.headers.get("Content-Length")
         if length is None:
             self.close_connection = True
-            raise Refused(411, "a prediction request needs a Content-Length header")
+            raise Refused(411, "a prediction request needs a Content-Length header or a chunked body")
         if not length.isdigit():
             self.close_connection = True
             raise Refused(400, f"Content-Length {length!r} is not a number of bytes")
@@ -186,6 +188,27 @@ class PredictionHandler(BaseHTTPRequestHandler):
             self.close_connection = True  # the body is left unread
             raise Refused(413, f"the request has {int(length):,} bytes; send at most {MAX_REQUEST_BYTES:,} at once")
         return self.rfile.read(int(length))
+
+    def _read_chunks(self) -> bytes:
+        """A body sent with `Transfer-Encoding: chunked` (the proxy in front of the container is not documented to
+        always send a Content-Length), bounded as a sized one is."""
+        body = bytearray()
+        while True:
+            line = self.rfile.readline(1024)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self.close_connection = True
+                raise Refused(400, f"a chunked body with a malformed chunk size line {line[:40]!r}") from None
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass  # trailer fields, if any
+                return bytes(body)
+            if len(body) + size > MAX_REQUEST_BYTES:
+                self.close_connection = True
+                raise Refused(413, f"the request has more than {MAX_REQUEST_BYTES:,} bytes; send fewer at once")
+            body += self.rfile.read(size)
+            self.rfile.readline(1024)  # the CRLF that ends each chunk
 
     def _send_not_here(self, path: str, method: str) -> None:
         if path in (self.server.health_route, self.server.predict_route):

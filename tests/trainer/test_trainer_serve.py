@@ -143,6 +143,19 @@ def test_a_body_over_the_bound_or_without_a_length_is_refused_unread(server):
         connection.close()
 
 
+def test_a_chunked_body_is_read_like_a_sized_one(server, full):
+    """Nothing documents that Vertex's proxy always sends a Content-Length, so a chunked body is taken too."""
+    body = json.dumps({"instances": [full, full]}).encode()
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        connection.request("POST", PREDICT_ROUTE, body=iter([body[:100], body[100:]]), encode_chunked=True)
+        response = connection.getresponse()
+        chunked = (response.status, json.loads(response.read()))
+    finally:
+        connection.close()
+    assert chunked == server.predict({"instances": [full, full]})
+
+
 def test_the_model_is_read_from_the_cloud_storage_uri_vertex_gives(
     trained_breast_cancer_model, gcs_bucket, fake_gcs_url, full, tmp_path
 ):

@@ -99,6 +99,7 @@ def score_champion(
 
 
 def _unscored(model_dir: str, error: str) -> dict:
+    error = error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 1] + "…"
     if dist.get_rank() == 0:
         logs.warning("the champion could not be scored on this run's validation rows", error=error)
     return {"champion_model_dir": model_dir, "champion_scored_on_same_rows": False, "champion_error": error}
@@ -106,5 +107,4 @@ def _unscored(model_dir: str, error: str) -> dict:
 
 def _describe(error: Exception) -> str:
     # A ValueError of ours already says what is wrong in words; anything else is named by its type.
-    text = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+    return str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error}"

@@ -188,7 +188,7 @@ def test_a_champion_file_over_the_bound_is_not_read(world_of_one, rows, champion
 def test_a_missing_champion_and_long_errors_are_reported_within_bounds(world_of_one, rows, champion, tmp_path):
     scored = score_champion(str(tmp_path / "nothing"), rows, run_prep(champion), FACTORIES, CPU)
     assert scored["champion_error"].startswith(f"cannot read {tmp_path / 'nothing'}/model.pt: FileNotFoundError")
-    assert len(trainer.champion._describe(ValueError("x" * 5000))) == MAX_ERROR_CHARS
+    assert len(trainer.champion._unscored("d", "x" * 5000)["champion_error"]) == MAX_ERROR_CHARS
 
 
 def test_preprocessing_beyond_what_fit_makes_is_refused(champion):

@@ -32,7 +32,7 @@ resource "google_project_iam_member" "function_uses_vertex" {
   depends_on = [google_project_service.enabled]
 }
 
-# Reading the project's Vertex GPU limits (Cloud Quotas quotaInfos.list needs cloudquotas.quotas.get on the
+# Reading the project's Vertex GPU limits (Cloud Quotas quotaInfos.get needs cloudquotas.quotas.get on the
 # project) before admitting a request. Every function may admit: the intake functions, and on_job_state and
 # reconcile when they resubmit or release a request queued for quota.
 resource "google_project_iam_member" "function_reads_quotas" {

@@ -36,7 +36,7 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (PUBLISHER, "__init__"): frozenset(),
     (PUBLISHER, "publish"): frozenset({"pubsub.topics.publish"}),
     (QUOTAS, "__init__"): frozenset(),  # the session is built on first use
-    # quotaInfos.list needs cloudquotas.quotas.get on the parent (Cloud Quotas REST reference).
+    # quotaInfos.get needs cloudquotas.quotas.get on the quota's name (Cloud Quotas REST reference).
     (QUOTAS, "limit"): frozenset({"cloudquotas.quotas.get"}),
     # The ModelService (functions/registry.py), each method's permission from its REST reference page
     # (cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.models…, "IAM Permissions"). Not stated
@@ -258,7 +258,7 @@ def test_each_function_is_granted_every_call_it_can_reach(tf, graph, function):
 def test_each_function_may_read_the_gpu_quotas(tf, graph, function):
     """Guards issue 14 item 3: every function builds the Cloud Quotas client (any of them may admit a request:
     intake, resubmission, release from the quota queue), and Terraform grants each one the permission its
-    quotaInfos.list needs, so the limit is not unknown (a 403) in the cloud only."""
+    quotaInfos.get needs, so the limit is not unknown (a 403) in the cloud only."""
     sites = graph.reachable_sites(f"functions.main.{function}")
     assert any(site.adapter == QUOTAS for site in sites), f"{function} never builds GpuQuotas"
     assert ("project", "cloudquotas.quotas.get") in granted(tf, function)

@@ -80,7 +80,7 @@ def run_list(args: argparse.Namespace) -> int:
             "default_version": m.version_id,
             "aliases": aliases.get(m.model_id, {}),
             "managed_by_trainctl": m.labels.get("managed-by") == "trainctl",
-            "updated": m.created.isoformat() if m.created else None,
+            "created": m.created.isoformat() if m.created else None,
         }
         for m in models.registry.models()
     ]

@@ -306,6 +306,14 @@ def test_rollback_moves_the_alias_back_with_an_event_from_the_command_line(deplo
     assert shown["versions"][1]["metrics"]["val_accuracy"] == 0.90
     assert shown["versions"][0]["lineage"]["request_id"] == "roll-1"
 
+    assert trainctl(["models", "list", "--json"]) == 0
+    [listed] = [row for row in json.loads(capsys.readouterr().out) if row["model"] == model]
+    assert (listed["default_version"], listed["aliases"], listed["managed_by_trainctl"]) == (
+        "2",
+        {"champion": "2"},
+        True,
+    )
+
     # Where a request's model steps stand, and the controller's decisions per model in `trainctl report`.
     assert trainctl(["status", "roll-2", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)

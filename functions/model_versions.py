@@ -16,6 +16,7 @@ from functions.model_decision import figure
 from functions.planning import runs_builtin_trainer
 from functions.settings import Settings
 from schemas.events import Lineage
+from schemas.images import repository_of
 from schemas.request import ModelBlock, TrainingJobRequest
 from schemas.rules import sanitize_label_value
 
@@ -33,6 +34,40 @@ EVALUATION_SCHEMAS = {
     "regression": "gs://google-cloud-aiplatform/schema/modelevaluation/regression_metrics_1.0.0.yaml",
 }
 MAX_DESCRIPTION = 2000
+
+
+# The label saying which kind of trainer made a version: `builtin`, or the custom image's repository (issue 26's
+# trust rule, functions/submission.py: a model's versions come from one kind of trainer).
+TRAINER_LABEL = "trainctl-trainer"
+BUILTIN_TRAINER = "builtin"
+
+
+def trainer_kind(request: TrainingJobRequest) -> str:
+    """What trained the run, as a label value: the built-in trainer, whatever its image's digest (it changes with
+    every deploy), or a custom image's repository (its tags and digests alike)."""
+    if runs_builtin_trainer(request):
+        return BUILTIN_TRAINER
+    image = str(request.trainer.image)
+    return label_of(repository_of(image) or image)
+
+
+def trainer_kind_problem(request: TrainingJobRequest, champion_labels: dict[str, str], model: str) -> str | None:
+    """Why a run of this request may not become a version of `model`, whose champion carries `champion_labels`: its
+    versions come from another kind of trainer. A custom image reports its own metrics (champion figures included),
+    so one allowed image must not be able to promote itself over a model the built-in trainer feeds, or over
+    another image's. A champion registered before the label existed counts as the built-in trainer's."""
+    theirs = champion_labels.get(TRAINER_LABEL, BUILTIN_TRAINER)
+    mine = trainer_kind(request)
+    if theirs == mine:
+        return None
+
+    def said(kind: str) -> str:
+        return "the built-in trainer" if kind == BUILTIN_TRAINER else f"custom images of one repository ({kind})"
+
+    return (
+        f"the versions of model {model!r} come from {said(theirs)}; this request's runs come from {said(mine)}, "
+        "whose metrics could not be compared fairly with theirs: name another model"
+    )
 
 
 def image_of(request: TrainingJobRequest, settings: Settings) -> str:
@@ -89,6 +124,7 @@ def version_labels(record: Record, image: str) -> dict[str, str]:
         "trainctl-request": sanitize_label_value(record.request_id),
         "trainctl-dataset": label_of(str(record.request["dataset"]["uri"])),
         "trainctl-image": label_of(image),
+        TRAINER_LABEL: trainer_kind(TrainingJobRequest.model_validate(record.request)),
         "managed-by": MANAGED_BY,
     }
     if record.job_name:

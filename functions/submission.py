@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions import deadline, logs, triggers
 from functions.admission import admission_problems, dataset_problem
@@ -33,6 +33,7 @@ from functions.ladder import LadderRung, has_fallbacks, ladder_of, next_rung, sk
 from functions.ladder import outcome as rung_outcome
 from functions.ledger import IdTaken, Ledger
 from functions.lifecycle import ModelSteps, Record, backoff, decide_on_existing, job_ref, ladder_exhausted, resubmit
+from functions.model_versions import trainer_kind_problem
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
 from functions.output_claims import OutputClaims
@@ -58,6 +59,9 @@ from schemas.events import (
 )
 from schemas.request import TrainingJobRequest, rung_prefix
 from schemas.rules import format_duration, split_gs_uri
+
+if TYPE_CHECKING:
+    from functions.registry import ModelVersion
 
 # Fields added after requests were first hashed, left out while at their defaults: a request redelivered across
 # the deploy that added them keeps its hash (a new hash under an explicit request_id would read as a conflict).
@@ -163,8 +167,14 @@ class Submission:
                     reason="quota",
                 )
             champion = self._champion(request)
+            if champion is not None and request.model is not None:
+                unfair = trainer_kind_problem(request, champion.labels, request.model.name)
+                if unfair:
+                    errors = [f"model.name: {unfair}"]
+                    return self.reject(request.request_id, key, delivery, errors, "the model is fed by another trainer")
             if start != 0 or champion is not None:
-                plan = plan_custom_job(request, self.settings, key, 1, start, champion[1] if champion else None)
+                uri = champion.artifact_uri if champion else None
+                plan = plan_custom_job(request, self.settings, key, 1, start, uri)
             self.jobs.prepare()
             # Step 1: claim, its output folder first (held from here until the record is retired).
             holder = self.outputs.claim(plan.output_dir, key_hash(key), request.request_id)
@@ -230,8 +240,8 @@ class Submission:
                 f"its service account needs storage.objects.list on gs://{bucket}",
             )
 
-    def _champion(self, request: TrainingJobRequest) -> tuple[str, str] | None:
-        """(version id, artifact URI) of the model's version under the request's alias, for the trainer to score on
+    def _champion(self, request: TrainingJobRequest) -> ModelVersion | None:
+        """The model's version under the request's alias, for the trainer to score on
         the run's own validation rows (issue 26 step 1); None without a model block, before the model's first
         success, or when the registry refuses the read (the decision then uses the champion's recorded figure). A
         transient failure is raised: the delivery is tried again."""
@@ -246,7 +256,7 @@ class Submission:
             return None
         if champion is None or not champion.artifact_uri:
             return None
-        return champion.version_id, champion.artifact_uri
+        return champion
 
     def _ladder(self, request: TrainingJobRequest) -> list[LadderRung]:
         """The request's rungs, each marked skipped when it can never fit the project's GPU quota (more GPUs than
@@ -277,7 +287,7 @@ class Submission:
         digest: str,
         rungs: list[LadderRung],
         start: int,
-        champion: tuple[str, str] | None,
+        champion: ModelVersion | None,
     ) -> Record:
         now = self.clock()
         record = Record(
@@ -301,7 +311,8 @@ class Submission:
             rung=start,
             rung_history=skipped_outcomes(rungs),
             model_steps=ModelSteps(
-                champion_version=champion[0] if champion else None, champion_uri=champion[1] if champion else None
+                champion_version=champion.version_id if champion else None,
+                champion_uri=champion.artifact_uri if champion else None,
             )
             if request.model
             else None,

@@ -23,7 +23,8 @@ from google.cloud.storage import Client
 from functions.keys import key_hash
 from local.names import LOCAL_PROJECT, LOCAL_REGION
 from schemas.events import Held, Promoted, Registered
-from tests.integration.deployment import TRAINER_STAND_IN, Deployment, builtin_request, serving
+from tests.integration.deployment import TRAINER_STAND_IN, Deployment, builtin_request, fake_node_request, serving
+from tests.integration.test_controller_intake import jobs_with_key
 from trainctl.cli import main as trainctl
 
 PARENT = f"projects/{LOCAL_PROJECT}/locations/{LOCAL_REGION}"
@@ -167,6 +168,28 @@ def test_a_worse_run_is_held_and_the_champion_stays(deployment, registry):
     assert held.decision.reason.startswith("better by only 0.01, not better by more than min_improvement 0.05")
     assert champion(registry, model).version_id == "1"
     assert [v.version_id for v in versions(registry, model)] == ["1", "2"]
+
+
+def test_a_custom_image_cannot_feed_a_model_the_built_in_trainer_feeds(deployment, registry, job_client):
+    """Issue 26, trust: a custom image reports its own metrics, champion figures included, so an allowed image could
+    promote itself over a model the built-in trainer feeds. A model's versions come from one kind of trainer (the
+    `trainctl-trainer` label): the custom image's request is rejected at intake, naming `model.name`, and starts
+    nothing."""
+    model = new_model()
+    run(deployment, "kind-builtin-1", model, accuracy(0.70), "promoted")
+    assert champion(registry, model).labels["trainctl-trainer"] == "builtin"
+    events = deployment.events()
+    custom = fake_node_request(
+        "kind-custom-1",
+        "--metrics",
+        json.dumps(accuracy(0.99)),
+        model={"name": model, "metric": "val_accuracy", "goal": "maximize"},
+    )
+    assert deployment.request(custom) == 200
+    (rejected,) = events.of("kind-custom-1", "rejected")
+    assert len(rejected.errors) == 1 and rejected.errors[0].startswith(f"model.name: the versions of model '{model}'")
+    assert jobs_with_key(job_client, "request:kind-custom-1") == []
+    assert [v.version_id for v in versions(registry, model)] == ["1"]
 
 
 def test_a_redelivered_success_and_a_crash_between_steps_register_once(deployment, registry, tmp_path):

@@ -21,6 +21,7 @@ from functions.registry import ModelRegistry, ModelVersion
 from functions.settings import Settings
 from schemas.events import Lineage, Promoted, Trigger
 from trainctl.context import cli_settings
+from trainctl.eventstream import headline_metrics
 
 EXIT_NOT_FOUND = 3
 EXIT_REFUSED = 4
@@ -158,12 +159,14 @@ def run_show(args: argparse.Namespace) -> int:
     for alias, held in found["aliases"].items():
         earlier = ", ".join(held["held_before"]) or "none"
         print(f"  {alias} -> version {held['version']} (earlier: {earlier})")
-    print(f"\n{'VERSION':>7}  {'ALIASES':<20} {'CREATED':<19}  {'REQUEST':<30} METRICS")
+    print(f"\n{'VERSION':>7}  {'ALIASES':<20} {'CREATED':<19}  {'REQUEST':<32} METRICS")
     for v in found["versions"]:
-        shown = ", ".join(f"{k} {val:.4g}" for k, val in list(v["metrics"].items())[:3]) or "-"
+        shown = headline_metrics(v["metrics"], limit=1) or "-"
         created = (v["created"] or "-")[:19]
         aliases = ",".join(v["aliases"]) or "-"
-        print(f"{v['version']:>7}  {aliases:<20} {created:<19}  {(v['request'] or '-')[:30]:<30} {shown}")
+        request = (v["lineage"] or {}).get("request_id") or v["request"] or "-"
+        request = request if len(request) <= 32 else "…" + request[-31:]  # ids share their beginnings
+        print(f"{v['version']:>7}  {aliases:<20} {created:<19}  {request:<32} {shown}")
         if v["lineage"]:
             lineage = v["lineage"]
             print(f"{'':>9}data {lineage['dataset_uri']}; job {lineage.get('job', '-')}; image {lineage['image']}")

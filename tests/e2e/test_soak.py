@@ -1,7 +1,7 @@
 """The soak's short version: 40 random actions — requests, duplicates, bad input, markers, preemptions,
 crashed function workers, requests that move down their capacity ladder and requests that register versions of
-two models, under a GPU quota that queues bursts — on a local stack (bench/soak.py), then its invariants. A fixed number of actions
-from a fixed seed, so what is asserted does not depend on how fast the machine is.
+two models, under a GPU quota that queues bursts — on a local stack (bench/soak.py), then its invariants. A fixed
+number of actions from a fixed seed, so what is asserted does not depend on how fast the machine is.
 
 Guards exactly-once submission, exactly one terminal event per accepted request, stable ce-ids (never two
 payloads under one id), one registered version and one decision per succeeded model request and never two

@@ -11,7 +11,7 @@ from typing import Any
 from functions.gcs import Conflict, Gcs
 from functions.ledger import Ledger
 from functions.lifecycle import Record
-from trainctl.context import cli_settings, events_subscription
+from trainctl.context import cli_settings, events_subscription, trainctl_command
 from trainctl.eventstream import EXIT_CANNOT_FOLLOW, HOW_TO_WATCH, CannotFollow, EventStream, format_event
 
 EXIT_NOT_FOUND = 3
@@ -204,5 +204,6 @@ def run_watch(args: argparse.Namespace) -> int:
 def _cannot_watch(topic: str, refusal: str) -> int:
     print(f"cannot watch {topic}: {refusal}", file=sys.stderr)
     print(f"  - to watch it: {HOW_TO_WATCH}", file=sys.stderr)
-    print("  - where one request stands: trainctl status ID (reads the ledger in the control bucket)", file=sys.stderr)
+    where = f"{trainctl_command()} status ID"
+    print(f"  - where one request stands: {where} (reads the ledger in the control bucket)", file=sys.stderr)
     return EXIT_CANNOT_FOLLOW

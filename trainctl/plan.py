@@ -56,7 +56,7 @@ def run_plan(args: argparse.Namespace) -> int:
         for error in exc.errors:
             print(f"  {error}")
         return EXIT_INVALID
-    settings = cli_settings()
+    settings = cli_settings(offline=not args.quota)  # only the quota needs the deployment
     plan = plan_custom_job(request, settings, request_key(request.request_id))
     rungs = ladder_lines(request, settings, quota_headroom(settings) if args.quota else None)
     if args.json:

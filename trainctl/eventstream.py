@@ -5,6 +5,7 @@ the watcher's own subscription that Terraform made for it (`event_watchers`), wh
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -167,6 +168,18 @@ class EventStream:
             yield from self.poll()
 
 
+def readable(value: float) -> str:
+    """A number as a person reads it: 18,080 rather than 1.808e+04, four significant digits below a thousand,
+    and the exponent only for what is too small to show otherwise."""
+    if isinstance(value, bool) or not math.isfinite(value):
+        return str(value)
+    if isinstance(value, int) or abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if value == 0 or abs(value) >= 0.001:
+        return f"{value:.4g}"
+    return f"{value:.2e}"
+
+
 def headline_metrics(metrics: dict[str, Any], limit: int = 6) -> str:
     """The numbers a person looks at first: the validation metric beside its trivial baseline, then a few
     other scalars, rounded. (The event itself carries all of them.)"""
@@ -174,16 +187,16 @@ def headline_metrics(metrics: dict[str, Any], limit: int = 6) -> str:
     for name in ("val_accuracy", "val_rmse"):
         baseline = "baseline_" + name.removeprefix("val_")
         if isinstance(metrics.get(name), int | float):
-            text = f"{name} {metrics[name]:.4g}"
+            text = f"{name} {readable(metrics[name])}"
             if isinstance(metrics.get(baseline), int | float):
-                text += f" (baseline {metrics[baseline]:.4g})"
+                text += f" (baseline {readable(metrics[baseline])})"
             parts.append(text)
     shown = {"val_accuracy", "val_rmse", "baseline_accuracy", "baseline_rmse"}
     for name, value in metrics.items():
         if len(parts) >= limit:
             break
         if name not in shown and isinstance(value, int | float) and not isinstance(value, bool):
-            parts.append(f"{name} {value:.4g}")
+            parts.append(f"{name} {readable(value)}")
     return ", ".join(parts)
 
 

@@ -118,7 +118,7 @@ def _lines(name: str, f: dict[str, Any]) -> list[str]:
     rate = "-" if f["success_rate"] is None else f"{f['success_rate']:.0%}"
     start, run = f["time_to_start_seconds"], f["run_time_seconds"]
     return [
-        f"{name}: {f['requests']} requests  ({states})",
+        f"{name}: {f['requests']} request{'' if f['requests'] == 1 else 's'}  ({states})",
         f"  success rate     {rate}",
         f"  failures         {reasons}",
         f"  time to start    p50 {_seconds(start['p50'])}  p95 {_seconds(start['p95'])}",

@@ -262,6 +262,8 @@ def _column_problem(column: Any) -> str | None:
     if not isinstance(stats, dict):
         return "`stats` is not an object"
     if column["type"] == "number":
+        if not all(stats.get(k) is None or _is_number(stats.get(k)) for k in ("mean", "std", "min", "max")):
+            return "`stats` mean, std, min and max must be numbers (or null)"
         quantiles = stats.get("quantiles")
         if not isinstance(quantiles, dict) or set(quantiles) != {str(q) for q in QUANTILES}:
             return f"`stats.quantiles` must hold exactly {[str(q) for q in QUANTILES]}"

@@ -15,7 +15,9 @@ one empty bin adds a bounded amount rather than infinity.
 Only the champion's seven quantiles are known, so where its values repeat (a 0/1 column, small counts) its
 distribution at a repeated value is known only within a range; the figure then takes the point of that range
 nearest the new data, within the new data's own repeat of that value — a continuous feature gets the textbook
-figure, and an unchanged discrete one is not flagged for what seven quantiles cannot tell.
+figure, and an unchanged discrete one is not flagged for what seven quantiles cannot tell. The price: a change of
+a discrete feature that stays inside that range is not seen (a count whose median stays 2). A two-valued column
+(quantiles that are only its minimum and maximum: a 0/1 flag) is exact, its mean giving the share of each value.
 
 Every rank counts its own rows in the champion's bins and the counts are summed, so every rank computes the same
 figures and takes the same decision: above `--max-drift` all of them stop together, before any collective of
@@ -70,6 +72,12 @@ class NumberBins:
         self.at_least = np.array([max(q for q, v in known if v == e) for e in self.edges])
         levels = [q for q, _ in known] + [1.0]
         self.below = np.array([next(q for q in levels if q > top) for top in self.at_least])
+        # Quantiles that hold only the minimum and the maximum: a two-valued column (0/1, say), whose share at the
+        # minimum its mean tells exactly — where a repeated value leaves other columns a range.
+        self.known_cdf = np.full(len(self.edges), np.nan)
+        low, high, mean = (column["stats"][k] for k in ("min", "max", "mean"))
+        if len(self.edges) == 2 and (low, high) == tuple(self.edges) and mean is not None and low < high:
+            self.known_cdf[0] = np.clip((high - mean) / (high - low), self.at_least[0], self.below[0])
 
     def local_counts(self, column: pa.ChunkedArray | None, rows: int) -> np.ndarray:
         """[values ≤ each edge…, values < each edge…, missing, rows] of this rank."""
@@ -85,7 +93,8 @@ class NumberBins:
         present = rows - missing
         new_cdf = at_or_below / present if present else np.zeros(k)
         repeated = new_cdf - (below / present if present else np.zeros(k))
-        champion_cdf = np.clip(new_cdf, self.at_least, np.minimum(self.below, self.at_least + repeated))
+        nearest = np.clip(new_cdf, self.at_least, np.minimum(self.below, self.at_least + repeated))
+        champion_cdf = np.where(np.isnan(self.known_cdf), nearest, self.known_cdf)
         expected = np.diff(champion_cdf, prepend=0.0, append=1.0) * (1 - self.missing_rate)
         actual = np.diff(new_cdf, prepend=0.0, append=1.0) * present / rows
         return psi(np.append(expected, self.missing_rate), np.append(actual, missing / rows))

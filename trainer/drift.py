@@ -6,10 +6,11 @@ because it is the figure practitioners already read, with bands that need no exp
 change, 0.1 to 0.25 a moderate shift, above 0.25 a major one. The bands come from credit scoring, where PSI
 began (attributed to E. M. Lewis, "An Introduction to Credit Scoring", 1994; discussed in B. Yurdakul,
 "Statistical Properties of Population Stability Index", Western Michigan University dissertation 3208, 2018);
-Vertex AI Model Monitoring measures Jensen–Shannon divergence instead, which is bounded but has no such common
-reading. The bins are the champion's own: its quantiles for numbers (so each bin holds a known share of its
-values) and its most frequent categories plus `other` for strings and booleans, with a bin for missing values
-in both, so a column that turns mostly empty drifts too. An empty bin counts as 0.0001, as Evidently does, so
+Vertex AI Model Monitoring measures Jensen–Shannon divergence for numbers and the L-infinity distance for
+categories by default (vertexai.resources.preview.ml_monitoring.spec.DataDriftSpec), which are bounded but have no
+such common reading. The bins are the champion's own: its quantiles for numbers (so each bin holds a known share
+of its values) and its most frequent categories plus `other` for strings and booleans, with a bin for missing
+values in both, so a column that turns mostly empty drifts too. An empty bin counts as 0.0001, as Evidently does, so
 one empty bin adds a bounded amount rather than infinity.
 
 Only the champion's seven quantiles are known, so where its values repeat (a 0/1 column, small counts) its

@@ -85,6 +85,7 @@ def check_dataset(
         return _unchecked(f"the header of {uri} cannot be read here: {exc}")
     result = compare_header(schema, header, request.dataset.target, request.dataset.features)
     summary = f"the header of {uri} ({len(header)} columns) against {champion}'s schema ({len(schema.columns)} columns)"
+    logs.info(f"data check: {summary}", errors=len(result.errors), new_columns=len(result.new_columns))
     return DataCheck(result.errors, result.new_columns[:MAX_NEW_COLUMNS], summary, checked=True)
 
 

@@ -72,17 +72,20 @@ def check_dataset(
         return _unchecked(f"{schema_uri} cannot be used: {exc}")
     except StorageError as exc:
         return _unchecked(f"{schema_uri} cannot be read (Cloud Storage answered {exc.status})")
-    shard = first_data_file(request, gcs.objects_under(*_listing(request.dataset.uri)))
-    if shard is None:
-        return _unchecked(f"{request.dataset.uri} holds no CSV or Parquet file to read a header from")
-    path, size, file_format = shard
-    uri = f"gs://{split_gs_uri(request.dataset.uri)[0]}/{path}"
     try:
+        shard = first_data_file(request, gcs.objects_under(*_listing(request.dataset.uri)))
+        if shard is None:
+            return _unchecked(f"{request.dataset.uri} holds no CSV or Parquet file to read a header from")
+        path, size, file_format = shard
+        uri = f"gs://{split_gs_uri(request.dataset.uri)[0]}/{path}"
         header = _read_header(gcs, uri, size, file_format)
     except _NotItsFormat as exc:
-        return DataCheck([f"dataset: {uri} {exc}"], summary=f"{uri} is not {file_format}", checked=True)
+        return DataCheck([f"dataset: {exc}"], summary=str(exc), checked=True)
     except (HeaderUnreadable, FooterUnreadable) as exc:
-        return _unchecked(f"the header of {uri} cannot be read here: {exc}")
+        return _unchecked(f"the header of {request.dataset.uri}'s first data file cannot be read here: {exc}")
+    except StorageError as exc:
+        # The job's service account may read what the functions' cannot: the trainer will say.
+        return _unchecked(f"the dataset {request.dataset.uri} cannot be read (Cloud Storage answered {exc.status})")
     result = compare_header(schema, header, request.dataset.target, request.dataset.features)
     summary = f"the header of {uri} ({len(header)} columns) against {champion}'s schema ({len(schema.columns)} columns)"
     logs.info(f"data check: {summary}", errors=len(result.errors), new_columns=len(result.new_columns))
@@ -138,10 +141,10 @@ def _read_header(gcs: Storage, uri: str, size: int, file_format: str) -> list[Co
     tail_bytes = min(size, PARQUET_TAIL_BYTES)
     tail = gcs.read_range(bucket, name, size - tail_bytes, tail_bytes) or b""
     if len(tail) < TAIL_BYTES or tail[-4:] not in (MAGIC, b"PARE"):
-        raise _NotItsFormat(f"is not a Parquet file: it does not end in {MAGIC.decode()}")
+        raise _NotItsFormat(f"{uri} is not a Parquet file: it does not end in {MAGIC.decode()}")
     length = footer_length(tail)
     if length + TAIL_BYTES > size:
-        raise _NotItsFormat(f"is not a Parquet file: its footer would be {length} bytes, more than the file")
+        raise _NotItsFormat(f"{uri} is not a Parquet file: its footer would be {length} bytes, more than the file")
     if length + TAIL_BYTES <= len(tail):
         return footer_columns(tail[-TAIL_BYTES - length : -TAIL_BYTES])
     start = size - TAIL_BYTES - length

@@ -4,14 +4,17 @@ with it — one error per column, in words a requester can act on; new columns a
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 
-from functions.data_admission import first_data_file
+from functions.data_admission import DataCheck, check_dataset, first_data_file
 from functions.data_contract import MAX_ERRORS, MAX_SCHEMA_BYTES, compare_header, parse_schema
 from functions.dataset_header import Column
+from functions.gcs import StorageError
 from functions.job_outputs import Unreadable
 from tests.unit.conftest import make_request
+from trainctl.replay import MemoryGcs
 
 
 def schema_json(**changes) -> dict:
@@ -156,3 +159,66 @@ def test_the_first_data_file_is_the_one_the_trainer_reads_first():
     one_file = make_request(dataset={"uri": "gs://data-bucket/churn/all.csv", "target": "churned"})
     assert first_data_file(one_file, [("churn/all.csv", 5), ("churn/all.csv.bak", 5)]) == ("churn/all.csv", 5, "csv")
     assert first_data_file(request, [("churn/day=10/a.csv", 5)]) is None
+
+
+class _Storage(MemoryGcs):
+    """In-memory storage that lists what it holds (the dry run's lists nothing of the user's data)."""
+
+    def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
+        yield from sorted(
+            (n, len(c)) for (b, n), (c, _) in self.objects.items() if b == bucket and n.startswith(prefix)
+        )
+
+
+class _Refusing(_Storage):
+    """Storage whose data objects the functions' account may list but not read (403)."""
+
+    def read_range(self, bucket: str, name: str, start: int, length: int) -> bytes | None:
+        raise StorageError("refused", 403)
+
+
+def _check(gcs: MemoryGcs, data: dict[str, bytes], champion_uri: str = "gs://control/runs/r1/model/") -> DataCheck:
+    for name, content in data.items():
+        gcs.write("data", f"churn/day=1/{name}", content, 0)
+    request = make_request(dataset={"uri": "gs://data/churn/day=1/", "target": "churned"}, model={"name": "churn"})
+    return check_dataset(gcs, "control", request, champion_uri, "3")
+
+
+def _with_schema(gcs: MemoryGcs) -> MemoryGcs:
+    gcs.write("control", "runs/r1/model/schema.json", json.dumps(schema_json()).encode(), 0)
+    return gcs
+
+
+def test_the_check_reads_the_first_data_file_and_rejects_what_breaks_the_schema():
+    """Issue 27, point 2: the first CSV under the folder is read (a marker and hidden files left out), compared,
+    and a file named .parquet that is not one is refused: the trainer could not read it either."""
+    good = b"id,age,city,member,churned\n1,30,Oslo,true,0\n"
+    check = _check(_with_schema(_Storage()), {"_SUCCESS": b"", "part-0.csv": good.replace(b",city", b",town")})
+    assert check.checked and check.errors == ["dataset: column 'city' is missing (a feature of the champion)"]
+    assert check.new_columns == ["town"]
+    check = _check(_with_schema(_Storage()), {"part-0.parquet": b"not parquet at all"})
+    assert check.errors == [
+        "dataset: gs://data/churn/day=1/part-0.parquet is not a Parquet file: it does not end in PAR1"
+    ]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["no schema.json", "champion outside the control bucket", "unreadable schema", "data refused", "no data file"],
+)
+def test_what_cannot_be_checked_is_admitted_unchecked(case):
+    """Issue 27, point 2: the check stops bad data, never good data — whatever it cannot read leaves the request
+    unchecked (and says why), never rejected."""
+    gcs = _Refusing() if case == "data refused" else _Storage()
+    if case == "unreadable schema":
+        gcs.write("control", "runs/r1/model/schema.json", b'{"schema_version": 2}', 0)
+    elif case != "no schema.json":
+        _with_schema(gcs)
+    uri = (
+        "gs://elsewhere/runs/r1/model/"
+        if case == "champion outside the control bucket"
+        else "gs://control/runs/r1/model/"
+    )
+    data = {} if case == "no data file" else {"part-0.csv": b"id,churned\n1,0\n"}
+    check = _check(gcs, data, uri)
+    assert not check.checked and check.errors == [] and check.summary.startswith("not checked: ")

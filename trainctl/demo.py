@@ -182,9 +182,7 @@ def _follow(stream: Any, partition: Partition, timeout: float) -> Any:
             continue
         say("    " + format_event(event))
         if partition.decision == "rejected" and event.state == "rejected" and event.reason == "data":
-            for error in event.errors:
-                say(f"      {error}")
-            return event
+            return event  # its errors, one per column, were printed with it
         if partition.decision == "rejected" and event.state == "accepted":
             raise DemoFailed("the data check", f"partition {partition.day} lost a column and was accepted")
         if event.state == "succeeded":

@@ -124,3 +124,33 @@ def test_the_champion_is_passed_to_the_builtin_trainer_and_to_a_custom_image(set
 
 
 _CUSTOM_MODEL = {"name": "churn", "metric": "f1", "goal": "maximize"}
+
+
+def test_the_hash_of_a_model_request_without_max_drift_is_unchanged():
+    """Issue 27, point 3: model.max_drift came after the model block; a model request redelivered across the deploy
+    that added it keeps its hash."""
+    request = make_request(model={"name": "churn"})
+    spec = request.model_dump(mode="json")
+    del spec["model"]["max_drift"], spec["fallbacks"], spec["scheduling"]["max_preemptions"]
+    old = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert spec_hash(request) == old
+    assert spec_hash(make_request(model={"name": "churn", "max_drift": 0.2})) != old
+
+
+@pytest.mark.parametrize("value", [0, -0.1, float("inf"), float("nan"), "0.1"])
+def test_max_drift_is_a_finite_number_above_zero(value):
+    """Issue 27, point 3: a limit of zero would stop every run; it must be a finite positive figure."""
+    [problem] = problems(model={"name": "churn", "max_drift": value})
+    assert problem.startswith("model.max_drift: ")
+
+
+def test_max_drift_is_the_built_in_trainers_and_reaches_it_as_an_argument(settings):
+    """Issue 27, point 3: the built-in trainer gets --max-drift; a custom image, which measures no drift, may not
+    set it."""
+    plan = plan_custom_job(make_request(model={"name": "churn", "max_drift": 0.25}), settings, "request:k")
+    args = plan.custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]["args"]
+    assert args[args.index("--max-drift") + 1] == "0.25"
+    plain = plan_custom_job(make_request(model={"name": "churn"}), settings, "request:k")
+    assert "--max-drift" not in plain.custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]["args"]
+    [problem] = problems(trainer=CUSTOM, model=_CUSTOM_MODEL | {"max_drift": 0.25})
+    assert problem.startswith("model.max_drift: only the built-in trainer measures drift")

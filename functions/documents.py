@@ -57,7 +57,7 @@ def load_document(raw: bytes | str, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
         try:
             value = yaml.load(text, Loader=_NoAliasLoader)
         except yaml.YAMLError as exc:
-            raise DocumentInvalid(f"not valid JSON or YAML: {_first_line(exc)}") from None
+            raise DocumentInvalid(f"not valid JSON or YAML: {_yaml_problem(exc)}") from None
         except RecursionError:
             raise _too_deep() from None
     except RecursionError:
@@ -100,6 +100,19 @@ def _within_depth(value: Any) -> Any:
 
 def _too_deep() -> DocumentInvalid:
     return DocumentInvalid(f"document is nested more than {MAX_DEPTH} levels deep")
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where the YAML went wrong and what was expected there, as an editor counts (line and column from 1)."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return _first_line(exc)
+    mark = exc.problem_mark
+    text = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    if exc.context and exc.context_mark is not None:
+        text += (
+            f" ({exc.context} that starts at line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
+        )
+    return text[:300]
 
 
 def _first_line(exc: Exception) -> str:

@@ -33,7 +33,12 @@ _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
 
 class QuotasUnknown(Exception):
-    """A limit cannot be read now; the message says why (for the one warning line)."""
+    """A limit cannot be read now; the message says why (for the one warning line). `listed` is False when Cloud
+    Quotas knows no such quota (the local stand-in's word for a GPU its capacity model leaves unlimited)."""
+
+    def __init__(self, message: str, listed: bool = True):
+        super().__init__(message)
+        self.listed = listed
 
 
 @dataclass
@@ -77,6 +82,20 @@ class GpuQuotas:
             if unknown:
                 self._warn_once(read, region, f"GPU quota unknown: {unknown}", metric, region)
             return value
+
+    def limit_in_words(self, metric: str, region: str) -> tuple[int | None, str]:
+        """For people (`trainctl plan --quota`), without a log line: the limit, or None and why there is none in
+        words (unlimited, none listed, or why it cannot be read). Either way None is not gated."""
+        with self._lock:
+            read = self._read(metric)
+        if isinstance(read.info, QuotasUnknown):
+            if not read.info.listed:
+                return None, f"no limit listed ({quota_id(metric)} is not in Cloud Quotas)"
+            return None, f"cannot be read ({read.info})"
+        value, unknown = limit_of(read.info, region)
+        if value is None:
+            return None, f"unknown ({unknown})" if unknown else "unlimited"
+        return value, ""
 
     def _read(self, metric: str) -> _Read:
         """The metric's cached read, read again once it is `ttl` old. A failure is remembered as long as a
@@ -123,7 +142,9 @@ class GpuQuotas:
             if code in TRANSIENT_CALL_CODES or code == RESOURCE_EXHAUSTED:
                 raise Retryable(f"quotaInfos.get {quota} {response.status_code} (code {code}): {message}")
             if code == NOT_FOUND:
-                raise QuotasUnknown(f"Cloud Quotas has no quota {quota} for {QUOTA_SERVICE} ({metric}): {message}")
+                raise QuotasUnknown(
+                    f"Cloud Quotas has no quota {quota} for {QUOTA_SERVICE} ({metric}): {message}", listed=False
+                )
             raise QuotasUnknown(f"Cloud Quotas refused quotaInfos.get {quota} with {response.status_code}: {message}")
 
         try:

@@ -384,7 +384,8 @@ class Submission:
             request_id=request.request_id,
             request_key=key,
             time=now,
-            message=f"accepted: {resources.total_gpus} GPUs on {resources.replica_count} node(s)"
+            message=f"accepted: {resources.total_gpus} GPUs on {resources.replica_count} "
+            + ("node" if resources.replica_count == 1 else "nodes")
             + (f" (rung {start} of the ladder; earlier rungs never fit the GPU quota)" if start else "")
             + f", {cost_summary(plan.cost)}; {plan.reduction_server.reason}"
             + (

@@ -73,11 +73,37 @@ def field_errors(exc: ValidationError) -> list[FieldError]:
     return errors
 
 
+def _without(data: Any, paths: list[tuple[Any, ...]]) -> Any:
+    """A copy of the decoded document without the fields at `paths` (the unknown ones)."""
+    if isinstance(data, dict):
+        here = {path[0] for path in paths if len(path) == 1}
+        return {
+            key: _without(value, [path[1:] for path in paths if len(path) > 1 and path[0] == key])
+            for key, value in data.items()
+            if key not in here
+        }
+    if isinstance(data, list):
+        return [
+            _without(item, [path[1:] for path in paths if len(path) > 1 and path[0] == i])
+            for i, item in enumerate(data)
+        ]
+    return data
+
+
 def parse_request(data: Any) -> TrainingJobRequest:
-    """Validate a decoded document; raises RequestInvalid listing every problem."""
+    """Validate a decoded document; raises RequestInvalid listing every problem that can be known at once."""
     if not isinstance(data, dict):
         raise RequestInvalid([FieldError("", f"a request must be a mapping of fields, got {type(data).__name__}")])
     try:
         return TrainingJobRequest.model_validate(data)
     except ValidationError as exc:
-        raise RequestInvalid(field_errors(exc)) from None
+        errors = field_errors(exc)
+        unknown = [tuple(err["loc"]) for err in exc.errors() if err["type"] == "extra_forbidden"]
+    if unknown:
+        # The checks that span an object (a machine's GPUs, the ladder's attempts …) run only once its fields are
+        # valid, so an unknown field would hide them until it was fixed: check again without the unknown fields.
+        try:
+            TrainingJobRequest.model_validate(_without(data, unknown))
+        except ValidationError as again:
+            errors += [error for error in field_errors(again) if error not in errors]
+    raise RequestInvalid(errors)

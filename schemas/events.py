@@ -87,8 +87,12 @@ def approximate_prices(cost: CostEstimate) -> str:
 
 
 def cost_summary(cost: CostEstimate) -> str:
-    """The most a run can cost, in the words events and the command line use."""
-    return f"about ${cost.max_usd:,.2f} ({approximate_prices(cost)})"
+    """What a run costs, in the words events and the command line use: the price per hour, and the most it can
+    cost, which is the price of its whole timeout (a run that ends sooner costs less)."""
+    return (
+        f"about ${cost.hourly_usd:,.2f}/h, at most ${cost.max_usd:,.2f} if it runs its whole timeout "
+        f"({approximate_prices(cost)})"
+    )
 
 
 class Timestamps(_Strict):

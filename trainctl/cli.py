@@ -1,11 +1,18 @@
-"""The `trainctl` command line: one subcommand per verb, each in its own module."""
+"""The `trainctl` command line: one subcommand per verb, each in its own module. A failure the user can act on (a
+service that is absent or refuses, a file that cannot be read) ends the command with one line saying what to do,
+never a traceback (trainctl/problems.py)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from trainctl import demo, jobs, local_stack, models, plan, replay, report, submit, validate
+from trainctl.problems import EXIT_INTERRUPTED, Problem, explain
+
+# A reader that stopped reading (`trainctl status ID | head`): what a program killed by SIGPIPE reports.
+EXIT_BROKEN_PIPE = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +35,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except BrokenPipeError:
+        # Python would report the pipe again when it flushes stdout at exit: point stdout at nothing first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        problem = explain(exc)
+        if problem is None:
+            raise
+        sys.stdout.flush()
+        verb = getattr(args, "verb", None) or getattr(args, "local_command", None)
+        print(f"trainctl {args.command}{f' {verb}' if verb else ''}: {problem}", file=sys.stderr)
+        return exc.exit_code if isinstance(exc, Problem) else 1
 
 
 if __name__ == "__main__":

@@ -1,26 +1,38 @@
 """Which deployment the user's commands talk to: the TRAINCTL_* environment when it names a project (a
 real deployment, or a shell that ran `eval "$(trainctl local env)"`), else a running local stack (its state
-file), else the local stack's defaults (enough for the commands that need no network, such as `plan`)."""
+file); with neither, the commands that need the network say so, and those that need none (`plan`) use the local
+stack's defaults."""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
 from local.stack_state import running_stack
 
 
-def cli_settings() -> Settings:
+def cli_settings(offline: bool = False) -> Settings:
     """The controller settings of the deployment in use. For a running local stack this also points the
     Google client libraries of this process at its emulators (they read PUBSUB_EMULATOR_HOST and
-    STORAGE_EMULATOR_HOST from the environment)."""
+    STORAGE_EMULATOR_HOST from the environment). With neither a project nor a stack, `offline` callers get the
+    local stack's defaults; the others a Problem saying how to get one or the other."""
     if os.environ.get("TRAINCTL_PROJECT"):
         return Settings.from_env()
     stack = running_stack()
     if stack is not None:
         os.environ.update(stack.emulator_env())
         return Settings.from_env(stack.settings_env)
+    if not offline:
+        from trainctl.problems import Problem, local_stack_hint
+
+        raise Problem(
+            f"no local stack is running and no project is set: {local_stack_hint()}; for a deployment, set "
+            "TRAINCTL_PROJECT and the other TRAINCTL_* settings (`terraform -chdir=terraform output "
+            "controller_environment`)"
+        )
     names = Names(LOCAL_PROJECT)
     return Settings(
         project=LOCAL_PROJECT,
@@ -40,3 +52,18 @@ def events_subscription() -> str | None:
     """The watcher's own subscription on the events topic (Terraform's `event_watchers` makes one per watcher),
     or None: the command then makes a subscription of its own for as long as it runs."""
     return os.environ.get("TRAINCTL_EVENTS_SUBSCRIPTION") or None
+
+
+def trainctl_command() -> str:
+    """`trainctl` as the user can type it in a fresh shell, for the commands the CLI suggests: a new shell has not
+    activated .venv, so the path the user typed (`.venv/bin/trainctl`), or this installation's script by its
+    path, relative to the current folder when it lies inside it."""
+    typed = Path(sys.argv[0]) if sys.argv and Path(sys.argv[0]).name == "trainctl" else None
+    if typed is not None and not typed.is_absolute():
+        return str(typed)
+    script = typed or Path(sys.executable).parent / "trainctl"
+    try:
+        relative = script.relative_to(Path.cwd())
+    except ValueError:
+        return str(script)
+    return str(relative) if relative.parent != Path() else f"./{relative}"  # a bare name would be looked up on PATH

@@ -282,28 +282,17 @@ def _read(uri: str) -> bytes:
 
 
 def _loss_curve(model_dir: str, out_dir: Path) -> Path | None:
-    """Training and validation loss per evaluation, from metrics.jsonl, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    """Training and validation loss, the validation metric, the best epoch and the early stop, as a PNG."""
     import matplotlib.pyplot as plt
 
-    history = [
-        json.loads(line) for line in _read(model_dir.rstrip("/") + "/metrics.jsonl").decode().splitlines() if line
-    ]
-    points = [h for h in history if "val_loss" in h]
-    if not points:
+    from trainctl.loss_chart import loss_figure
+
+    folder = model_dir.rstrip("/")
+    history = [json.loads(line) for line in _read(folder + "/metrics.jsonl").decode().splitlines() if line]
+    if not any("val_loss" in h for h in history):
         return None
-    x_key = "epoch" if "epoch" in points[0] else "step"
-    figure, axes = plt.subplots(figsize=(6, 3.5), dpi=120)
-    if "train_loss" in points[0]:
-        axes.plot([p[x_key] for p in points], [p["train_loss"] for p in points], label="training loss")
-    axes.plot([p[x_key] for p in points], [p["val_loss"] for p in points], label="validation loss")
-    axes.set_xlabel(x_key)
-    axes.set_ylabel("loss")
-    axes.set_title("trainctl demo: the champion (breast cancer, 2 nodes × 2 processes)")
-    axes.legend()
-    figure.tight_layout()
+    final = json.loads(_read(folder + "/metrics.json"))
+    figure = loss_figure(history, final, "trainctl demo: the champion (breast cancer, 2 nodes × 2 processes)")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "loss-curve.png"
     figure.savefig(path)

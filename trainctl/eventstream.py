@@ -5,7 +5,10 @@ the watcher's own subscription that Terraform made for it (`event_watchers`), wh
 
 from __future__ import annotations
 
+import math
+import os
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,6 +21,10 @@ EXIT_CANNOT_FOLLOW = 4
 # A watcher's own subscription keeps what was published while nobody pulled; what was published before the
 # command started is skipped, give or take this much difference between this machine's clock and Pub/Sub's.
 CLOCK_ALLOWANCE = timedelta(seconds=30)
+# A Pub/Sub emulator that refuses connections this long has stopped with its local stack: the command says so and
+# ends. Google's Pub/Sub unanswered this long is an outage or a network down: the command says so and keeps trying.
+EMULATOR_PATIENCE_SECONDS = 5.0
+PUBSUB_PATIENCE_SECONDS = 60.0
 HOW_TO_WATCH = (
     "ask the deployment's operator to add you to the Terraform variable `event_watchers` (terraform/README.md, "
     '"Permissions"): it makes a subscription of your own, <name_prefix>-watch-<name>, to pass as --subscription '
@@ -41,6 +48,9 @@ class EventStream:
         self._seen: set[str] = set()
         self._own = subscription is None
         self.started = datetime.now(UTC)
+        self._unanswered_since: float | None = None  # when Pub/Sub began refusing or dropping our pulls
+        self._said_unanswered = False
+        self._gone = False  # the emulator stopped: there is no subscription left to delete
         topic_path = f"projects/{project}/topics/{topic}"
         if subscription is not None:
             self.subscription = (
@@ -78,7 +88,7 @@ class EventStream:
         from google.api_core import exceptions as gexc
 
         try:
-            if self._own:
+            if self._own and not self._gone:
                 self._subscriber.delete_subscription(request={"subscription": self.subscription}, timeout=10)
         except gexc.GoogleAPICallError as exc:
             print(
@@ -97,7 +107,10 @@ class EventStream:
             response = self._subscriber.pull(
                 request={"subscription": self.subscription, "max_messages": 100}, timeout=timeout
             )
-        except (gexc.DeadlineExceeded, gexc.ServiceUnavailable):
+        except gexc.DeadlineExceeded:
+            return []
+        except gexc.ServiceUnavailable as exc:
+            self._not_answered(exc)
             return []
         except gexc.Forbidden as exc:
             raise CannotFollow(
@@ -106,6 +119,9 @@ class EventStream:
             ) from None
         except gexc.NotFound:
             raise CannotFollow(f"there is no subscription {self.subscription}") from None
+        if self._said_unanswered:
+            print("Pub/Sub answers again", file=sys.stderr, flush=True)
+        self._unanswered_since, self._said_unanswered = None, False
         if response.received_messages:
             ack_ids = [m.ack_id for m in response.received_messages]
             self._subscriber.acknowledge(request={"subscription": self.subscription, "ack_ids": ack_ids})
@@ -123,9 +139,45 @@ class EventStream:
                 continue  # not ours, or from a newer schema: skip it rather than stop watching
         return sorted(events, key=lambda e: e.time)
 
+    def _not_answered(self, exc: Exception) -> None:
+        """A pull Pub/Sub did not answer. An emulator that keeps refusing has stopped with its stack: raise a
+        Problem saying so. Google's Pub/Sub: say once that it does not answer, and keep trying."""
+        from trainctl.problems import Problem, local_stack_hint
+
+        now = time.monotonic()
+        since = self._unanswered_since = self._unanswered_since or now
+        emulator = os.environ.get("PUBSUB_EMULATOR_HOST")
+        if emulator and now - since >= EMULATOR_PATIENCE_SECONDS:
+            self._gone = True
+            raise Problem(
+                f"the Pub/Sub emulator at {emulator} stopped answering: the local stack has stopped; "
+                + local_stack_hint()
+            )
+        if not emulator and now - since >= PUBSUB_PATIENCE_SECONDS and not self._said_unanswered:
+            self._said_unanswered = True
+            print(
+                f"Pub/Sub has not answered for {now - since:.0f} s ({str(exc).splitlines()[0]}); still trying "
+                "(Ctrl-C stops)",
+                file=sys.stderr,
+                flush=True,
+            )
+        time.sleep(1.0)  # a refused connection fails at once: wait before the next pull rather than spin
+
     def follow(self, until: datetime | None = None) -> Iterator[JobEvent]:
         while until is None or datetime.now(UTC) < until:
             yield from self.poll()
+
+
+def readable(value: float) -> str:
+    """A number as a person reads it: 18,080 rather than 1.808e+04, four significant digits below a thousand,
+    and the exponent only for what is too small to show otherwise."""
+    if isinstance(value, bool) or not math.isfinite(value):
+        return str(value)
+    if isinstance(value, int) or abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if value == 0 or abs(value) >= 0.001:
+        return f"{value:.4g}"
+    return f"{value:.2e}"
 
 
 def headline_metrics(metrics: dict[str, Any], limit: int = 6) -> str:
@@ -135,16 +187,16 @@ def headline_metrics(metrics: dict[str, Any], limit: int = 6) -> str:
     for name in ("val_accuracy", "val_rmse"):
         baseline = "baseline_" + name.removeprefix("val_")
         if isinstance(metrics.get(name), int | float):
-            text = f"{name} {metrics[name]:.4g}"
+            text = f"{name} {readable(metrics[name])}"
             if isinstance(metrics.get(baseline), int | float):
-                text += f" (baseline {metrics[baseline]:.4g})"
+                text += f" (baseline {readable(metrics[baseline])})"
             parts.append(text)
     shown = {"val_accuracy", "val_rmse", "baseline_accuracy", "baseline_rmse"}
     for name, value in metrics.items():
         if len(parts) >= limit:
             break
         if name not in shown and isinstance(value, int | float) and not isinstance(value, bool):
-            parts.append(f"{name} {value:.4g}")
+            parts.append(f"{name} {readable(value)}")
     return ", ".join(parts)
 
 

@@ -11,7 +11,8 @@ from typing import Any
 from functions.gcs import Conflict, Gcs
 from functions.ledger import Ledger
 from functions.lifecycle import Record
-from trainctl.context import cli_settings, events_subscription
+from schemas.events import CostEstimate, cost_summary
+from trainctl.context import cli_settings, events_subscription, trainctl_command
 from trainctl.eventstream import EXIT_CANNOT_FOLLOW, HOW_TO_WATCH, CannotFollow, EventStream, format_event
 
 EXIT_NOT_FOUND = 3
@@ -112,16 +113,54 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"no request {args.request_id!r} in the ledger")
         return EXIT_NOT_FOUND
     info = summary(record)
-    if args.json:
-        print(json.dumps(info, indent=2))
-        return 0
-    width = max(map(len, info))
-    for key, value in info.items():
-        if isinstance(value, list):
-            print(f"{key:<{width}}  " + (f"\n{'':<{width}}  ".join(value) or "-"))
-        elif value is not None:
-            print(f"{key:<{width}}  {json.dumps(value) if isinstance(value, dict) else value}")
+    print(json.dumps(info, indent=2) if args.json else "\n".join(status_lines(info)))
     return 0
+
+
+def trigger_in_words(trigger: dict[str, Any]) -> str:
+    if trigger.get("kind") == "gcs":
+        where = f"gs://{trigger.get('bucket')}/{trigger.get('object')}"
+        return f"marker {where}" + (f" (generation {trigger['generation']})" if trigger.get("generation") else "")
+    if trigger.get("kind") == "pubsub":
+        topic = f" on {trigger['topic']}" if trigger.get("topic") else ""
+        return f"Pub/Sub message {trigger.get('message_id')}{topic}"
+    return "the command line"
+
+
+def status_lines(info: dict[str, Any]) -> list[str]:
+    """`trainctl status` for a person: `summary` (what --json prints) in words, one field a line, the
+    structures (trigger, cost, artifacts, model steps) as sentences or indented lists."""
+    cost, artifacts, model = info["cost"], info["artifacts"], info.get("model")
+    rows: list[tuple[str, str | list[str] | None]] = [
+        ("request", info["request_id"]),
+        ("state", info["state"] + (f" (job {info['job_state']})" if info.get("job_state") else "")),
+        ("attempt", str(info["attempt"])),
+        ("job", info["job"]),
+        ("failure", info["failure_reason"]),
+        ("message", info["message"]),
+        ("trigger", trigger_in_words(info["trigger"]) if info.get("trigger") else None),
+        ("cost", f"{cost['gpus']} GPUs on {cost['nodes']} node{'s' if cost['nodes'] != 1 else ''}, "
+         + cost_summary(CostEstimate.model_validate(cost))),
+        ("artifacts", [f"{name:<12} {artifacts[key]}" for name, key in _ARTIFACTS if artifacts.get(key)]),
+        ("rung", info.get("rung")),
+        ("earlier rungs", info.get("rungs") or None),
+        ("model", None if model is None else f"{model['name']}: given champion version {model['champion_given'] or '-'}"
+         f", registered as version {model['version'] or '-'}, decision {model['decision'] or '-'}"),
+        ("created", info["created"][:19].replace("T", " ") + " UTC"),
+        ("updated", info["updated"][:19].replace("T", " ") + " UTC"),
+    ]  # fmt: skip
+    width = max(len(label) for label, _ in rows)
+    lines = []
+    for label, value in rows:
+        if isinstance(value, list):
+            lines += [f"{label if i == 0 else '':<{width}}  {item}" for i, item in enumerate(value)]
+        elif value:
+            lines.append(f"{label:<{width}}  {value}")
+    return lines
+
+
+_ARTIFACTS = (("model", "model_dir"), ("metrics", "metrics_uri"), ("checkpoints", "checkpoint_dir"),
+              ("TensorBoard", "tensorboard_dir"))  # fmt: skip
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -204,5 +243,6 @@ def run_watch(args: argparse.Namespace) -> int:
 def _cannot_watch(topic: str, refusal: str) -> int:
     print(f"cannot watch {topic}: {refusal}", file=sys.stderr)
     print(f"  - to watch it: {HOW_TO_WATCH}", file=sys.stderr)
-    print("  - where one request stands: trainctl status ID (reads the ledger in the control bucket)", file=sys.stderr)
+    where = f"{trainctl_command()} status ID"
+    print(f"  - where one request stands: {where} (reads the ledger in the control bucket)", file=sys.stderr)
     return EXIT_CANNOT_FOLLOW

@@ -33,6 +33,8 @@ from local.stack_state import (
     take_stack_lock,
     write_state,
 )
+from trainctl.context import trainctl_command
+from trainctl.problems import local_stack_hint
 
 EXIT_NOT_RUNNING = 1
 EXIT_USAGE = 2
@@ -129,7 +131,10 @@ def _options(args: argparse.Namespace) -> Any:
 def run_up(args: argparse.Namespace) -> int:
     current = running_stack()
     if current is not None:
-        print(f"a local stack is already running (pid {current.pid}); `trainctl local down` stops it", file=sys.stderr)
+        print(
+            f"a local stack is already running (pid {current.pid}); `{trainctl_command()} local down` stops it",
+            file=sys.stderr,
+        )
         return EXIT_NOT_RUNNING
     try:
         options = _options(args)
@@ -218,7 +223,9 @@ def _detach(args: argparse.Namespace) -> int:
         state = read_state()
         assert state is not None
         print(describe(state))
-        print(f"Running in the background (pid {state.pid}, log {log_path}); `trainctl local down` stops it.")
+        print(
+            f"Running in the background (pid {state.pid}, log {log_path}); `{trainctl_command()} local down` stops it."
+        )
         return 0
     stop_group(process.pid, grace=30.0, leader=process)
     tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
@@ -251,7 +258,7 @@ def describe(state: StackState) -> str:
     ]
     width = max(len(label) for label, _ in rows)
     lines = [f"local stack up ({state.stack_id})"] + [f"  {label:<{width}}  {value}" for label, value in rows]
-    lines.append('Other shells: eval "$(trainctl local env)"')
+    lines.append(f'Other shells: eval "$({trainctl_command()} local env)"')
     return "\n".join(lines)
 
 
@@ -271,7 +278,7 @@ def run_down(args: argparse.Namespace) -> int:
 def run_env(args: argparse.Namespace) -> int:
     state = running_stack()
     if state is None:
-        print("no local stack is running; start one with `trainctl local up --detach`", file=sys.stderr)
+        print(f"no local stack is running: {local_stack_hint()}", file=sys.stderr)
         return EXIT_NOT_RUNNING
     print(export_lines(state.shell_env()), end="")
     return 0
@@ -298,7 +305,10 @@ def run_logs(args: argparse.Namespace) -> int:
 
     state = running_stack()
     if state is None:
-        print("`trainctl local logs` reads the local JobService; no local stack is running", file=sys.stderr)
+        print(
+            f"`local logs` reads the local JobService, and no local stack is running: {local_stack_hint()}",
+            file=sys.stderr,
+        )
         return EXIT_NOT_RUNNING
     settings = cli_settings()
     name = job_name(args.job, settings.project, settings.region)

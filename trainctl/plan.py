@@ -56,7 +56,7 @@ def run_plan(args: argparse.Namespace) -> int:
         for error in exc.errors:
             print(f"  {error}")
         return EXIT_INVALID
-    settings = cli_settings()
+    settings = cli_settings(offline=not args.quota)  # only the quota needs the deployment
     plan = plan_custom_job(request, settings, request_key(request.request_id))
     rungs = ladder_lines(request, settings, quota_headroom(settings) if args.quota else None)
     if args.json:
@@ -71,15 +71,21 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-Headroom = Callable[[str, str], tuple[int | None, int]]
+Headroom = Callable[[str, str], tuple[int | None, str, int]]
 
 
 def quota_headroom(settings: Settings) -> Headroom:
-    """(limit, held) of a quota metric in a region: the project's limit from Cloud Quotas (None: unknown) and
-    the GPUs trainctl's active jobs hold of it, from the ledger's quota pools."""
+    """(limit, why there is none, held) of a quota metric in a region: the project's limit from Cloud Quotas
+    (None: not gated, and why in words) and the GPUs trainctl's active jobs hold of it, from the ledger's quota
+    pools."""
     quotas = GpuQuotas(settings.project, settings.quotas_endpoint)
     pools = QuotaPools(Gcs(settings.project), settings.control_bucket)
-    return lambda metric, region: (quotas.limit(metric, region), pools.held(pool_name(region, metric)))
+
+    def headroom(metric: str, region: str) -> tuple[int | None, str, int]:
+        limit, why = quotas.limit_in_words(metric, region)
+        return limit, why, pools.held(pool_name(region, metric))
+
+    return headroom
 
 
 def ladder_lines(
@@ -103,11 +109,11 @@ def ladder_lines(
         }
         line = f"{step.index}  {rung.resources:<{width}}  about ${cost.hourly_usd:,.2f}/h, at most ${cost.max_usd:,.2f}"
         if headroom is not None:
-            limit, held = headroom(rung.quota_metric, rung.region)
-            info |= {"quota_limit": limit, "quota_held": held}
+            limit, why, held = headroom(rung.quota_metric, rung.region)
+            info |= {"quota_limit": limit, "quota_held": held} | ({"quota_not_gated": why} if limit is None else {})
             metric = rung.quota_metric.rsplit("/", 1)[-1]
             if limit is None:
-                line += f"; quota {metric}: unknown"
+                line += f"; quota {metric}: {why}, not gated; trainctl holds {held}"
             else:
                 fits = "never fits: skipped" if rung.gpus > limit else f"headroom {max(0, limit - held)}"
                 line += f"; quota {metric}: limit {limit}, trainctl holds {held}, {fits}"

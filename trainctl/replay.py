@@ -188,7 +188,7 @@ NO_AGE_LIMIT = 100 * 365 * 86400
 
 
 def dry_run_controller() -> Controller:
-    settings = dataclasses.replace(cli_settings(), max_event_age=NO_AGE_LIMIT)
+    settings = dataclasses.replace(cli_settings(offline=True), max_event_age=NO_AGE_LIMIT)
     gcs = MemoryGcs()
     return Controller.from_settings(
         settings,
@@ -206,8 +206,8 @@ def run_replay(args: argparse.Namespace) -> int:
     if args.dry_run:
         ctl = dry_run_controller()
     else:
-        live = handlers.controller()
-        ctl = dataclasses.replace(live, settings=dataclasses.replace(live.settings, max_event_age=NO_AGE_LIMIT))
+        # The deployment the environment names, or the running local stack, as every other command reaches it.
+        ctl = Controller.from_settings(dataclasses.replace(cli_settings(), max_event_age=NO_AGE_LIMIT))
     logs.info(f"replaying {event['type']} {event['id']} into {target}", dry_run=args.dry_run)
     handle = {"upload": handlers.dataset_upload, "request": handlers.job_request, "state": handlers.job_state}[target]
     outcome = handle(event, ctl)

@@ -32,7 +32,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--since", default="7d", help="the window, back from now: 7d, 24h, 90m (default 7d)")
     cmd.add_argument("--by", metavar="LABEL", help="one group per value of this request label (e.g. team)")
     cmd.add_argument("--json", action="store_true", help="the figures as JSON, for programs")
-    cmd.add_argument("--png", metavar="FILE", type=Path, help="also draw jobs per day by state and GPU-hours per day")
+    cmd.add_argument(
+        "--png",
+        metavar="FILE",
+        type=Path,
+        help="also draw the window as a PNG: requests by outcome, time to start, GPU-hours and cost "
+        "per day (per hour for windows up to 2 days)",
+    )
     cmd.set_defaults(run=run_report)
 
 
@@ -85,6 +91,35 @@ def per_day(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
     return {d: days[d] | {"gpu_hours": round(days[d]["gpu_hours"], 4)} for d in sorted(days)}
 
 
+def timeline(outcomes: list[Outcome], since: datetime, until: datetime) -> dict[str, Any]:
+    """The window cut into equal bins (an hour each for windows up to two days, else a day), every bin listed
+    even when nothing finished in it, so that a chart shows the window as it was: per bin, requests by final
+    state, GPU-hours and estimated cost, and each started request's time to start."""
+    step = timedelta(hours=1) if until - since <= timedelta(days=2) else timedelta(days=1)
+    first = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    if step == timedelta(days=1):
+        first = first.replace(hour=0)
+    count = max(1, math.ceil((until - first) / step))
+    bins = [
+        {"start": (first + i * step).isoformat(), "by_state": dict.fromkeys(STATES, 0), "gpu_hours": 0.0,
+         "estimated_cost_usd": 0.0, "time_to_start_seconds": []}
+        for i in range(count)
+    ]  # fmt: skip
+    for o in outcomes:
+        slot = bins[min(count - 1, max(0, int((o.time - first) / step)))]
+        slot["by_state"][o.state] += 1
+        slot["gpu_hours"] += o.gpus * (o.run_seconds or 0) / 3600
+        slot["estimated_cost_usd"] += o.hourly_usd * (o.run_seconds or 0) / 3600
+        if o.start_seconds is not None:
+            slot["time_to_start_seconds"].append(round(o.start_seconds, 1))
+    for slot in bins:
+        slot["gpu_hours"], slot["estimated_cost_usd"] = (
+            round(slot["gpu_hours"], 4),
+            round(slot["estimated_cost_usd"], 2),
+        )
+    return {"bin": "hour" if step == timedelta(hours=1) else "day", "bins": bins}
+
+
 def model_figures(decisions: list[Outcome]) -> dict[str, dict[str, int]]:
     """Per model, how many successful runs were promoted and how many held (issue 26)."""
     models: dict[str, dict[str, int]] = defaultdict(lambda: {"promoted": 0, "held": 0})
@@ -105,6 +140,7 @@ def build_report(
         "prices": "approximate: catalog list prices × run time, reducers included",
         "total": figures(outcomes) | {"models": model_figures(decisions)},
         "per_day": per_day(outcomes),
+        "timeline": timeline(outcomes, since, until),
     }
     if by:
         groups: dict[str, list[Outcome]] = defaultdict(list)
@@ -132,7 +168,7 @@ def _lines(name: str, f: dict[str, Any]) -> list[str]:
     rate = "-" if f["success_rate"] is None else f"{f['success_rate']:.0%}"
     start, run = f["time_to_start_seconds"], f["run_time_seconds"]
     return [
-        f"{name}: {f['requests']} requests  ({states})",
+        f"{name}: {f['requests']} request{'' if f['requests'] == 1 else 's'}  ({states})",
         f"  success rate     {rate}",
         f"  failures         {reasons}",
         f"  time to start    p50 {_seconds(start['p50'])}  p95 {_seconds(start['p95'])}",

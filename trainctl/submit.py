@@ -12,7 +12,7 @@ from pathlib import Path
 
 from schemas.errors import RequestInvalid
 from schemas.events import JobEvent
-from trainctl.context import cli_settings, events_subscription, requests_topic
+from trainctl.context import cli_settings, events_subscription, requests_topic, trainctl_command
 from trainctl.eventstream import EXIT_CANNOT_FOLLOW, HOW_TO_WATCH, CannotFollow, EventStream, format_event
 from trainctl.validate import EXIT_INVALID, load_request_file
 
@@ -80,7 +80,7 @@ def run_submit(args: argparse.Namespace) -> int:
 def cannot_follow(refusal: str, request_id: str | None) -> int:
     """Say why the published request's events cannot be followed from here, and what will."""
     print(f"cannot follow its events: {refusal}", file=sys.stderr)
-    where = f"trainctl status {request_id or '<its request_id>'}"
+    where = f"{trainctl_command()} status {request_id or '<its request_id>'}"
     print(f"  - where it stands: {where} (reads the ledger in the control bucket)", file=sys.stderr)
     print(f"  - to follow its events: {HOW_TO_WATCH}", file=sys.stderr)
     return EXIT_CANNOT_FOLLOW

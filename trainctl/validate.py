@@ -42,8 +42,12 @@ def load_request_file(path: Path) -> TrainingJobRequest:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    status = 0
+    status, checked = 0, 0
     for path in args.files:
+        if path.is_dir():  # `validate examples/*` names the folders beside the files: skip them, say so
+            print(f"{path}/: a folder, skipped")
+            continue
+        checked += 1
         try:
             load_request_file(path)
         except RequestInvalid as exc:
@@ -53,6 +57,9 @@ def run_validate(args: argparse.Namespace) -> int:
                 print(f"  {error}")
         else:
             print(f"{path}: ok")
+    if not checked:
+        print("no request file among the arguments: name YAML or JSON files")
+        return EXIT_INVALID
     return status
 
 

@@ -11,6 +11,11 @@ import os
 from trainer.data import FORMATS
 from trainer.model import BUILTIN_MLP
 from trainer.preprocess import TASKS
+from trainer.request_defaults import DATASET, HYPERPARAMETERS
+
+# Every training setting a request can carry defaults to the request's own default (schemas/request.py, generated
+# into trainer/request_defaults.py), so that `python -m trainer.train` without flags trains as a request does.
+HP = HYPERPARAMETERS
 
 DESCRIPTION = "The per-process training program that torchrun starts on every rank."
 
@@ -19,10 +24,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m trainer.train", description=DESCRIPTION)
     p.add_argument("--data", required=True, help="gs://…, /gcs/… or local path: a CSV/Parquet file or a folder of them")
     p.add_argument("--target", required=True, help="the column to predict")
-    p.add_argument("--format", default="auto", choices=FORMATS, help="file format; auto goes by file extension")
+    p.add_argument(
+        "--format", default=DATASET["format"], choices=FORMATS, help="file format; auto goes by file extension"
+    )
     p.add_argument(
         "--task",
-        default="auto",
+        default=HP["task"],
         choices=TASKS,
         help="auto: classification for string/bool targets and integer targets with ≤ 32 values",
     )
@@ -32,17 +39,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="comma-separated feature columns (default: every column but the target)",
     )
-    p.add_argument("--validation-fraction", type=float, default=0.2)
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=64, help="rows per micro-batch per process")
-    p.add_argument("--grad-accum-steps", type=int, default=1, help="micro-batches per optimizer step")
-    p.add_argument("--learning-rate", type=float, default=1e-3)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--validation-fraction", type=float, default=DATASET["validation_fraction"])
+    p.add_argument("--epochs", type=int, default=HP["epochs"])
+    p.add_argument("--batch-size", type=int, default=HP["batch_size"], help="rows per micro-batch per process")
+    p.add_argument(
+        "--grad-accum-steps",
+        type=int,
+        default=HP["gradient_accumulation_steps"],
+        help="micro-batches per optimizer step",
+    )
+    p.add_argument("--learning-rate", type=float, default=HP["learning_rate"])
+    p.add_argument("--weight-decay", type=float, default=HP["weight_decay"])
+    p.add_argument("--seed", type=int, default=HP["seed"])
     p.add_argument("--model", default=BUILTIN_MLP, help="module:factory returning an nn.Module (default: the MLP)")
     p.add_argument("--model-kwargs", default="{}", help="JSON object of extra arguments for the model factory")
-    p.add_argument("--hidden-sizes", default="128,64", help="built-in MLP: comma-separated hidden layer widths")
-    p.add_argument("--dropout", type=float, default=0.1, help="built-in MLP: dropout after each hidden layer")
+    p.add_argument(
+        "--hidden-sizes",
+        default=",".join(map(str, HP["hidden_sizes"])),
+        help="built-in MLP: comma-separated hidden layer widths",
+    )
+    p.add_argument("--dropout", type=float, default=HP["dropout"], help="built-in MLP: dropout after each hidden layer")
     p.add_argument(
         "--bucket-cap-mb",
         type=float,
@@ -52,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--early-stopping-patience",
         type=int,
-        default=0,
+        default=HP["early_stopping_patience"],
         help="stop after this many epochs without a better validation metric (0: train every epoch)",
     )
     p.add_argument(
@@ -63,7 +79,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(common ops such as index_add_ or scatter_ have no deterministic CUDA kernel and would raise)",
     )
     p.add_argument("--compile", action="store_true", help="torch.compile the model (worth it for larger models)")
-    p.add_argument("--checkpoint-every-steps", type=int, default=1000, help="0 turns step-based checkpoints off")
+    p.add_argument(
+        "--checkpoint-every-steps",
+        type=int,
+        default=HP["checkpoint_every_steps"],
+        help="0 turns step-based checkpoints off",
+    )
     p.add_argument("--checkpoint-every-seconds", type=float, default=600.0, help="0 turns time-based checkpoints off")
     p.add_argument("--keep-checkpoints", type=int, default=3)
     p.add_argument("--log-every-steps", type=int, default=50)

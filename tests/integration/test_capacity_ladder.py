@@ -306,3 +306,19 @@ def test_a_rung_over_the_cost_ceiling_is_refused_at_admission(ladder_deployment)
     assert error.startswith("fallbacks[0].resources: guardrail max_cost_usd: this job can cost about $")
     assert error.endswith("the limit is $1,000.00. Shorten scheduling.timeout or use fewer GPUs")
     assert deployment.record("request:costly-rung") is None
+
+
+def test_plan_quota_says_a_gpu_without_a_listed_limit_is_not_gated_and_logs_nothing(ladder_deployment, capsys):
+    """Guards issue 28, point 5: `trainctl plan --quota` said `unknown` for a GPU the capacity model leaves
+    unlimited (the stand-in lists no quota for it), and the lookup printed JSON warning lines among the plan."""
+    settings = Settings.from_env(ladder_deployment.settings_env())
+    request = parse_request(fake_node_request("plan-t4", resources={"machine_type": "n1-standard-16", **T4}))
+
+    [(info, line)] = ladder_lines(request, settings, quota_headroom(settings))
+
+    assert capsys.readouterr().out == ""
+    assert info["quota_limit"] is None
+    assert line.endswith(
+        "quota custom_model_training_nvidia_t4_gpus: no limit listed (CustomModelTrainingT4GPUsPerProjectPerRegion "
+        "is not in Cloud Quotas), not gated; trainctl holds 0"
+    )

@@ -18,7 +18,7 @@ def test_two_process_run_beats_majority_class_on_breast_cancer(breast_cancer_csv
     finished = run(
         "trainer.launch",
         ["--nproc-per-node", "2", "--data", str(breast_cancer_csv_shards), "--target", "target",
-         "--epochs", "20", "--batch-size", "16", "--seed", "1",
+         "--epochs", "20", "--batch-size", "16", "--seed", "1", "--early-stopping-patience", "0",  # all 380 steps
          *output_dirs(out)],
         process_env(),
         tmp_path / "run.log",

@@ -139,6 +139,9 @@ def test_the_control_bucket_is_listed_once_among_allowed_output_buckets(settings
 
 
 def test_the_event_cost_summary_is_approximate_and_dated():
-    """Guards issue 12 point 16: the words for an `accepted` event's cost say "about" and the prices' date."""
+    """Guards issue 12 point 16: the words for an `accepted` event's cost say "about" and the prices' date; and
+    issue 28, point 5: the larger figure is the worst case for the whole timeout, not the price of the run."""
     cost = CostEstimate(hourly_usd=8.82, max_usd=211.68, gpus=2, nodes=1, prices_as_of="2026-11-22")
-    assert cost_summary(cost) == "about $211.68 (approximate prices taken 2026-11-22)"
+    assert cost_summary(cost) == (
+        "about $8.82/h, at most $211.68 if it runs its whole timeout (approximate prices taken 2026-11-22)"
+    )

@@ -18,10 +18,16 @@ MAX_FIELD_CHARS = 2000
 _text_format = False
 
 
-def use_text_format(enabled: bool = True) -> None:
-    """For a person at a terminal (trainctl replay): `SEVERITY message key=value`, structures indented."""
+@contextmanager
+def text_format(enabled: bool = True) -> Iterator[None]:
+    """Inside this block, lines for a person at a terminal (trainctl replay): `SEVERITY message key=value`,
+    structures indented; JSON again after it."""
     global _text_format
-    _text_format = enabled
+    before, _text_format = _text_format, enabled
+    try:
+        yield
+    finally:
+        _text_format = before
 
 
 def _as_text(entry: dict[str, Any]) -> str:

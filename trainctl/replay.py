@@ -202,14 +202,14 @@ def dry_run_controller() -> Controller:
 def run_replay(args: argparse.Namespace) -> int:
     event = load_cloud_event(args.event)
     target = args.entry_point or entry_point(event)
-    logs.use_text_format(not args.json)
-    if args.dry_run:
-        ctl = dry_run_controller()
-    else:
-        # The deployment the environment names, or the running local stack, as every other command reaches it.
-        ctl = Controller.from_settings(dataclasses.replace(cli_settings(), max_event_age=NO_AGE_LIMIT))
-    logs.info(f"replaying {event['type']} {event['id']} into {target}", dry_run=args.dry_run)
-    handle = {"upload": handlers.dataset_upload, "request": handlers.job_request, "state": handlers.job_state}[target]
-    outcome = handle(event, ctl)
-    logs.info(f"outcome: {outcome}")
+    with logs.text_format(not args.json):
+        if args.dry_run:
+            ctl = dry_run_controller()
+        else:
+            # The deployment the environment names, or the running local stack, as every other command reaches it.
+            ctl = Controller.from_settings(dataclasses.replace(cli_settings(), max_event_age=NO_AGE_LIMIT))
+        logs.info(f"replaying {event['type']} {event['id']} into {target}", dry_run=args.dry_run)
+        handle = {"upload": handlers.dataset_upload, "request": handlers.job_request, "state": handlers.job_state}
+        outcome = handle[target](event, ctl)
+        logs.info(f"outcome: {outcome}")
     return 0

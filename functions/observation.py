@@ -20,6 +20,7 @@ from typing import Any
 from functions import deadline, logs
 from functions.errors import Transient
 from functions.gcs import Conflict, StorageError, TooLarge
+from functions.job_labels import key_hash_of
 from functions.job_outputs import (
     MAX_OUTPUT_BYTES,
     Metrics,
@@ -61,7 +62,7 @@ class Observation:
     def observe_job(self, job_id: str) -> str:
         """A job's service log line arrived: bring its record up to date."""
         job = self._job_by_id(job_id)
-        khash = (job.labels or {}).get("trainctl-key") if job else None
+        khash = key_hash_of(job.labels) if job else None
         if khash is None:
             logs.info("not a trainctl job; ignored", job_id=job_id)
             return "ignored"
@@ -145,7 +146,7 @@ class Observation:
         record, generation = self.outbox.flush(record, generation, mine)
         self.outbox.retire_when_done(record)
         if transition.action == "resubmit":
-            return self.submission.submit(record, generation)
+            return self.submission.submit(record, generation, new_attempt=True)
         return record.state
 
     def _metrics(self, record: Record) -> Metrics:

@@ -51,8 +51,12 @@ class Jobs(Protocol):
     def parent(self) -> str: ...
 
     def find_or_create(
-        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+        self, custom_job: dict[str, Any], region: str | None = None, legacy: bool = True
     ) -> tuple[JobSnapshot, bool]: ...
+
+    def active_jobs(self, region: str, deployment: str) -> dict[str, JobSnapshot]:
+        """The deployment's jobs that wait or run in `region`, by name (ListCustomJobs, page after page)."""
+        ...
 
     def get(self, name: str) -> JobSnapshot | None: ...
 

@@ -133,10 +133,13 @@ class PrintingVertex:
     parent = "projects/dry-run/locations/dry-run"
 
     def find_or_create(
-        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+        self, custom_job: dict[str, Any], region: str | None = None, legacy: bool = True
     ) -> tuple[JobSnapshot, bool]:
         logs.info("dry run: would create CustomJob", custom_job=custom_job)
         return JobSnapshot(f"{self.parent}/customJobs/dry-run", "JOB_STATE_QUEUED"), False
+
+    def active_jobs(self, region: str, deployment: str) -> dict[str, JobSnapshot]:
+        return {}
 
     def get(self, name: str) -> None:
         return None

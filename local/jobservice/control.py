@@ -31,6 +31,9 @@ is the client:
     control.refuse_quota_reads(count=1)                           # 403 PERMISSION_DENIED: the API is disabled
     control.quota_reads()                                         # how many quotaInfos calls were served
     control.crash()                                               # exit at once; nodes keep running
+    # the list filter, and what was called
+    control.read_hyphenated_label_keys()                          # take labels.a-b=… instead of refusing it
+    control.call_counts()                                         # {"GetCustomJob": 3, "ListCustomJobs": 2, …}
 
 With a capacity model, a job whose GPUs (with those of the PENDING/RUNNING jobs on the same quota metric in
 its region) exceed the limit stays QUEUED until they fit, in creation order; one that needs more than the
@@ -150,6 +153,15 @@ class JobServiceControl:
     def replica_logs(self, name: str) -> dict[str, str]:
         """Node name (and "service") → log file path, for a job's resource name."""
         return self._call("ReplicaLogs", name=name)["logs"]
+
+    def read_hyphenated_label_keys(self, read: bool = True) -> None:
+        """List filters read `labels.a-b=…` as the key "a-b" (what Vertex may do) instead of refusing it with
+        INVALID_ARGUMENT (the default; local/FIDELITY.md); until clear_faults."""
+        self._call("ReadHyphenatedLabelKeys", read=read)
+
+    def call_counts(self) -> dict[str, int]:
+        """How many calls of each JobService method the server has served (refused ones included)."""
+        return {method: int(count) for method, count in self._call("CallCounts")["counts"].items()}
 
     def clear_faults(self) -> None:
         self._call("ClearFaults")

@@ -3,6 +3,10 @@
 against RFC 3339), `labels.KEY` (=, !=, `:*` for "has the label"), combined with AND (or plain
 juxtaposition), OR, NOT and parentheses. OR binds tighter than AND, as in AIP-160.
 
+A label key with a hyphen (`labels.trainctl-key=…`) is refused unless asked for: Vertex documents label filters
+only as `labels.keyA=valueA`, and in AIP-160 a `-` is also the negation operator, so whether Vertex reads such a
+key is not documented (issue 25 point 3; local/FIDELITY.md). A filter that works here then works there.
+
 `parse_filter(text)` returns a predicate over CustomJob, or raises FilterError (→ INVALID_ARGUMENT).
 `parse_query(text, comparison)` is the same syntax over anything, with the caller's field comparisons
 (the Cloud Logging stand-in reads gcloud's `entries:list` filters with it).
@@ -30,8 +34,18 @@ class FilterError(ValueError):
     pass
 
 
-def parse_filter(text: str) -> Predicate:
-    return parse_query(text, _job_comparison)
+def parse_filter(text: str, hyphenated_label_keys: bool = False) -> Predicate:
+    """`hyphenated_label_keys`: read `labels.a-b` as the key "a-b" (what Vertex may do) instead of refusing it."""
+
+    def comparison(field: str, operator: str, value: str) -> Predicate:
+        if field.startswith("labels.") and "-" in field and not hyphenated_label_keys:
+            raise FilterError(
+                f"{field}: the local JobService refuses a '-' in a label key, as Vertex documents label filters only "
+                "as labels.keyA=valueA and AIP-160 reads '-' as NOT; name labels with underscores"
+            )
+        return _job_comparison(field, operator, value)
+
+    return parse_query(text, comparison)
 
 
 def parse_query(text: str, comparison: Comparison) -> Callable[[Any], bool]:

@@ -63,6 +63,7 @@ class LocalJobService:
         if capacity is not None:
             self.executor.quota.set_model(capacity)
         self.quota_reads = QuotaReads()
+        self.servicer = JobServiceServicer(self.store, self.executor, self.faults)
         self._server: grpc.Server | None = None
         self._rest: RestServer | None = None
 
@@ -82,7 +83,7 @@ class LocalJobService:
         """Serve, and carry on with the jobs a previous server left unfinished. Returns the address."""
         # so_reuseport off: a second server on a taken port must fail, not share it silently.
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[("grpc.so_reuseport", 0)])
-        servicer = JobServiceServicer(self.store, self.executor, self.faults)
+        servicer = self.servicer
         server.add_generic_rpc_handlers(
             [servicer.handler(), servicer.operations_handler(), control_handler(self._control_methods())]
         )
@@ -181,6 +182,13 @@ class LocalJobService:
         def replica_logs(request: dict, context: grpc.ServicerContext) -> dict:
             return {"logs": self.executor.log_paths(request["name"])}
 
+        def read_hyphenated_label_keys(request: dict, context: grpc.ServicerContext) -> dict:
+            self.faults.hyphenated_label_keys = bool(request.get("read", True))
+            return {}
+
+        def call_counts(request: dict, context: grpc.ServicerContext) -> dict:
+            return {"counts": self.servicer.call_counts()}
+
         def clear_faults(request: dict, context: grpc.ServicerContext) -> dict:
             self.faults.clear()
             self.quota_reads.clear()
@@ -215,6 +223,8 @@ class LocalJobService:
             "RefuseQuotaReads": refuse_quota_reads,
             "QuotaReads": quota_reads,
             "ReplicaLogs": replica_logs,
+            "ReadHyphenatedLabelKeys": read_hyphenated_label_keys,
+            "CallCounts": call_counts,
             "ClearFaults": clear_faults,
             "Info": info,
             "Crash": crash,

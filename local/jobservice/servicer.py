@@ -14,8 +14,10 @@ quota queue; reference/apis.md §3 "Short quota", behaviour 1).
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import re
+import threading
 import time
 
 import grpc
@@ -57,6 +59,13 @@ class JobServiceServicer:
         self.executor = executor
         self.faults = faults
         self._operations: dict[str, operations_pb2.Operation] = {}
+        self._calls: collections.Counter[str] = collections.Counter()
+        self._calls_lock = threading.Lock()
+
+    def call_counts(self) -> dict[str, int]:
+        """How many calls of each method (CreateCustomJob, GetCustomJob, ListCustomJobs, CancelCustomJob) arrived."""
+        with self._calls_lock:
+            return dict(self._calls)
 
     def handler(self) -> grpc.GenericRpcHandler:
         def method(function, request_type, serialize):
@@ -125,7 +134,7 @@ class JobServiceServicer:
         if not PARENT_RE.fullmatch(request.parent):
             _abort_invalid(context, [("parent", f"must look like projects/P/locations/L, got {request.parent!r}")])
         try:
-            matches = parse_filter(request.filter)
+            matches = parse_filter(request.filter, self.faults.hyphenated_label_keys)
         except FilterError as error:
             _abort_invalid(context, [("filter", str(error))])
         jobs = [job for job in self.store.jobs(request.parent) if matches(job)]
@@ -174,6 +183,8 @@ class JobServiceServicer:
         return operation
 
     def _refuse_before_looking(self, method: str, resource: str, context: grpc.ServicerContext) -> None:
+        with self._calls_lock:
+            self._calls[method] += 1
         # Google's front end checks the caller's permission, then the request-rate quota, before the service
         # looks at the request.
         if self.faults.denied(method):

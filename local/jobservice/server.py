@@ -16,6 +16,8 @@ In-process use (tests of the pieces, other tools):
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
 import os
 import threading
@@ -24,6 +26,7 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
+from google.cloud.aiplatform_v1.types import CustomJob, JobState
 
 from local.jobservice.capacity import CapacityError, CapacityModel, parse_capacity
 from local.jobservice.cloud_quotas import QuotaReads, cloud_quotas_routes
@@ -35,6 +38,7 @@ from local.jobservice.replicas import ExecutionSettings
 from local.jobservice.rest import RestServer, rest_routes
 from local.jobservice.servicer import JobServiceServicer
 from local.jobservice.store import JobStore
+from local.jobservice.validation import PARENT_RE
 
 log = logging.getLogger("local.jobservice")
 
@@ -182,6 +186,20 @@ class LocalJobService:
         def replica_logs(request: dict, context: grpc.ServicerContext) -> dict:
             return {"logs": self.executor.log_paths(request["name"])}
 
+        def park_jobs(request: dict, context: grpc.ServicerContext) -> dict:
+            parent = request["parent"]
+            if not PARENT_RE.fullmatch(parent):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"parent must be projects/P/locations/L: {parent!r}")
+            template = CustomJob.from_json(json.dumps(request["job"]), ignore_unknown_fields=False)
+            names = []
+            for labels in request["labels"]:
+                now = dt.datetime.now(dt.UTC)
+                job = CustomJob(template, labels=labels, state=JobState.JOB_STATE_QUEUED, create_time=now)
+                job.name, job.update_time = f"{parent}/customJobs/{self.store.new_job_id()}", now
+                self.executor.park(self.store.add(job))
+                names.append(job.name)
+            return {"names": names}
+
         def read_hyphenated_label_keys(request: dict, context: grpc.ServicerContext) -> dict:
             self.faults.hyphenated_label_keys = bool(request.get("read", True))
             return {}
@@ -223,6 +241,7 @@ class LocalJobService:
             "RefuseQuotaReads": refuse_quota_reads,
             "QuotaReads": quota_reads,
             "ReplicaLogs": replica_logs,
+            "ParkJobs": park_jobs,
             "ReadHyphenatedLabelKeys": read_hyphenated_label_keys,
             "CallCounts": call_counts,
             "ClearFaults": clear_faults,

@@ -8,8 +8,9 @@ Jobs created before issue 25 carry `trainctl-key`, `trainctl-attempt` and `train
 still be running, a claim an earlier version may have held looks for its job under those too (`legacy_attempt_filter`),
 and a log line about such a job still maps to its record (`key_hash_of`).
 
-`trainctl_deployment` names the deployment (its control bucket, as a label value): the reconcile sweep lists this
-deployment's jobs and no other's, and two deployments in one project never adopt each other's jobs.
+`trainctl_deployment` names the deployment (its control bucket, as a label value) where `managed-by=trainctl` said
+only "trainctl": the reconcile sweep lists this deployment's jobs and no other's, and two deployments in one project
+never adopt each other's jobs. trainctl still sets four labels, so a request keeps its 60.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ import hashlib
 from schemas.request import JOB_LABELS, LEGACY_JOB_LABELS
 from schemas.rules import sanitize_label_value
 
-KEY, ATTEMPT, REQUEST, DEPLOYMENT, MANAGED_BY_KEY = JOB_LABELS
-LEGACY_KEY, LEGACY_ATTEMPT, LEGACY_REQUEST = LEGACY_JOB_LABELS
-MANAGED_BY = "trainctl"
+KEY, ATTEMPT, REQUEST, DEPLOYMENT = JOB_LABELS
+LEGACY_KEY, LEGACY_ATTEMPT, LEGACY_REQUEST, LEGACY_MANAGED_BY = LEGACY_JOB_LABELS
 MAX_LABEL_VALUE = 63
 # The states a job waits or runs in (google.cloud.aiplatform.v1.JobState): a job of an active request that is in
 # none of them has ended (SUCCEEDED, FAILED, CANCELLED; EXPIRED and PARTIALLY_SUCCEEDED are other job types').
@@ -56,7 +56,6 @@ def job_labels(
         ATTEMPT: str(attempt),
         REQUEST: sanitize_label_value(request_id),
         DEPLOYMENT: deployment,
-        MANAGED_BY_KEY: MANAGED_BY,
     }
 
 

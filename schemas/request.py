@@ -35,9 +35,10 @@ MAX_ENV_VARS = 100
 MAX_DISPLAY_NAME = 128
 # Labels the controller sets on every CustomJob (functions/job_labels.py), spelled with underscores: Vertex's list
 # filter documents `labels.keyA=valueA` and says nothing of a hyphen in a key (issue 25, point 3).
-JOB_LABELS = ("trainctl_key", "trainctl_attempt", "trainctl_request", "trainctl_deployment", "managed-by")
-# What jobs created before issue 25 carry instead of the first three; such a job may still be running.
-LEGACY_JOB_LABELS = ("trainctl-key", "trainctl-attempt", "trainctl-request")
+JOB_LABELS = ("trainctl_key", "trainctl_attempt", "trainctl_request", "trainctl_deployment")
+# What jobs created before issue 25 carry instead (`managed-by=trainctl` where trainctl_deployment is now); such a
+# job may still be running.
+LEGACY_JOB_LABELS = ("trainctl-key", "trainctl-attempt", "trainctl-request", "managed-by")
 # A request may not set any of them itself.
 RESERVED_LABELS = frozenset({*JOB_LABELS, *LEGACY_JOB_LABELS})
 

@@ -105,6 +105,9 @@ class MemoryGcs:
     def delete(self, bucket: str, name: str) -> None:
         self.objects.pop((bucket, name), None)
 
+    def set_metadata(self, bucket: str, name: str, custom_metadata: dict[str, str]) -> bool:
+        return (bucket, name) in self.objects  # the dry run keeps no metadata: its sweep looks at every request
+
     def names(self, bucket: str, prefix: str) -> list[str]:
         return [n for b, n in self.objects if b == bucket and n.startswith(prefix)]
 

@@ -37,6 +37,7 @@ def labels_before_issue_25(labels: dict[str, str]) -> dict[str, str]:
         "trainctl-key": labels["trainctl_key"],
         "trainctl-attempt": labels["trainctl_attempt"],
         "trainctl-request": labels["trainctl_request"],
+        "managed-by": "trainctl",
     }
 
 

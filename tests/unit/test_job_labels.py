@@ -30,12 +30,13 @@ def test_every_key_trainctl_sets_is_spelled_with_underscores_and_reserved():
         "trainctl_attempt": "2",
         "trainctl_request": "churn-1",
         "trainctl_deployment": "proj-control",
-        "managed-by": "trainctl",
     }
     assert labels_problems(LABELS) == []
     filtered = {job_labels.KEY, job_labels.ATTEMPT, job_labels.DEPLOYMENT}
     assert all("-" not in key for key in filtered)
-    assert {*filtered, "trainctl-key", "trainctl-attempt", "trainctl-request", "managed-by"} <= RESERVED_LABELS
+    assert {*filtered, "trainctl_request", "trainctl-key", "trainctl-attempt", "trainctl-request", "managed-by"} <= (
+        RESERVED_LABELS
+    )
 
 
 @pytest.mark.parametrize(

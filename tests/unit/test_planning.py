@@ -58,7 +58,7 @@ def test_the_plan_is_a_valid_vertex_custom_job(settings):
     job = CustomJob.from_json(json.dumps(plan.custom_job))
     assert [p.replica_count for p in job.job_spec.worker_pool_specs] == [1, 3, 13]
     assert job.labels["trainctl_key"] == key_hash(KEY)
-    assert job.labels["managed-by"] == "trainctl"
+    assert job.labels["trainctl_deployment"] == "proj-trainctl-control"
 
 
 def test_four_a2_highgpu_8g_nodes_get_13_reducers(settings):
@@ -186,6 +186,5 @@ def test_labels_carry_key_attempt_request_and_the_users(settings):
         "trainctl_attempt": "2",
         "trainctl_request": "churn-1",
         "trainctl_deployment": "proj-trainctl-control",
-        "managed-by": "trainctl",
     }
     assert plan_custom_job(request, settings, KEY, attempt=2).custom_job["display_name"] == "churn-1 (attempt 2)"

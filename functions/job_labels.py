@@ -16,6 +16,7 @@ never adopt each other's jobs. trainctl still sets four labels, so a request kee
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 
 from schemas.request import JOB_LABELS, LEGACY_JOB_LABELS
 from schemas.rules import sanitize_label_value
@@ -83,8 +84,16 @@ def is_legacy_attempt(labels: dict[str, str] | None, key_hash: str, attempt: int
     return labels.get(LEGACY_KEY) == key_hash and labels.get(LEGACY_ATTEMPT) == str(attempt)
 
 
-def active_filter(deployment: str) -> str:
-    """The filter that lists this deployment's jobs that wait or run: `OR` over `state` and a label equality are
-    each in Vertex's documented examples; the parentheses keep the `OR`s together whatever the precedence."""
+def active_filter(deployment: str, since: datetime | None = None, before: datetime | None = None) -> str:
+    """The filter that lists this deployment's jobs that wait or run, created at or after `since` and before
+    `before` when given: `OR` over `state`, a label equality and `create_time` comparisons (RFC 3339) are each in
+    Vertex's documented examples; the parentheses keep the `OR`s together whatever the precedence."""
     states = " OR ".join(f'state="{state}"' for state in ACTIVE_STATES)
-    return f'labels.{DEPLOYMENT}="{deployment}" AND ({states})'
+    window = [f'create_time>="{_rfc3339(since)}"'] if since is not None else []
+    window += [f'create_time<"{_rfc3339(before)}"'] if before is not None else []
+    # The window first: a job outside it is ruled out by the first comparison, wherever that saves work.
+    return " AND ".join([*window, f'labels.{DEPLOYMENT}="{deployment}"', f"({states})"])
+
+
+def _rfc3339(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -37,7 +37,7 @@ from functions.outbox import Outbox
 from functions.ports import Jobs, Storage
 from functions.settings import Settings
 from functions.submission import Submission
-from functions.sweep import NOTHING_SEEN, Listing, Seen, regions_to_list, seen_after, unchanged
+from functions.sweep import NOTHING_SEEN, Listing, Seen, Window, listings, seen_after, unchanged
 from schemas.events import FINAL_REQUEST_STATES
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
@@ -224,7 +224,7 @@ class Observation:
         counted as deferred, for the next tick."""
         now = self.clock()
         seen = {khash: Seen.from_metadata(metadata) for khash, metadata in self.ledger.active_entries()}
-        listing = self._list_jobs(regions_to_list(self.settings.region, list(seen.values())), now)
+        listing = self._list_jobs(listings(self.settings.region, list(seen.values())), now)
         summary = {"active": 0, "errors": 0}
         keys = []
         for khash, last in seen.items():
@@ -256,16 +256,16 @@ class Observation:
         self._forget_output_folders_of_ended_requests()
         return summary
 
-    def _list_jobs(self, regions: list[str], now: datetime) -> Listing:
-        """The deployment's waiting and running jobs in `regions`, as of `now`. A region whose listing fails is
-        left out: its requests' jobs are read one by one this tick, as before listings."""
+    def _list_jobs(self, windows: dict[str, list[Window]], now: datetime) -> Listing:
+        """The deployment's waiting and running jobs in each region, as of `now`, every create-time window of it
+        listed side by side. A region any window of which fails is left out: its requests' jobs are read one by
+        one this tick, as before listings."""
         deployment = deployment_label(self.settings.control_bucket)
-        jobs: dict[str, JobSnapshot] = {}
-        listed: set[str] = set()
-        for region in regions:
+        parts = [(region, window) for region, region_windows in windows.items() for window in region_windows]
+
+        def list_part(region: str, window: Window) -> dict[str, JobSnapshot] | None:
             try:
-                jobs.update(self.jobs.active_jobs(region, deployment))
-                listed.add(region)
+                return self.jobs.active_jobs(region, deployment, *window)
             except Exception as exc:  # the sweep goes on without it
                 logs.error(
                     f"reconcile could not list the jobs in {region}; it reads each one instead this tick: "
@@ -273,7 +273,16 @@ class Observation:
                     region=region,
                     transient=isinstance(exc, Transient),
                 )
-        return Listing(jobs, frozenset(listed), now)
+                return None
+
+        with ThreadPoolExecutor(min(16, len(parts)), thread_name_prefix="reconcile-list") as pool:
+            contexts = [contextvars.copy_context() for _ in parts]
+            found = list(pool.map(lambda context, part: context.run(list_part, *part), contexts, parts))
+        jobs: dict[str, JobSnapshot] = {}
+        failed = {region for (region, _), part in zip(parts, found, strict=True) if part is None}
+        for part in found:
+            jobs.update(part or {})
+        return Listing(jobs, frozenset(windows) - failed, now)
 
     def _release_queues_in_order(self, queued: set[str]) -> dict[str, str]:
         """After the sweep has seen jobs end, the requests waiting for quota are looked at again in each pool's

@@ -5,6 +5,7 @@ in-memory stand-ins are checked against the same interface by the type checker."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any, Protocol
 
 from functions.lifecycle import JobSnapshot
@@ -56,8 +57,11 @@ class Jobs(Protocol):
         self, custom_job: dict[str, Any], region: str | None = None, legacy: bool = True
     ) -> tuple[JobSnapshot, bool]: ...
 
-    def active_jobs(self, region: str, deployment: str) -> dict[str, JobSnapshot]:
-        """The deployment's jobs that wait or run in `region`, by name (ListCustomJobs, page after page)."""
+    def active_jobs(
+        self, region: str, deployment: str, since: datetime | None = None, before: datetime | None = None
+    ) -> dict[str, JobSnapshot]:
+        """The deployment's jobs that wait or run in `region`, created in [since, before) when given, by name
+        (ListCustomJobs, page after page)."""
         ...
 
     def get(self, name: str) -> JobSnapshot | None: ...

@@ -12,23 +12,31 @@ the listing of the index returns: the job, its state, the request's state, and w
 listing shows —
   - a job waiting to start, when it will have waited max_pending (it is `stuck` then);
   - a running job of the built-in trainer, when its heartbeat will have stood still max_silence (a hang);
-  - at the latest RELOOK_EVERY later, at a moment set by the key hash so that a few records come due each tick:
-    what no listing shows (a handler that died with events in the outbox while its job went back to the state
-    last seen, an entry written by an older version) is caught within that time.
+  - at the latest RELOOK_EVERY later, at a moment set by the key hash so that a few records come due each tick
+    (1/72 of them a tick at the deployed 5 minutes): what no listing shows (a handler that died with events in
+    the outbox while its job went back to the state last seen) is caught within that time, and delayed no longer.
 A request that is not settled (stuck and being cancelled, events waiting in its outbox, ended) is seen as nothing,
 and looked at every tick.
+
+Vertex documents no maximum page size for ListCustomJobs. So that a small one cannot make the listing long, a region
+with many jobs is listed in create-time windows side by side (`listing_windows`), each holding about WINDOW_JOBS of
+the jobs last seen there.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from functions.lifecycle import VERTEX_RUNNING, VERTEX_WAITING, JobSnapshot, Record, _silence, writes_heartbeat
 
-RELOOK_EVERY = timedelta(hours=1)
+RELOOK_EVERY = timedelta(hours=6)
+# Jobs last seen per listing window: 2 pages at 1,000 a page, 20 at 100; and at most so many windows a region.
+WINDOW_JOBS = 2000
+MAX_WINDOWS = 8
 # A decision comes due only once its moment has passed (observe compares with `>`).
 _PAST = timedelta(seconds=1)
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -50,6 +58,7 @@ class Seen:
     job_state: str
     state: str
     look_again: datetime
+    created: datetime | None = None  # the job's create_time, for the listing's windows
 
     def metadata(self) -> dict[str, str]:
         return {
@@ -58,6 +67,7 @@ class Seen:
             "job_state": self.job_state,
             "state": self.state,
             "look_again": self.look_again.isoformat(),
+            "created": self.created.isoformat() if self.created else "",
         }
 
     @classmethod
@@ -67,10 +77,12 @@ class Seen:
             return None
         try:
             when = datetime.fromisoformat(metadata["look_again"])
-            seen = cls(metadata["job"], metadata["job_state"], metadata["state"], when)
+            created = datetime.fromisoformat(metadata["created"]) if metadata.get("created") else None
+            seen = cls(metadata["job"], metadata["job_state"], metadata["state"], when, created)
         except (KeyError, ValueError):
             return None
-        return seen if seen.job and seen.look_again.tzinfo is not None else None
+        aware = seen.look_again.tzinfo is not None and (created is None or created.tzinfo is not None)
+        return seen if seen.job and aware else None
 
 
 # What an entry's metadata holds once nothing is seen (Cloud Storage keeps keys; every value says "nothing").
@@ -108,9 +120,28 @@ def unchanged(seen: Seen | None, listing: Listing, now: datetime) -> bool:
     return listed is not None and listed.state == seen.job_state
 
 
-def regions_to_list(home: str, seen: list[Seen | None]) -> list[str]:
-    """The deployment's own region and every region a job last seen runs in (a ladder's other rungs)."""
-    return sorted({home} | {region_of(s.job) for s in seen if s is not None} - {""})
+Window = tuple[datetime | None, datetime | None]  # [since, before) of create_time; None: open
+
+
+def listings(home: str, seen: list[Seen | None]) -> dict[str, list[Window]]:
+    """What to list: the deployment's own region and every region a job last seen runs in (a ladder's other rungs),
+    each in its create-time windows."""
+    created: dict[str, list[datetime]] = {home: []}
+    for last in seen:
+        if last is not None and (region := region_of(last.job)):
+            created.setdefault(region, []).extend([last.created] if last.created else [])
+    return {region: listing_windows(times) for region, times in sorted(created.items())}
+
+
+def listing_windows(created: list[datetime]) -> list[Window]:
+    """Create-time windows that split one region's listing into parts of about WINDOW_JOBS of the jobs last seen
+    (`created`), to be listed side by side. Boundaries are whole seconds, the first window is open below and the last
+    open above, so that every job — one created since, one of unknown time — falls in exactly one of them."""
+    parts = min(MAX_WINDOWS, len(created) // WINDOW_JOBS + 1)
+    ordered = sorted(created)
+    bounds = sorted({ordered[len(ordered) * i // parts].replace(microsecond=0) for i in range(1, parts)})
+    edges: list[datetime | None] = [None, *bounds, None]
+    return list(itertools.pairwise(edges))
 
 
 def next_look(key_hash: str, now: datetime) -> datetime:
@@ -144,4 +175,4 @@ def seen_after(
         silent = _silence(progress, now, job.start_time)
         last_heard = now - timedelta(seconds=silent) if silent is not None else now
         due = min(due, last_heard + timedelta(seconds=max_silence) + _PAST)
-    return Seen(job.name, job.state, record.state, max(due, now))
+    return Seen(job.name, job.state, record.state, max(due, now), job.create_time)

@@ -193,11 +193,14 @@ class VertexJobs:
         )
         return (job, True) if isinstance(job, JobSnapshot) else (snapshot(job), False)
 
-    def active_jobs(self, region: str, deployment: str) -> dict[str, JobSnapshot]:
-        """Every job of the deployment that waits or runs in `region`, by name: ListCustomJobs filtered on the
-        deployment's label and those states, page after page, each job with only the fields observation reads."""
+    def active_jobs(
+        self, region: str, deployment: str, since: datetime | None = None, before: datetime | None = None
+    ) -> dict[str, JobSnapshot]:
+        """Every job of the deployment that waits or runs in `region` (created in [since, before) when given), by
+        name: ListCustomJobs filtered on the deployment's label, those states and the create time, page after page,
+        each job with only the fields observation reads."""
         params: dict[str, Any] = {
-            "filter": active_filter(deployment),
+            "filter": active_filter(deployment, since, before),
             "pageSize": LIST_PAGE_SIZE,
             "readMask": LIST_READ_MASK,
         }
@@ -260,8 +263,10 @@ class LazyJobs:
     ) -> tuple[JobSnapshot, bool]:
         return self._built().find_or_create(custom_job, region, legacy)
 
-    def active_jobs(self, region: str, deployment: str) -> dict[str, JobSnapshot]:
-        return self._built().active_jobs(region, deployment)
+    def active_jobs(
+        self, region: str, deployment: str, since: datetime | None = None, before: datetime | None = None
+    ) -> dict[str, JobSnapshot]:
+        return self._built().active_jobs(region, deployment, since, before)
 
     def get(self, name: str) -> JobSnapshot | None:
         return self._built().get(name)

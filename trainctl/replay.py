@@ -141,7 +141,9 @@ class PrintingVertex:
         logs.info("dry run: would create CustomJob", custom_job=custom_job)
         return JobSnapshot(f"{self.parent}/customJobs/dry-run", "JOB_STATE_QUEUED"), False
 
-    def active_jobs(self, region: str, deployment: str) -> dict[str, JobSnapshot]:
+    def active_jobs(
+        self, region: str, deployment: str, since: datetime | None = None, before: datetime | None = None
+    ) -> dict[str, JobSnapshot]:
         return {}
 
     def get(self, name: str) -> None:

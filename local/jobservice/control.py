@@ -34,6 +34,7 @@ is the client:
     # the list filter, and what was called
     control.read_hyphenated_label_keys()                          # take labels.a-b=… instead of refusing it
     control.park_jobs(parent, job_json, [{"k": "1"}, …])          # QUEUED jobs nothing runs, until cancelled
+    control.cap_list_pages(100)                                   # a listing's pages hold at most 100 jobs
     control.call_counts()                                         # {"GetCustomJob": 3, "ListCustomJobs": 2, …}
 
 With a capacity model, a job whose GPUs (with those of the PENDING/RUNNING jobs on the same quota metric in
@@ -165,6 +166,11 @@ class JobServiceControl:
         """List filters read `labels.a-b=…` as the key "a-b" (what Vertex may do) instead of refusing it with
         INVALID_ARGUMENT (the default; local/FIDELITY.md); until clear_faults."""
         self._call("ReadHyphenatedLabelKeys", read=read)
+
+    def cap_list_pages(self, size: int | None) -> None:
+        """ListCustomJobs pages hold at most `size` jobs (None: the usual 1,000), as Vertex's pages may: its maximum
+        is not documented; until clear_faults."""
+        self._call("CapListPages", size=size)
 
     def call_counts(self) -> dict[str, int]:
         """How many calls of each JobService method the server has served (refused ones included)."""

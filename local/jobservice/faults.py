@@ -10,7 +10,8 @@
   stockouts (see vertex_retries.py for what Vertex does then);
 - preempt a running job (see vertex_retries.py);
 - read a hyphenated label key in a list filter (`labels.a-b=…`) instead of refusing it (filters.py), as Vertex
-  may: whether it does is not documented, so both are tested.
+  may: whether it does is not documented, so both are tested;
+- hold a listing's pages to fewer jobs than its usual maximum, as Vertex may (its maximum is not documented).
 
 This module is the plan; control.py exposes it to other processes, execution.py carries it out.
 """
@@ -90,6 +91,7 @@ class FaultPlan:
         self._quota_failures = 0
         self._stockouts: list[int] = []
         self.hyphenated_label_keys = False
+        self.max_page_size: int | None = None
 
     def fail_next_creates(
         self, code: grpc.StatusCode, count: int = 1, message: str | None = None, after_create: bool = False
@@ -182,3 +184,4 @@ class FaultPlan:
             self._quota_failures = 0
             self._stockouts.clear()
             self.hyphenated_label_keys = False
+            self.max_page_size = None

@@ -35,7 +35,8 @@ class FilterError(ValueError):
 
 
 def parse_filter(text: str, hyphenated_label_keys: bool = False) -> Predicate:
-    """`hyphenated_label_keys`: read `labels.a-b` as the key "a-b" (what Vertex may do) instead of refusing it."""
+    """`hyphenated_label_keys`: read `labels.a-b` as the key "a-b" (what Vertex may do) instead of refusing it.
+    The comparisons read the job's raw protobuf message: a listing tests every stored job after its page token."""
 
     def comparison(field: str, operator: str, value: str) -> Predicate:
         if field.startswith("labels.") and "-" in field and not hyphenated_label_keys:
@@ -45,7 +46,8 @@ def parse_filter(text: str, hyphenated_label_keys: bool = False) -> Predicate:
             )
         return _job_comparison(field, operator, value)
 
-    return parse_query(text, comparison)
+    matches = parse_query(text, comparison)
+    return lambda job: matches(CustomJob.pb(job))
 
 
 def parse_query(text: str, comparison: Comparison) -> Callable[[Any], bool]:
@@ -123,7 +125,7 @@ class _Parser:
         return self.make_comparison(field, operator, value)
 
 
-def _job_comparison(field: str, operator: str, value: str) -> Predicate:
+def _job_comparison(field: str, operator: str, value: str) -> Callable[[Any], bool]:
     if field.startswith("labels."):
         return _label_comparison(_unquote(field.removeprefix("labels.")), operator, value)
     if field == "state":
@@ -141,7 +143,7 @@ def _unquote(token: str) -> str:
     return token
 
 
-def _label_comparison(key: str, operator: str, value: str) -> Predicate:
+def _label_comparison(key: str, operator: str, value: str) -> Callable[[Any], bool]:
     if operator == ":" and value == "*":
         return lambda job: key in job.labels
     if operator in ("=", ":"):
@@ -151,9 +153,9 @@ def _label_comparison(key: str, operator: str, value: str) -> Predicate:
     raise FilterError(f"labels.{key} supports =, != and :*, not {operator!r}")
 
 
-def _state_comparison(operator: str, value: str) -> Predicate:
+def _state_comparison(operator: str, value: str) -> Callable[[Any], bool]:
     try:
-        state = cast(Any, JobState)[value]  # proto-plus enums are untyped to the type checker
+        state = int(cast(Any, JobState)[value])  # proto-plus enums are untyped to the type checker
     except KeyError:
         raise FilterError(f"unknown job state {value!r}; use a JobState name such as JOB_STATE_RUNNING") from None
     if operator == "=":
@@ -163,7 +165,7 @@ def _state_comparison(operator: str, value: str) -> Predicate:
     raise FilterError(f"state supports = and !=, not {operator!r}")
 
 
-def _display_name_comparison(operator: str, value: str) -> Predicate:
+def _display_name_comparison(operator: str, value: str) -> Callable[[Any], bool]:
     if operator == "=":
         return lambda job: job.display_name == value
     if operator == "!=":
@@ -200,7 +202,9 @@ def time_operator(field: str, operator: str) -> Callable[[dt.datetime, dt.dateti
     return compare
 
 
-def _create_time_comparison(operator: str, value: str) -> Predicate:
+def _create_time_comparison(operator: str, value: str) -> Callable[[Any], bool]:
     when = rfc3339("create_time", value)
-    compare = time_operator("create_time", operator)
-    return lambda job: compare(job.create_time, when)
+    time_operator("create_time", operator)  # refuses what times do not support
+    compare = COMPARISONS[operator]
+    bound = (int(when.timestamp()), when.microsecond * 1000)  # as a Timestamp's (seconds, nanos)
+    return lambda job: compare((job.create_time.seconds, job.create_time.nanos), bound)

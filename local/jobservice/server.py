@@ -204,6 +204,10 @@ class LocalJobService:
             self.faults.hyphenated_label_keys = bool(request.get("read", True))
             return {}
 
+        def cap_list_pages(request: dict, context: grpc.ServicerContext) -> dict:
+            self.faults.max_page_size = int(request["size"]) if request.get("size") else None
+            return {}
+
         def call_counts(request: dict, context: grpc.ServicerContext) -> dict:
             return {"counts": self.servicer.call_counts()}
 
@@ -243,6 +247,7 @@ class LocalJobService:
             "ReplicaLogs": replica_logs,
             "ParkJobs": park_jobs,
             "ReadHyphenatedLabelKeys": read_hyphenated_label_keys,
+            "CapListPages": cap_list_pages,
             "CallCounts": call_counts,
             "ClearFaults": clear_faults,
             "Info": info,

@@ -147,11 +147,13 @@ class JobServiceServicer:
         mask = field_mask_pb2.FieldMask(paths=list(request.read_mask.paths)) if "read_mask" in request else None
         if mask is not None and not mask.IsValidForDescriptor(_CUSTOM_JOB):
             _abort_invalid(context, [("read_mask", f"names a field CustomJob does not have: {list(mask.paths)}")])
-        size = min(request.page_size, MAX_PAGE_SIZE) if request.page_size > 0 else DEFAULT_PAGE_SIZE
-        page, more = self.store.page(request.parent, matches, int(request.page_token or 0), size)
+        largest = self.faults.max_page_size or MAX_PAGE_SIZE
+        size = min(request.page_size or DEFAULT_PAGE_SIZE, largest)
+        masked = mask if mask is not None and mask.paths else None  # an empty mask reads every field
+        copy = (lambda job: _masked(job, masked)) if masked is not None else None
+        page, more = self.store.page(request.parent, matches, int(request.page_token or 0), size, copy)
         next_token = job_id_of(page[-1].name) if more else ""
-        jobs = [_masked(job, mask) for job in page] if mask is not None and mask.paths else page
-        return ListCustomJobsResponse(custom_jobs=jobs, next_page_token=next_token)
+        return ListCustomJobsResponse(custom_jobs=page, next_page_token=next_token)
 
     def cancel_custom_job(self, request: CancelCustomJobRequest, context: grpc.ServicerContext) -> empty_pb2.Empty:
         self._refuse_before_looking("CancelCustomJob", request.name, context)

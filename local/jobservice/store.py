@@ -134,18 +134,25 @@ class JobStore:
             return [_copy(self._jobs[name]) for name in names if name.startswith(f"{parent}/" if parent else "")]
 
     def page(
-        self, parent: str, matches: Callable[[CustomJob], bool], after: int, size: int
+        self,
+        parent: str,
+        matches: Callable[[CustomJob], bool],
+        after: int,
+        size: int,
+        copy: Callable[[CustomJob], CustomJob] | None = None,
     ) -> tuple[list[CustomJob], bool]:
-        """Up to `size` jobs under `parent` that `matches`, oldest first, of those whose id is above `after`; and
-        whether more follow. Only what the page needs is looked at and copied, however many jobs there are."""
+        """Up to `size` jobs under `parent` that `matches`, oldest first, of those whose id is above `after`, each
+        through `copy` (a whole copy by default); and whether more follow. Only the jobs after the token are looked
+        at, and only the page's copied."""
+        with self._lock:  # the jobs as they stand; a listing, like Vertex's, is no transaction
+            after_token = self._ids[bisect.bisect_right(self._ids, after) :]
         page: list[CustomJob] = []
-        with self._lock:
-            for number in self._ids[bisect.bisect_right(self._ids, after) :]:
-                job = self._jobs[self._names[number]]
-                if job.name.startswith(f"{parent}/") and matches(job):
-                    if len(page) == size:
-                        return page, True
-                    page.append(_copy(job))
+        for number in after_token:
+            job = self._jobs.get(self._names.get(number, ""))
+            if job is not None and job.name.startswith(f"{parent}/") and matches(job):
+                if len(page) == size:
+                    return page, True
+                page.append((copy or _copy)(job))
         return page, False
 
     def delete(self, name: str) -> None:

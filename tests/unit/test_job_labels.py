@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from google.cloud.aiplatform_v1.types import CustomJob, JobState
 
@@ -82,3 +84,16 @@ def test_the_active_filter_lists_the_deployments_jobs_that_wait_or_run():
         job = CustomJob(labels=LABELS, state=state)
         assert matches(job) == (state.name in job_labels.ACTIVE_STATES), state.name
     assert not matches(CustomJob(labels=LABELS | {"trainctl_deployment": "x"}, state=JobState.JOB_STATE_RUNNING))
+
+
+def test_the_active_filter_can_hold_a_create_time_window():
+    since, before = dt.datetime(2026, 11, 1, tzinfo=dt.UTC), dt.datetime(2026, 11, 2, tzinfo=dt.UTC)
+    text = active_filter("proj-control", since, before)
+    assert text.startswith('create_time>="2026-11-01T00:00:00Z" AND create_time<"2026-11-02T00:00:00Z" AND ')
+    matches = parse_filter(text)
+    running = JobState.JOB_STATE_RUNNING
+    inside = [
+        matches(CustomJob(labels=LABELS, state=running, create_time=since + dt.timedelta(hours=h)))
+        for h in (-1, 0, 23, 24)
+    ]
+    assert inside == [False, True, True, False]

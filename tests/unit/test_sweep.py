@@ -3,6 +3,7 @@ the deployment's waiting and running jobs and what the sweep last saw of each re
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 import pytest
@@ -11,10 +12,12 @@ from functions.lifecycle import JobSnapshot
 from functions.sweep import (
     NOTHING_SEEN,
     RELOOK_EVERY,
+    WINDOW_JOBS,
     Listing,
     Seen,
+    listing_windows,
+    listings,
     next_look,
-    regions_to_list,
     seen_after,
     unchanged,
 )
@@ -59,6 +62,8 @@ def test_the_listing_gives_the_job_unless_it_ended_or_the_record_has_seen_it_sin
 
 def test_what_was_seen_survives_the_active_entrys_metadata_and_nothing_reads_as_nothing():
     assert Seen.from_metadata(SEEN.metadata()) == SEEN
+    created = Seen(RECORD_JOB, "JOB_STATE_RUNNING", "running", SEEN.look_again, RECORD_TIME)
+    assert Seen.from_metadata(created.metadata()) == created
     assert Seen.from_metadata(NOTHING_SEEN) is None
     assert Seen.from_metadata({}) is None
     assert Seen.from_metadata(SEEN.metadata() | {"seen": "0"}) is None  # another version's
@@ -69,7 +74,8 @@ def test_a_waiting_job_is_looked_at_again_when_it_will_have_waited_max_pending()
     record = make_record(request=BUILTIN, job_state="JOB_STATE_QUEUED")
     max_pending = timedelta(hours=2, minutes=5)  # NOW is two hours after the job was created
     seen = seen_after(record, QUEUED, NOW, int(max_pending.total_seconds()), max_silence=1800, progress=None)
-    assert seen == Seen(RECORD_JOB, "JOB_STATE_QUEUED", "submitted", RECORD_TIME + max_pending + timedelta(seconds=1))
+    due = RECORD_TIME + max_pending + timedelta(seconds=1)
+    assert seen == Seen(RECORD_JOB, "JOB_STATE_QUEUED", "submitted", due, created=RECORD_TIME)
     assert seen.look_again < next_look(record.key_hash, NOW)
 
 
@@ -106,10 +112,10 @@ def test_a_request_that_is_not_settled_is_seen_as_nothing(fields, why):
 
 def test_each_tick_comes_round_to_a_small_share_of_the_requests():
     """Each request's turn comes once every RELOOK_EVERY, at a moment set by its key: spread over the period, so
-    that a tick a minute after all were seen at once re-reads about a sixtieth of them, not all."""
+    that a tick a sixtieth of the period after all were seen at once re-reads about a sixtieth of them, not all."""
     keys = [f"{i:064x}" for i in range(6000)]
-    due_in_a_minute = sum(next_look(key, NOW) <= NOW + timedelta(minutes=1) for key in keys)
-    assert 50 <= due_in_a_minute <= 150
+    due_soon = sum(next_look(key, NOW) <= NOW + RELOOK_EVERY / 60 for key in keys)
+    assert 50 <= due_soon <= 150
     assert all(NOW < next_look(key, NOW) <= NOW + RELOOK_EVERY for key in keys[:100])
     later = next_look(keys[0], NOW) + timedelta(seconds=1)
     assert next_look(keys[0], later) - next_look(keys[0], NOW) == RELOOK_EVERY  # the same moment, a period on
@@ -117,5 +123,24 @@ def test_each_tick_comes_round_to_a_small_share_of_the_requests():
 
 def test_the_regions_listed_are_the_deployments_and_those_of_jobs_last_seen():
     europe = Seen("projects/p/locations/europe-west4/customJobs/2", "JOB_STATE_RUNNING", "running", NOW)
-    assert regions_to_list("us-central1", [None, SEEN, europe]) == ["europe-west4", "us-central1"]
-    assert regions_to_list("us-central1", []) == ["us-central1"]
+    assert listings("us-central1", [None, SEEN, europe]) == {
+        "europe-west4": [(None, None)],
+        "us-central1": [(None, None)],
+    }
+    assert listings("us-central1", []) == {"us-central1": [(None, None)]}
+
+
+def test_a_region_with_many_jobs_is_listed_in_create_time_windows_that_leave_no_job_out():
+    """Vertex documents no maximum page size: a region of many jobs is listed in windows side by side, each about
+    WINDOW_JOBS of the jobs last seen, their bounds whole seconds, the first and last open so that new jobs (and
+    jobs of unknown time) are in one."""
+    created = [RECORD_TIME + timedelta(seconds=i * 7.3) for i in range(3 * WINDOW_JOBS + 10)]
+    windows = listing_windows(created)
+    assert len(windows) == 4
+    assert windows[0][0] is None and windows[-1][1] is None
+    assert all(window[1] == after[0] for window, after in itertools.pairwise(windows))
+    assert all(bound.microsecond == 0 for window in windows for bound in window if bound is not None)
+    inside = [sum(1 for t in created if (a is None or t >= a) and (b is None or t < b)) for a, b in windows]
+    assert sum(inside) == len(created) and max(inside) - min(inside) < WINDOW_JOBS // 10
+    assert listing_windows(created[: WINDOW_JOBS - 1]) == [(None, None)]
+    assert len(listing_windows(created * 20)) == 8  # at most MAX_WINDOWS

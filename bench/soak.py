@@ -1,7 +1,7 @@
 """Soak: the local stack under a random mix of requests, duplicates, bad input, marker uploads, preemptions,
-crashed function workers and requests whose first rung is stocked out (so they move down their capacity
-ladder), all under a GPU quota that makes bursts wait in trainctl's queue; then the invariants that must
-survive all of it.
+crashed function workers, requests whose first rung is stocked out (so they move down their capacity ladder) and
+requests that register a version of one of two models (so promotions race), all under a GPU quota that makes
+bursts wait in trainctl's queue; then the invariants that must survive all of it.
 
     python bench/soak.py [--minutes 10] [--seed 7]     # appends the result to bench/RESULTS.md
 
@@ -9,6 +9,8 @@ Invariants checked at the end (after the stack has drained):
   - one CustomJob per (request, attempt) that was submitted, and no job for anything never accepted;
   - every accepted request reached exactly one terminal event (succeeded, failed or cancelled);
   - no ce-id was published with two different payloads;
+  - one registered version per succeeded model request (in the events and in the registry), one decision each,
+    and never two champions: no promotion replaced a champion another promotion had already replaced;
   - no process of the stack is left after `trainctl local down`.
 Jobs run the small test program (tests/local/programs/fake_node.py), so the soak measures the controller,
 not training.
@@ -55,7 +57,18 @@ LEASE_SECONDS = 20
 # After the last request has ended, how long the events must stay quiet before the soak counts them.
 QUIET_SECONDS = 4.0
 # Relative weights of the actions.
-MIX = {"request": 5, "duplicate": 3, "bad_request": 2, "marker": 3, "preempt": 1, "kill_worker": 1, "ladder": 2}
+MIX = {
+    "request": 5,
+    "duplicate": 3,
+    "bad_request": 2,
+    "marker": 3,
+    "preempt": 1,
+    "kill_worker": 1,
+    "ladder": 2,
+    "model": 5,
+}
+# The models the soak's model requests register versions of: few, so that their promotions contend.
+MODELS = ("soak-churn", "soak-fraud")
 # The local JobService's capacity model for the soak: Spot L4 is always stocked out (a ladder starting there
 # moves down), and the project has 12 on-demand L4 GPUs (6 jobs at once; bursts wait in trainctl's queue).
 CAPACITY = {
@@ -78,6 +91,7 @@ class Soak:
     order: random.Random = field(init=False)
     actions: Counter = field(default_factory=Counter)
     sent: list[bytes] = field(default_factory=list)
+    model_requests: set[str] = field(default_factory=set)  # request keys of the requests with a model block
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -142,6 +156,26 @@ class Soak:
         # The dataset of the Pub/Sub requests: admission refuses one with no data in it.
         self.data_bucket.blob("soak/x/part-0.csv").upload_from_string("a,y\n1,0\n")
 
+    def model_versions(self) -> dict[str, list[Any]]:
+        """Each of MODELS' versions in the local Model Registry, by model id (the stock client, over REST)."""
+        from google.api_core.exceptions import NotFound
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
+
+        client = ModelServiceClient(
+            transport="rest",
+            client_options={"api_endpoint": self.state.jobservice_rest_url.rstrip("/")},
+            credentials=AnonymousCredentials(),
+        )
+        parent = f"projects/{self.state.project}/locations/{self.state.region}"
+        versions: dict[str, list[Any]] = {}
+        for model in MODELS:
+            try:
+                versions[model] = list(client.list_model_versions(name=f"{parent}/models/{model}"))
+            except NotFound:
+                pass  # no model request of it succeeded
+        return versions
+
     def down(self) -> list[Any]:
         stack_id = self.state.stack_id
         self.trainctl("local", "down")
@@ -153,13 +187,24 @@ class Soak:
         self.publisher.publish(self.requests_topic, payload).result(timeout=30)
 
     def request(self, **sections: Any) -> None:
-        request_id = f"soak-{uuid.uuid4().hex[:10]}"
-        document = {"api_version": "trainctl/v1", "request_id": request_id, **TEMPLATE}
+        document = {"api_version": "trainctl/v1", "request_id": f"soak-{uuid.uuid4().hex[:10]}", **TEMPLATE}
         document["dataset"] = {"uri": "gs://trainctl-local-trainctl-data/soak/x/", "target": "y"}
         document["trainer"] = dict(TEMPLATE["trainer"], args=["--sleep", str(self.rng.choice([0.5, 1, 3, 6]))])
         payload = json.dumps(document | sections).encode()
         self.sent.append(payload)
         self.publish(payload)
+
+    def model(self) -> None:
+        """A request that registers a version of one of MODELS, with a random validation accuracy: promoted when it
+        beats the champion, else held."""
+        request_id = f"soak-model-{uuid.uuid4().hex[:10]}"
+        metrics = {"task": "classification", "val_accuracy": round(self.rng.uniform(0.5, 0.99), 3)}
+        self.model_requests.add(f"request:{request_id}")
+        self.request(
+            request_id=request_id,
+            trainer=dict(TEMPLATE["trainer"], args=["--sleep", "0.5", "--metrics", json.dumps(metrics)]),
+            model={"name": self.rng.choice(MODELS), "metric": "val_accuracy", "goal": "maximize"},
+        )
 
     def ladder(self) -> None:
         """A request whose first rung (Spot L4) is stocked out: it moves down to on-demand L4."""
@@ -238,7 +283,7 @@ class Soak:
                 continue
             # Done once every request has ended and nothing more came for a while (a late duplicate would).
             quiet = time.monotonic() - last_message > QUIET_SECONDS
-            if (quiet and not _open_requests(messages)) or time.monotonic() > deadline:
+            if (quiet and not _open_requests(messages, self.model_requests)) or time.monotonic() > deadline:
                 return messages
             time.sleep(0.5)
 
@@ -253,13 +298,50 @@ def _is_ff_worker(pid: int) -> bool:
     return b"functions_framework" in cmdline and b"functions_framework" in parent
 
 
-def _open_requests(messages: list[tuple[dict[str, str], bytes]]) -> set[str]:
-    accepted = {json.loads(data)["request_key"] for attrs, data in messages if attrs.get("state") == "accepted"}
-    ended = {json.loads(data)["request_key"] for attrs, data in messages if attrs.get("state") in TERMINAL_STATES}
-    return accepted - ended
+def _open_requests(messages: list[tuple[dict[str, str], bytes]], model_requests: set[str]) -> set[str]:
+    """Accepted requests that have not ended; a model request's end is its decision after `succeeded`."""
+
+    def keys(states: tuple[str, ...] | frozenset[str]) -> set[str]:
+        return {json.loads(data)["request_key"] for attrs, data in messages if attrs.get("state") in states}
+
+    accepted, ended = keys(("accepted",)), keys(TERMINAL_STATES)
+    undecided = (keys(("succeeded",)) & model_requests) - keys(("promoted", "held"))
+    return (accepted - ended) | undecided
 
 
-def invariants(messages: list[tuple[dict[str, str], bytes]], jobs: list[Any]) -> dict[str, Any]:
+def model_invariants(events: list[Any], versions: dict[str, list[Any]], model_requests: set[str]) -> dict[str, Any]:
+    """One registered version per succeeded model request, one decision each, never two champions. `events`: each
+    ce-id once; `versions`: each model's versions in the registry, by model id; `model_requests`: the request keys
+    of the requests sent with a model block."""
+    succeeded = {e.request_key for e in events if e.state == "succeeded"} & model_requests
+    per_request = {state: Counter(e.request_key for e in events if e.state == state) for state in ("registered",)}
+    decisions = Counter(e.request_key for e in events if e.state in ("promoted", "held"))
+    in_registry = Counter(v.labels.get("trainctl-key") for vs in versions.values() for v in vs)
+    replaced: Counter = Counter()
+    for e in events:
+        if e.state == "promoted":
+            replaced[(e.model, e.previous_version)] += 1
+    return {
+        "model requests that succeeded": len(succeeded),
+        "succeeded model requests without exactly one registered event": sum(
+            1 for k in succeeded if per_request["registered"][k] != 1
+        ),
+        "registry versions of one request twice": sum(1 for n in in_registry.values() if n > 1),
+        "succeeded model requests without exactly one decision": sum(1 for k in succeeded if decisions[k] != 1),
+        "champions replaced twice": sum(1 for n in replaced.values() if n > 1),
+        "models with one champion": sum(
+            1 for vs in versions.values() if sum("champion" in v.version_aliases for v in vs) == 1
+        ),
+        "decisions": dict(Counter(e.state for e in events if e.state in ("promoted", "held"))),
+    }
+
+
+def invariants(
+    messages: list[tuple[dict[str, str], bytes]],
+    jobs: list[Any],
+    versions: dict[str, list[Any]] | None = None,
+    model_requests: set[str] | None = None,
+) -> dict[str, Any]:
     events = [parse_event(data) for _, data in messages]
     payloads: dict[str, set[bytes]] = defaultdict(set)
     for attrs, data in messages:
@@ -295,6 +377,7 @@ def invariants(messages: list[tuple[dict[str, str], bytes]], jobs: list[Any]) ->
         "events by state": dict(Counter(e.state for e in events)),
         "ladder moves": sum(1 for e in events if e.state == "retrying" and getattr(e, "left_rung", None)),
         "requests that did not succeed, by reason": dict(Counter(unsuccessful.values())),
+        **model_invariants(list({e.ce_id: e for e in events}.values()), versions or {}, model_requests or set()),
     }
 
 
@@ -303,6 +386,10 @@ VIOLATIONS = (
     "jobs of no accepted request",
     "accepted requests without exactly one terminal event",
     "ce-ids with two different payloads",
+    "succeeded model requests without exactly one registered event",
+    "registry versions of one request twice",
+    "succeeded model requests without exactly one decision",
+    "champions replaced twice",
     "leftover processes",
 )
 
@@ -317,9 +404,10 @@ def soak(seconds: float | None, seed: int, settle_seconds: float = 180.0, action
             parent = f"projects/{run.state.project}/locations/{run.state.region}"
             request = {"parent": parent, "filter": "labels.trainctl_key:*"}
             jobs = list(run.jobs_client.list_custom_jobs(request=request))
+            versions = run.model_versions()
         finally:
             leftovers = run.down()
-        result = invariants(messages, jobs)
+        result = invariants(messages, jobs, versions, run.model_requests)
         result["leftover processes"] = len(leftovers)
         result["actions"] = dict(run.actions)
         result["jobs == submitted pairs"] = result["jobs created"] == result["submitted (request, attempt) pairs"]

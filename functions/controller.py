@@ -6,16 +6,19 @@ and the outbox they publish through. Entry points call `handle_request`, `reject
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from functions.ledger import Ledger
+from functions.model_ledger import ModelLedger
 from functions.observation import Observation
 from functions.outbox import Outbox
 from functions.output_claims import OutputClaims
-from functions.ports import Events, Jobs, Quotas, Storage
+from functions.ports import Events, Jobs, Quotas, Registry, Storage
+from functions.promotion import Promotion
 from functions.quota_pool import QuotaPools
 from functions.settings import Settings
 from functions.submission import Delivery, Submission
@@ -37,6 +40,8 @@ class Controller:
     vertex_factory: Callable[[], Jobs]
     # The project's GPU limits (Cloud Quotas); None: admit without quota gating.
     quotas: Quotas | None = None
+    # Vertex's Model Registry, built on first use (only requests with a model block need it); None: the settings'.
+    registry_factory: Callable[[], Registry] | None = None
     clock: Callable[[], datetime] = utcnow
     owner: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
@@ -45,6 +50,7 @@ class Controller:
 
         self.jobs = LazyJobs(self.vertex_factory)
         s = self.settings
+        self.registry = functools.cache(self.registry_factory or functools.partial(default_registry, s))
         # A handler lives at most the function's timeout; a claim left longer than the lease is taken over anyway.
         claim_window = timedelta(seconds=max(s.lease, s.function_timeout))
         self.outputs = OutputClaims(
@@ -63,9 +69,13 @@ class Controller:
             self.quotas,
             QuotaPools(self.gcs, self.ledger.bucket),
             self.outputs,
+            self.registry,
+        )
+        self.promotion = Promotion(
+            s, self.gcs, self.registry, ModelLedger(self.gcs, self.ledger.bucket), self.outbox, self.clock, self.owner
         )
         self.observation = Observation(
-            self.settings, self.ledger, self.gcs, self.jobs, self.outbox, self.submission, self.clock, self.owner
+            s, self.ledger, self.gcs, self.jobs, self.outbox, self.submission, self.clock, self.owner, self.promotion
         )
 
     @classmethod
@@ -78,6 +88,7 @@ class Controller:
         publisher: Events | None = None,
         vertex_factory: Callable[[], Jobs] | None = None,
         quotas: Quotas | None = None,
+        registry_factory: Callable[[], Registry] | None = None,
     ) -> Controller:
         """The controller the functions run: adapters for the settings' project, buckets and topic. A part
         given replaces the real one (a test's ledger, trainctl replay's in-memory stand-ins)."""
@@ -105,6 +116,7 @@ class Controller:
             vertex_factory=vertex_factory
             or (lambda: VertexJobs(settings.project, settings.region, settings.vertex_endpoint, vertex_retries)),
             quotas=quotas or GpuQuotas(settings.project, settings.quotas_endpoint, policy=QUOTA_RETRIES.scaled(scale)),
+            registry_factory=registry_factory,
         )
 
     def reject(
@@ -123,3 +135,13 @@ class Controller:
 
     def reconcile(self) -> dict[str, int]:
         return self.observation.reconcile()
+
+
+def default_registry(settings: Settings) -> Registry:
+    """The Model Registry of the settings' project and region (the local stack's at `vertex_endpoint`)."""
+    from functions.registry import ModelRegistry
+    from functions.vertex import POLICY
+
+    return ModelRegistry(
+        settings.project, settings.region, settings.vertex_endpoint, POLICY.scaled(settings.retry_pause_scale)
+    )

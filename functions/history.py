@@ -21,6 +21,10 @@ from schemas.events import JobEvent
 
 FINAL_EVENT_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 METADATA_KEY = "outcome"
+# The controller's model decisions after a success (functions/promotion.py) are filed beside the outcomes, under
+# their own key, so that the report counts them per model without counting them as requests.
+MODEL_DECISION_STATES = frozenset({"promoted", "held"})
+MODEL_DECISION_KEY = "model_decision"
 # Set to LABELS_IN_CONTENT when the outcome in METADATA_KEY was stored without its labels.
 LABELS_KEY = "labels"
 LABELS_IN_CONTENT = "in-content"
@@ -32,7 +36,8 @@ class Outcome(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     request_id: str
-    state: str = Field(description="succeeded, failed, cancelled or rejected.")
+    state: str = Field(description="succeeded, failed, cancelled or rejected; a model decision: promoted or held.")
+    model: str | None = Field(None, description="A model decision's model (the request's model block).")
     reason: str | None = None
     time: datetime = Field(description="When the final event happened (its `time`).")
     accepted: datetime | None = Field(None, description="When the request was accepted (its record was created).")
@@ -67,18 +72,19 @@ def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
         hourly_usd=record.cost.hourly_usd if record else 0.0,
         attempt=event.attempt,
         labels=(record.request.get("labels") or {}) if record else {},
+        model=getattr(event, "model", None),
     )
 
 
-def history_entry(outcome: Outcome) -> tuple[bytes, dict[str, str]]:
+def history_entry(outcome: Outcome, key: str = METADATA_KEY) -> tuple[bytes, dict[str, str]]:
     """The content and the custom metadata of an outcome's history object: the whole outcome as content; in the
     metadata, the outcome with its labels when they fit Cloud Storage's limits (gcs.metadata_problems), else
     without them and a note that they are in the content. Without labels an outcome is under 1 KiB."""
-    whole = outcome.model_dump_json()
-    metadata = {METADATA_KEY: whole}
+    whole = outcome.model_dump_json(exclude_none=True)
+    metadata = {key: whole}
     if metadata_problems(metadata):
-        without = outcome.model_copy(update={"labels": {}}).model_dump_json()
-        metadata = {METADATA_KEY: without, LABELS_KEY: LABELS_IN_CONTENT}
+        without = outcome.model_copy(update={"labels": {}}).model_dump_json(exclude_none=True)
+        metadata = {key: without, LABELS_KEY: LABELS_IN_CONTENT}
     return whole.encode(), metadata
 
 

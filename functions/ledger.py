@@ -104,16 +104,17 @@ class Ledger:
         names = self._gcs.names(self.bucket, LEDGER_PREFIX)
         return [found[0] for name in names if (found := self.read(name.removeprefix(LEDGER_PREFIX)[: -len(".json")]))]
 
-    def record_outcome(self, outcome: Outcome, name: str) -> None:
+    def record_outcome(self, outcome: Outcome, name: str, key: str = METADATA_KEY) -> None:
         """File a finished request under the day it finished; `name` is unique to it (its key hash, or the
-        rejected delivery's event id). Writing it again (a redelivery) keeps the first.
+        rejected delivery's event id). Writing it again (a redelivery) keeps the first. A model decision is filed
+        the same way under its own metadata `key` (history.MODEL_DECISION_KEY).
 
         Never raises: the index serves `trainctl report`, and a write it refuses must not keep a final event in
         the outbox (republished every tick) nor its record active. A refusal is logged with the outcome; an
         outage of Cloud Storage also fails the outbox's own compare-and-swap that follows, so the event, and this
         write, are tried again by the next handler."""
         day = f"{outcome.time.astimezone(UTC):%Y-%m-%d}"
-        content, metadata = history_entry(outcome)
+        content, metadata = history_entry(outcome, key)
         try:
             self._gcs.write(self.bucket, f"{HISTORY_PREFIX}{day}/{name}", content, 0, metadata)
         except Conflict:
@@ -125,17 +126,17 @@ class Ledger:
                 outcome=outcome.model_dump(mode="json"),
             )
 
-    def outcomes(self, since: datetime) -> list[Outcome]:
-        """Every request that finished at or after `since`, from the listing alone (no object is read), but for
-        the few whose labels did not fit their metadata."""
+    def outcomes(self, since: datetime, key: str = METADATA_KEY) -> list[Outcome]:
+        """Every request that finished at or after `since` (with history.MODEL_DECISION_KEY: every model decision),
+        from the listing alone (no object is read), but for the few whose labels did not fit their metadata."""
         first_day = f"{HISTORY_PREFIX}{since.astimezone(UTC):%Y-%m-%d}"
         listing = self._gcs.metadata_under(self.bucket, HISTORY_PREFIX, first_day)
-        found = (self._outcome(name, meta) for name, meta in listing if METADATA_KEY in meta)
+        found = (self._outcome(name, meta, key) for name, meta in listing if key in meta)
         return [outcome for outcome in found if outcome.time >= since]
 
-    def _outcome(self, name: str, metadata: dict[str, str]) -> Outcome:
+    def _outcome(self, name: str, metadata: dict[str, str], key: str) -> Outcome:
         """The outcome a listing shows, with its labels read from the content when they did not fit."""
-        outcome = Outcome.model_validate_json(metadata[METADATA_KEY])
+        outcome = Outcome.model_validate_json(metadata[key])
         if not labels_in_content(metadata):
             return outcome
         try:

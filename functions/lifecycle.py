@@ -49,6 +49,27 @@ MAX_PUBLISHED_IDS = 200
 HEARTBEAT_CLOCK_SKEW_SECONDS = 300
 
 
+class ModelSteps(BaseModel):
+    """Where a request with a model block stands in the steps after `succeeded` (functions/promotion.py): each is
+    recorded as it is done, so a redelivery or a crash resumes where it stopped and never repeats one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    champion_version: str | None = Field(None, description="The version the trainer was given to score.")
+    champion_uri: str | None = Field(None, description="Its artifact URI (--champion-model-dir).")
+    since: datetime | None = Field(None, description="When the steps began (the first visit after `succeeded`).")
+    upload_started: datetime | None = Field(None, description="When an UploadModel was claimed (by `upload_owner`).")
+    upload_owner: str | None = None
+    operation: str | None = Field(None, description="The UploadModel operation, until it is done.")
+    version: str | None = Field(None, description="The registered version's id.")
+    evaluated: bool = Field(False, description="The run's metrics are imported as a ModelEvaluation (or refused).")
+    decision: Literal["promoted", "held"] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.decision is not None
+
+
 class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -90,10 +111,16 @@ class Record(BaseModel):
     permission_denied_since: datetime | None = Field(
         None, description="When Vertex first refused this attempt's submission with PERMISSION_DENIED."
     )
+    model_steps: ModelSteps | None = Field(None, description="With a model block: the steps after `succeeded`.")
 
     @property
     def final(self) -> bool:
         return self.state in FINAL_REQUEST_STATES
+
+    @property
+    def model_steps_pending(self) -> bool:
+        """A succeeded request whose model steps are not done: it stays active (reconcile visits it) until they are."""
+        return self.state == "succeeded" and self.model_steps is not None and not self.model_steps.done
 
     def lease_live(self, now: datetime) -> bool:
         return self.lease_until is not None and self.lease_until > now

@@ -35,6 +35,7 @@ from functions.ledger import Ledger
 from functions.lifecycle import JobSnapshot, Record, job_ref, observe
 from functions.outbox import Outbox
 from functions.ports import Jobs, Storage
+from functions.promotion import Promotion
 from functions.settings import Settings
 from functions.submission import Submission
 from functions.sweep import NOTHING_SEEN, Listing, Seen, Window, listings, seen_after, unchanged
@@ -62,6 +63,7 @@ class Observation:
     submission: Submission  # a claimed record whose lease ran out, or a failure worth another attempt
     clock: Callable[[], datetime]
     owner: str
+    promotion: Promotion  # a success with a model block: register, decide, promote
 
     def observe_job(self, job_id: str) -> str:
         """A job's service log line arrived: bring its record up to date."""
@@ -109,6 +111,7 @@ class Observation:
             record, generation = self.outbox.flush_stale(record, generation)
             now = self.clock()
             if record.final:
+                record, generation = self.promotion.settle(record, generation)
                 self.outbox.retire_when_done(record)
                 return record.state, None
             if record.state == "queued":
@@ -156,6 +159,7 @@ class Observation:
         if transition.action == "cancel":
             self.jobs.cancel(job.name)
         record, generation = self.outbox.flush(record, generation, mine)
+        record, generation = self.promotion.settle(record, generation)
         self.outbox.retire_when_done(record)
         if transition.action == "resubmit":
             return self.submission.submit(record, generation, new_attempt=True), None

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from functions import logs
 from functions.errors import Transient
 from functions.gcs import Conflict
-from functions.history import FINAL_EVENT_STATES, outcome_of
+from functions.history import FINAL_EVENT_STATES, MODEL_DECISION_KEY, MODEL_DECISION_STATES, outcome_of
 from functions.ledger import Ledger
 from functions.lifecycle import Record
 from functions.monitoring_fields import published_fields
@@ -60,6 +60,8 @@ class Outbox:
             if event.state in FINAL_EVENT_STATES:
                 # Before the outbox is cleared: a crash here republishes (same ce-id) and files it then.
                 self.ledger.record_outcome(outcome_of(event, record), record.key_hash)
+            elif event.state in MODEL_DECISION_STATES:
+                self.ledger.record_outcome(outcome_of(event, record), f"{record.key_hash}-model", MODEL_DECISION_KEY)
         done = {e.ce_id for e in events}
         for _ in range(5):
             record.mark_published(done)
@@ -75,8 +77,9 @@ class Outbox:
     def retire_when_done(self, record: Record) -> None:
         """A final record leaves the active index once its outbox is empty. Until then reconcile keeps visiting
         it, so that a terminal event queued by a handler that died before publishing still goes out (once it
-        is older than the grace) even when the job was observed again meanwhile. Its output folder is free then."""
-        if record.final and not record.outbox:
+        is older than the grace) even when the job was observed again meanwhile, and until the steps after a success
+        (functions/promotion.py) are done. Its output folder is free then."""
+        if record.final and not record.outbox and not record.model_steps_pending:
             # Its folder first: a record still active is retired again, so a failed release is tried again.
             self.outputs.release(output_dir_of(record), record.key_hash)
             self.ledger.mark_inactive(record.key_hash)

@@ -176,6 +176,11 @@ def hyperparameter_args(hp: TabularHyperparameters) -> list[str]:
     ]  # fmt: skip
 
 
+# The argument that gives a run the champion's model folder, to score it on the run's own validation rows (issue 26):
+# the built-in trainer and a custom image alike get it when the request's model has a version under its alias.
+CHAMPION_ARG = "--champion-model-dir"
+
+
 def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[str]:
     """Command-line arguments of `python -m trainer.launch` for the built-in tabular trainer."""
     ds = request.dataset
@@ -193,15 +198,18 @@ def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[st
     return args
 
 
-def _container_spec(request: TrainingJobRequest, settings: Settings, reduction_server: bool) -> dict[str, Any]:
+def _container_spec(
+    request: TrainingJobRequest, settings: Settings, reduction_server: bool, champion: str | None
+) -> dict[str, Any]:
     trainer = request.trainer
+    champion_args = [CHAMPION_ARG, champion] if champion else []
     if trainer.image is None:
-        return {"image_uri": settings.trainer_image, "args": trainer_args(request, reduction_server)}
+        return {"image_uri": settings.trainer_image, "args": trainer_args(request, reduction_server) + champion_args}
     spec: dict[str, Any] = {"image_uri": trainer.image}
     if trainer.command:
         spec["command"] = list(trainer.command)
-    if trainer.args:
-        spec["args"] = list(trainer.args)
+    if trainer.args or champion_args:
+        spec["args"] = list(trainer.args or []) + champion_args
     if trainer.env:
         spec["env"] = [{"name": name, "value": value} for name, value in trainer.env.items()]
     return spec
@@ -226,9 +234,15 @@ def _duration(seconds: int) -> str:
 
 
 def plan_custom_job(
-    request: TrainingJobRequest, settings: Settings, request_key: str, attempt: int = 1, rung: int = 0
+    request: TrainingJobRequest,
+    settings: Settings,
+    request_key: str,
+    attempt: int = 1,
+    rung: int = 0,
+    champion: str | None = None,
 ) -> Plan:
-    """The CustomJob for `attempt` of the request, on rung `rung` of its capacity ladder (0: its own resources)."""
+    """The CustomJob for `attempt` of the request, on rung `rung` of its capacity ladder (0: its own resources);
+    `champion`: the artifact URI of the model's version under the alias, which the controller looked up."""
     region = request.rungs()[rung].region or settings.region
     request = request.at_rung(rung)
     res, sched = request.resources, request.scheduling
@@ -238,7 +252,7 @@ def plan_custom_job(
         "accelerator_type": res.accelerator_type,
         "accelerator_count": res.accelerator_count,
     }
-    container = _container_spec(request, settings, reducers.enabled)
+    container = _container_spec(request, settings, reducers.enabled, champion)
     disk: dict[str, Any] = {"boot_disk_size_gb": res.boot_disk.size_gb}
     disk_type = catalog.boot_disk_type_to_send(res.machine_type, res.boot_disk.type)
     if disk_type is not None:

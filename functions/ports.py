@@ -1,15 +1,18 @@
-"""What the controller's core needs of Cloud Storage, Pub/Sub, Vertex and Cloud Quotas: the adapters' shapes as
-Protocols, so that each adapter (functions/gcs.py, publisher.py, vertex.py, quotas.py) and trainctl replay's
-in-memory stand-ins are checked against the same interface by the type checker."""
+"""What the controller's core needs of Cloud Storage, Pub/Sub, Vertex (jobs and the Model Registry) and Cloud Quotas:
+the adapters' shapes as Protocols, so that each adapter (functions/gcs.py, publisher.py, vertex.py, registry.py,
+quotas.py) and trainctl replay's in-memory stand-ins are checked against the same interface by the type checker."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from functions.lifecycle import JobSnapshot
 from schemas.events import JobEvent
+
+if TYPE_CHECKING:  # functions/registry.py builds on functions/vertex.py, which needs this module
+    from functions.registry import ModelVersion, Upload
 
 
 class Storage(Protocol):
@@ -73,3 +76,28 @@ class Quotas(Protocol):
     def limit(self, metric: str, region: str) -> int | None:
         """The project's limit on a Vertex quota metric in a region; None when it cannot be known."""
         ...
+
+
+class Registry(Protocol):
+    """Vertex AI's Model Registry (functions/registry.py)."""
+
+    @property
+    def parent(self) -> str: ...
+
+    def model_name(self, model_id: str) -> str: ...
+
+    def get(self, name: str) -> ModelVersion | None:
+        """The version a name gives (models/M, models/M@VERSION, models/M@ALIAS); None when there is none."""
+        ...
+
+    def find_version(self, model_id: str, label: str, value: str) -> ModelVersion | None: ...
+
+    def upload(self, body: dict[str, Any], look_up: Callable[[], ModelVersion | None]) -> Upload | ModelVersion: ...
+
+    def operation(self, name: str) -> Upload | None: ...
+
+    def merge_aliases(self, version_name: str, aliases: list[str]) -> ModelVersion: ...
+
+    def evaluations(self, version_name: str) -> list[dict[str, Any]]: ...
+
+    def import_evaluation(self, version_name: str, evaluation: dict[str, Any]) -> dict[str, Any]: ...

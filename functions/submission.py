@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions import deadline, logs, triggers
 from functions.admission import admission_problems, dataset_problem
@@ -32,12 +32,13 @@ from functions.keys import key_hash
 from functions.ladder import LadderRung, has_fallbacks, ladder_of, next_rung, skipped_outcomes
 from functions.ladder import outcome as rung_outcome
 from functions.ledger import IdTaken, Ledger
-from functions.lifecycle import Record, backoff, decide_on_existing, job_ref, ladder_exhausted, resubmit
+from functions.lifecycle import ModelSteps, Record, backoff, decide_on_existing, job_ref, ladder_exhausted, resubmit
+from functions.model_versions import trainer_kind_problem
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
 from functions.output_claims import OutputClaims
 from functions.planning import Plan, plan_custom_job
-from functions.ports import Events, Quotas, Storage
+from functions.ports import Events, Quotas, Registry, Storage
 from functions.quota_pool import QuotaPools, pool_name
 from functions.settings import Settings
 from functions.vertex import CallRejected, LazyJobs
@@ -59,9 +60,16 @@ from schemas.events import (
 from schemas.request import TrainingJobRequest, rung_prefix
 from schemas.rules import format_duration, split_gs_uri
 
+if TYPE_CHECKING:
+    from functions.registry import ModelVersion
+
 # Fields added after requests were first hashed, left out while at their defaults: a request redelivered across
 # the deploy that added them keeps its hash (a new hash under an explicit request_id would read as a conflict).
-_LATER_DEFAULTS: dict[tuple[str, ...], Any] = {("fallbacks",): [], ("scheduling", "max_preemptions"): 1}
+_LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
+    ("fallbacks",): [],
+    ("scheduling", "max_preemptions"): 1,
+    ("model",): None,
+}
 
 
 def spec_hash(request: TrainingJobRequest) -> str:
@@ -106,6 +114,7 @@ class Submission:
     quotas: Quotas | None  # the project's GPU limits; None: no quota gating
     pools: QuotaPools  # what trainctl's own jobs hold of them, and who waits
     outputs: OutputClaims  # the output folders active requests hold outside the control bucket
+    registry: Callable[[], Registry]  # Vertex's Model Registry, built on first use (requests with a model block)
 
     def reject(
         self, request_id: str, key: str, delivery: Delivery, errors: list[str], message: str, reason: str = "invalid"
@@ -157,8 +166,15 @@ class Submission:
                     "no rung of the request can ever fit the project's GPU quota",
                     reason="quota",
                 )
-            if start != 0:
-                plan = plan_custom_job(request, self.settings, key, 1, start)
+            champion = self._champion(request)
+            if champion is not None and request.model is not None:
+                unfair = trainer_kind_problem(request, champion.labels, request.model.name)
+                if unfair:
+                    errors = [f"model.name: {unfair}"]
+                    return self.reject(request.request_id, key, delivery, errors, "the model is fed by another trainer")
+            if start != 0 or champion is not None:
+                uri = champion.artifact_uri if champion else None
+                plan = plan_custom_job(request, self.settings, key, 1, start, uri)
             self.jobs.prepare()
             # Step 1: claim, its output folder first (held from here until the record is retired).
             holder = self.outputs.claim(plan.output_dir, key_hash(key), request.request_id)
@@ -175,7 +191,7 @@ class Submission:
                     ],
                     "the output_dir overlaps an active request's",
                 )
-            record = self._new_record(request, key, explicit_id, delivery, plan, digest, rungs, start)
+            record = self._new_record(request, key, explicit_id, delivery, plan, digest, rungs, start, champion)
             try:
                 generation = self.ledger.create(record)
             except IdTaken as taken:
@@ -224,6 +240,24 @@ class Submission:
                 f"its service account needs storage.objects.list on gs://{bucket}",
             )
 
+    def _champion(self, request: TrainingJobRequest) -> ModelVersion | None:
+        """The model's version under the request's alias, for the trainer to score on
+        the run's own validation rows (issue 26 step 1); None without a model block, before the model's first
+        success, or when the registry refuses the read (the decision then uses the champion's recorded figure). A
+        transient failure is raised: the delivery is tried again."""
+        if request.model is None:
+            return None
+        registry = self.registry()
+        name = f"{registry.model_name(request.model.name)}@{request.model.alias}"
+        try:
+            champion = registry.get(name)
+        except CallRejected as exc:
+            logs.warning(f"the Model Registry refused to read {name}; the run is not given its champion: {exc.message}")
+            return None
+        if champion is None or not champion.artifact_uri:
+            return None
+        return champion
+
     def _ladder(self, request: TrainingJobRequest) -> list[LadderRung]:
         """The request's rungs, each marked skipped when it can never fit the project's GPU quota (more GPUs than
         the limit; an unknown limit skips nothing)."""
@@ -253,6 +287,7 @@ class Submission:
         digest: str,
         rungs: list[LadderRung],
         start: int,
+        champion: ModelVersion | None,
     ) -> Record:
         now = self.clock()
         record = Record(
@@ -275,6 +310,12 @@ class Submission:
             ladder=rungs,
             rung=start,
             rung_history=skipped_outcomes(rungs),
+            model_steps=ModelSteps(
+                champion_version=champion.version_id if champion else None,
+                champion_uri=champion.artifact_uri if champion else None,
+            )
+            if request.model
+            else None,
         )
         resources = request.at_rung(start).resources
         accepted = Accepted(
@@ -358,7 +399,8 @@ class Submission:
         earlier holder of its claim, of this version of trainctl or an earlier one, can have created its job."""
         if plan is None:
             request = TrainingJobRequest.model_validate(record.request)
-            plan = plan_custom_job(request, self.settings, record.key, record.attempt, record.rung)
+            champion = record.model_steps.champion_uri if record.model_steps else None
+            plan = plan_custom_job(request, self.settings, record.key, record.attempt, record.rung, champion)
         # Before step 3: the GPU quota this rung draws on must have room for it, else it waits in trainctl's queue.
         queued = self._wait_for_quota(record, generation)
         if queued is not None:

@@ -100,7 +100,10 @@ def _regional_api(region: str) -> str:
     return f"https://{region}-aiplatform.googleapis.com"
 
 
-class VertexJobs:
+class VertexApi:
+    """One Vertex AI REST service of a project (the JobService here, the ModelService in functions/registry.py): its
+    endpoint per region and the call with the retry policy and Google's error shape."""
+
     def __init__(self, project: str, region: str, endpoint: str = "", policy: RetryPolicy = POLICY):
         self._session, self._base = rest_session(endpoint or None, _regional_api(region), _SCOPES)
         self._endpoint = endpoint
@@ -148,6 +151,8 @@ class VertexJobs:
 
         return self._policy.call(what, attempt, before_retry)
 
+
+class VertexJobs(VertexApi):
     def find(self, labels: dict[str, str], region: str | None = None, legacy: bool = True) -> JobSnapshot | None:
         """The job of the attempt whose job carries `labels`, if it was created (in its ladder rung's region). With
         `legacy`, also one an earlier version of trainctl created for it under the labels of before issue 25."""

@@ -40,7 +40,7 @@ log = logging.getLogger("local.stack")
 # template lets a marker set, a marker here may ask for other resources and scheduling (the demo asks for 2 nodes);
 # never for other code, another output folder, run-as account or request id (functions/marker_policy.py).
 DEFAULT_TEMPLATE: dict[str, Any] = {
-    MAY_SET_KEY: [*DEFAULT_MAY_SET, "resources", "scheduling"],
+    MAY_SET_KEY: [*DEFAULT_MAY_SET, "resources", "scheduling", "model"],
     "dataset": {"target": "target", "format": "auto"},
     "trainer": {"builtin": "tabular", "hyperparameters": {"epochs": 5}},
     "resources": {"machine_type": "g2-standard-24"},

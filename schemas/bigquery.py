@@ -1,13 +1,17 @@
-"""The BigQuery table that event history lands in, derived from schemas/job_event.schema.json.
+"""Event history in BigQuery: the table the events topic's BigQuery subscription writes, and the typed view of it,
+both derived from here and the second from schemas/job_event.schema.json.
 
-A Pub/Sub BigQuery subscription with `use_table_schema` writes each event's JSON fields into the columns of
-the same name, so the table needs one column for every field of every event model: the union of the ten
-models, all NULLABLE (each event has only its own). Free-form objects (metrics, labels) become JSON columns.
-`write_metadata` adds the subscription's own columns (subscription_name, message_id, publish_time, and the
-attributes — ce-type, ordering key … — as JSON; cloud.google.com/pubsub/docs/bigquery).
+The subscription writes each message whole into a JSON column `data`, beside the metadata `write_metadata`
+adds (cloud.google.com/pubsub/docs/create-bigquery-subscription, "Use table schema" and "Write metadata"). It
+does not spread the event over typed columns (`use_table_schema`): that option fills a JSON column only from a
+field that holds JSON *in an escaped string* ("myData": "{\\"key\\":\\"value\\"}"), and an event's free-form
+objects (metrics, labels) are objects, so those events would stay in the backlog. Typed columns come from the
+view `unique_events` instead: one column for every field of every event model (the union of the ten, each
+NULLABLE), each read out of `data` with its type, Pub/Sub's redelivered copies dropped.
 
-`python -m schemas.export` (`make schemas`) rewrites terraform/bigquery_events_schema.json; a test fails when
-the checked-in file is stale, so a new event field cannot be silently dropped from history.
+`python -m schemas.export` (`make schemas`) rewrites terraform/bigquery_events_schema.json and
+terraform/bigquery_unique_events.sql; a test fails when either is stale, so a new event field cannot be
+silently left out of history.
 """
 
 from __future__ import annotations
@@ -16,13 +20,23 @@ import json
 from pathlib import Path
 from typing import Any
 
-BIGQUERY_SCHEMA = Path(__file__).resolve().parents[1] / "terraform" / "bigquery_events_schema.json"
+TERRAFORM = Path(__file__).resolve().parents[1] / "terraform"
+BIGQUERY_SCHEMA = TERRAFORM / "bigquery_events_schema.json"
+UNIQUE_EVENTS_SQL = TERRAFORM / "bigquery_unique_events.sql"
 
-# The columns write_metadata fills (cloud.google.com/pubsub/docs/bigquery, "Write metadata").
-METADATA_COLUMNS: list[dict[str, Any]] = [
+# What a BigQuery subscription with write_metadata and no schema option writes, with the types the page
+# names: data "BYTES, STRING, or JSON", attributes "STRING or JSON" (a JSON object of the message's attributes
+# and its ordering key), publish_time TIMESTAMP.
+TABLE_COLUMNS: list[dict[str, Any]] = [
     {"name": "subscription_name", "type": "STRING", "mode": "NULLABLE", "description": "Pub/Sub subscription."},
     {"name": "message_id", "type": "STRING", "mode": "NULLABLE", "description": "Pub/Sub message id."},
     {"name": "publish_time", "type": "TIMESTAMP", "mode": "NULLABLE", "description": "When Pub/Sub got it."},
+    {
+        "name": "data",
+        "type": "JSON",
+        "mode": "NULLABLE",
+        "description": "The event as published; the view unique_events gives every field a typed column.",
+    },
     {
         "name": "attributes",
         "type": "JSON",
@@ -30,6 +44,7 @@ METADATA_COLUMNS: list[dict[str, Any]] = [
         "description": "The message attributes (ce-id, ce-type, state …) and its ordering key.",
     },
 ]
+METADATA_COLUMNS = [c for c in TABLE_COLUMNS if c["name"] != "data"]
 
 
 class UnmappableField(ValueError):
@@ -91,18 +106,81 @@ def _merge(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     return first | {"fields": list(fields.values())}
 
 
-def table_schema(event_schema: dict[str, Any]) -> list[dict[str, Any]]:
-    """The columns for every field of every event in the union, then the subscription's metadata columns."""
+def event_columns(event_schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The typed columns of the view: one for every field of every event in the union."""
     defs = event_schema["$defs"]
     columns: dict[str, dict[str, Any]] = {}
     for option in event_schema["oneOf"]:
         for name, node in _resolve(option, defs)["properties"].items():
             found = column(name, node, defs)
             columns[name] = _merge(columns[name], found) if name in columns else found
-    clash = set(columns) & {c["name"] for c in METADATA_COLUMNS}
+    clash = set(columns) & {c["name"] for c in TABLE_COLUMNS}
     if clash:
-        raise UnmappableField(f"event fields {sorted(clash)} collide with the subscription's metadata columns")
-    return list(columns.values()) + METADATA_COLUMNS
+        raise UnmappableField(f"event fields {sorted(clash)} collide with the table's own columns")
+    return list(columns.values())
+
+
+# ---- the view: each column read out of `data` with its type ------------------------------------------------
+
+
+def _scalar(kind: str, source: str, path: str) -> str:
+    """A JSON scalar as a SQL value: JSON_VALUE gives its text (SQL NULL when absent or null), cast to the column
+    type; SAFE_CAST leaves a value of the wrong shape NULL rather than failing the whole query."""
+    text = f"JSON_VALUE({source}, '{path}')"
+    return text if kind == "STRING" else f"SAFE_CAST({text} AS {kind})"
+
+
+def _named(column: dict[str, Any], source: str, parent: str, depth: int) -> str:
+    """`column` read from the member of the JSON object at `parent` that bears its name, as itself."""
+    name = column["name"]
+    return f"{_value(column, source, f'{parent}.{name}', depth)} AS `{name}`"
+
+
+def _fields(columns: list[dict[str, Any]], source: str, parent: str, depth: int) -> str:
+    return ", ".join(_named(c, source, parent, depth) for c in columns)
+
+
+def _value(column: dict[str, Any], source: str, path: str, depth: int) -> str:
+    """The SQL expression of `column`, whose JSON value is at `path` in the JSON expression `source`."""
+    if column["mode"] == "REPEATED":
+        item, position = f"item{depth}", f"position{depth}"
+        element = column | {"mode": "NULLABLE"}
+        if column["type"] == "RECORD":
+            select = f"SELECT AS STRUCT {_fields(column['fields'], item, '$', depth + 1)}"
+        else:
+            select = f"SELECT {_value(element, item, '$', depth + 1)}"
+        return (
+            f"ARRAY({select} FROM UNNEST(JSON_QUERY_ARRAY({source}, '{path}')) AS {item} "
+            f"WITH OFFSET AS {position} ORDER BY {position})"
+        )
+    if column["type"] == "RECORD":
+        # An absent record is NULL, not a STRUCT of NULLs.
+        return (
+            f"IF(JSON_TYPE(JSON_QUERY({source}, '{path}')) = 'object', "
+            f"STRUCT({_fields(column['fields'], source, path, depth)}), NULL)"
+        )
+    if column["type"] == "JSON":
+        return f"JSON_QUERY({source}, '{path}')"
+    return _scalar(column["type"], source, path)
+
+
+def unique_events_query(columns: list[dict[str, Any]]) -> str:
+    """The view's SQL, with `${events_table}` for Terraform's templatefile to fill in."""
+    typed = [f"  {_named(c, 'data', '$', 1)}," for c in columns]
+    return "\n".join(
+        [
+            "-- Generated by `make schemas` (schemas/bigquery.py) from schemas/job_event.schema.json: edit those.",
+            "-- Every event field as a typed column, read out of the JSON the subscription wrote, and each event",
+            "-- once: Pub/Sub delivers at least once, and a redelivered copy has the same ce-id.",
+            "SELECT",
+            *typed,
+            "  " + ", ".join(c["name"] for c in TABLE_COLUMNS),
+            "FROM `${events_table}`",
+            "WHERE TRUE",
+            "QUALIFY ROW_NUMBER() OVER (PARTITION BY JSON_VALUE(attributes, '$.\"ce-id\"') ORDER BY publish_time) = 1",
+            "",
+        ]
+    )
 
 
 def _without_empty_descriptions(columns: list[dict[str, Any]]) -> list[dict[str, Any]]:

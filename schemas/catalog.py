@@ -313,26 +313,73 @@ def reducers_needed(total_worker_egress_gbps: float) -> int:
     return max(1, math.ceil(total_worker_egress_gbps / REDUCER_EGRESS_GBPS))
 
 
-# Vertex custom-training GPU quota metrics (service aiplatform.googleapis.com): on-demand
-# custom_model_training_nvidia_<gpu>_gpus, and custom_model_training_preemptible_nvidia_<gpu>_gpus for
-# FLEX_START (Dynamic Workload Scheduler docs) and Spot (public quota references; not confirmed by a Google
-# page, local/FIDELITY.md). The GPU names follow vertex-ai-samples' common_util.py and the A3 Mega guide where
-# they differ from the AcceleratorType names.
+# Vertex custom-training GPU quotas (service aiplatform.googleapis.com), each known by its metric and by its quota
+# id in the Cloud Quotas API: on demand, custom_model_training_nvidia_<gpu>_gpus with the id
+# CustomModelTraining<GPU>PerProjectPerRegion; for Spot and FLEX_START, custom_model_training_preemptible_… with
+# CustomModelTrainingPreemptible<GPU>PerProjectPerRegion. The words come from Google's Model Garden quota check in
+# GoogleCloudPlatform/vertex-ai-samples (local/FIDELITY.md has the files): its metric map (T4 to H200) and its
+# quota-id map (every GPU below but P4); B200, GB200 and RTX PRO 6000 metric words from the serving metrics its
+# notebooks link beside those ids. Preemptible for FLEX_START: Vertex's Dynamic Workload Scheduler page; for
+# Spot: the same repository's A3 Mega training sample. The words do not follow the AcceleratorType names:
+# NVIDIA_H100_80GB is h100 / H100GPUs, NVIDIA_H200_141GB is h200 / H200GPUs.
 QUOTA_SERVICE = "aiplatform.googleapis.com"
-_GPU_METRIC_NAMES = {
-    "NVIDIA_H100_80GB": "nvidia_h100",
-    "NVIDIA_H100_MEGA_80GB": "nvidia_h100_mega",
+CPU_QUOTA_METRIC = f"{QUOTA_SERVICE}/custom_model_training_cpus"
+
+
+@dataclass(frozen=True)
+class GpuQuotaNames:
+    metric_word: str  # custom_model_training_[preemptible_]<metric_word>_gpus
+    id_word: str  # CustomModelTraining[Preemptible]<id_word>PerProjectPerRegion
+
+
+GPU_QUOTA_NAMES: dict[str, GpuQuotaNames] = {
+    "NVIDIA_TESLA_T4": GpuQuotaNames("nvidia_t4", "T4GPUs"),
+    "NVIDIA_TESLA_P4": GpuQuotaNames("nvidia_p4", "P4GPUs"),  # not in Google's map: by the same rule, unconfirmed
+    "NVIDIA_TESLA_P100": GpuQuotaNames("nvidia_p100", "P100GPUs"),
+    "NVIDIA_TESLA_V100": GpuQuotaNames("nvidia_v100", "V100GPUs"),
+    "NVIDIA_TESLA_A100": GpuQuotaNames("nvidia_a100", "A100GPUs"),
+    "NVIDIA_A100_80GB": GpuQuotaNames("nvidia_a100_80gb", "A10080GBGPUs"),
+    "NVIDIA_L4": GpuQuotaNames("nvidia_l4", "L4GPUs"),
+    "NVIDIA_H100_80GB": GpuQuotaNames("nvidia_h100", "H100GPUs"),
+    "NVIDIA_H100_MEGA_80GB": GpuQuotaNames("nvidia_h100_mega", "H100MEGAGPUs"),
+    "NVIDIA_H200_141GB": GpuQuotaNames("nvidia_h200", "H200GPUs"),
+    "NVIDIA_B200": GpuQuotaNames("nvidia_b200", "B200GPUs"),
+    "NVIDIA_GB200": GpuQuotaNames("nvidia_gb200", "GB200GPUs"),  # A4X only, not in MACHINES (Arm)
+    "NVIDIA_RTX_PRO_6000": GpuQuotaNames("nvidia_rtx_pro_6000", "RTXPRO6000GPUs"),
 }
 _PREEMPTIBLE_STRATEGIES = frozenset({"SPOT", "FLEX_START"})
+
+
+def _preemptible(strategy: str) -> bool:
+    return strategy.upper() in _PREEMPTIBLE_STRATEGIES
 
 
 def quota_metric(accelerator_type: str | None, strategy: str = "STRATEGY_UNSPECIFIED") -> str:
     """The Vertex training quota metric that limits `accelerator_type` GPUs (an AcceleratorType name), e.g.
     NVIDIA_TESLA_T4 → aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus. `strategy` is a
     Scheduling.Strategy name or a request's strategy (spot, flex_start: any case); Spot and FLEX_START draw
-    on the preemptible metric. Without an accelerator, the CPU metric."""
+    on the preemptible metric. Without an accelerator, the CPU metric. A GPU the table does not name (the local
+    JobService takes any AcceleratorType) gets its enum name's words, as most of the table's follow."""
     if not accelerator_type or accelerator_type == "ACCELERATOR_TYPE_UNSPECIFIED":
-        return f"{QUOTA_SERVICE}/custom_model_training_cpus"
-    name = _GPU_METRIC_NAMES.get(accelerator_type, accelerator_type.lower().replace("_tesla_", "_"))
-    preemptible = "preemptible_" if strategy.upper() in _PREEMPTIBLE_STRATEGIES else ""
-    return f"{QUOTA_SERVICE}/custom_model_training_{preemptible}{name}_gpus"
+        return CPU_QUOTA_METRIC
+    names = GPU_QUOTA_NAMES.get(accelerator_type)
+    word = names.metric_word if names else accelerator_type.lower().replace("_tesla_", "_")
+    preemptible = "preemptible_" if _preemptible(strategy) else ""
+    return f"{QUOTA_SERVICE}/custom_model_training_{preemptible}{word}_gpus"
+
+
+def _quota_ids() -> dict[str, str]:
+    ids = {}
+    for accelerator, names in GPU_QUOTA_NAMES.items():
+        for strategy, prefix in (("STANDARD", "CustomModelTraining"), ("SPOT", "CustomModelTrainingPreemptible")):
+            ids[quota_metric(accelerator, strategy)] = f"{prefix}{names.id_word}PerProjectPerRegion"
+    return ids
+
+
+QUOTA_IDS: dict[str, str] = _quota_ids()  # full GPU metric name → its quota id in the Cloud Quotas API
+
+
+def quota_id(metric: str) -> str | None:
+    """The Cloud Quotas id of a GPU metric quota_metric gives (…/custom_model_training_nvidia_l4_gpus →
+    CustomModelTrainingL4GPUsPerProjectPerRegion); None for a metric the table does not name."""
+    return QUOTA_IDS.get(metric)

@@ -31,6 +31,9 @@ State = Literal[
     "succeeded",
     "failed",
     "cancelled",
+    "registered",
+    "promoted",
+    "held",
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 FailureReason = Literal["quota", "capacity", "preemption", "hang", "internal", "user", "invalid", "permission"]
@@ -235,8 +238,77 @@ class Cancelled(_Event):
     duration_seconds: float | None = None
 
 
+class Lineage(_Strict):
+    """Where a model version came from, in full (its labels hold the same, shortened to label rules)."""
+
+    request_id: str
+    dataset_uri: str
+    marker: str | None = Field(None, description="gs://bucket/object#generation of the marker that started it.")
+    job: str | None = Field(None, description="The CustomJob that trained it.")
+    image: str = Field(description="The container image that trained it (and serves it).")
+    champion_passed: str | None = Field(
+        None, description="The version the trainer was given to score on the same rows (--champion-model-dir)."
+    )
+
+
+class Decision(_Strict):
+    """Why a version was promoted or held: the figures compared and the rule applied."""
+
+    metric: str
+    goal: Literal["maximize", "minimize"]
+    challenger: float | None = Field(None, description="The new version's figure (None: metrics.json has none).")
+    champion: float | None = Field(None, description="The champion's figure compared against (None: no champion).")
+    champion_version: str | None = Field(None, description="The version under the alias at promotion time.")
+    same_rows: bool = Field(
+        description="Both figures were measured on this run's own validation rows (the trainer scored the champion); "
+        "false: the champion's figure was recorded on the data it was trained with."
+    )
+    min_improvement: float = Field(description="The margin the challenger had to beat the champion by.")
+    reason: str = Field(description="The decision in words.")
+
+
+class _ModelEvent(_Event):
+    model: str = Field(description="The Model Registry model id (the model block's name).")
+    model_resource: str = Field(description="projects/{p}/locations/{l}/models/{model}")
+    version: str | None = Field(None, description="The model version id this event is about.")
+
+
+class Registered(_ModelEvent):
+    state: Literal["registered"] = "registered"
+    artifact_uri: str = Field(description="The run's model folder, the version's artifacts.")
+    lineage: Lineage
+
+
+class Promoted(_ModelEvent):
+    state: Literal["promoted"] = "promoted"
+    alias: str = Field(description="The alias moved to the version (`default` moves with it).")
+    previous_version: str | None = Field(None, description="The version the alias left (None: the model's first).")
+    decision: Decision | None = Field(None, description="Absent when a person moved the alias (trigger `cli`).")
+
+
+class Held(_ModelEvent):
+    state: Literal["held"] = "held"
+    alias: str
+    decision: Decision | None = Field(
+        None, description="Absent when no decision could be made (the registry refused a step; `message` says why)."
+    )
+
+
 JobEvent = Annotated[
-    Accepted | Duplicate | Rejected | Queued | Submitted | Running | Retrying | Stuck | Succeeded | Failed | Cancelled,
+    Accepted
+    | Duplicate
+    | Rejected
+    | Queued
+    | Submitted
+    | Running
+    | Retrying
+    | Stuck
+    | Succeeded
+    | Failed
+    | Cancelled
+    | Registered
+    | Promoted
+    | Held,
     Field(discriminator="state"),
 ]
 EVENT_ADAPTER: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)

@@ -1,5 +1,5 @@
-"""Generate the JSON Schema files from the models, and the event history's BigQuery table schema from the
-event schema: `python -m schemas.export` (or `make schemas`)."""
+"""Generate the JSON Schema files from the models, and the event history's BigQuery table schema and typed view
+from the event schema: `python -m schemas.export` (or `make schemas`)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,10 @@ def main() -> None:
     for path, schema in ((REQUEST_SCHEMA, request_schema()), (EVENT_SCHEMA, event_schema())):
         path.write_text(render(schema))
         print(f"wrote {path}")
-    bigquery.BIGQUERY_SCHEMA.write_text(bigquery.render(bigquery.table_schema(event_schema())))
-    print(f"wrote {bigquery.BIGQUERY_SCHEMA}")
+    bigquery.BIGQUERY_SCHEMA.write_text(bigquery.render(bigquery.TABLE_COLUMNS))
+    bigquery.UNIQUE_EVENTS_SQL.write_text(bigquery.unique_events_query(bigquery.event_columns(event_schema())))
+    for path in (bigquery.BIGQUERY_SCHEMA, bigquery.UNIQUE_EVENTS_SQL):
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

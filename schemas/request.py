@@ -390,6 +390,89 @@ class Fallback(_Strict):
         return seconds
 
 
+# Vertex Model Registry's rules (googleapis google/cloud/aiplatform/v1/model_service.proto): a model id "may be up
+# to 63 characters, and valid characters are [a-z0-9_-]. The first character cannot be a number or hyphen"
+# (UploadModelRequest.model_id). An alias: MergeVersionAliasesRequest says [a-z][a-zA-Z0-9-]{0,126}[a-z-0-9],
+# Model.version_aliases [a-z][a-zA-Z0-9-]{0,126}[a-z0-9], the model-alias page [a-z][a-z0-9-]{0,126}[a-z0-9]
+# (cloud.google.com/vertex-ai/docs/model-registry/model-alias); only what all three accept is taken.
+MODEL_ID_RE = re.compile(r"[a-z_][a-z0-9_-]{0,62}")
+MODEL_ALIAS_RE = re.compile(r"[a-z][a-z0-9-]{0,126}[a-z0-9]")
+# Vertex gives a model's first version the alias `default` and keeps exactly one version under it (model.proto,
+# Model.version_aliases); promotion moves it with the model block's alias, so the block cannot name it.
+DEFAULT_ALIAS = "default"
+# The metrics the built-in trainer writes to metrics.json, and which way is better (trainer/objective.py).
+BUILTIN_METRIC_GOALS: dict[str, Literal["maximize", "minimize"]] = {
+    "val_accuracy": "maximize",
+    "val_rmse": "minimize",
+    "val_loss": "minimize",
+}
+# The metric the built-in trainer ranks its epochs by, per task (metrics.json's `task`).
+TASK_METRICS = {"classification": "val_accuracy", "regression": "val_rmse"}
+_METRIC_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
+
+
+def _matching(pattern: re.Pattern[str], rule: str) -> Any:
+    """A validator of a whole-string pattern whose refusal states the rule in words."""
+
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"{rule}, got {value[:80]!r}")
+        return value
+
+    return check
+
+
+def _not_default(value: str) -> str:
+    if value == DEFAULT_ALIAS:
+        raise ValueError(
+            "`default` is moved by trainctl together with the model's alias; choose another name, such as champion"
+        )
+    return value
+
+
+_check_model_id = _matching(
+    MODEL_ID_RE,
+    "must be 1-63 lowercase letters, digits, '_' or '-', not starting with a digit or '-' (Vertex AI's model id rule)",
+)
+_check_alias = _matching(
+    MODEL_ALIAS_RE,
+    "must be 2-128 lowercase letters, digits or '-', starting with a letter and ending with a letter or digit "
+    "(Vertex AI's version alias rule)",
+)
+_check_metric_name = _matching(
+    _METRIC_NAME_RE, "must be the name of an entry of metrics.json: 1-128 letters, digits, '_', '.' or '-'"
+)
+
+
+class ModelBlock(_Strict):
+    """The Vertex AI Model Registry model each successful run becomes a new version of. The version is promoted
+    (the alias, and `default`, moved to it) when it beats the version under the alias by more than
+    min_improvement on the metric; else it is held."""
+
+    name: Annotated[str, AfterValidator(_check_model_id)] = Field(
+        description="The model's id in the Model Registry; the first success creates it.", examples=["churn"]
+    )
+    metric: Annotated[str, AfterValidator(_check_metric_name)] | None = Field(
+        None,
+        description="The metrics.json entry that decides. Default for the built-in trainer: val_accuracy for "
+        "classification, val_rmse for regression (from the run's own task). A custom image must name it.",
+    )
+    goal: Literal["maximize", "minimize"] | None = Field(
+        None,
+        description="Which way is better. Needed only for a metric the built-in trainer does not define "
+        f"({', '.join(BUILTIN_METRIC_GOALS)} are known); a custom image must name it.",
+    )
+    min_improvement: float = Field(
+        0.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="The challenger must beat the champion by more than this (in the metric's units).",
+    )
+    alias: Annotated[str, AfterValidator(_not_default), AfterValidator(_check_alias)] = Field(
+        "champion", description="The version alias promotion moves; `default` follows it."
+    )
+
+
 def rung_prefix(index: int) -> str:
     """Where rung `index` of the ladder is written in a request, as a path prefix: "" for the request's own
     resources, "fallbacks[i]." for a fallback (the form error paths take)."""
@@ -456,6 +539,11 @@ class TrainingJobRequest(_Strict):
         default_factory=dict,
         description="GCP labels for the CustomJob (keys and values ≤ 63 of [a-z0-9_-], keys start with a letter).",
     )
+    model: ModelBlock | None = Field(
+        None,
+        description="Register each successful run as a version of this Model Registry model, and promote it when "
+        "it beats the version in use (README: the model block).",
+    )
     service_account: str | None = Field(
         None,
         pattern=_SERVICE_ACCOUNT_RE,
@@ -489,6 +577,7 @@ class TrainingJobRequest(_Strict):
                     f"(resources and {rungs - 1} fallbacks); set max_attempts ≥ {rungs}",
                 )
             )
+        problems += _model_problems(self)
         if problems:
             raise _cross_field(problems)
         return self
@@ -551,4 +640,37 @@ def _rung_problems(rung: Rung, reduction_server: ReductionServer, where: str) ->
                     "all pools must match)",
                 )
             )
+    return problems
+
+
+def _model_problems(request: TrainingJobRequest) -> list[tuple[str, str]]:
+    """What makes the model block unusable with the request's trainer: a custom image must say what decides, and a
+    goal may not contradict what the built-in trainer's metric means."""
+    block = request.model
+    if block is None:
+        return []
+    problems: list[tuple[str, str]] = []
+    if request.trainer.image is not None:
+        for name in ("metric", "goal"):
+            if getattr(block, name) is None:
+                why = "name the metrics.json entry that decides and whether higher (maximize) or lower (minimize) wins"
+                problems.append((f"model.{name}", f"required with a custom image: {why}"))
+    known = BUILTIN_METRIC_GOALS.get(block.metric or "")
+    if block.metric is not None and known is None and block.goal is None:
+        why = f"{block.metric} is not one the built-in trainer defines; say maximize or minimize"
+        problems.append(("model.goal", f"required for this metric: {why}"))
+    if known is not None and block.goal is not None and block.goal != known:
+        better = "higher" if known == "maximize" else "lower"
+        problems.append(("model.goal", f"{block.metric} is better when {better}: goal {known}, or omit it"))
+    task = request.trainer.hyperparameters.task if request.trainer.hyperparameters else "auto"
+    expected = TASK_METRICS.get(task)
+    if (
+        request.trainer.image is None
+        and expected
+        and block.metric in TASK_METRICS.values()
+        and block.metric != expected
+    ):
+        problems.append(
+            ("model.metric", f"a {task} run reports {expected}, not {block.metric}; omit it to use {expected}")
+        )
     return problems

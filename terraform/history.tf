@@ -1,6 +1,7 @@
-# Event history in BigQuery: a BigQuery subscription on the events topic writes every lifecycle event into a
-# table partitioned by the event's time, and views answer the questions operators ask of it. The table's
-# columns are generated from schemas/job_event.schema.json (schemas/bigquery.py; `make schemas`).
+# Event history in BigQuery: a BigQuery subscription on the events topic writes every lifecycle event, whole, as
+# one row of a table partitioned by the time Pub/Sub received it; the view unique_events gives every event field
+# a typed column (its SQL is generated from schemas/job_event.schema.json by schemas/bigquery.py, `make schemas`)
+# and the other views answer the questions operators ask of it.
 
 locals {
   history_dataset = "${replace(var.name_prefix, "-", "_")}_history"
@@ -30,18 +31,18 @@ resource "google_bigquery_table" "events" {
   # checkov:skip=CKV_GCP_121: deletion protection is on unless var.force_destroy says to tear history down; checkov cannot read the expression.
   dataset_id          = google_bigquery_dataset.history.dataset_id
   table_id            = "events"
-  description         = "Every lifecycle event as published (the `time` column is the event's time)."
+  description         = "Every lifecycle event as published: the event in `data` (JSON), Pub/Sub's metadata beside it. Query the view unique_events for typed columns."
   labels              = local.labels
   schema              = file("${path.module}/bigquery_events_schema.json")
   deletion_protection = !var.force_destroy
 
+  # publish_time is within moments of the event's own time (events are published as they happen), and unlike
+  # it is a column of the table itself.
   time_partitioning {
     type          = "DAY"
-    field         = "time"
+    field         = "publish_time"
     expiration_ms = local.history_retention_ms
   }
-
-  clustering = ["state", "request_id"]
 }
 
 # The Pub/Sub service agent writes the rows (cloud.google.com/pubsub/docs/create-bigquery-subscription):
@@ -58,13 +59,13 @@ resource "google_pubsub_subscription" "events_to_history" {
   topic  = google_pubsub_topic.events.id
   labels = local.labels
 
+  # No schema option: the event goes whole into the JSON column `data` ("If the field is of type JSON, then the
+  # message body must be valid JSON"), and no event field can be refused or dropped. use_table_schema would fill
+  # a JSON column only from a field holding JSON in an escaped string, and an event's metrics and labels are
+  # objects (cloud.google.com/pubsub/docs/create-bigquery-subscription, "Use table schema").
   bigquery_config {
-    table            = local.events_table
-    use_table_schema = true
-    write_metadata   = true
-    # Off on purpose: an event with a field the table lacks stays in the backlog (the dashboard shows it)
-    # instead of losing that field; tests/unit/test_bigquery_schema.py keeps the two in step.
-    drop_unknown_fields = false
+    table          = local.events_table
+    write_metadata = true
   }
 
   expiration_policy {
@@ -81,17 +82,13 @@ resource "google_bigquery_table" "unique_events" {
   # checkov:skip=CKV_GCP_121: a view holds no data; dropping it loses nothing the next apply does not restore.
   dataset_id          = google_bigquery_dataset.history.dataset_id
   table_id            = "unique_events"
-  description         = "The events table with Pub/Sub's redelivered copies dropped (one row per ce-id)."
+  description         = "Every event once (Pub/Sub's redelivered copies dropped by ce-id), each event field a typed column."
   labels              = local.labels
   deletion_protection = false
 
   view {
     use_legacy_sql = false
-    query          = <<-SQL
-      SELECT * FROM `${local.events_table}`
-      WHERE TRUE
-      QUALIFY ROW_NUMBER() OVER (PARTITION BY JSON_VALUE(attributes, '$."ce-id"') ORDER BY publish_time) = 1
-    SQL
+    query          = templatefile("${path.module}/bigquery_unique_events.sql", { events_table = local.events_table })
   }
 }
 

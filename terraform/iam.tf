@@ -18,7 +18,10 @@ resource "google_service_account" "function" {
 
 # CreateCustomJob / ListCustomJobs / CancelCustomJob need aiplatform.user (customJobs.create and .cancel
 # have no narrower predefined role). Every function may create a job: the intake functions submit, and
-# on_job_state and reconcile resubmit capacity, preemption and internal failures.
+# on_job_state and reconcile resubmit capacity, preemption and internal failures. The same role holds the Model
+# Registry permissions of the `model` block (aiplatform.models.get/list/upload/update,
+# aiplatform.modelEvaluations.list/import): the intake functions read the champion, the observers register and
+# promote (terraform/README.md).
 resource "google_project_iam_member" "function_uses_vertex" {
   for_each = local.functions
 
@@ -29,7 +32,7 @@ resource "google_project_iam_member" "function_uses_vertex" {
   depends_on = [google_project_service.enabled]
 }
 
-# Reading the project's Vertex GPU limits (Cloud Quotas quotaInfos.list needs cloudquotas.quotas.get on the
+# Reading the project's Vertex GPU limits (Cloud Quotas quotaInfos.get needs cloudquotas.quotas.get on the
 # project) before admitting a request. Every function may admit: the intake functions, and on_job_state and
 # reconcile when they resubmit or release a request queued for quota.
 resource "google_project_iam_member" "function_reads_quotas" {

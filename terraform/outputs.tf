@@ -27,6 +27,11 @@ output "subscriptions" {
   }
 }
 
+output "event_watch_subscriptions" {
+  description = "Each event watcher's own pull subscription, by its name in var.event_watchers: what it passes to `trainctl watch --subscription` (or TRAINCTL_EVENTS_SUBSCRIPTION)."
+  value       = { for name, s in google_pubsub_subscription.watcher : name => s.name }
+}
+
 output "function_uris" {
   description = "URI of each function, by entry point. Ingress is internal-only: these answer only callers inside the project."
   value       = { for name, f in google_cloudfunctions2_function.function : name => f.service_config[0].uri }

@@ -439,7 +439,7 @@ variable "legacy_pubsub_push_auth" {
   default     = false
 }
 
-# ---- who may start jobs -------------------------------------------------------------------------------
+# ---- who may start jobs, and who may follow them -----------------------------------------------------
 
 variable "request_publishers" {
   description = "IAM members (user:…, group:…, serviceAccount:…) allowed to publish job requests to the requests topic. Nobody else can start a job by message."
@@ -460,6 +460,17 @@ variable "data_uploaders" {
   validation {
     condition     = alltrue([for m in var.data_uploaders : can(regex("^(user|group|serviceAccount|domain):", m))])
     error_message = "data_uploaders entries must be IAM members such as group:data-eng@example.com."
+  }
+}
+
+variable "event_watchers" {
+  description = "Who may follow lifecycle events from the command line (`trainctl watch`, `trainctl submit --wait`): name => IAM member. Each entry gets a pull subscription of its own on the events topic, <name_prefix>-watch-<name>, and may pull from that subscription only (terraform/README.md, \"Permissions\"); the watcher passes it as --subscription or TRAINCTL_EVENTS_SUBSCRIPTION. Concurrent sessions on one subscription share its events, so give each person or service its own entry."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition     = alltrue([for name, member in var.event_watchers : can(regex("^[a-z][a-z0-9-]{0,29}$", name)) && can(regex("^(user|group|serviceAccount|domain):", member))])
+    error_message = "event_watchers: each name must be 1-30 of [a-z0-9-] starting with a letter, and each value an IAM member such as user:ana@example.com or serviceAccount:ci@my-project.iam.gserviceaccount.com."
   }
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainctl import demo, jobs, local_stack, plan, replay, report, submit, validate
+from trainctl import demo, jobs, local_stack, models, plan, replay, report, submit, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.register(commands)
     jobs.register(commands)
     report.register(commands)
+    models.register(commands)
     replay.register(commands)
     demo.register(commands)
     local_stack.register(commands)

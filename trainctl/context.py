@@ -34,3 +34,9 @@ def cli_settings() -> Settings:
 def requests_topic() -> str:
     """The topic job requests are published to (only the command line needs it, not the functions)."""
     return os.environ.get("TRAINCTL_REQUESTS_TOPIC") or Names(cli_settings().project).requests_topic
+
+
+def events_subscription() -> str | None:
+    """The watcher's own subscription on the events topic (Terraform's `event_watchers` makes one per watcher),
+    or None: the command then makes a subscription of its own for as long as it runs."""
+    return os.environ.get("TRAINCTL_EVENTS_SUBSCRIPTION") or None

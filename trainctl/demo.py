@@ -1,12 +1,14 @@
 """`trainctl demo` (what `make demo` runs): the whole flow on this machine, start to finish.
 
-Starts the local stack, writes a real tabular dataset (scikit-learn's breast-cancer data, shipped in the
-wheel) into the local data bucket as CSV shards, then the `_SUCCESS` marker whose content asks for 2 nodes;
-prints each lifecycle event as it arrives; then a summary (job, nodes × processes, the metrics against the
-trivial baseline, artifacts, wall time), a loss-curve PNG, a check that the model loads and predicts, and
-the short `trainctl report` of what it ran.
-Stops the stack in every case. Exit 0 only when `succeeded` arrived and the model loads; otherwise the
-failing step is named with where its logs are.
+Starts the local stack and writes a real tabular dataset (scikit-learn's breast-cancer data, shipped in the wheel)
+into the local data bucket, three partitions one after another, each ending in a `_SUCCESS` marker whose content
+asks for 2 nodes and names the model `demo-breast-cancer`: the first trains and becomes the champion, the second
+(more data, more epochs) beats it on its own validation rows and is promoted, the third (a learning rate far too
+small) is worse and held. Each lifecycle event is printed as it arrives; then a summary of the champion's run
+(job, nodes × processes, the metrics against the trivial baseline, artifacts, wall time), a loss-curve PNG, a
+check that the champion loads and predicts, the registry's view of the model, and the short `trainctl report`.
+Stops the stack in every case. Exit 0 only when every partition ended as the story says and the champion loads;
+otherwise the failing step is named with where its logs are.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import redirect_stdout
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,23 +31,49 @@ from local.stack_state import local_dir, read_state, remove_state, running_stack
 
 EXIT_FAILED = 1
 DATASET_FOLDER = "demo/breast-cancer"
+MODEL = "demo-breast-cancer"
 SHARDS = 3
-# The marker's content: overrides merged onto the stack's default rule (built-in tabular trainer, `target`).
+# What every partition's marker asks for, merged onto the stack's default rule (built-in tabular trainer, `target`).
 MARKER_OVERRIDES: dict[str, Any] = {
-    "display_name": "trainctl demo: breast cancer (2 nodes)",
     "resources": {"machine_type": "g2-standard-24", "replica_count": 2},
-    "trainer": {
-        "builtin": "tabular",
-        "hyperparameters": {
-            "epochs": 20,
-            "batch_size": 32,
-            "learning_rate": 0.003,
-            "hidden_sizes": [64, 32],
-            "seed": 7,
-        },
-    },
     "scheduling": {"timeout": "15m", "max_pending": "5m"},
+    "model": {"name": MODEL},
 }
+GOOD_TRAINING = {"epochs": 20, "batch_size": 32, "learning_rate": 0.003, "hidden_sizes": [64, 32], "seed": 7}
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One dataset landing: its folder, the rows it holds, how its run trains, and what the model step decides."""
+
+    day: str
+    rows: int | None  # the first rows of the dataset; None: all of them
+    hyperparameters: dict[str, Any]
+    story: str
+    decision: str  # "promoted" or "held"
+
+    @property
+    def folder(self) -> str:
+        return f"{DATASET_FOLDER}/{self.day}"
+
+
+PARTITIONS = (
+    Partition(
+        "2026-11-01",
+        120,
+        {"epochs": 5, "batch_size": 8, "learning_rate": 0.003, "hidden_sizes": [8], "seed": 7},
+        "a first, small partition (120 rows, 5 epochs of a small network): the model's first version, so its champion",
+        "promoted",
+    ),
+    Partition("2026-11-08", None, GOOD_TRAINING, "all 569 rows, 20 epochs: better on its own rows", "promoted"),
+    Partition(
+        "2026-11-15",
+        None,
+        {**GOOD_TRAINING, "epochs": 1, "learning_rate": 0.00001},
+        "the same rows trained with a learning rate 300 times too small: worse, so held",
+        "held",
+    ),
+)
 
 
 class DemoFailed(Exception):
@@ -53,8 +83,10 @@ class DemoFailed(Exception):
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    cmd = commands.add_parser("demo", help="run the whole flow locally: data lands, a 2-node DDP job trains")
-    cmd.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the job (default 600)")
+    cmd = commands.add_parser(
+        "demo", help="run the whole flow locally: data lands three times, 2-node DDP jobs train, the better model wins"
+    )
+    cmd.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each partition (default 600)")
     cmd.add_argument("--out", type=Path, default=None, help="where the loss curve goes (default .trainctl/demo)")
     cmd.set_defaults(run=run_demo)
 
@@ -97,33 +129,68 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _flow(state: Any, timeout: float, out_dir: Path, started: float) -> int:
-    from trainctl.eventstream import EventStream, format_event
+    from trainctl.eventstream import EventStream
 
     names = state.names
-    with EventStream(state.project, names["events_topic"]) as stream:
-        marker = _upload_dataset(state.project, names["data_bucket"])
-        say(f"3/5 uploaded the marker gs://{names['data_bucket']}/{marker}; following the events…")
-        succeeded = None
-        deadline = datetime.now(UTC) + timedelta(seconds=timeout)
-        for event in stream.follow(until=deadline):
-            say("    " + format_event(event))
-            if event.state == "succeeded":
-                succeeded = event
-                break
-            if event.state in ("failed", "cancelled", "rejected"):
-                detail = "; ".join(getattr(event, "errors", []) or [event.message])
-                raise DemoFailed("training", f"the job ended {event.state}: {detail}")
-        if succeeded is None:
-            raise DemoFailed("training", f"no final event within {timeout:.0f} s")
-    say("4/5 checking the model: loading it and predicting…")
-    predictions = _predict(
-        succeeded.artifacts.model_dir, f"gs://{names['data_bucket']}/{DATASET_FOLDER}/part-00000.csv"
+    table = _dataset()
+    say(
+        f"2/5 scikit-learn's breast-cancer dataset ({table.num_rows} rows, {table.num_columns - 1} features) lands "
+        f"in {len(PARTITIONS)} partitions, each a new version of model {MODEL}"
     )
-    curve = _loss_curve(succeeded.artifacts.model_dir, out_dir)
+    champion = None
+    with EventStream(state.project, names["events_topic"]) as stream:
+        for number, partition in enumerate(PARTITIONS, start=1):
+            marker = _upload_partition(state.project, names["data_bucket"], table, partition)
+            say(f"3/5 partition {number}: {partition.story}\n    uploaded gs://{names['data_bucket']}/{marker}")
+            succeeded = _follow(stream, partition, timeout)
+            if partition.decision == "promoted":
+                champion = succeeded
+    assert champion is not None  # the partitions promote at least once
+    say("4/5 checking the champion: loading it and predicting…")
+    predictions = _predict(
+        champion.artifacts.model_dir, f"gs://{names['data_bucket']}/{PARTITIONS[-1].folder}/part-00000.csv"
+    )
+    curve = _loss_curve(champion.artifacts.model_dir, out_dir)
     say("5/5 done\n")
-    say(_summary(succeeded, predictions, curve, time.monotonic() - started))
+    say(_summary(champion, predictions, curve, time.monotonic() - started))
+    say(f"\n$ trainctl models show {MODEL}\n" + _registry_view())
     say("\n$ trainctl report --since 1h\n" + _short_report())
     return 0
+
+
+def _follow(stream: Any, partition: Partition, timeout: float) -> Any:
+    """Print the events of this partition's request until its model decision; its `succeeded` event."""
+    from trainctl.eventstream import format_event
+
+    succeeded = None
+    deadline = datetime.now(UTC) + timedelta(seconds=timeout)
+    prefix = f"gcs.{partition.folder.replace('/', '-')}-"  # a marker's request id: gcs.<folder>-<generation>
+    for event in stream.follow(until=deadline):
+        if not event.request_id.startswith(prefix):
+            continue
+        say("    " + format_event(event))
+        if event.state == "succeeded":
+            succeeded = event
+        elif event.state in ("failed", "cancelled", "rejected"):
+            detail = "; ".join(getattr(event, "errors", []) or [event.message])
+            raise DemoFailed("training", f"the job ended {event.state}: {detail}")
+        elif event.state in ("promoted", "held"):
+            if event.state != partition.decision:
+                raise DemoFailed("the model step", f"partition {partition.day} was {event.state}: {event.message}")
+            if succeeded is None:
+                raise DemoFailed("the model step", f"{event.state} arrived before succeeded")
+            return succeeded
+    raise DemoFailed("training", f"no model decision for partition {partition.day} within {timeout:.0f} s")
+
+
+def _registry_view() -> str:
+    """What `trainctl models show` prints of the demo's model (the stack is still up)."""
+    from trainctl.models import run_show
+
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        run_show(argparse.Namespace(name=MODEL, json=False))
+    return printed.getvalue().rstrip()
 
 
 def _short_report() -> str:
@@ -139,27 +206,40 @@ def _short_report() -> str:
     return format_report(report)
 
 
-def _upload_dataset(project: str, bucket_name: str) -> str:
+def _dataset() -> Any:
     import pyarrow as pa
-    import pyarrow.csv as pa_csv
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
     from sklearn.datasets import load_breast_cancer
 
     data = load_breast_cancer()  # 569 rows, 30 numeric features, label 0/1
     columns = {name.replace(" ", "_"): data.data[:, i] for i, name in enumerate(data.feature_names)}
-    table = pa.table({**columns, "target": data.target})
+    return pa.table({**columns, "target": data.target})
+
+
+def _upload_partition(project: str, bucket_name: str, table: Any, partition: Partition) -> str:
+    """The partition's rows as CSV shards, then its marker; the marker's name."""
+    import pyarrow.csv as pa_csv
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    rows = table.slice(0, partition.rows) if partition.rows else table
     bucket = storage.Client(project=project, credentials=AnonymousCredentials()).bucket(bucket_name)
-    rows = table.num_rows
-    say(f"2/5 writing scikit-learn's breast-cancer dataset ({rows} rows, {len(columns)} features) as {SHARDS} shards")
     for shard in range(SHARDS):
-        start, stop = shard * rows // SHARDS, (shard + 1) * rows // SHARDS
+        start, stop = shard * rows.num_rows // SHARDS, (shard + 1) * rows.num_rows // SHARDS
         text = io.BytesIO()
-        pa_csv.write_csv(table.slice(start, stop - start), text)
-        bucket.blob(f"{DATASET_FOLDER}/part-{shard:05d}.csv").upload_from_string(text.getvalue(), "text/csv")
-    marker = f"{DATASET_FOLDER}/_SUCCESS"
-    bucket.blob(marker).upload_from_string(json.dumps(MARKER_OVERRIDES), "application/json")
+        pa_csv.write_csv(rows.slice(start, stop - start), text)
+        bucket.blob(f"{partition.folder}/part-{shard:05d}.csv").upload_from_string(text.getvalue(), "text/csv")
+    marker = f"{partition.folder}/_SUCCESS"
+    bucket.blob(marker).upload_from_string(json.dumps(marker_overrides(partition)), "application/json")
     return marker
+
+
+def marker_overrides(partition: Partition) -> dict[str, Any]:
+    """What a partition's marker holds: the overrides merged onto the stack's default rule."""
+    return {
+        **MARKER_OVERRIDES,
+        "display_name": f"trainctl demo: breast cancer {partition.day} (2 nodes)",
+        "trainer": {"builtin": "tabular", "hyperparameters": partition.hyperparameters},
+    }
 
 
 def _predict(model_dir: str, data: str) -> int:
@@ -204,7 +284,7 @@ def _loss_curve(model_dir: str, out_dir: Path) -> Path | None:
     axes.plot([p[x_key] for p in points], [p["val_loss"] for p in points], label="validation loss")
     axes.set_xlabel(x_key)
     axes.set_ylabel("loss")
-    axes.set_title("trainctl demo: breast cancer, 2 nodes × 2 processes")
+    axes.set_title("trainctl demo: the champion (breast cancer, 2 nodes × 2 processes)")
     axes.legend()
     figure.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,31 +1,71 @@
-"""Following lifecycle events from the command line: a private pull subscription on the events topic that
-lives as long as the command (created before anything is published, so nothing is missed; deleted at exit)."""
+"""Following lifecycle events from the command line. Either a private pull subscription on the events topic that
+lives as long as the command (created before anything is published, so nothing is missed; deleted at exit), or
+the watcher's own subscription that Terraform made for it (`event_watchers`), which the command only pulls from.
+"""
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schemas.events import JobEvent, parse_event
 
+# `submit --wait` and `watch` exit with this when the events cannot be followed from this account.
+EXIT_CANNOT_FOLLOW = 4
+# A watcher's own subscription keeps what was published while nobody pulled; what was published before the
+# command started is skipped, give or take this much difference between this machine's clock and Pub/Sub's.
+CLOCK_ALLOWANCE = timedelta(seconds=30)
+HOW_TO_WATCH = (
+    "ask the deployment's operator to add you to the Terraform variable `event_watchers` (terraform/README.md, "
+    '"Permissions"): it makes a subscription of your own, <name_prefix>-watch-<name>, to pass as --subscription '
+    "or in TRAINCTL_EVENTS_SUBSCRIPTION"
+)
+
+
+class CannotFollow(Exception):
+    """This account may not follow the events topic the way it was asked to; the message says which call was
+    refused and on what."""
+
 
 class EventStream:
-    def __init__(self, project: str, topic: str):
+    def __init__(self, project: str, topic: str, subscription: str | None = None):
+        """Follow `topic`: through `subscription` (a watcher's own: name or full path) when given, else through
+        a subscription made now. Raises CannotFollow when Pub/Sub refuses to make it."""
+        from google.api_core import exceptions as gexc
         from google.cloud import pubsub_v1
 
         self._subscriber = pubsub_v1.SubscriberClient()
-        self.subscription = self._subscriber.subscription_path(project, f"trainctl-watch-{uuid.uuid4().hex[:12]}")
-        self._subscriber.create_subscription(
-            request={
-                "name": self.subscription,
-                "topic": f"projects/{project}/topics/{topic}",
-                "ack_deadline_seconds": 30,
-                "expiration_policy": {"ttl": {"seconds": 86400}},  # cleaned up even if we are killed
-            }
-        )
         self._seen: set[str] = set()
+        self._own = subscription is None
+        self.started = datetime.now(UTC)
+        topic_path = f"projects/{project}/topics/{topic}"
+        if subscription is not None:
+            self.subscription = (
+                subscription if "/" in subscription else self._subscriber.subscription_path(project, subscription)
+            )
+            return
+        self.subscription = self._subscriber.subscription_path(project, f"trainctl-watch-{uuid.uuid4().hex[:12]}")
+        try:
+            self._subscriber.create_subscription(
+                request={
+                    "name": self.subscription,
+                    "topic": topic_path,
+                    "ack_deadline_seconds": 30,
+                    "expiration_policy": {"ttl": {"seconds": 86400}},  # cleaned up even if we are killed
+                }
+            )
+        except gexc.Forbidden as exc:  # PermissionDenied over gRPC is a Forbidden too
+            self._subscriber.close()
+            raise CannotFollow(
+                f"this account may not create a subscription on {topic_path} ({exc.message}); creating one needs "
+                "pubsub.subscriptions.create on the project and pubsub.topics.attachSubscription on the topic"
+            ) from None
+        except gexc.NotFound:
+            self._subscriber.close()
+            raise CannotFollow(f"there is no topic {topic_path}") from None
 
     def __enter__(self) -> EventStream:
         return self
@@ -34,13 +74,23 @@ class EventStream:
         self.close()
 
     def close(self) -> None:
+        """Delete the subscription this stream made (never a watcher's own), then let go of the client."""
+        from google.api_core import exceptions as gexc
+
         try:
-            self._subscriber.delete_subscription(request={"subscription": self.subscription}, timeout=10)
+            if self._own:
+                self._subscriber.delete_subscription(request={"subscription": self.subscription}, timeout=10)
+        except gexc.GoogleAPICallError as exc:
+            print(
+                f"could not delete {self.subscription} ({exc.message}); it expires after a day unused",
+                file=sys.stderr,
+            )
         finally:
             self._subscriber.close()
 
     def poll(self, timeout: float = 5.0) -> list[JobEvent]:
-        """Events that arrived, once each (a re-published event with a known ce-id is dropped)."""
+        """Events that arrived, once each (a re-published event with a known ce-id is dropped). Raises
+        CannotFollow when the subscription cannot be pulled from."""
         from google.api_core import exceptions as gexc
 
         try:
@@ -49,11 +99,20 @@ class EventStream:
             )
         except (gexc.DeadlineExceeded, gexc.ServiceUnavailable):
             return []
+        except gexc.Forbidden as exc:
+            raise CannotFollow(
+                f"this account may not pull from {self.subscription} ({exc.message}); pulling needs "
+                "pubsub.subscriptions.consume on it"
+            ) from None
+        except gexc.NotFound:
+            raise CannotFollow(f"there is no subscription {self.subscription}") from None
         if response.received_messages:
             ack_ids = [m.ack_id for m in response.received_messages]
             self._subscriber.acknowledge(request={"subscription": self.subscription, "ack_ids": ack_ids})
         events = []
         for received in response.received_messages:
+            if not self._own and received.message.publish_time < self.started - CLOCK_ALLOWANCE:
+                continue  # left in a watcher's subscription before this command started
             ce_id = received.message.attributes.get("ce-id", "")
             if ce_id in self._seen:
                 continue

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from functions.gcs import Conflict, Gcs
 from functions.ledger import Ledger
 from functions.lifecycle import Record
-from trainctl.context import cli_settings
-from trainctl.eventstream import EventStream, format_event
+from trainctl.context import cli_settings, events_subscription
+from trainctl.eventstream import EXIT_CANNOT_FOLLOW, HOW_TO_WATCH, CannotFollow, EventStream, format_event
 
 EXIT_NOT_FOUND = 3
 
@@ -34,6 +35,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("watch", help="print lifecycle events as they are published")
     cmd.add_argument("--request", metavar="ID", help="only this request's events")
     cmd.add_argument("--json", action="store_true", help="one JSON object per line")
+    cmd.add_argument(
+        "--subscription",
+        metavar="NAME",
+        default=events_subscription(),
+        help="pull from your own subscription (Terraform's event_watchers makes it; default: "
+        "$TRAINCTL_EVENTS_SUBSCRIPTION) instead of making one",
+    )
     cmd.set_defaults(run=run_watch)
 
 
@@ -53,20 +61,39 @@ def find_record(request_id: str) -> Record | None:
 
 
 def summary(record: Record) -> dict[str, Any]:
+    return (
+        {
+            "request_id": record.request_id,
+            "state": record.state,
+            "attempt": record.attempt,
+            "job": record.job_name,
+            "job_state": record.job_state,
+            "failure_reason": record.failure_reason,
+            "message": record.message,
+            "trigger": record.trigger.model_dump(exclude_none=True) if record.trigger else None,
+            "cost": record.cost.model_dump(),
+            "artifacts": record.artifacts.model_dump(),
+            "created": record.created.isoformat(),
+            "updated": record.updated.isoformat(),
+        }
+        | _ladder_summary(record)
+        | _model_summary(record)
+    )
+
+
+def _model_summary(record: Record) -> dict[str, Any]:
+    """With a model block: the champion the run was given, its version and the decision (`trainctl models show`)."""
+    steps = record.model_steps
+    if steps is None:
+        return {}
     return {
-        "request_id": record.request_id,
-        "state": record.state,
-        "attempt": record.attempt,
-        "job": record.job_name,
-        "job_state": record.job_state,
-        "failure_reason": record.failure_reason,
-        "message": record.message,
-        "trigger": record.trigger.model_dump(exclude_none=True) if record.trigger else None,
-        "cost": record.cost.model_dump(),
-        "artifacts": record.artifacts.model_dump(),
-        "created": record.created.isoformat(),
-        "updated": record.updated.isoformat(),
-    } | _ladder_summary(record)
+        "model": {
+            "name": record.request["model"]["name"],
+            "champion_given": steps.champion_version,
+            "version": steps.version,
+            "decision": steps.decision or ("pending" if record.state == "succeeded" else None),
+        }
+    }
 
 
 def _ladder_summary(record: Record) -> dict[str, Any]:
@@ -156,13 +183,26 @@ def cancel_queued(ledger: Ledger, request_id: str) -> bool:
 
 def run_watch(args: argparse.Namespace) -> int:
     settings = cli_settings()
-    with EventStream(settings.project, settings.events_topic) as stream:
+    try:
+        stream = EventStream(settings.project, settings.events_topic, args.subscription)
+    except CannotFollow as exc:
+        return _cannot_watch(settings.events_topic, str(exc))
+    with stream:
         print(f"watching {settings.events_topic} (Ctrl-C to stop)", flush=True)
         try:
             for event in stream.follow():
                 if args.request and event.request_id != args.request:
                     continue
                 print(event.model_dump_json(exclude_none=True) if args.json else format_event(event), flush=True)
+        except CannotFollow as exc:
+            return _cannot_watch(settings.events_topic, str(exc))
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def _cannot_watch(topic: str, refusal: str) -> int:
+    print(f"cannot watch {topic}: {refusal}", file=sys.stderr)
+    print(f"  - to watch it: {HOW_TO_WATCH}", file=sys.stderr)
+    print("  - where one request stands: trainctl status ID (reads the ledger in the control bucket)", file=sys.stderr)
+    return EXIT_CANNOT_FOLLOW

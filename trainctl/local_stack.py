@@ -237,6 +237,7 @@ def describe(state: StackState) -> str:
             f"{state.jobservice_address} (gRPC), {state.jobservice_rest_url} (REST, for gcloud and the SDK)",
         ),
         ("Cloud Quotas", f"{state.jobservice_rest_url} (stand-in: the JobService's capacity model)"),
+        ("Model Registry", f"{state.jobservice_rest_url} (Vertex's ModelService: gcloud ai models, aiplatform.Model)"),
         ("on_dataset_upload", f"{urls['on_dataset_upload']}  ← uploads to gs://{data} via {state.bridge_url}"),
         ("on_job_request", f"{urls['on_job_request']}  ← topic {names['requests_topic']}"),
         ("on_job_state", f"{urls['on_job_state']}  ← topic {names['job_state_topic']} (JobService states)"),

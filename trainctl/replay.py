@@ -25,6 +25,7 @@ from functions import handlers, logs
 from functions.controller import Controller
 from functions.gcs import Conflict, TooLarge
 from functions.lifecycle import JobSnapshot
+from functions.registry import ModelVersion, Upload
 from trainctl.context import cli_settings
 
 STORAGE_TYPE = "google.cloud.storage.object.v1.finalized"
@@ -153,6 +154,39 @@ class PrintingVertex:
         logs.info("dry run: would cancel", job=name)
 
 
+class PrintingRegistry:
+    """The dry run's Model Registry: empty (no model has a champion), and every change printed instead of made."""
+
+    parent = "projects/dry-run/locations/dry-run"
+
+    def model_name(self, model_id: str) -> str:
+        return f"{self.parent}/models/{model_id}"
+
+    def get(self, name: str) -> None:
+        return None
+
+    def find_version(self, model_id: str, label: str, value: str) -> None:
+        return None
+
+    def upload(self, body: dict[str, Any], look_up: Any) -> Any:
+        logs.info("dry run: would upload a model version", body=body)
+        return Upload(operation=f"{self.parent}/operations/dry-run", done=False)
+
+    def operation(self, name: str) -> None:
+        return None
+
+    def merge_aliases(self, version_name: str, aliases: list[str]) -> Any:
+        logs.info("dry run: would move aliases", version=version_name, aliases=aliases)
+        return ModelVersion(model=version_name.split("@", 1)[0], version_id=version_name.rsplit("@", 1)[-1])
+
+    def evaluations(self, version_name: str) -> list[dict[str, Any]]:
+        return []
+
+    def import_evaluation(self, version_name: str, evaluation: dict[str, Any]) -> dict[str, Any]:
+        logs.info("dry run: would import an evaluation", version=version_name, evaluation=evaluation)
+        return evaluation
+
+
 # A recording may be old: replay it whatever max_event_age says.
 NO_AGE_LIMIT = 100 * 365 * 86400
 
@@ -160,7 +194,13 @@ NO_AGE_LIMIT = 100 * 365 * 86400
 def dry_run_controller() -> Controller:
     settings = dataclasses.replace(cli_settings(), max_event_age=NO_AGE_LIMIT)
     gcs = MemoryGcs()
-    return Controller.from_settings(settings, gcs=gcs, publisher=PrintingPublisher(), vertex_factory=PrintingVertex)
+    return Controller.from_settings(
+        settings,
+        gcs=gcs,
+        publisher=PrintingPublisher(),
+        vertex_factory=PrintingVertex,
+        registry_factory=PrintingRegistry,
+    )
 
 
 def run_replay(args: argparse.Namespace) -> int:

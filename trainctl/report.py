@@ -4,7 +4,8 @@ ledger's history index (functions/history.py), the same against the local stack 
 Figures: requests by final state, failures by reason, success rate (succeeded among the requests that got a
 job: succeeded, failed, cancelled), p50/p95 time to start (accepted → the job running) and run time (the last
 attempt's job, start → end), GPU-hours (GPUs × run time) and estimated cost (the catalog's hourly list price
-× run time). Percentiles are nearest-rank: the smallest value with at least p% of the values at or below it.
+× run time); with model blocks, per model how many successful runs were promoted and how many held. Percentiles
+are nearest-rank: the smallest value with at least p% of the values at or below it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from functions.history import Outcome
+from functions.history import MODEL_DECISION_KEY, Outcome
 from schemas.rules import parse_duration
 
 NO_LABEL = "(none)"
@@ -70,20 +71,38 @@ def per_day(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
     return {d: days[d] | {"gpu_hours": round(days[d]["gpu_hours"], 4)} for d in sorted(days)}
 
 
-def build_report(outcomes: list[Outcome], since: datetime, until: datetime, by: str | None) -> dict[str, Any]:
+def model_figures(decisions: list[Outcome]) -> dict[str, dict[str, int]]:
+    """Per model, how many successful runs were promoted and how many held (issue 26)."""
+    models: dict[str, dict[str, int]] = defaultdict(lambda: {"promoted": 0, "held": 0})
+    for d in decisions:
+        if d.model and d.state in ("promoted", "held"):
+            models[d.model][d.state] += 1
+    return {model: models[model] for model in sorted(models)}
+
+
+def build_report(
+    outcomes: list[Outcome], since: datetime, until: datetime, by: str | None, decisions: list[Outcome] | None = None
+) -> dict[str, Any]:
+    """The report's figures; `decisions`: the controller's model decisions in the window (promoted, held)."""
+    decisions = decisions or []
     report: dict[str, Any] = {
         "since": since.isoformat(),
         "until": until.isoformat(),
         "prices": "approximate: catalog list prices × run time, reducers included",
-        "total": figures(outcomes),
+        "total": figures(outcomes) | {"models": model_figures(decisions)},
         "per_day": per_day(outcomes),
     }
     if by:
         groups: dict[str, list[Outcome]] = defaultdict(list)
+        decided: dict[str, list[Outcome]] = defaultdict(list)
         for o in outcomes:
             groups[o.labels.get(by, NO_LABEL)].append(o)
+        for d in decisions:
+            decided[d.labels.get(by, NO_LABEL)].append(d)
         report["by"] = by
-        report["groups"] = {value: figures(groups[value]) for value in sorted(groups)}
+        report["groups"] = {
+            value: figures(groups[value]) | {"models": model_figures(decided[value])} for value in sorted(groups)
+        }
     return report
 
 
@@ -105,7 +124,7 @@ def _lines(name: str, f: dict[str, Any]) -> list[str]:
         f"  time to start    p50 {_seconds(start['p50'])}  p95 {_seconds(start['p95'])}",
         f"  run time         p50 {_seconds(run['p50'])}  p95 {_seconds(run['p95'])}",
         f"  GPU-hours        {f['gpu_hours']:.2f}   estimated cost ${f['estimated_cost_usd']:,.2f}",
-    ]
+    ] + [f"  model {model:<10} promoted {n['promoted']}, held {n['held']}" for model, n in f.get("models", {}).items()]
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -126,8 +145,8 @@ def report_from_ledger(since: timedelta, by: str | None = None) -> dict[str, Any
     settings = cli_settings()
     until = datetime.now(UTC)
     start = until - since
-    outcomes = Ledger(Gcs(settings.project), settings.control_bucket).outcomes(start)
-    return build_report(outcomes, start, until, by)
+    ledger = Ledger(Gcs(settings.project), settings.control_bucket)
+    return build_report(ledger.outcomes(start), start, until, by, ledger.outcomes(start, MODEL_DECISION_KEY))
 
 
 def run_report(args: argparse.Namespace) -> int:

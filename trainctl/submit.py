@@ -1,5 +1,6 @@
 """`trainctl submit FILE [--wait]`: validate on this side, publish to the requests topic, and with --wait
-follow the request's events to the end."""
+follow the request's events to the end. The request is published even when its events cannot be followed
+from this account; the command then says how to follow it."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 from schemas.errors import RequestInvalid
 from schemas.events import JobEvent
-from trainctl.context import cli_settings, requests_topic
-from trainctl.eventstream import EventStream, format_event
+from trainctl.context import cli_settings, events_subscription, requests_topic
+from trainctl.eventstream import EXIT_CANNOT_FOLLOW, HOW_TO_WATCH, CannotFollow, EventStream, format_event
 from trainctl.validate import EXIT_INVALID, load_request_file
 
 EXIT_FAILED = 1
@@ -27,6 +28,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     cmd.add_argument("--no-validate", action="store_true", help="send the file as it is; the server validates it")
     cmd.add_argument("--json", action="store_true", help="events as JSON lines")
     cmd.add_argument("--timeout", type=float, metavar="SECONDS", help="with --wait: give up after this long")
+    cmd.add_argument(
+        "--subscription",
+        metavar="NAME",
+        default=events_subscription(),
+        help="with --wait: follow events through your own subscription (Terraform's event_watchers makes it; "
+        "default: $TRAINCTL_EVENTS_SUBSCRIPTION), instead of making one",
+    )
     cmd.set_defaults(run=run_submit)
 
 
@@ -46,17 +54,36 @@ def run_submit(args: argparse.Namespace) -> int:
             request.request_id,
         )
     settings = cli_settings()
-    stream = EventStream(settings.project, settings.events_topic) if args.wait else None
+    stream, refusal = None, None
+    if args.wait:
+        try:  # before publishing, so that no event about the request can be missed
+            stream = EventStream(settings.project, settings.events_topic, args.subscription)
+        except CannotFollow as exc:
+            refusal = str(exc)  # publish all the same, then say how to follow the request
     try:
         message_id = publish_request(settings.project, requests_topic(), payload)
         print(f"published {args.file} as message {message_id}" + (f" (request {request_id})" if request_id else ""))
-        if stream is None:
+        if not args.wait:
             return 0
-        until = datetime.now(UTC) + timedelta(seconds=args.timeout) if args.timeout else None
-        return follow_request(stream, request_id, message_id, args.json, until)
+        if stream is not None:
+            until = datetime.now(UTC) + timedelta(seconds=args.timeout) if args.timeout else None
+            try:
+                return follow_request(stream, request_id, message_id, args.json, until)
+            except CannotFollow as exc:
+                refusal = str(exc)
+        return cannot_follow(refusal or "", request_id)
     finally:
         if stream is not None:
             stream.close()
+
+
+def cannot_follow(refusal: str, request_id: str | None) -> int:
+    """Say why the published request's events cannot be followed from here, and what will."""
+    print(f"cannot follow its events: {refusal}", file=sys.stderr)
+    where = f"trainctl status {request_id or '<its request_id>'}"
+    print(f"  - where it stands: {where} (reads the ledger in the control bucket)", file=sys.stderr)
+    print(f"  - to follow its events: {HOW_TO_WATCH}", file=sys.stderr)
+    return EXIT_CANNOT_FOLLOW
 
 
 def publish_request(project: str, topic: str, payload: bytes) -> str:

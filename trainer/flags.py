@@ -79,6 +79,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="after the first step, a collective waiting longer than this fails the rank (a dead or stuck peer)",
     )
     p.add_argument("--progress-every-seconds", type=float, default=60.0, help="how often rank 0 rewrites progress.json")
+    p.add_argument(
+        "--champion-model-dir",
+        default=None,
+        help="the model in use (a folder holding its model.pt: gs://…, /gcs/… or local): after training it is "
+        "scored on this run's own validation rows and both figures go to metrics.json",
+    )
     p.add_argument("--model-dir", default=os.environ.get("AIP_MODEL_DIR") or "trainer_output/model")
     p.add_argument("--checkpoint-dir", default=os.environ.get("AIP_CHECKPOINT_DIR") or "trainer_output/checkpoints")
     p.add_argument("--tensorboard-dir", default=os.environ.get("AIP_TENSORBOARD_LOG_DIR") or "trainer_output/logs")

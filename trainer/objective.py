@@ -39,12 +39,19 @@ class Objective:
             return F.cross_entropy(outputs, targets, reduction=reduction)
         return F.mse_loss(outputs.reshape(-1), targets, reduction=reduction)
 
-    @torch.no_grad()
     def evaluate(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, device: torch.device) -> dict:
         """Validation loss, the metric, and the baseline's metric on the same rows, over all ranks."""
+        return self.metrics(collectives.all_reduce(self.local_sums(model, inputs, targets, device)))
+
+    @torch.no_grad()
+    def local_sums(
+        self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, device: torch.device
+    ) -> torch.Tensor:
+        """This rank's part of an evaluation: loss sum, model hits (or squared error), baseline hits (or squared
+        error) and rows. Kept apart from the all-reduce so a caller can make sure every rank got this far before
+        any of them enters the collective (a champion that cannot score, trainer/champion.py)."""
         was_training = model.training
         model.eval()
-        # loss sum, model hits (or squared error), baseline hits (or squared error), rows
         sums = torch.zeros(4, dtype=torch.float64, device=device)
         for start in range(0, len(inputs), EVAL_CHUNK_ROWS):
             x = inputs[start : start + EVAL_CHUNK_ROWS].to(device)
@@ -59,7 +66,11 @@ class Objective:
                 sums[2] += (y**2).sum().double()
             sums[3] += len(y)
         model.train(was_training)
-        loss_sum, model_score, baseline_score, rows = collectives.all_reduce(sums).cpu().tolist()
+        return sums
+
+    def metrics(self, sums: torch.Tensor) -> dict:
+        """The figures of an evaluation from its sums over every rank (`local_sums`, all-reduced)."""
+        loss_sum, model_score, baseline_score, rows = sums.cpu().tolist()
         rows = max(rows, 1.0)
         if self.classification:
             return {

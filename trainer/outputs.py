@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
+from collections.abc import Collection
 
 import torch
 from torch import nn
@@ -16,6 +18,7 @@ from trainer.preprocess import Preprocessor
 from trainer.storage import open_folder
 
 MODEL_FORMAT = "trainctl-model/1"
+MODEL_FILE = "model.pt"
 FAILURE_NOTE = "failure.json"
 
 
@@ -35,7 +38,7 @@ def write_outputs(
     }
     buffer = io.BytesIO()
     torch.save(package, buffer)
-    folder.write_bytes("model.pt", buffer.getvalue())
+    folder.write_bytes(MODEL_FILE, buffer.getvalue())
     write_history(model_dir, history)
     folder.write_bytes("metrics.json", (json.dumps(metrics, indent=2) + "\n").encode())
     folder.write_bytes("_SUCCESS", b"")
@@ -52,12 +55,62 @@ def report_failure(model_dir: str, error: Exception) -> None:
 
 
 def load_model(model_dir: str) -> tuple[nn.Module, Preprocessor]:
+    """The module (in eval mode) and preprocessing of the model in `model_dir`, a folder the caller chose."""
     folder = open_folder(model_dir)
-    package = torch.load(io.BytesIO(folder.read_bytes("model.pt")), map_location="cpu", weights_only=True)
-    if package.get("format") != MODEL_FORMAT:
-        raise ValueError(f"{folder.uri('model.pt')} is not a trainctl model (format {package.get('format')!r})")
-    prep = Preprocessor.from_state_dict(package["preprocessing"])
-    spec = package["model"]
-    model = build_model(spec["factory"], prep.num_features, prep.num_outputs, spec["kwargs"])
-    model.load_state_dict(package["state_dict"])
+    return model_from_bytes(folder.read_bytes(MODEL_FILE), folder.uri(MODEL_FILE))
+
+
+def model_from_bytes(
+    data: bytes, source: str, allowed_factories: Collection[str] | None = None
+) -> tuple[nn.Module, Preprocessor]:
+    """The module (in eval mode) and preprocessing that the bytes of a `model.pt` hold; `source` names the file in
+    errors. Only tensors and plain values are unpickled (`weights_only`), and the preprocessing is checked.
+
+    `allowed_factories` is for a file another run wrote (a champion): building its module imports and calls the
+    `module:factory` it names, which is code, so only these names are accepted; and the module is first built on
+    the meta device (no memory), so sizes that do not match the weights the file holds are refused before any
+    memory is taken."""
+    package = _read_package(data, source)
+    try:
+        prep = Preprocessor.from_state_dict(package["preprocessing"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{source}: {e}") from e
+    factory, kwargs, weights = package["model"]["factory"], package["model"]["kwargs"], package["state_dict"]
+    if allowed_factories is not None:
+        if factory not in allowed_factories:
+            raise ValueError(
+                f"{source} is built by {factory!r}; a model from another run is loaded only when it is built by "
+                f"{' or '.join(repr(f) for f in sorted(allowed_factories))}"
+            )
+        with torch.device("meta"):
+            expected = build_model(factory, prep.num_features, prep.num_outputs, kwargs).state_dict()
+        if {k: tuple(v.shape) for k, v in expected.items()} != {k: tuple(v.shape) for k, v in weights.items()}:
+            raise ValueError(f"{source}: its weights do not match the module its settings describe")
+    model = build_model(factory, prep.num_features, prep.num_outputs, kwargs)
+    model.load_state_dict(weights)
     return model.eval(), prep
+
+
+def _read_package(data: bytes, source: str) -> dict:
+    # torch.save writes an uncompressed zip, so no entry can unpack to more than the bytes already read.
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            compressed = [i.filename for i in archive.infolist() if i.compress_type != zipfile.ZIP_STORED]
+    except zipfile.BadZipFile as e:
+        raise ValueError(f"{source} is not a model file written by torch.save ({e})") from e
+    if compressed:
+        raise ValueError(f"{source} holds compressed entries {compressed[:3]}, which torch.save never writes")
+    package = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    if not isinstance(package, dict) or package.get("format") != MODEL_FORMAT:
+        found = package.get("format") if isinstance(package, dict) else type(package).__name__
+        raise ValueError(f"{source} is not a trainctl model (format {found!r}, expected {MODEL_FORMAT!r})")
+    spec, weights = package.get("model"), package.get("state_dict")
+    if not (
+        isinstance(spec, dict)
+        and isinstance(spec.get("factory"), str)
+        and isinstance(spec.get("kwargs"), dict)
+        and isinstance(weights, dict)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items())
+    ):
+        raise ValueError(f"{source} lacks a module description (factory, kwargs) or its weights")
+    return package

@@ -16,10 +16,12 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import torch
+from torch import nn
 
 from trainer import logs
 from trainer.data import FORMATS, list_shards, read_table
 from trainer.outputs import load_model
+from trainer.preprocess import Preprocessor
 from trainer.storage import read_uri, write_uri
 
 CHUNK_ROWS = 8192
@@ -29,7 +31,12 @@ def predict(model_dir: str, data_uri: str, data_format: str = "auto") -> pa.Tabl
     model, prep = load_model(model_dir)
     shards = list_shards(data_uri, data_format)
     tables = [read_table(read_uri(s.uri), s.format) for s in shards]
-    table = pa.concat_tables(tables, promote_options="permissive")
+    return predict_rows(model, prep, pa.concat_tables(tables, promote_options="permissive"))
+
+
+def predict_rows(model: nn.Module, prep: Preprocessor, table: pa.Table) -> pa.Table:
+    """`table` with `prediction` (and `confidence`) appended: the one prediction path, for batch files here and
+    for online instances in trainer/serve.py."""
     features = prep.features(table)
     with torch.no_grad():
         outputs = torch.cat(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -105,7 +105,16 @@ class Preprocessor:
 
     @classmethod
     def from_state_dict(cls, state: dict) -> Preprocessor:
-        return cls(**state)
+        """The preprocessing a `model.pt` holds, checked first: the file may come from another run (a champion),
+        and a vocabulary or class list beyond what `fit` ever makes would cost memory out of all proportion to
+        the file's size (each category is one input column)."""
+        names = {f.name for f in fields(cls)}
+        required = {"target", "task", "target_type"}
+        if not isinstance(state, dict) or not required <= set(state) <= names:
+            raise ValueError(f"its preprocessing is not one this trainer writes (expected the fields {sorted(names)})")
+        prep = cls(**state)
+        _check_fitted(prep)
+        return prep
 
     @classmethod
     def fit(cls, train: pa.Table, target: str, task: str, combine: Combine) -> Preprocessor:
@@ -189,6 +198,33 @@ class Preprocessor:
                 return labels
         values = outputs.reshape(-1).double().numpy() * self.target_std + self.target_mean
         return pa.array(values)
+
+
+def _check_fitted(prep: Preprocessor) -> None:
+    """Raise ValueError unless `prep` has the shape `Preprocessor.fit` gives: its own types and limits."""
+
+    def strings(values: Any, at_most: int | None = None) -> bool:
+        fits = at_most is None or (isinstance(values, list) and len(values) <= at_most)
+        return isinstance(values, list) and fits and all(isinstance(v, str) for v in values)
+
+    def numbers(values: Any, count: int | None = None) -> bool:
+        fits = count is None or (isinstance(values, list) and len(values) == count)
+        return isinstance(values, list) and fits and all(isinstance(v, (int, float)) for v in values)
+
+    columns = len(prep.numeric) if isinstance(prep.numeric, list) else None
+    checks = {
+        f"task {prep.task!r}": prep.task in ("classification", "regression"),
+        "target": isinstance(prep.target, str) and isinstance(prep.target_type, str),
+        "numeric columns": strings(prep.numeric) and numbers(prep.means, columns) and numbers(prep.stds, columns),
+        f"string columns (at most {MAX_CATEGORIES} categories each)": isinstance(prep.categories, dict)
+        and all(isinstance(c, str) and strings(v, MAX_CATEGORIES) for c, v in prep.categories.items()),
+        f"classes (1 to {MAX_CLASSES} for classification)": strings(prep.classes, MAX_CLASSES)
+        and (prep.task != "classification" or bool(prep.classes)),
+        "target statistics": numbers(prep.class_counts) and numbers([prep.target_mean, prep.target_std]),
+    }
+    problems = [what for what, holds in checks.items() if not holds]
+    if problems:
+        raise ValueError(f"its preprocessing is not one this trainer writes: {', '.join(problems)}")
 
 
 def _decide_task(arrow_type: pa.DataType, distinct: list[str] | None) -> str:

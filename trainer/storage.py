@@ -79,6 +79,10 @@ class LocalFolder:
     def read_bytes(self, name: str) -> bytes:
         return (self.root / name).read_bytes()
 
+    def read_at_most(self, name: str, limit: int) -> bytes:
+        with (self.root / name).open("rb") as file:
+            return _within(file.read(limit + 1), limit, self.uri(name))
+
     def exists(self, name: str) -> bool:
         return (self.root / name).exists()
 
@@ -132,6 +136,10 @@ class GcsFolder:
     def read_bytes(self, name: str) -> bytes:
         return self.bucket.blob(self._key(name)).download_as_bytes()
 
+    def read_at_most(self, name: str, limit: int) -> bytes:
+        # A ranged read (`end` is inclusive): a larger object costs one byte more than the limit, never its size.
+        return _within(self.bucket.blob(self._key(name)).download_as_bytes(start=0, end=limit), limit, self.uri(name))
+
     def exists(self, name: str) -> bool:
         return self.bucket.blob(self._key(name)).exists()
 
@@ -147,6 +155,13 @@ class GcsFolder:
         for key in [self._key(name), *(self._key(n) for n in self.list(name.rstrip("/") + "/"))]:
             with contextlib.suppress(NotFound):
                 self.bucket.blob(key).delete()
+
+
+def _within(data: bytes, limit: int, uri: str) -> bytes:
+    """`data`, read as `limit + 1` bytes at most, when the file it came from holds no more than `limit` bytes."""
+    if len(data) > limit:
+        raise ValueError(f"{uri} is larger than the {limit:,} bytes this reader accepts")
+    return data
 
 
 def open_folder(uri: str) -> LocalFolder | GcsFolder:

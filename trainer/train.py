@@ -18,17 +18,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer import collectives, gpu_feeding, logs, net_plugin
 from trainer.batches import EpochBatches
+from trainer.champion import score_champion
 from trainer.checkpoint import Checkpoints
 from trainer.data import load_rank_data
 from trainer.distributed import PREEMPTED_EXIT_CODE, Coordination, StopSignal, process_group, stop_when_launcher_dies
 from trainer.flags import model_spec, parse_args, wants_determinism
-from trainer.model import build_model
+from trainer.model import BUILTIN_MLP, build_model
 from trainer.objective import Objective
 from trainer.outputs import report_failure, write_history, write_outputs
 from trainer.preprocess import Combine, Preprocessor, drop_unlabelled, keep_columns
@@ -50,6 +53,7 @@ class Tables:
     val_targets: torch.Tensor
     prep: Preprocessor
     sharded: bool
+    champion_rows: pa.Table | None = None  # the rows of val_inputs with every column, to score a champion on
 
 
 @dataclass
@@ -86,12 +90,19 @@ def load_tables(args: argparse.Namespace) -> Tables:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     data = load_rank_data(args.data, args.format, args.seed, args.validation_fraction)
     train_rows = keep_columns(drop_unlabelled(data.train, args.target), args.target, args.features)
-    validation_rows = keep_columns(drop_unlabelled(data.validation, args.target), args.target, args.features)
+    labelled_validation = drop_unlabelled(data.validation, args.target)
+    validation_rows = keep_columns(labelled_validation, args.target, args.features)
     prep = Preprocessor.fit(train_rows, args.target, args.task, Combine(across_ranks=data.sharded))
     val_inputs, val_targets = prep.features(validation_rows), prep.targets(validation_rows)
+    # A champion reads the same rows through its own preprocessing, so it gets them with every column: it may
+    # need a column this run's --features leaves out.
+    champion_rows = labelled_validation if args.champion_model_dir else None
     if not data.sharded:  # every rank holds all validation rows: each evaluates its own slice
         val_inputs, val_targets = val_inputs[rank::world_size], val_targets[rank::world_size]
-    return Tables(prep.features(train_rows), prep.targets(train_rows), val_inputs, val_targets, prep, data.sharded)
+        if champion_rows is not None:
+            champion_rows = champion_rows.take(np.arange(rank, champion_rows.num_rows, world_size))
+    return Tables(prep.features(train_rows), prep.targets(train_rows), val_inputs, val_targets, prep, data.sharded,
+                  champion_rows)  # fmt: skip
 
 
 def set_up(args: argparse.Namespace, device: torch.device) -> Run:
@@ -288,7 +299,8 @@ def stopping_early(run: Run) -> bool:
 
 
 def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | DiscardedScalars) -> None:
-    """The final metrics, and on rank 0 the model and metrics files (`_SUCCESS` last)."""
+    """The final metrics (with the champion's, scored on the same validation rows, when there is one), and on
+    rank 0 the model and metrics files (`_SUCCESS` last)."""
     args, state, tables = run.args, run.state, run.tables
     rows = len(tables.inputs)
     if run.is_main and stopping_early(run) and state.best_record is not None:
@@ -312,6 +324,9 @@ def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | Discard
         "seed": args.seed,
         "elapsed_seconds": round(time.monotonic() - run.started, 3),
     }
+    if tables.champion_rows is not None:  # --champion-model-dir; every rank takes part
+        factories = {BUILTIN_MLP, args.model}  # the only code this run already trusts
+        metrics |= score_champion(args.champion_model_dir, tables.champion_rows, tables.prep, factories, run.device)
     if run.is_main:
         tensorboard.flush()
         model = run.ddp.module

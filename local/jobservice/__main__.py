@@ -1,6 +1,7 @@
 """`python -m local.jobservice --port PORT [--state-dir DIR] …`: run the local Vertex JobService as its
 own process. The first line on stdout is `local JobService listening on HOST:PORT, REST on URL`
-(gRPC, then Vertex's REST mapping, Cloud Logging's entries:list and the Cloud Quotas stand-in); logs go to stderr.
+(gRPC, then Vertex's REST mapping of the JobService and the ModelService, Cloud Logging's entries:list and
+the Cloud Quotas stand-in); logs go to stderr. Jobs and models are kept in --state-dir.
 SIGTERM or Ctrl-C stops it and the nodes of running jobs (those jobs fail); SIGKILL leaves the nodes
 running, and a server restarted on the same --state-dir adopts them.
 """

@@ -29,7 +29,9 @@ is the client:
     control.clear_capacity()                                      # no limits, always available
     # the Cloud Quotas stand-in (cloud_quotas.py, on the REST port)
     control.refuse_quota_reads(count=1)                           # 403 PERMISSION_DENIED: the API is disabled
+    control.slow_quota_reads(seconds=0.1)                         # every call takes a round trip's time
     control.quota_reads()                                         # how many quotaInfos calls were served
+    control.quota_calls()                                         # which: ["list", "get CustomModel…", …]
     control.crash()                                               # exit at once; nodes keep running
     # the list filter, and what was called
     control.read_hyphenated_label_keys()                          # take labels.a-b=… instead of refusing it
@@ -148,9 +150,18 @@ class JobServiceControl:
         """The next `count` Cloud Quotas calls answer 403 PERMISSION_DENIED (the API disabled in the project)."""
         self._call("RefuseQuotaReads", count=count)
 
+    def slow_quota_reads(self, seconds: float) -> None:
+        """Every Cloud Quotas call takes `seconds` more, as a round trip to Google would (until clear_faults)."""
+        self._call("SlowQuotaReads", seconds=seconds)
+
     def quota_reads(self) -> int:
         """How many Cloud Quotas calls the stand-in has served (refused ones included)."""
         return int(self._call("QuotaReads")["count"])
+
+    def quota_calls(self) -> list[str]:
+        """The Cloud Quotas calls served, oldest first (the last 10,000): "list" for a page of quotaInfos.list,
+        "get QUOTA_ID" for quotaInfos.get."""
+        return list(self._call("QuotaReads")["calls"])
 
     def replica_logs(self, name: str) -> dict[str, str]:
         """Node name (and "service") → log file path, for a job's resource name."""

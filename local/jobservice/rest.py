@@ -7,8 +7,8 @@ strings, enums by name, or as numbers when the query asks `$alt=json;enum-encodi
 transport does). A refusal is Google's REST error body, `{"error": {"code", "message", "status",
 "details"}}`, with the HTTP status google/rpc/code.proto gives its gRPC code.
 
-`rest_routes(servicer)` gives the JobService's routes; `RestServer` serves routes (these and the Cloud
-Logging stand-in's) on one HTTP port.
+`rest_routes(servicer)` gives the JobService's routes; `RestServer` serves routes (these, the Cloud
+Logging and Cloud Quotas stand-ins' and the ModelService's of model_rest.py) on one HTTP port.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import grpc
 from google.cloud.aiplatform_v1.types import (
@@ -213,21 +213,22 @@ def dispatch(routes: list[Route], method: str, target: str, body: bytes) -> Rest
     """The response to one HTTP request: the route's, or Google's error body."""
     url = urlsplit(target)
     query = {key: values[-1] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
+    path = unquote(url.path)  # a model version's `@` may come as %40
     path_matched = False
     for route_method, pattern, handler in routes:
-        match = pattern.fullmatch(url.path)
+        match = pattern.fullmatch(path)
         if match is None:
             continue
         path_matched = True
         if route_method != method:
             continue
         try:
-            return handler(RestRequest(method, url.path, query, body), match)
+            return handler(RestRequest(method, path, query, body), match)
         except RestAbort as abort:
             return error_response(abort.code, abort.message, abort.details)
     if path_matched:
-        return error_response(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not supported on {url.path}.")
-    return error_response(grpc.StatusCode.NOT_FOUND, f"The requested URL {url.path} was not found on this server.")
+        return error_response(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not supported on {path}.")
+    return error_response(grpc.StatusCode.NOT_FOUND, f"The requested URL {path} was not found on this server.")
 
 
 class RestServer:

@@ -5,8 +5,8 @@ In-process use (tests of the pieces, other tools):
 
     service = LocalJobService(state_dir, ExecutionSettings(...))
     address = service.start()            # "127.0.0.1:PORT"; port 0 picks a free one
-    service.rest_url                     # "http://127.0.0.1:PORT2/": Vertex's REST mapping, Logging's entries:list
-                                         # and the Cloud Quotas stand-in
+    service.rest_url                     # "http://127.0.0.1:PORT2/": Vertex's REST mapping (JobService and
+                                         # ModelService), Logging's entries:list and the Cloud Quotas stand-in
     service.add_transition_hook(print)   # called with the CustomJob on every state change
     ...
     service.stop()                       # stops running jobs (they fail) and the server
@@ -34,6 +34,9 @@ from local.jobservice.control import control_handler
 from local.jobservice.execution import JobExecutor, TransitionHook, TransitionRefused
 from local.jobservice.faults import PERMISSIONS, RATE_LIMITED_METHODS, FaultPlan
 from local.jobservice.job_logs import JobLogs, logging_routes
+from local.jobservice.model_registry import ModelRegistry
+from local.jobservice.model_rest import model_service_routes
+from local.jobservice.model_store import ModelStore
 from local.jobservice.replicas import ExecutionSettings
 from local.jobservice.rest import RestServer, rest_routes
 from local.jobservice.servicer import JobServiceServicer
@@ -62,6 +65,7 @@ class LocalJobService:
         # Only a server that is its own process may really exit on Crash; in-process, crash detaches.
         self.exit_on_crash = exit_on_crash
         self.store = JobStore(self.state_dir)
+        self.registry = ModelRegistry(ModelStore(self.state_dir))  # Vertex's Model Registry, on the REST port
         self.faults = FaultPlan()
         self.executor = JobExecutor(self.store, self.settings)
         if capacity is not None:
@@ -95,9 +99,9 @@ class LocalJobService:
         if bound == 0:
             raise OSError(f"the local JobService cannot listen on {self.host}:{self.port}")
         self.port = bound
-        # One HTTP port for the REST APIs: their paths (/v1/projects/P/locations/L/customJobs…,
+        # One HTTP port for the REST APIs: their paths (/v1/projects/P/locations/L/customJobs…, …/models…,
         # /v1/projects/P/locations/global/services/S/quotaInfos…, /v2/entries:list) never meet.
-        routes = rest_routes(servicer) + logging_routes(JobLogs(self.store))
+        routes = rest_routes(servicer) + model_service_routes(self.registry) + logging_routes(JobLogs(self.store))
         routes += cloud_quotas_routes(lambda: self.executor.quota.model, self.quota_reads)
         self._rest = RestServer(routes, self.host, self.rest_port)
         self.rest_port = self._rest.port
@@ -181,7 +185,11 @@ class LocalJobService:
             return {}
 
         def quota_reads(request: dict, context: grpc.ServicerContext) -> dict:
-            return {"count": self.quota_reads.count}
+            return {"count": self.quota_reads.count, "calls": list(self.quota_reads.calls)}
+
+        def slow_quota_reads(request: dict, context: grpc.ServicerContext) -> dict:
+            self.quota_reads.slow_down(float(request["seconds"]))
+            return {}
 
         def replica_logs(request: dict, context: grpc.ServicerContext) -> dict:
             return {"logs": self.executor.log_paths(request["name"])}
@@ -244,6 +252,7 @@ class LocalJobService:
             "SetCapacity": set_capacity,
             "RefuseQuotaReads": refuse_quota_reads,
             "QuotaReads": quota_reads,
+            "SlowQuotaReads": slow_quota_reads,
             "ReplicaLogs": replica_logs,
             "ParkJobs": park_jobs,
             "ReadHyphenatedLabelKeys": read_hyphenated_label_keys,

@@ -28,7 +28,7 @@ _LISTENING = re.compile(r"listening on ([^\s,]+), REST on (\S+)")
 @dataclass
 class JobServiceProcess:
     address: str
-    rest_url: str  # http://HOST:PORT/: Vertex's REST mapping and Cloud Logging's entries:list
+    rest_url: str  # http://HOST:PORT/: Vertex's REST mapping (jobs, models) and Cloud Logging's entries:list
     state_dir: Path
     process: ManagedProcess
     _launch: dict = field(repr=False)

@@ -57,7 +57,7 @@ def job_id_of(name: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     temporary = path.with_suffix(path.suffix + ".tmp")
     temporary.write_text(text)
     os.replace(temporary, path)
@@ -166,11 +166,11 @@ class JobStore:
                 (self.job_dir(name) / record).unlink(missing_ok=True)
 
     def save_run(self, name: str, run: RunRecord) -> None:
-        _write_atomically(self.job_dir(name) / "run.json", json.dumps(asdict(run), indent=1))
+        write_atomically(self.job_dir(name) / "run.json", json.dumps(asdict(run), indent=1))
 
     def load_run(self, name: str) -> RunRecord:
         path = self.job_dir(name) / "run.json"
         return RunRecord.from_json(path.read_text()) if path.exists() else RunRecord()
 
     def _persist(self, job: CustomJob) -> None:
-        _write_atomically(self.job_dir(job.name) / "job.json", CustomJob.to_json(job, indent=1))
+        write_atomically(self.job_dir(job.name) / "job.json", CustomJob.to_json(job, indent=1))

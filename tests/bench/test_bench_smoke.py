@@ -36,6 +36,11 @@ def test_cold_start_measures_every_path_against_the_baseline(stack, tmp_path):
     # Guards issue 12 point 14: CPU seconds per path, and the function tier they call for.
     assert float(figures["(c) submitting marker: CPU (user + sys)"].removesuffix(" s")) > 0
     assert figures["(c) submitting marker: smallest tier within the goal"] != ""
+    # Issue 25 point 7: the Cloud Quotas calls a cold submission makes are counted; the other paths make none.
+    assert int(figures["(c) submitting marker: Cloud Quotas calls"]) >= 1
+    assert (
+        figures["(a) ignored shard: Cloud Quotas calls"] == figures["(b) duplicate marker: Cloud Quotas calls"] == "0"
+    )
 
 
 def test_controller_load_submits_each_marker_once(stack, tmp_path):

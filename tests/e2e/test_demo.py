@@ -1,5 +1,6 @@
-"""`trainctl demo`, the flow `make demo` runs: exits 0 only when `succeeded` arrived and the model loads,
-shows each event and the metrics against the baseline, and leaves no process behind."""
+"""`trainctl demo`, the flow `make demo` runs: exits 0 only when every partition ended as its story says and the
+champion loads, shows each event, the metrics against the baseline and the registry, and leaves no process
+behind."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from local.stack_state import STACK_MARKER_VAR
 from tests.e2e.running_stack import user_env
 
 
-def test_the_demo_trains_a_two_node_job_from_a_dataset_upload_and_cleans_up(tmp_path):
+def test_the_demo_trains_three_partitions_promotes_the_better_model_and_cleans_up(tmp_path):
+    """Issue 26, demo: the loop of three partitions — the first becomes the champion, the second (better on its
+    own rows) is promoted, the third (worse) is held — each with its events, then the registry's view."""
     env = user_env(tmp_path / "local")
     result = subprocess.run(
         [sys.executable, "-m", "trainctl", "demo", "--out", str(tmp_path / "out")],
@@ -20,18 +23,23 @@ def test_the_demo_trains_a_two_node_job_from_a_dataset_upload_and_cleans_up(tmp_
     )  # fmt: skip
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
-    states = [
-        line.split()[1] for line in out.splitlines() if line.startswith("    ") and line.split()[0].count(":") == 2
-    ]
-    assert states == ["accepted", "submitted", "running", "succeeded"], out
+    lines = [line.split() for line in out.splitlines() if line.startswith("    ")]
+    events = [words[1:3] for words in lines if words and words[0].count(":") == 2]
+    by_request: dict[str, list[str]] = {}
+    for state, request_id in events:
+        by_request.setdefault(request_id, []).append(state)
+    run = ["accepted", "submitted", "running", "succeeded", "registered"]
+    assert list(by_request.values()) == [[*run, "promoted"], [*run, "promoted"], [*run, "held"]], out
     assert "layout       2 nodes × 2 processes (world size 4)" in out
     accuracy, baseline = re.search(r"result +val_accuracy ([\d.]+) \(baseline ([\d.]+)\)", out).groups()
     assert float(accuracy) > float(baseline) + 0.2
     assert "(loaded; " in out
     assert (tmp_path / "out" / "loss-curve.png").stat().st_size > 1000
+    registry = out[out.index("$ trainctl models show demo-breast-cancer") :]
+    assert "champion -> version 2 (earlier: 1)" in registry, registry
     # Guards issue 15 item 6: the demo ends with the report of what it ran, from the ledger.
     report = out[out.index("$ trainctl report --since 1h") :]
-    assert "all: 1 requests  (succeeded 1  failed 0  cancelled 0  rejected 0)" in report, report
-    assert "success rate     100%" in report
+    assert "all: 3 requests  (succeeded 3  failed 0  cancelled 0  rejected 0)" in report, report
+    assert "model demo-breast-cancer promoted 2, held 1" in report
     stack_id = re.search(r"starting local stack (\w+)", out).group(1)
     assert leftover_processes(stack_id, var=STACK_MARKER_VAR) == []

@@ -29,6 +29,9 @@ from local.pubsub_emulator import pull_now
 from schemas.events import JobEvent, parse_event
 
 FAKE_NODE_IMAGE = "localhost/tests/fake-node"
+# A built-in trainer image under the test image's prefix, so the session's JobService runs fake_node.py for it: a
+# deployment serving with TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN runs built-in requests without torch.
+TRAINER_STAND_IN = f"{FAKE_NODE_IMAGE}/trainer:1"
 # The dataset of fake-node requests: shared by the deployments of a worker's stack, made by the first one
 # (admission refuses a dataset with no data in it).
 SHARED_DATA_BUCKET = "it-data"
@@ -46,6 +49,22 @@ def fake_node_request(request_id: str, *args: str, **sections: Any) -> dict[str,
         "request_id": request_id,
         "dataset": {"uri": SHARED_DATASET, "target": "y"},
         "trainer": {"image": f"{FAKE_NODE_IMAGE}:1", "args": list(args)},
+        "resources": {"machine_type": "g2-standard-24"},
+        **sections,
+    }
+
+
+def builtin_request(deployment: Deployment, request_id: str, *fake_node_args: str, **sections: Any) -> dict[str, Any]:
+    """A built-in trainer request whose job (TRAINER_STAND_IN) behaves as `fake_node_args` say: fake_node.py reads
+    them from the dataset folder's `fake-node-args` object."""
+    folder = f"stand-in/{request_id}/"
+    deployment.upload(folder + "part-0.csv", DATA_SHARD)
+    deployment.upload(folder + "fake-node-args", "\n".join(fake_node_args))
+    return {
+        "api_version": "trainctl/v1",
+        "request_id": request_id,
+        "dataset": {"uri": f"gs://{deployment.data_bucket}/{folder}", "target": "y"},
+        "trainer": {"builtin": "tabular"},
         "resources": {"machine_type": "g2-standard-24"},
         **sections,
     }

@@ -11,17 +11,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from google.cloud.aiplatform_v1.types import JobState
 
 from functions.keys import key_hash
 from local.jobservice.client import wait_for_state
-from tests.integration.deployment import DATA_SHARD, Deployment, fake_node_request, serving
+from tests.integration.deployment import TRAINER_STAND_IN, Deployment, builtin_request, fake_node_request, serving
 
-# Under the test image's prefix, so the session's JobService runs fake_node.py for it.
-TRAINER_STAND_IN = "localhost/tests/fake-node/trainer:1"
 # P100s: no other test asks for them; a limit of 2 lets one request hold the quota while the next one waits.
 P100 = {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_TESLA_P100", "accelerator_count": 2}
 P100_POOL = "quota/us-central1/custom_model_training_nvidia_p100_gpus.json"
@@ -36,21 +33,6 @@ def deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -> Itera
     log_dir = tmp_path_factory.mktemp("functions")
     with serving(jobservice, log_dir, CAPACITY, TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN) as deployed:
         yield deployed
-
-
-def builtin_request(deployment: Deployment, request_id: str, *fake_node_args: str, **sections: Any) -> dict:
-    """A built-in trainer request whose job (the stand-in) behaves as `fake_node_args` say."""
-    folder = f"stand-in/{request_id}/"
-    deployment.upload(folder + "part-0.csv", DATA_SHARD)
-    deployment.upload(folder + "fake-node-args", "\n".join(fake_node_args))
-    return {
-        "api_version": "trainctl/v1",
-        "request_id": request_id,
-        "dataset": {"uri": f"gs://{deployment.data_bucket}/{folder}", "target": "y"},
-        "trainer": {"builtin": "tabular"},
-        "resources": {"machine_type": "g2-standard-24"},
-        **sections,
-    }
 
 
 def artifacts(deployment: Deployment, request_id: str) -> dict[str, str]:

@@ -166,11 +166,15 @@ class CallGraph:
             return types
         if isinstance(expr, ast.Call):
             types = set()
-            for target in self.callees(expr, env, qualname):
+            callees = self.callees(expr, env, qualname)
+            for target in callees:
                 if target in self.classes:
                     types.add(target)
                 elif target in self.functions:
                     types |= self.annotation_types(self.functions[target].returns, self.module_of[target])
+            if not callees and isinstance(expr.func, ast.Attribute | ast.Name):
+                # A factory held as a value (`registry: Callable[[], Registry]`): calling it gives what it names.
+                types |= self.expression_types(expr.func, env, qualname)
             return types
         del module
         return set()

@@ -1,5 +1,5 @@
-"""Every Cloud Storage, Pub/Sub and Cloud Quotas call a function can reach is granted to that function's account
-in Terraform.
+"""Every Cloud Storage, Pub/Sub, Cloud Quotas and Vertex Model Registry call a function can reach is granted to that
+function's account in Terraform.
 
 The calls come from a static call graph over functions/*.py (reachable_calls.py), starting at each entry point
 of functions/main.py. Each adapter method maps to the IAM permissions it needs, each call site to the
@@ -19,6 +19,7 @@ import functions.main
 GCS = "functions.gcs.Gcs"
 PUBLISHER = "functions.publisher.EventPublisher"
 QUOTAS = "functions.quotas.GpuQuotas"
+REGISTRY = "functions.registry.ModelRegistry"
 
 # What each adapter method needs. Replacing an existing object needs storage.objects.delete as well as
 # .create (https://cloud.google.com/storage/docs/access-control/iam-permissions, the note under
@@ -37,8 +38,23 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (PUBLISHER, "__init__"): frozenset(),
     (PUBLISHER, "publish"): frozenset({"pubsub.topics.publish"}),
     (QUOTAS, "__init__"): frozenset(),  # the session is built on first use
-    # quotaInfos.list needs cloudquotas.quotas.get on the parent (Cloud Quotas REST reference).
+    # quotaInfos.get needs cloudquotas.quotas.get on the quota's name (Cloud Quotas REST reference).
     (QUOTAS, "limit"): frozenset({"cloudquotas.quotas.get"}),
+    # The ModelService (functions/registry.py), each method's permission from its REST reference page
+    # (cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.models…, "IAM Permissions"). Not stated
+    # there: ListModelVersions (models.list assumed; models.get is granted as well) and GetOperation of an upload
+    # (the IAM permissions page gives a long-running operation's GET the resource's `.get`).
+    (REGISTRY, "__init__"): frozenset(),  # builds a session; calls nothing
+    (REGISTRY, "model_name"): frozenset(),  # a name, no call
+    (REGISTRY, "get"): frozenset({"aiplatform.models.get"}),
+    (REGISTRY, "find_version"): frozenset({"aiplatform.models.list"}),
+    (REGISTRY, "versions"): frozenset({"aiplatform.models.list"}),
+    (REGISTRY, "models"): frozenset({"aiplatform.models.list"}),
+    (REGISTRY, "upload"): frozenset({"aiplatform.models.upload"}),
+    (REGISTRY, "operation"): frozenset({"aiplatform.models.get"}),
+    (REGISTRY, "merge_aliases"): frozenset({"aiplatform.models.update"}),
+    (REGISTRY, "evaluations"): frozenset({"aiplatform.modelEvaluations.list"}),
+    (REGISTRY, "import_evaluation"): frozenset({"aiplatform.modelEvaluations.import"}),
 }
 
 # Which resource each call site touches: "data" (the data bucket and extra_data_buckets), "control" (the
@@ -53,6 +69,12 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     (PUBLISHER, "*"): frozenset({"events"}),
     # GpuQuotas(settings.project, …) reads the project's QuotaInfos.
     (QUOTAS, "*"): frozenset({"project"}),
+    # ModelRegistry(settings.project, settings.region, …): the project's models (a project-level grant).
+    (REGISTRY, "*"): frozenset({"project"}),
+    # The per-model records (functions/model_ledger.py) live in the control bucket beside the ledger.
+    ("functions.model_ledger.ModelLedger", "*"): frozenset({"control"}),
+    # metrics.json of the run being registered: its output folder (control bucket, or an operator output bucket).
+    ("functions.promotion.Promotion._metrics", "read"): frozenset({"control", "outputs"}),
     # The marker is read from the bucket its event came from: a watched (data) bucket.
     ("functions.handlers._marker", "read"): frozenset({"data"}),
     # Trigger templates (gs:// in trigger_rules) are kept in the control bucket (terraform/README.md).
@@ -85,6 +107,19 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "roles/pubsub.publisher": frozenset({"pubsub.topics.publish"}),
     # https://cloud.google.com/docs/quotas/permissions: the viewer role reads quota infos and preferences.
     "roles/cloudquotas.viewer": frozenset({"cloudquotas.quotas.get"}),
+    # Of the Vertex AI User role, the ModelService permissions the controller uses: aiplatform.user holds
+    # aiplatform.models.{get,list,upload,update,…} and aiplatform.modelEvaluations.{get,import,list}
+    # (https://cloud.google.com/iam/docs/roles-permissions/aiplatform).
+    "roles/aiplatform.user": frozenset(
+        {
+            "aiplatform.models.get",
+            "aiplatform.models.list",
+            "aiplatform.models.upload",
+            "aiplatform.models.update",
+            "aiplatform.modelEvaluations.list",
+            "aiplatform.modelEvaluations.import",
+        }
+    ),
 }
 
 # How Terraform names the resources of SITE_RESOURCES in a grant.
@@ -108,8 +143,13 @@ def entry_points() -> list[str]:
 @pytest.fixture(scope="module")
 def graph() -> CallGraph:
     return CallGraph(
-        {GCS, PUBLISHER, QUOTAS},
-        ports={"functions.ports.Storage": GCS, "functions.ports.Events": PUBLISHER, "functions.ports.Quotas": QUOTAS},
+        {GCS, PUBLISHER, QUOTAS, REGISTRY},
+        ports={
+            "functions.ports.Storage": GCS,
+            "functions.ports.Events": PUBLISHER,
+            "functions.ports.Quotas": QUOTAS,
+            "functions.ports.Registry": REGISTRY,
+        },
     )
 
 
@@ -174,7 +214,12 @@ def granted(tf, function: str) -> set[tuple[str, str]]:
 
 def test_every_adapter_method_is_classified():
     """Guards issue 12 point 11: a new Gcs or EventPublisher method must say which permissions it needs."""
-    for adapter, path in [(GCS, "gcs.py"), (PUBLISHER, "publisher.py"), (QUOTAS, "quotas.py")]:
+    for adapter, path in [
+        (GCS, "gcs.py"),
+        (PUBLISHER, "publisher.py"),
+        (QUOTAS, "quotas.py"),
+        (REGISTRY, "registry.py"),
+    ]:
         class_name = adapter.rsplit(".", 1)[1]
         tree = ast.parse((FUNCTIONS_DIR / path).read_text())
         (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
@@ -187,7 +232,7 @@ def test_every_adapter_method_is_classified():
 def test_the_call_graph_sees_every_adapter_call(graph):
     """Guards issue 12 point 11: a call on something named like an adapter that the graph could not type
     would be a call the grant check silently skips."""
-    assert graph.unresolved_adapter_looking_calls(("gcs", "publisher", "quotas")) == []
+    assert graph.unresolved_adapter_looking_calls(("gcs", "publisher", "quotas", "registry")) == []
 
 
 def test_the_call_graph_finds_known_paths(graph):
@@ -215,7 +260,7 @@ def test_each_function_is_granted_every_call_it_can_reach(tf, graph, function):
 def test_each_function_may_read_the_gpu_quotas(tf, graph, function):
     """Guards issue 14 item 3: every function builds the Cloud Quotas client (any of them may admit a request:
     intake, resubmission, release from the quota queue), and Terraform grants each one the permission its
-    quotaInfos.list needs, so the limit is not unknown (a 403) in the cloud only."""
+    quotaInfos.get needs, so the limit is not unknown (a 403) in the cloud only."""
     sites = graph.reachable_sites(f"functions.main.{function}")
     assert any(site.adapter == QUOTAS for site in sites), f"{function} never builds GpuQuotas"
     assert ("project", "cloudquotas.quotas.get") in granted(tf, function)
@@ -228,3 +273,17 @@ def test_only_the_functions_that_observe_jobs_may_read_the_output_buckets(tf, gr
     reads_outputs = any(resource == "outputs" for resource, _ in needed(function, graph))
     assert tf.locals["functions"][function]["reads_outputs"] is reads_outputs
     assert reads_outputs == (function in ("on_job_state", "reconcile"))
+
+
+def test_the_model_steps_reach_the_registry_and_it_is_granted(tf, graph):
+    """Issue 26, Terraform: the steps after a success (on_job_state and reconcile) upload, read, alias and evaluate
+    versions, and the intake functions read the champion; roles/aiplatform.user, granted to every function for its
+    CustomJobs, covers each of those ModelService calls."""
+    observed = {(site.method, site.caller) for site in graph.reachable_sites("functions.main.reconcile")}
+    assert ("upload", "functions.promotion.Promotion._upload") in observed
+    assert ("merge_aliases", "functions.alias_moves.finish_move") in observed
+    assert ("import_evaluation", "functions.promotion.Promotion._evaluate") in observed
+    intake = graph.reachable_sites("functions.main.on_job_request")
+    assert Site("functions.submission.Submission._champion", REGISTRY, "get") in intake
+    for function in functions.main.__all__:
+        assert ("project", "aiplatform.models.upload") in granted(tf, function)

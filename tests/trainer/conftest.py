@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from trainer_runs import free_port, write_breast_cancer_shards
+from trainer_runs import free_port, output_dirs, process_env, run, write_breast_cancer_shards
 
 import trainer.storage
 from local.fake_gcs import create_bucket
@@ -73,3 +73,19 @@ def breast_cancer_csv_shards(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("breast_cancer")
     write_breast_cancer_shards(folder, shards=3)
     return folder
+
+
+@pytest.fixture(scope="session")
+def trained_breast_cancer_model(breast_cancer_csv_shards, tmp_path_factory) -> Path:
+    """The model folder of a short one-process run on the breast cancer shards (every column, seed 5): the
+    champion of the champion tests and the model the serving tests serve."""
+    out = tmp_path_factory.mktemp("trained") / "out"
+    finished = run(
+        "trainer.train",
+        ["--data", str(breast_cancer_csv_shards), "--target", "target", "--epochs", "3", "--batch-size", "32",
+         "--seed", "5", *output_dirs(out)],
+        process_env(),
+        out.parent / "train.log",
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.output[-4000:]
+    return out / "model"

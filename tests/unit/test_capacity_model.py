@@ -116,10 +116,21 @@ def test_the_stand_in_serves_one_quota_info_per_metric_with_its_regions(model):
 
 
 def test_default_quotas_apply_where_a_region_sets_none(model):
-    """Guards issue 14 item 4: the model's defaults, served as the dimensionsInfos entry without dimensions."""
+    """Guards issue 14 item 4: the model's defaults, served as the dimensionsInfos entry without dimensions, which
+    lists the regions it applies to (issue 25 point 7: DimensionsInfo.applicable_locations)."""
     with_default = parse_capacity(
-        {"default_quotas": {"custom_model_training_nvidia_l4_gpus": 2}, "regions": {"us-central1": {"quotas": {}}}}
+        {
+            "default_quotas": {"custom_model_training_nvidia_l4_gpus": 2},
+            "regions": {"us-central1": {"quotas": {"custom_model_training_nvidia_l4_gpus": 8}}},
+        }
     )
     assert with_default.limit("asia-east1", L4) == 2
     (info,) = quota_infos(with_default)
-    assert info["dimensionsInfos"] == [{"details": {"value": "2"}}]
+    own, default = info["dimensionsInfos"]
+    assert own == {
+        "dimensions": {"region": "us-central1"},
+        "details": {"value": "8"},
+        "applicableLocations": ["us-central1"],
+    }
+    assert default["details"] == {"value": "2"} and "dimensions" not in default
+    assert "asia-east1" in default["applicableLocations"] and "us-central1" not in default["applicableLocations"]

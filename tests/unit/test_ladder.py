@@ -71,7 +71,7 @@ def test_the_hash_of_a_request_without_fallbacks_is_unchanged_by_the_new_fields(
     """A request redelivered across the deploy that added fallbacks must not read as a conflict."""
     request = make_request()
     spec = request.model_dump(mode="json")
-    del spec["fallbacks"], spec["scheduling"]["max_preemptions"]
+    del spec["fallbacks"], spec["scheduling"]["max_preemptions"], spec["model"]
     import hashlib
     import json
 

@@ -128,12 +128,15 @@ def test_changed_fields_follow_the_merge():
     ]
 
 
-def test_the_demos_marker_asks_only_for_what_the_local_default_template_lets_it():
-    """`make demo`'s marker asks for 2 nodes: the local stack's default rule lets markers set resources and
-    scheduling besides the default fields (and restating `builtin: tabular` changes nothing)."""
+def test_the_demos_markers_ask_only_for_what_the_local_default_template_lets_them():
+    """`make demo`'s markers ask for 2 nodes and name a model: the local stack's default rule lets markers set
+    resources, scheduling and the model block besides the default fields (and restating `builtin: tabular` changes
+    nothing)."""
     from local.stack import DEFAULT_TEMPLATE
-    from trainctl.demo import MARKER_OVERRIDES
+    from trainctl.demo import PARTITIONS, marker_overrides
 
     body, policy = template_policy(DEFAULT_TEMPLATE, "gs://trainctl-local-trainctl-data/")
-    assert policy.problems(body, MARKER_OVERRIDES, "gs://trainctl-local-trainctl-data/demo/breast-cancer/") == []
+    for partition in PARTITIONS:
+        folder = f"gs://trainctl-local-trainctl-data/{partition.folder}/"
+        assert policy.problems(body, marker_overrides(partition), folder) == []
     assert not policy.allows(("trainer", "image")) and not policy.allows(("output_dir",))

@@ -46,6 +46,7 @@ def main() -> int:
     parser.add_argument("--fail-first", type=int, help="with --runs-file: fail only the first N runs, then exit 0")
     parser.add_argument("--signal", type=int, help="fail by dying of this signal instead of --exit-code")
     parser.add_argument("--data", help="standing in for the built-in trainer: read arguments from DATA/fake-node-args")
+    parser.add_argument("--champion-model-dir", help="the model's champion, which trainctl passes; not read here")
     args, trainer_flags = parser.parse_known_args()
     if args.data:
         args = parser.parse_args(stand_in_args(args.data))

@@ -1,0 +1,385 @@
+"""After `succeeded`, for a request with a model block: register the run as a new Model Registry version, import
+its metrics as a ModelEvaluation, decide against the champion and promote or hold — exactly once, each step
+recorded on the ledger record (ModelSteps) as it is done, so a redelivery or a crash resumes where it stopped.
+
+`succeeded` is published before any of this; the record stays active (reconcile keeps visiting it) until the steps
+are done. A refusal from the registry (INVALID_ARGUMENT, PERMISSION_DENIED, …) ends them with `held` and the reason;
+a transient failure is tried again at the next visit, for at most GIVE_UP_AFTER, then `held` too.
+
+Exactly once, step by step:
+  register  look for the version labelled with the request's key hash first (ListModelVersions); else claim the
+            upload on the record (compare-and-swap), then UploadModel (a new model with `model_id` when there is
+            none yet), keeping its operation on the record until it is done;
+  evaluate  look for the run's evaluation by its display name first; else ImportModelEvaluation;
+  decide    under the model's record (functions/model_ledger.py): one decision at a time per model and alias,
+            against the version under the alias at that moment; a promotion is recorded before the alias moves.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from functions import deadline, logs
+from functions.alias_moves import finish_move
+from functions.errors import Transient
+from functions.failures import NOT_FOUND, PERMISSION_DENIED, call_failure_reason
+from functions.gcs import Conflict, StorageError, TooLarge
+from functions.job_outputs import MAX_OUTPUT_BYTES, Unreadable, parse_metrics
+from functions.lifecycle import ModelSteps, Record
+from functions.model_decision import Figures, NoMetric, decide, figure, metric_and_goal, same_rows_figure
+from functions.model_ledger import Entry, ModelLedger, Move
+from functions.model_versions import KEY_LABEL, evaluation_body, evaluation_name, lineage, upload_body
+from functions.outbox import Outbox
+from functions.ports import Registry, Storage
+from functions.registry import ModelVersion, Upload
+from functions.settings import Settings
+from functions.vertex import CallRejected
+from schemas.events import Held, JobEvent, Promoted, Registered
+from schemas.request import ModelBlock
+from schemas.rules import split_gs_uri
+
+ALREADY_EXISTS = 6  # google.rpc.Code: a model_id another run's upload took first
+# A registry that stays unreachable (or an upload that never finishes) does not keep a request active for ever.
+GIVE_UP_AFTER = timedelta(hours=24)
+# How long a visit waits on an upload's operation, or on another request's alias move, before leaving it to the next.
+WAIT_SECONDS = 5.0
+
+
+@dataclass
+class Promotion:
+    settings: Settings
+    gcs: Storage
+    registry: Callable[[], Registry]  # built on first use: only model requests ever need it
+    models: ModelLedger
+    outbox: Outbox
+    clock: Callable[[], datetime]
+    owner: str
+
+    def settle(self, record: Record, generation: int) -> tuple[Record, int]:
+        """Take a succeeded request's model steps as far as they go now; the record as saved. Raises Transient
+        (or gcs.Conflict, for the observer to read the record again) to be visited again."""
+        if not record.model_steps_pending:
+            return record, generation
+        steps = record.model_steps
+        assert steps is not None
+        block = ModelBlock.model_validate(record.request["model"])
+        now = self.clock()
+        if steps.since is None:
+            steps.since = now
+            generation = self.outbox.save(record, generation)
+        step = "registering the run as a new version"
+        try:
+            if steps.version is None:
+                record, generation = self._register(record, generation, block)
+                steps = record.model_steps
+                assert steps is not None
+                if steps.version is None:
+                    return record, generation  # the upload is still running: the next visit looks again
+            step = f"deciding on version {steps.version}"
+            if not steps.evaluated:
+                record, generation = self._evaluate(record, generation)
+            return self._decide(record, generation, block)
+        except CallRejected as exc:
+            why = f"the Model Registry refused a call while {step} ({exc.reason}, code {exc.code}): {exc.message}"
+            if exc.code == PERMISSION_DENIED:
+                why += " The functions' account needs roles/aiplatform.user (terraform/iam.tf)."
+            return self._hold(record, generation, block, why)
+        except Transient as exc:
+            if steps and steps.since is not None and self.clock() - steps.since > GIVE_UP_AFTER:
+                return self._hold(
+                    record, generation, block, f"the Model Registry could not be reached for a day: {exc}"
+                )
+            raise
+
+    # ---- register ----------------------------------------------------------------------------------------
+
+    def _register(self, record: Record, generation: int, block: ModelBlock) -> tuple[Record, int]:
+        registry = self.registry()
+        steps = record.model_steps
+        assert steps is not None
+
+        def look_up() -> ModelVersion | None:
+            return registry.find_version(block.name, KEY_LABEL, record.key_hash)
+
+        found = look_up()
+        if found is None and steps.operation:
+            upload = self._wait_for(steps.operation)
+            if upload is not None and not upload.done:
+                return record, generation
+            found = self._made_by(upload, block)
+            if found is None:
+                return record, self._forget_upload(record, generation)  # the next visit uploads again
+        if found is None:
+            if steps.upload_started and steps.upload_owner != self.owner and not self._expired(steps.upload_started):
+                return record, generation  # another handler is uploading it right now
+            steps.upload_started, steps.upload_owner = self.clock(), self.owner
+            generation = self.outbox.save(record, generation)  # the claim: no other handler uploads meanwhile
+            started = self._upload(record, generation, block, look_up)
+            if isinstance(started, ModelVersion):
+                found = started
+            else:
+                steps.operation = started.operation
+                generation = self.outbox.save(record, generation)
+                upload = started if started.done else self._wait_for(started.operation)
+                if upload is None or not upload.done:
+                    return record, generation
+                found = self._made_by(upload, block)
+                if found is None:
+                    return record, self._forget_upload(record, generation)
+        return self._registered(record, generation, block, found)
+
+    def _upload(
+        self, record: Record, generation: int, block: ModelBlock, look_up: Callable[[], ModelVersion | None]
+    ) -> Upload | ModelVersion:
+        """UploadModel: a new model when there is none yet, else a version of it. Two first successes may race
+        to create the model: the one refused ALREADY_EXISTS uploads as a version of the other's, once that is
+        readable."""
+        registry = self.registry()
+        name = registry.model_name(block.name)
+        new_model = registry.get(name) is None
+        try:
+            return registry.upload(upload_body(record, block, self.settings, name, new_model), look_up)
+        except CallRejected as exc:
+            if not new_model or exc.code != ALREADY_EXISTS:
+                raise
+        try:
+            return registry.upload(upload_body(record, block, self.settings, name, False), look_up)
+        except CallRejected as exc:
+            if exc.code != NOT_FOUND:
+                raise
+            self._forget_upload(record, generation)  # nothing was uploaded: no claim to wait out
+            raise Transient(f"model {block.name} is being created by another run's upload; trying again") from None
+
+    def _made_by(self, upload: Upload | None, block: ModelBlock) -> ModelVersion | None:
+        """The version a finished upload made; None when it made none: Vertex forgot the operation, or another run
+        created the model first (ALREADY_EXISTS). Any other error is the registry's refusal."""
+        if upload is None or upload.error_code == ALREADY_EXISTS:
+            return None
+        if upload.error_code:
+            raise CallRejected(upload.error_code, call_failure_reason(upload.error_code), upload.error_message)
+        registry = self.registry()
+        return registry.get(f"{registry.model_name(block.name)}@{upload.version_id}") if upload.version_id else None
+
+    def _forget_upload(self, record: Record, generation: int) -> int:
+        steps = record.model_steps
+        assert steps is not None
+        steps.operation = steps.upload_started = steps.upload_owner = None
+        return self.outbox.save(record, generation)
+
+    def _wait_for(self, operation: str) -> Upload | None:
+        """The upload's operation, waited on briefly while it runs."""
+        registry = self.registry()
+        until = time.monotonic() + WAIT_SECONDS
+        while True:
+            upload = registry.operation(operation)
+            if upload is None or upload.done or time.monotonic() > until or not deadline.allows(2.0):
+                return upload
+            time.sleep(random.uniform(0.2, 0.5))
+
+    def _expired(self, since: datetime) -> bool:
+        """A claim older than a handler can live was left by one that died."""
+        window = timedelta(seconds=max(self.settings.lease, self.settings.function_timeout))
+        return self.clock() - since > window
+
+    def _registered(
+        self, record: Record, generation: int, block: ModelBlock, version: ModelVersion | None
+    ) -> tuple[Record, int]:
+        if version is None:
+            raise Transient(f"the new version of {block.name} is not readable yet")
+        steps = record.model_steps
+        assert steps is not None
+        steps.version, steps.operation = version.version_id, None
+        event = Registered(
+            **record.envelope(self.clock()),
+            message=f"registered version {version.version_id} of model {block.name}",
+            model=block.name,
+            model_resource=version.model,
+            version=version.version_id,
+            artifact_uri=record.artifacts.model_dir,
+            lineage=lineage(record, self.settings),
+        )
+        return self._save_with(record, generation, [event])
+
+    # ---- evaluate ----------------------------------------------------------------------------------------
+
+    def _evaluate(self, record: Record, generation: int) -> tuple[Record, int]:
+        """The run's metrics as a ModelEvaluation of its version, so they show in the console. Best effort: a
+        refusal is logged and the decision goes on (it reads the figures from metrics.json, not from here)."""
+        steps = record.model_steps
+        registry = self.registry()
+        assert steps is not None and steps.version is not None
+        version = f"{registry.model_name(str(record.request['model']['name']))}@{steps.version}"
+        name = evaluation_name(record.key_hash)
+        try:
+            if not any(e.get("displayName") == name for e in registry.evaluations(version)):
+                metrics = self._metrics(record)[0]
+                registry.import_evaluation(version, evaluation_body(name, record, metrics))
+        except CallRejected as exc:
+            logs.warning(f"the Model Registry refused the run's evaluation; the decision goes on: {exc.message}")
+        steps.evaluated = True
+        return record, self.outbox.save(record, generation)
+
+    def _metrics(self, record: Record) -> tuple[dict[str, Any], str]:
+        """metrics.json as far as it can be used (untrusted: bounded, filtered), and what could not be, in words."""
+        bucket, name = split_gs_uri(record.artifacts.metrics_uri)
+        try:
+            found = self.gcs.read(bucket, name, max_bytes=MAX_OUTPUT_BYTES)
+            if found is None:
+                return {}, "the run wrote no metrics.json"
+            metrics = parse_metrics(found[0])
+            return metrics.values, metrics.note
+        except (TooLarge, StorageError, Unreadable) as exc:
+            return {}, f"its metrics.json could not be read: {exc}"
+
+    # ---- decide and promote ------------------------------------------------------------------------------
+
+    def _decide(self, record: Record, generation: int, block: ModelBlock) -> tuple[Record, int]:
+        steps = record.model_steps
+        registry = self.registry()
+        assert steps is not None and steps.version is not None
+        metrics, note = self._metrics(record)
+        try:
+            metric, goal = metric_and_goal(block, metrics)
+        except NoMetric as exc:
+            return self._hold(record, generation, block, f"version {steps.version} cannot be compared: {exc}")
+        waited_until = time.monotonic() + WAIT_SECONDS
+        for _ in range(20):
+            models, model_generation = self.models.read(block.name, block.alias)
+            if models.moving is not None:
+                mine = models.moving.owner == record.key_hash
+                if not mine and not self._expired(models.moving.since):
+                    if time.monotonic() > waited_until or not deadline.allows(2.0):
+                        return record, generation  # another request's promotion is in flight: the next visit
+                    time.sleep(random.uniform(0.1, 0.3))
+                    continue
+                try:
+                    models, model_generation = finish_move(registry, self.models, models, model_generation)
+                except Conflict:
+                    continue
+            entry = models.decided(record.key_hash)
+            if entry is None:
+                champion = registry.get(f"{registry.model_name(block.name)}@{block.alias}")
+                figures = self._figures(metrics, metric, goal, block, steps, champion)
+                promote, decision = decide(figures)
+                if champion is not None and champion.version_id == steps.version:
+                    promote, reason = True, f"version {steps.version} already holds `{block.alias}` (moved by hand)"
+                    decision = decision.model_copy(
+                        update={"reason": reason, "champion": None, "champion_version": None}
+                    )
+                    champion = None
+                if note:
+                    decision = decision.model_copy(update={"reason": f"{decision.reason}; {note}"})
+                previous = champion.version_id if champion else None
+                entry = Entry(
+                    time=self.clock(),
+                    action="promoted" if promote else "held",
+                    trigger="controller",
+                    version=steps.version,
+                    previous=previous if promote else None,
+                    request_id=record.request_id,
+                    key_hash=record.key_hash,
+                    decision=decision,
+                    message=decision.reason,
+                )
+                models.record(entry)
+                if promote:
+                    models.push_champion(steps.version, previous)
+                    models.moving = Move(to_version=steps.version, owner=record.key_hash, since=self.clock())
+                try:
+                    model_generation = self.models.write(models, model_generation)
+                except Conflict:
+                    continue  # another decision came first: decide again against the champion it left
+                if promote:
+                    finish_move(registry, self.models, models, model_generation)
+            return self._decided(record, generation, block, entry)
+        raise Transient(f"the record of model {block.name} kept changing")
+
+    def _figures(
+        self,
+        metrics: dict[str, Any],
+        metric: str,
+        goal: Any,
+        block: ModelBlock,
+        steps: ModelSteps,
+        champion: ModelVersion | None,
+    ) -> Figures:
+        """The figures to compare: the champion's on this run's rows when the trainer scored the version that is
+        champion now; else its recorded figure (its own evaluation, on the data it was trained with)."""
+        challenger = figure(metrics, metric)
+        if champion is None:
+            return Figures(metric, goal, challenger, None, None, False, block.min_improvement)
+        note = ""
+        if champion.version_id == steps.champion_version:
+            value, note = same_rows_figure(metrics, metric)
+            if value is not None:
+                return Figures(metric, goal, challenger, value, champion.version_id, True, block.min_improvement)
+        elif steps.champion_version is not None:
+            note = f"the trainer scored version {steps.champion_version}, which is no longer the champion"
+        recorded = self._recorded_figure(champion, metric)
+        return Figures(metric, goal, challenger, recorded, champion.version_id, False, block.min_improvement, note)
+
+    def _recorded_figure(self, champion: ModelVersion, metric: str) -> float | None:
+        """The champion's own figure, from its evaluations (trainctl's first)."""
+        evaluations = self.registry().evaluations(champion.name)
+        evaluations.sort(key=lambda e: not str(e.get("displayName", "")).startswith("trainctl-"))
+        for evaluation in evaluations:
+            value = figure(evaluation.get("metrics") or {}, metric)
+            if value is not None:
+                return value
+        return None
+
+    def _decided(self, record: Record, generation: int, block: ModelBlock, entry: Entry) -> tuple[Record, int]:
+        steps = record.model_steps
+        assert steps is not None and entry.decision is not None
+        common = self._model_fields(record, block)
+        now_envelope = record.envelope(self.clock())
+        event: JobEvent
+        if entry.action == "promoted":
+            steps.decision = "promoted"
+            moved = f" from version {entry.previous}" if entry.previous else ""
+            event = Promoted(
+                **now_envelope,
+                **common,
+                message=f"promoted version {steps.version} of {block.name} to `{block.alias}`{moved}: "
+                f"{entry.decision.reason}",
+                previous_version=entry.previous,
+                decision=entry.decision,
+            )
+        else:
+            steps.decision = "held"
+            event = Held(
+                **now_envelope,
+                **common,
+                message=f"held version {steps.version} of {block.name}: {entry.decision.reason}",
+                decision=entry.decision,
+            )
+        logs.info(f"model decision: {steps.decision}", model=block.name, version=steps.version)
+        return self._save_with(record, generation, [event])
+
+    def _hold(self, record: Record, generation: int, block: ModelBlock, why: str) -> tuple[Record, int]:
+        """End the steps without a promotion, saying why (a refusal, or a registry unreachable for too long)."""
+        steps = record.model_steps
+        assert steps is not None
+        steps.decision = "held"
+        logs.warning(f"model {block.name}: {why}")
+        event = Held(**record.envelope(self.clock()), **self._model_fields(record, block), message=f"held: {why}")
+        return self._save_with(record, generation, [event])
+
+    def _model_fields(self, record: Record, block: ModelBlock) -> dict[str, Any]:
+        steps = record.model_steps
+        return {
+            "model": block.name,
+            "model_resource": self.registry().model_name(block.name),
+            "version": steps.version if steps else None,
+            "alias": block.alias,
+        }
+
+    def _save_with(self, record: Record, generation: int, events: list[JobEvent]) -> tuple[Record, int]:
+        mine = record.add_events(events)
+        generation = self.outbox.save(record, generation)
+        return self.outbox.flush(record, generation, mine)

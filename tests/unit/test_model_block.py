@@ -1,0 +1,128 @@
+"""The request's `model` block (issue 26, the model block): Vertex's model id and alias rules, the metric and goal
+checked against the trainer, field-named errors, and nothing changed for requests without it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from functions.marker_policy import template_policy
+from functions.planning import CHAMPION_ARG, plan_custom_job
+from functions.submission import spec_hash
+from schemas.errors import RequestInvalid
+from tests.unit.conftest import make_request
+
+CUSTOM = {"image": "us-docker.pkg.dev/proj/team/trainer:1", "args": ["--epochs", "3"]}
+
+
+def problems(**sections) -> list[str]:
+    with pytest.raises(RequestInvalid) as refused:
+        make_request(**sections)
+    return [str(error) for error in refused.value.errors]
+
+
+def test_a_model_block_takes_its_defaults():
+    """Issue 26, the model block: only the name is needed with the built-in trainer."""
+    block = make_request(model={"name": "churn"}).model
+    assert block is not None
+    assert (block.metric, block.goal, block.min_improvement, block.alias) == (None, None, 0.0, "champion")
+
+
+@pytest.mark.parametrize("name", ["churn", "c", "_churn", "churn-v2_eu", "a" * 63])
+def test_model_ids_vertex_accepts_are_accepted(name):
+    assert make_request(model={"name": name}).model.name == name
+
+
+@pytest.mark.parametrize("name", ["2churn", "-churn", "Churn", "churn.v2", "a" * 64, ""])
+def test_model_ids_vertex_refuses_are_refused_naming_the_rule(name):
+    """Issue 26, the model block: UploadModelRequest.model_id "may be up to 63 characters, and valid characters are
+    [a-z0-9_-]. The first character cannot be a number or hyphen" (model_service.proto)."""
+    [problem] = problems(model={"name": name})
+    assert problem.startswith("model.name: must be 1-63 lowercase letters, digits, '_' or '-', not starting with")
+
+
+@pytest.mark.parametrize("alias", ["champion", "prod-eu", "a9", "a" * 128])
+def test_aliases_vertex_accepts_are_accepted(alias):
+    assert make_request(model={"name": "churn", "alias": alias}).model.alias == alias
+
+
+@pytest.mark.parametrize("alias", ["a", "9prod", "Prod", "prod_eu", "prod!", "prod-", "pRod", "a" * 129])
+def test_aliases_vertex_refuses_are_refused(alias):
+    """Issue 26, the model block: an alias Vertex's three statements of the rule all accept (MergeVersionAliasesRequest
+    and Model.version_aliases in model_service.proto and model.proto, and the model-alias page)."""
+    [problem] = problems(model={"name": "churn", "alias": alias})
+    assert problem.startswith("model.alias: must be 2-128 lowercase letters, digits or '-'")
+
+
+def test_the_default_alias_is_refused_because_it_moves_with_the_alias():
+    [problem] = problems(model={"name": "churn", "alias": "default"})
+    assert problem.startswith("model.alias: `default` is moved by trainctl together with the model's alias")
+
+
+def test_a_goal_that_contradicts_a_known_metric_is_refused():
+    [problem] = problems(model={"name": "churn", "metric": "val_rmse", "goal": "maximize"})
+    assert problem == "model.goal: val_rmse is better when lower: goal minimize, or omit it"
+
+
+def test_a_metric_the_trainer_does_not_define_needs_a_goal():
+    [problem] = problems(model={"name": "churn", "metric": "auc"})
+    assert problem.startswith("model.goal: required for this metric: auc is not one the built-in trainer defines")
+    assert make_request(model={"name": "churn", "metric": "auc", "goal": "maximize"}).model.goal == "maximize"
+
+
+def test_a_custom_image_must_name_metric_and_goal():
+    assert [p.split(":", 1)[0] for p in problems(trainer=CUSTOM, model={"name": "churn"})] == [
+        "model.metric",
+        "model.goal",
+    ]
+    request = make_request(trainer=CUSTOM, model={"name": "churn", "metric": "f1", "goal": "maximize"})
+    assert request.model.metric == "f1"
+
+
+def test_a_metric_of_the_other_task_is_refused_when_the_task_is_set():
+    trainer = {"builtin": "tabular", "hyperparameters": {"task": "regression"}}
+    [problem] = problems(trainer=trainer, model={"name": "churn", "metric": "val_accuracy"})
+    assert problem == "model.metric: a regression run reports val_rmse, not val_accuracy; omit it to use val_rmse"
+
+
+@pytest.mark.parametrize("value", [-0.1, float("inf"), float("nan"), "0.1"])
+def test_min_improvement_is_a_finite_number_of_zero_or_more(value):
+    [problem] = problems(model={"name": "churn", "min_improvement": value})
+    assert problem.startswith("model.min_improvement: ")
+
+
+def test_the_hash_of_a_request_without_a_model_block_is_unchanged():
+    """Issue 26, the model block: a request redelivered across the deploy that added the block keeps its hash (an
+    explicit request_id would otherwise read as a conflict)."""
+    request = make_request()
+    spec = request.model_dump(mode="json")
+    del spec["model"], spec["fallbacks"], spec["scheduling"]["max_preemptions"]  # as the hash left out before
+    old = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert spec_hash(request) == old
+    assert spec_hash(make_request(model={"name": "churn"})) != old
+
+
+def test_a_marker_may_not_set_the_model_block_unless_its_template_says_so():
+    """Issue 26, the model block: which model a run promotes is the operator's template's, not an uploader's."""
+    template = {"dataset": {"target": "y"}, "trainer": {"builtin": "tabular"}, "model": {"name": "churn"}}
+    body, policy = template_policy(template, "gs://data/churn/")
+    [problem] = policy.problems(body, {"model": {"name": "other", "min_improvement": 0.5}}, "gs://data/churn/d/")[:1]
+    assert problem.startswith("model.name: may not be set by a marker under rule gs://data/churn/")
+    body, policy = template_policy(template | {"marker_may_set": ["model.min_improvement"]}, "gs://data/churn/")
+    assert policy.problems(body, {"model": {"min_improvement": 0.5}}, "gs://data/churn/d/") == []
+
+
+def test_the_champion_is_passed_to_the_builtin_trainer_and_to_a_custom_image(settings):
+    """Issue 26, step 2: the champion's artifacts travel as --champion-model-dir, after the trainer's own arguments."""
+    uri = "gs://proj-trainctl-control/runs/churn-0/model/"
+    for request in (make_request(model={"name": "churn"}), make_request(trainer=CUSTOM, model=_CUSTOM_MODEL)):
+        plan = plan_custom_job(request, settings, "request:churn-1", champion=uri)
+        for pool in plan.custom_job["job_spec"]["worker_pool_specs"][:2]:
+            assert pool["container_spec"]["args"][-2:] == [CHAMPION_ARG, uri]
+        without = plan_custom_job(request, settings, "request:churn-1").custom_job["job_spec"]["worker_pool_specs"]
+        assert CHAMPION_ARG not in without[0]["container_spec"].get("args", [])
+
+
+_CUSTOM_MODEL = {"name": "churn", "metric": "f1", "goal": "maximize"}

@@ -1,0 +1,325 @@
+"""The local Model Registry's rules (local/jobservice/model_registry.py), without a server: uploads as
+operations, versions and their ids, aliases and `default`, names with @version and @alias, listing, evaluations,
+and the refusals Vertex gives, each with the field it names."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import grpc
+import pytest
+from google.cloud.aiplatform_v1.types import (
+    ImportModelEvaluationRequest,
+    ListModelEvaluationsRequest,
+    ListModelsRequest,
+    ListModelVersionsRequest,
+    MergeVersionAliasesRequest,
+    UploadModelRequest,
+    UploadModelResponse,
+)
+
+from local.jobservice.model_registry import ModelRegistry
+from local.jobservice.model_rules import RegistryError
+from local.jobservice.model_store import ModelStore
+
+PARENT = "projects/p/locations/us-central1"
+CHURN = f"{PARENT}/models/churn"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += dt.timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def registry() -> ModelRegistry:
+    return ModelRegistry(upload_seconds=0)
+
+
+def upload(registry: ModelRegistry, model_id: str = "churn", parent_model: str = "", **model: object) -> str:
+    """Upload a version; returns its version id (the registry's operation is done at once here)."""
+    request = UploadModelRequest(
+        parent=PARENT,
+        model_id="" if parent_model else model_id,
+        parent_model=parent_model,
+        model={"display_name": model_id, **model},
+    )
+    operation = registry.upload(request)
+    assert operation.done
+    return UploadModelResponse.deserialize(operation.response.value).model_version_id
+
+
+def aliases(registry: ModelRegistry, model: str = CHURN) -> dict[str, list[str]]:
+    listed = registry.list_versions(ListModelVersionsRequest(name=model))
+    return {version.version_id: list(version.version_aliases) for version in listed.models}
+
+
+def merge(registry: ModelRegistry, name: str, *entries: str) -> None:
+    registry.merge_version_aliases(MergeVersionAliasesRequest(name=name, version_aliases=list(entries)))
+
+
+def refusal(call, *args) -> RegistryError:
+    with pytest.raises(RegistryError) as raised:
+        call(*args)
+    return raised.value
+
+
+def test_the_first_version_gets_the_default_alias_and_later_ones_only_when_they_ask(registry: ModelRegistry):
+    """Issue 26, the local stack: "the first version automatically gets assigned the default alias";
+    a later upload moves it only with `default` in version_aliases (the SDK's is_default_version)."""
+    assert upload(registry) == "1"
+    assert upload(registry, parent_model=CHURN, version_aliases=["challenger"]) == "2"
+    assert aliases(registry) == {"1": ["default"], "2": ["challenger"]}
+
+    assert upload(registry, parent_model=CHURN, version_aliases=["default"]) == "3"
+
+    assert aliases(registry) == {"1": [], "2": ["challenger"], "3": ["default"]}
+    assert registry.get(CHURN).version_id == "3"
+
+
+def test_an_upload_is_an_operation_and_its_version_exists_once_the_operation_is_done():
+    """Issue 26, the local stack: UploadModel is a long-running operation named models/M/operations/ID; the
+    version cannot be read (nor the new model listed) until it is done."""
+    clock = Clock()
+    registry = ModelRegistry(now=clock, upload_seconds=2)
+    operation = registry.upload(UploadModelRequest(parent=PARENT, model_id="churn", model={"display_name": "c"}))
+
+    assert operation.name.startswith(f"{CHURN}/operations/")
+    assert not operation.done
+    assert refusal(registry.get, CHURN).code == grpc.StatusCode.NOT_FOUND
+    assert registry.list_models(ListModelsRequest(parent=PARENT)).models == []
+    assert refusal(registry.upload, UploadModelRequest(parent=PARENT, model_id="churn", model={"display_name": "c"}))
+
+    clock.advance(2)
+    done = registry.get_operation(operation.name)
+
+    assert done.done
+    response = UploadModelResponse.deserialize(done.response.value)
+    assert (response.model, response.model_version_id) == (CHURN, "1")
+    assert registry.get(CHURN).version_aliases == ["default"]
+
+
+def test_a_name_reads_the_default_version_a_version_id_or_an_alias(registry: ModelRegistry):
+    """Issue 26, the local stack: GetModel reads `M` (default), `M@2` (version id) and `M@champion` (alias)."""
+    upload(registry, artifact_uri="gs://bucket/one")
+    upload(registry, parent_model=CHURN, artifact_uri="gs://bucket/two", version_aliases=["champion"])
+
+    assert registry.get(CHURN).artifact_uri == "gs://bucket/one"
+    assert registry.get(f"{CHURN}@2").artifact_uri == "gs://bucket/two"
+    assert registry.get(f"{CHURN}@champion").version_id == "2"
+    assert registry.get(f"{CHURN}@champion").name == CHURN  # the name without the version
+    for unknown in (f"{PARENT}/models/nope", f"{CHURN}@3", f"{CHURN}@golden"):
+        assert refusal(registry.get, unknown).code == grpc.StatusCode.NOT_FOUND, unknown
+
+
+def test_an_alias_names_one_version_and_giving_it_to_another_moves_it(registry: ModelRegistry):
+    """Issue 26, the local stack: "If you apply an existing alias that is used in another model version, the
+    alias is removed from that version"; the default alias moves the same way."""
+    upload(registry)
+    upload(registry, parent_model=CHURN, version_aliases=["champion"])
+    upload(registry, parent_model=CHURN)
+
+    merge(registry, f"{CHURN}@3", "champion", "default")
+
+    assert aliases(registry) == {"1": [], "2": [], "3": ["champion", "default"]}
+
+
+def test_the_default_alias_cannot_be_removed_only_moved(registry: ModelRegistry):
+    """Issue 26, the local stack: one version carries `default` at all times."""
+    upload(registry)
+    upload(registry, parent_model=CHURN)
+
+    refused = refusal(merge, registry, f"{CHURN}@1", "-default")
+
+    assert refused.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.violations[0][0] == "version_aliases[0]"
+    assert aliases(registry) == {"1": ["default"], "2": []}
+
+
+def test_removing_an_alias_the_version_lacks_is_refused_and_add_with_remove_cancel_out(registry: ModelRegistry):
+    """Issue 26, the local stack: "Adding and deleting the same alias in the request ... will be cancelled out"."""
+    upload(registry)
+    upload(registry, parent_model=CHURN, version_aliases=["champion"])
+
+    assert refusal(merge, registry, f"{CHURN}@1", "-champion").code == grpc.StatusCode.FAILED_PRECONDITION
+    merge(registry, f"{CHURN}@1", "golden", "-golden")
+    merge(registry, f"{CHURN}@2", "-champion", "staging")
+
+    assert aliases(registry) == {"1": ["default"], "2": ["staging"]}
+
+
+@pytest.mark.parametrize("alias", ["1", "12", "a", "Champion", "champ_ion", "champion-", "-x", "x" * 129])
+def test_an_alias_vertex_would_not_take_is_refused_naming_the_field(registry: ModelRegistry, alias: str):
+    """Issue 26, the local stack: an alias is [a-z][a-z0-9-]{0,126}[a-z0-9]: never read as a version id."""
+    upload(registry)
+
+    refused = refusal(merge, registry, f"{CHURN}@1", alias)
+    uploaded = refusal(lambda: upload(registry, "other", version_aliases=[alias]))
+
+    assert refused.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.violations[0][0] == "version_aliases[0]"
+    assert "List of found errors" in refused.message
+    assert uploaded.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_merge_and_delete_take_a_version_id_not_an_alias(registry: ModelRegistry):
+    """Issue 26, the local stack: DeleteModelVersion and MergeVersionAliases name "a version ID explicitly"."""
+    upload(registry)
+    upload(registry, parent_model=CHURN, version_aliases=["champion"])
+
+    for call in (lambda: merge(registry, f"{CHURN}@champion", "golden"), lambda: registry.delete_version(CHURN)):
+        refused = refusal(call)
+        assert (refused.code, refused.violations[0][0]) == (grpc.StatusCode.INVALID_ARGUMENT, "name")
+
+
+@pytest.mark.parametrize("model_id", ["churn", "_churn", "c", "churn_model-2", "c" * 63])
+def test_a_model_id_by_vertex_rules_is_taken(registry: ModelRegistry, model_id: str):
+    """Issue 26, the local stack: a model_id Vertex accepts becomes the last part of the model's name."""
+    upload(registry, model_id)
+
+    assert registry.get(f"{PARENT}/models/{model_id}").display_name == model_id
+
+
+@pytest.mark.parametrize("model_id", ["1churn", "-churn", "Churn", "churn.v2", "c" * 64])
+def test_a_model_id_vertex_would_not_take_is_refused_naming_the_field(registry: ModelRegistry, model_id: str):
+    """Issue 26, the local stack: model_id is up to 63 of [a-z0-9_-], not starting with a digit or '-'."""
+    refused = refusal(upload, registry, model_id)
+
+    assert (refused.code, refused.violations[0][0]) == (grpc.StatusCode.INVALID_ARGUMENT, "model_id")
+
+
+def test_a_model_id_in_use_is_already_exists_and_an_unknown_parent_model_not_found(registry: ModelRegistry):
+    """Issue 26, the local stack: a second model under one id is ALREADY_EXISTS; a version of a model that does
+    not exist is NOT_FOUND."""
+    upload(registry)
+
+    assert refusal(upload, registry).code == grpc.StatusCode.ALREADY_EXISTS
+    assert refusal(upload, registry, "x", f"{PARENT}/models/nope").code == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_model_without_a_model_id_gets_a_numeric_one(registry: ModelRegistry):
+    """Issue 26, the local stack: without model_id, Vertex names the model with a numeric id."""
+    operation = registry.upload(UploadModelRequest(parent=PARENT, model={"display_name": "anonymous"}))
+
+    model = UploadModelResponse.deserialize(operation.response.value).model
+    assert model.startswith(f"{PARENT}/models/") and model.rsplit("/", 1)[1].isdigit()
+
+
+def test_the_only_version_and_the_default_one_cannot_be_deleted_and_ids_are_never_reused(registry: ModelRegistry):
+    """Issue 26, the local stack: "Deleting the only version in the Model is not allowed"; the version carrying
+    `default` is refused too (FAILED_PRECONDITION), and a deleted version's id is not given again."""
+    upload(registry)
+    only = refusal(registry.delete_version, f"{CHURN}@1")
+    assert only.code == grpc.StatusCode.FAILED_PRECONDITION and "delete the model instead" in only.message
+    upload(registry, parent_model=CHURN)
+    default = refusal(registry.delete_version, f"{CHURN}@1")
+    assert default.code == grpc.StatusCode.FAILED_PRECONDITION and "carries the default alias" in default.message
+
+    deleted = registry.delete_version(f"{CHURN}@2")
+
+    assert deleted.done and deleted.name.startswith(f"{CHURN}/operations/")
+    assert registry.get_operation(deleted.name) == deleted
+    assert upload(registry, parent_model=CHURN) == "3"
+    assert aliases(registry) == {"1": ["default"], "3": []}
+    registry.delete_model(CHURN)
+    assert refusal(registry.get, CHURN).code == grpc.StatusCode.NOT_FOUND
+
+
+def test_upload_refusals_name_each_field(registry: ModelRegistry):
+    """Issue 26, the local stack: one INVALID_ARGUMENT lists every bad field of an upload, each by its path."""
+    request = UploadModelRequest(
+        parent=PARENT,
+        model_id="churn",
+        model={
+            "labels": {"Bad": "x"},
+            "artifact_uri": "/tmp/model",
+            "container_spec": {"args": ["serve"]},
+            "version_aliases": ["champion", "champion"],
+        },
+    )
+
+    fields = [field for field, _ in refusal(registry.upload, request).violations]
+
+    assert fields == [
+        "model.display_name",
+        "model.version_aliases[1]",
+        "model.labels.Bad",
+        "model.artifact_uri",
+        "model.container_spec.image_uri",
+    ]
+    both = UploadModelRequest(parent=PARENT, model_id="x", parent_model=CHURN, model={"display_name": "x"})
+    assert [field for field, _ in refusal(registry.upload, both).violations] == ["model_id"]
+
+
+def test_list_versions_names_each_version_by_its_id_and_filters_by_labels(registry: ModelRegistry):
+    """Issue 26, the local stack: ListModelVersions returns "version ID instead of revision tag" in names."""
+    upload(registry, labels={"request": "a"})
+    upload(registry, parent_model=CHURN, labels={"request": "b"})
+
+    listed = registry.list_versions(ListModelVersionsRequest(name=CHURN, filter='labels.request="b"'))
+
+    assert [model.name for model in listed.models] == [f"{CHURN}@2"]
+    refused = refusal(registry.list_versions, ListModelVersionsRequest(name=CHURN, filter="display_name=churn"))
+    assert refused.violations[0][0] == "filter"
+
+
+def test_list_models_reads_each_default_version_filters_and_pages(registry: ModelRegistry):
+    """Issue 26, the local stack: ListModels lists a model as its default version (GetModel without @) and filters
+    on `model`, `display_name` and labels."""
+    for model_id in ("alpha", "beta", "gamma"):
+        upload(registry, model_id, labels={"team": "ml" if model_id != "beta" else "ops"})
+    upload(registry, parent_model=f"{PARENT}/models/alpha", display_name="alpha v2", version_aliases=["default"])
+
+    def names(**request: object) -> list[str]:
+        return [
+            model.name.rsplit("/", 1)[1]
+            for model in registry.list_models(ListModelsRequest(parent=PARENT, **request)).models
+        ]
+
+    assert names() == ["alpha", "beta", "gamma"]
+    assert names(filter="labels.team=ml") == ["gamma"]  # alpha's default version (2) has no labels
+    assert names(filter="model!=beta AND NOT labels:team") == ["alpha"]
+    assert names(filter='displayName="alpha v2"') == ["alpha"]
+    first = registry.list_models(ListModelsRequest(parent=PARENT, page_size=2))
+    rest = registry.list_models(ListModelsRequest(parent=PARENT, page_size=2, page_token=first.next_page_token))
+    assert [len(first.models), len(rest.models), rest.next_page_token] == [2, 1, ""]
+
+
+def test_an_evaluation_belongs_to_the_version_it_was_imported_into(registry: ModelRegistry):
+    """Issue 26, the local stack: evaluations of `M@V` (default without @) listed per version, named
+    models/M/evaluations/ID."""
+    upload(registry)
+    upload(registry, parent_model=CHURN, version_aliases=["champion"])
+    evaluation = {"display_name": "run", "metrics": {"val_accuracy": 0.9}}
+
+    imported = registry.import_evaluation(
+        ImportModelEvaluationRequest(parent=f"{CHURN}@2", model_evaluation=evaluation)
+    )
+
+    assert imported.name.startswith(f"{CHURN}/evaluations/") and imported.create_time
+    listed = registry.list_evaluations(ListModelEvaluationsRequest(parent=f"{CHURN}@champion"))
+    assert [e.name for e in listed.model_evaluations] == [imported.name]
+    assert registry.list_evaluations(ListModelEvaluationsRequest(parent=CHURN)).model_evaluations == []
+    assert registry.get_evaluation(imported.name).metrics["val_accuracy"] == 0.9
+
+
+def test_a_registry_on_the_same_store_knows_every_model_version_alias_and_evaluation(tmp_path: Path):
+    """Issue 26, the local stack: the registry is kept in the state folder, as the job store is."""
+    first = ModelRegistry(ModelStore(tmp_path), upload_seconds=0)
+    upload(first)
+    upload(first, parent_model=CHURN, version_aliases=["champion"], labels={"request": "r1"})
+    first.import_evaluation(ImportModelEvaluationRequest(parent=f"{CHURN}@2", model_evaluation={"display_name": "e"}))
+
+    again = ModelRegistry(ModelStore(tmp_path), upload_seconds=0)
+
+    assert aliases(again) == {"1": ["default"], "2": ["champion"]}
+    assert again.get(f"{CHURN}@champion").labels == {"request": "r1"}
+    assert len(again.list_evaluations(ListModelEvaluationsRequest(parent=f"{CHURN}@2")).model_evaluations) == 1
+    assert upload(again, parent_model=CHURN) == "3"

@@ -1,0 +1,179 @@
+"""When the Model Registry fails the steps after a success (issue 26, step 3): a refusal ends them with `held` and
+the reason, never a loop; a registry that cannot be reached leaves the request active for the next visit, and after
+a day it is held too. `succeeded` is published first either way. The controller on trainctl replay's in-memory
+stand-ins, with a registry that refuses or is down."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from functions import promotion
+from functions.controller import Controller
+from functions.errors import Transient
+from functions.ledger import ACTIVE_PREFIX, Ledger
+from functions.lifecycle import JobSnapshot, ModelSteps
+from functions.registry import ModelVersion, Upload
+from functions.settings import Settings
+from functions.vertex import CallRejected
+from tests.unit.conftest import make_record, make_request
+from trainctl.replay import MemoryGcs
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+JOB = "projects/p/locations/us-central1/customJobs/1"
+DENIED = "Permission 'aiplatform.models.upload' denied on resource '//aiplatform.googleapis.com/projects/p/locations/l'"
+
+
+class SucceededJobs:
+    parent = "projects/p/locations/us-central1"
+
+    def get(self, name: str) -> JobSnapshot:
+        return JobSnapshot(name, "JOB_STATE_SUCCEEDED", start_time=NOW - timedelta(hours=1), end_time=NOW)
+
+
+@dataclass
+class Publisher:
+    source: str = "test"
+    published: list[Any] = field(default_factory=list)
+
+    def publish(self, event: Any) -> str:
+        self.published.append(event)
+        return event.ce_id
+
+
+@dataclass
+class FailingRegistry:
+    """A registry whose every call fails with `failure` (a refusal, or Transient for one that is down)."""
+
+    failure: Exception
+    parent: str = "projects/p/locations/us-central1"
+    calls: list[str] = field(default_factory=list)
+
+    def model_name(self, model_id: str) -> str:
+        return f"{self.parent}/models/{model_id}"
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            raise self.failure
+
+        return fail
+
+
+def controller(registry: Any, now: list[datetime]) -> tuple[Controller, Publisher, MemoryGcs]:
+    gcs, publisher = MemoryGcs(), Publisher()
+    settings = Settings(project="p", control_bucket="control", events_topic="events", trainer_image="img")
+    ctl = Controller(
+        settings,
+        Ledger(gcs, "control"),
+        gcs,
+        publisher,
+        SucceededJobs,
+        clock=lambda: now[0],
+        registry_factory=lambda: registry,
+    )
+    request = make_request(model={"name": "churn"}).model_dump(mode="json")
+    record = make_record(request=request, state="running", job_name=JOB, max_pending=3600, model_steps=ModelSteps())
+    ctl.ledger.create(record)
+    ctl.ledger.mark_active("abc")
+    metrics = {"task": "classification", "metric": "accuracy", "val_accuracy": 0.9}
+    gcs.write("c", "runs/r1/model/metrics.json", json.dumps(metrics), 0)  # make_record's artifacts
+    return ctl, publisher, gcs
+
+
+def test_a_refusal_from_the_registry_ends_the_steps_with_held_saying_why():
+    """Issue 26, step 3: a permanent refusal (here PERMISSION_DENIED on UploadModel) is `held` with the reason and
+    what to grant; the request then leaves the active index instead of being tried every tick."""
+    registry = FailingRegistry(CallRejected(7, "permission", DENIED))
+    ctl, publisher, gcs = controller(registry, [NOW])
+
+    assert ctl.observe_record("abc") == "succeeded"
+
+    assert [e.state for e in publisher.published] == ["succeeded", "held"]
+    held = publisher.published[1]
+    assert held.decision is None and held.model == "churn" and held.version is None
+    assert held.message.startswith(
+        "held: the Model Registry refused a call while registering the run as a new version (permission, code 7): "
+    )
+    assert held.message.endswith("The functions' account needs roles/aiplatform.user (terraform/iam.tf).")
+    assert gcs.names("control", ACTIVE_PREFIX) == []
+
+
+def test_a_registry_that_is_down_is_tried_again_and_given_up_after_a_day():
+    """Issue 26, step 3: `succeeded` goes out at once; the record stays active while the registry cannot be reached
+    (each visit tries again), and a day later the steps end `held` rather than being tried for ever."""
+    registry, now = FailingRegistry(Transient("Vertex AI is unavailable")), [NOW]
+    ctl, publisher, gcs = controller(registry, now)
+
+    for minutes in (0, 1, 2):
+        now[0] = NOW + timedelta(minutes=minutes)
+        try:
+            ctl.observe_record("abc")
+        except Transient:
+            pass
+    assert [e.state for e in publisher.published] == ["succeeded"]
+    assert gcs.names("control", ACTIVE_PREFIX) == ["active/abc"]
+    assert len(registry.calls) == 3, "every visit tries the registry again"
+
+    now[0] = NOW + timedelta(hours=25)
+    assert ctl.observe_record("abc") == "succeeded"
+    assert [e.state for e in publisher.published] == ["succeeded", "held"]
+    assert "could not be reached for a day: Vertex AI is unavailable" in publisher.published[1].message
+    assert gcs.names("control", ACTIVE_PREFIX) == []
+
+
+@dataclass
+class SlowUploadRegistry:
+    """A registry whose upload runs until `finished` is set; then it made version 1."""
+
+    parent: str = "projects/p/locations/us-central1"
+    finished: bool = False
+    uploads: int = 0
+    aliases: list[str] = field(default_factory=list)
+
+    def model_name(self, model_id: str) -> str:
+        return f"{self.parent}/models/{model_id}"
+
+    def find_version(self, model_id: str, label: str, value: str) -> ModelVersion | None:
+        return None
+
+    def get(self, name: str) -> ModelVersion | None:
+        return ModelVersion(self.model_name("churn"), "1") if name.endswith("@1") and self.finished else None
+
+    def upload(self, body: dict[str, Any], look_up: Any) -> Upload:
+        self.uploads += 1
+        return Upload(operation=f"{self.model_name('churn')}/operations/9", done=False)
+
+    def operation(self, name: str) -> Upload:
+        return Upload(operation=name, done=self.finished, version_id="1" if self.finished else None)
+
+    def evaluations(self, version_name: str) -> list[dict[str, Any]]:
+        return []
+
+    def import_evaluation(self, version_name: str, evaluation: dict[str, Any]) -> dict[str, Any]:
+        return evaluation
+
+    def merge_aliases(self, version_name: str, aliases: list[str]) -> ModelVersion:
+        self.aliases = aliases
+        return ModelVersion(self.model_name("churn"), "1", tuple(aliases))
+
+
+def test_an_upload_still_running_keeps_the_request_active_until_a_later_visit_registers_it(monkeypatch):
+    """Issue 26, steps 2-3: a succeeded record whose upload has not finished stays in the active index (else no
+    sweep would come back to it); the next visit reads the operation it recorded, uploads nothing again, and
+    registers and promotes the version."""
+    monkeypatch.setattr(promotion, "WAIT_SECONDS", 0.0)
+    registry = SlowUploadRegistry()
+    ctl, publisher, gcs = controller(registry, [NOW])
+
+    assert ctl.observe_record("abc") == "succeeded"
+    assert [e.state for e in publisher.published] == ["succeeded"]
+    assert gcs.names("control", ACTIVE_PREFIX) == ["active/abc"]
+
+    registry.finished = True
+    assert ctl.observe_record("abc") == "succeeded"
+    assert [e.state for e in publisher.published] == ["succeeded", "registered", "promoted"]
+    assert registry.uploads == 1 and registry.aliases == ["champion", "default"]
+    assert gcs.names("control", ACTIVE_PREFIX) == []

@@ -1,0 +1,224 @@
+"""`trainctl models list | show NAME | promote NAME VERSION | rollback NAME`: the models trainctl registers, from the
+Model Registry (versions, aliases, metrics, lineage) and from each model's record in the control bucket (who
+promoted what and why), and moving a model's alias by hand, with an event whose trigger is the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from functions.alias_moves import MoveRefused, move_by_hand
+from functions.gcs import Gcs
+from functions.model_decision import figure
+from functions.model_ledger import Entry, ModelLedger
+from functions.model_versions import KEY_LABEL, evaluation_name
+from functions.publisher import EventPublisher
+from functions.registry import ModelRegistry, ModelVersion
+from functions.settings import Settings
+from schemas.events import Lineage, Promoted, Trigger
+from trainctl.context import cli_settings
+from trainctl.eventstream import headline_metrics
+
+EXIT_NOT_FOUND = 3
+EXIT_REFUSED = 4
+DEFAULT_ALIAS_NAME = "champion"
+# A move recorded by a command or handler that died is finished by the next one after this long.
+STALE_MOVE = timedelta(minutes=15)
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    cmd = commands.add_parser(
+        "models", help="the Model Registry models trainctl registers: list, show, promote, rollback"
+    )
+    verbs = cmd.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    listing = verbs.add_parser("list", help="models in the registry, with the version each trainctl alias names")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(run=run_list)
+
+    show = verbs.add_parser("show", help="a model's versions, aliases, metrics, lineage and decisions")
+    show.add_argument("name", metavar="NAME")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(run=run_show)
+
+    promote = verbs.add_parser("promote", help="move the alias (and `default`) to a version")
+    promote.add_argument("name", metavar="NAME")
+    promote.add_argument("version", metavar="VERSION")
+    promote.add_argument("--alias", default=DEFAULT_ALIAS_NAME, help="default: champion")
+    promote.set_defaults(run=run_move, action="promote")
+
+    rollback = verbs.add_parser("rollback", help="move the alias back to the version it left")
+    rollback.add_argument("name", metavar="NAME")
+    rollback.add_argument("--alias", default=DEFAULT_ALIAS_NAME, help="default: champion")
+    rollback.set_defaults(run=run_move, action="rollback", version=None)
+
+
+@dataclass
+class Models:
+    settings: Settings
+    registry: ModelRegistry
+    ledger: ModelLedger
+
+    @classmethod
+    def of_deployment(cls) -> Models:
+        settings = cli_settings()
+        registry = ModelRegistry(settings.project, settings.region, settings.vertex_endpoint)
+        return cls(settings, registry, ModelLedger(Gcs(settings.project), settings.control_bucket))
+
+
+def run_list(args: argparse.Namespace) -> int:
+    models = Models.of_deployment()
+    aliases: dict[str, dict[str, str | None]] = {}
+    for model_id, alias in models.ledger.names():
+        aliases.setdefault(model_id, {})[alias] = models.ledger.read(model_id, alias)[0].champion
+    rows = [
+        {
+            "model": m.model_id,
+            "default_version": m.version_id,
+            "aliases": aliases.get(m.model_id, {}),
+            "managed_by_trainctl": m.labels.get("managed-by") == "trainctl",
+            "created": m.created.isoformat() if m.created else None,
+        }
+        for m in models.registry.models()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no models in {models.registry.parent}")
+        return 0
+    print(f"{'MODEL':<40} {'DEFAULT':>7}  ALIASES")
+    for row in rows:
+        named = ", ".join(f"{alias}={version}" for alias, version in row["aliases"].items()) or "-"
+        print(f"{row['model'][:40]:<40} {row['default_version']:>7}  {named}")
+    return 0
+
+
+def describe(models: Models, name: str) -> dict[str, Any] | None:
+    """Everything `show` prints: None when the registry has no such model."""
+    versions = list(models.registry.versions(name))
+    if not versions:
+        return None
+    records = [models.ledger.read(name, alias)[0] for model_id, alias in models.ledger.names() if model_id == name]
+    decisions = sorted((e for r in records for e in r.history), key=lambda e: e.time)
+    return {
+        "model": models.registry.model_name(name),
+        "versions": [_version(models, v) for v in sorted(versions, key=lambda v: int(v.version_id or 0))],
+        "aliases": {r.alias: {"version": r.champion, "held_before": r.champions[:-1][-5:]} for r in records},
+        "decisions": [_decision(e) for e in decisions],
+    }
+
+
+def _version(models: Models, version: ModelVersion) -> dict[str, Any]:
+    metrics: dict[str, Any] = {}
+    for evaluation in models.registry.evaluations(version.name):
+        if evaluation.get("displayName", "").startswith(evaluation_name("")) or not metrics:
+            metrics = {k: v for k, v in (evaluation.get("metrics") or {}).items() if figure({k: v}, k) is not None}
+    lineage: dict[str, Any] | None
+    try:
+        lineage = Lineage.model_validate_json(version.description).model_dump(exclude_none=True)
+    except ValueError:
+        lineage = None  # a version trainctl did not register
+    return {
+        "version": version.version_id,
+        "aliases": list(version.aliases),
+        "created": version.created.isoformat() if version.created else None,
+        "request": version.labels.get("trainctl-request"),
+        "trainctl_key": version.labels.get(KEY_LABEL),
+        "artifact_uri": version.artifact_uri,
+        "metrics": metrics,
+        "lineage": lineage,
+    }
+
+
+def _decision(entry: Entry) -> dict[str, Any]:
+    return {
+        "time": entry.time.isoformat(),
+        "action": entry.action,
+        "by": "trainctl models (cli)" if entry.trigger == "cli" else f"controller, request {entry.request_id}",
+        "version": entry.version,
+        "previous": entry.previous,
+        "why": entry.message,
+    }
+
+
+def run_show(args: argparse.Namespace) -> int:
+    models = Models.of_deployment()
+    found = describe(models, args.name)
+    if found is None:
+        print(f"model {args.name} has no versions in {models.registry.parent}")
+        return EXIT_NOT_FOUND
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    print(f"model {found['model']}")
+    for alias, held in found["aliases"].items():
+        earlier = ", ".join(held["held_before"]) or "none"
+        print(f"  {alias} -> version {held['version']} (earlier: {earlier})")
+    print(f"\n{'VERSION':>7}  {'ALIASES':<20} {'CREATED':<19}  {'REQUEST':<32} METRICS")
+    for v in found["versions"]:
+        shown = headline_metrics(v["metrics"], limit=1) or "-"
+        created = (v["created"] or "-")[:19]
+        aliases = ",".join(v["aliases"]) or "-"
+        request = (v["lineage"] or {}).get("request_id") or v["request"] or "-"
+        request = request if len(request) <= 32 else "…" + request[-31:]  # ids share their beginnings
+        print(f"{v['version']:>7}  {aliases:<20} {created:<19}  {request:<32} {shown}")
+        if v["lineage"]:
+            lineage = v["lineage"]
+            print(f"{'':>9}data {lineage['dataset_uri']}; job {lineage.get('job', '-')}; image {lineage['image']}")
+    if found["decisions"]:
+        print("\ndecisions:")
+        for d in found["decisions"]:
+            print(f"  {d['time'][:19]}  {d['action']:<9} version {d['version']} by {d['by']}: {d['why']}")
+    return 0
+
+
+def run_move(args: argparse.Namespace) -> int:
+    models = Models.of_deployment()
+    owner = f"cli:{uuid.uuid4().hex[:12]}"
+    try:
+        entry = move_by_hand(
+            models.registry,
+            models.ledger,
+            args.name,
+            args.alias,
+            args.action,
+            args.version,
+            owner,
+            lambda: datetime.now(UTC),
+            STALE_MOVE,
+        )
+    except MoveRefused as exc:
+        print(str(exc))
+        return EXIT_REFUSED
+    print(f"model {args.name}: {entry.message}")
+    try:
+        publish_move(models.settings, models.registry.model_name(args.name), args.name, args.alias, entry, owner)
+    except Exception as exc:  # the move is made and recorded; only its announcement is missing
+        print(f"the move is made, but its event could not be published: {exc}")
+        return 1
+    return 0
+
+
+def publish_move(settings: Settings, resource: str, model_id: str, alias: str, entry: Entry, owner: str) -> None:
+    """The `promoted` event of a move made by hand: trigger `cli`, about the request that registered the version when
+    the controller knows it (so `trainctl watch --request` shows it), else about the model."""
+    source = f"//trainctl/projects/{settings.project}/locations/{settings.region}"
+    event = Promoted(
+        request_id=entry.request_id or model_id,
+        request_key=f"model:{model_id}",
+        time=entry.time,
+        message=entry.message,
+        trigger=Trigger(kind="cli"),
+        delivery=owner,
+        model=model_id,
+        model_resource=resource,
+        version=entry.version,
+        alias=alias,
+        previous_version=entry.previous,
+    )
+    EventPublisher(settings.project, settings.events_topic, source, region=settings.region).publish(event)

@@ -2,7 +2,9 @@
 
 Paths, each through the deploy archive's root main.py (terraform/root_main.py) on the emulators and the local
 JobService: (a) a data shard upload, ignored; (b) a marker delivered again, a duplicate; (c) a new marker that
-submits a job. The baseline, measured in the same run, is what Google's samples do: a main.py importing
+submits a job; (d) a new marker that submits a job of a model with a champion, so the data check reads the
+champion's schema.json and the new shard's header first (issue 27, point 2). The baseline, measured in the same
+run, is what Google's samples do: a main.py importing
 `functions_framework` and `google.cloud.aiplatform` at module level, with a handler that only logs the event.
 Rounds interleave the paths (a warm-up round first, discarded), so load that comes and goes hits them alike.
 Each path's CPU seconds (user + sys) are measured too: a deployed function runs on the share of a vCPU its
@@ -29,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: bench/ is on sys.path, the repository root is not
@@ -54,6 +57,20 @@ def {TARGET}(cloud_event):
 MIB = 1024
 # The template's g2-standard-24 draws on L4 quota: a limit no run comes near, so every submission is admitted.
 CAPACITY = {"default_quotas": {"custom_model_training_nvidia_l4_gpus": 100_000}}
+# Path (d)'s model: its champion (registered by the bench) was trained on the shards' columns, `a` and `y`.
+COLD_MODEL = "cold-start-model"
+MODEL_FOLDER = "models/"
+CHAMPION_SCHEMA = {
+    "schema_version": 1,
+    "format": "csv",
+    "target": "y",
+    "task": "classification",
+    "rows": 1,
+    "columns": [
+        {"name": "a", "type": "number", "physical": "int64", "role": "feature", "missing_rate": 0.0, "stats": {}},
+        {"name": "y", "type": "number", "physical": "int64", "role": "target", "missing_rate": 0.0, "stats": {}},
+    ],
+}
 
 
 @dataclass
@@ -145,12 +162,23 @@ def measure(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[
         rounds = args.warmups + args.runs
         control = stack.jobservice.control
         # Submitted jobs wait in the queue: this measures the controller, not the fake training's processes.
-        control.hold_next_in_queue(seconds=3600, count=rounds + 2)
+        control.hold_next_in_queue(seconds=3600, count=2 * rounds + 2)
 
         def dataset(folder: str) -> tuple[dict[str, str], bytes]:
             """A data shard, then the marker that announces the folder: the marker's event."""
             deployment.upload(f"{folder}part-0.csv", "a,y\n1,0\n")
             return deployment.storage_event(deployment.upload(f"{folder}_SUCCESS"))
+
+        register_champion(deployment, env["TRAINCTL_VERTEX_ENDPOINT"])
+        # Path (d)'s rule: the built-in trainer (whose kind the champion has) feeding COLD_MODEL.
+        rules = json.loads(env["TRAINCTL_TRIGGER_RULES"])
+        rules[f"gs://{deployment.data_bucket}/{MODEL_FOLDER}"] = {
+            "dataset": {"target": "y"},
+            "trainer": {"builtin": "tabular"},
+            "resources": {"machine_type": "g2-standard-24"},
+            "model": {"name": COLD_MODEL},
+        }
+        env["TRAINCTL_TRIGGER_RULES"] = json.dumps(rules)
 
         shard = deployment.storage_event(deployment.upload("churn/cold/part-0001.csv", "a,y\n1,0\n"))
         duplicate = dataset("churn/cold-duplicate/")
@@ -160,6 +188,9 @@ def measure(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[
         def new_marker() -> tuple[dict[str, str], bytes]:
             return dataset(f"churn/cold-{next(fresh)}/")
 
+        def new_model_marker() -> tuple[dict[str, str], bytes]:
+            return dataset(f"{MODEL_FOLDER}cold-{next(fresh)}/")
+
         paths = [
             ColdPath(
                 "baseline: functions_framework + google.cloud.aiplatform", baseline_main, lambda: shard, "Bucket: "
@@ -167,6 +198,12 @@ def measure(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[
             ColdPath("(a) ignored shard", deploy_main, lambda: shard, '"message": "not a marker; ignored"'),
             ColdPath("(b) duplicate marker", deploy_main, lambda: duplicate, '"message": "duplicate delivery; starts'),
             ColdPath("(c) submitting marker", deploy_main, new_marker, '"message": "submitted"'),
+            ColdPath(
+                "(d) submitting marker, a model with a champion (data check)",
+                deploy_main,
+                new_model_marker,
+                '"errors": 0, "new_columns": 0}',
+            ),
         ]
         for round_ in range(rounds):
             shift = round_ % len(paths)
@@ -184,7 +221,8 @@ def measure(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[
         Figure(f"{baseline.name}: time to first event", f"{baseline.median('handled_s'):.3f} s"),
         Figure(f"{baseline.name}: peak RSS", f"{max(r['peak_rss_kib'] for r in baseline.runs) / MIB:.0f} MiB"),
     ]
-    for path, ratio_goal, rss_goal in ((paths[1], 0.30, 120), (paths[2], 0.30, 120), (paths[3], 0.35, 160)):
+    measured = ((paths[1], 0.30, 120), (paths[2], 0.30, 120), (paths[3], 0.35, 160), (paths[4], 0.35, 160))
+    for path, ratio_goal, rss_goal in measured:
         seconds, ratio = path.median("handled_s"), path.median("handled_s") / baseline.median("handled_s")
         rss = max(r["peak_rss_kib"] for r in path.runs) / MIB
         vertex = "Vertex client imported" if path.runs[0]["vertex_client"] else "no Vertex client"
@@ -196,7 +234,9 @@ def measure(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[
             Figure(f"{path.name}: Cloud Quotas calls", f"{path.median('quota_calls'):.0f}"),
         ]
     figures += cpu_figures(baseline, paths[3], goal=0.35)
+    figures += cpu_figures(baseline, paths[4], goal=0.35)[1:]  # the baseline's CPU row is in already
     figures += quota_read_figures(stack, env["TRAINCTL_QUOTAS_ENDPOINT"], args.runs)
+    figures += data_check_figures(deployment, args.runs)
     spread = "; ".join(
         f"{p.name.split(':')[0]} {min(r['handled_s'] for r in p.runs):.3f}–{max(r['handled_s'] for r in p.runs):.3f} s"
         f" (loaded by {p.median('loaded_s'):.3f} s)"
@@ -230,6 +270,58 @@ def quota_read_figures(stack: Stack, endpoint: str, runs: int) -> list[Figure]:
     calls = (control.quota_reads() - calls_before) / runs
     name = "cold quota read alone (a fresh GpuQuotas, the L4 limit)"
     return [Figure(f"{name}: time", f"{statistics.median(seconds) * 1000:.0f} ms ({calls:.0f} calls)")]
+
+
+def register_champion(deployment: Any, endpoint: str) -> None:
+    """Path (d)'s model in the local registry, its `champion` a version whose folder holds CHAMPION_SCHEMA."""
+    from functions.gcs import Gcs
+    from functions.registry import ModelRegistry, Upload
+
+    folder = f"gs://{deployment.control_bucket}/cold-start-champion/model/"
+    Gcs(LOCAL_PROJECT).write(deployment.control_bucket, "cold-start-champion/model/schema.json",
+                             json.dumps(CHAMPION_SCHEMA).encode(), None)  # fmt: skip
+    registry = ModelRegistry(LOCAL_PROJECT, LOCAL_REGION, endpoint)
+    model = {"displayName": COLD_MODEL, "artifactUri": folder, "containerSpec": {"imageUri": "localhost/cold:1"}}
+    upload = registry.upload({"modelId": COLD_MODEL, "model": model}, lambda: None)
+    for _ in range(100):
+        if isinstance(upload, Upload) and not upload.done:
+            time.sleep(0.1)
+            upload = registry.operation(upload.operation) or upload
+    version = registry.get(registry.model_name(COLD_MODEL))
+    if version is None:
+        raise RuntimeError(f"the bench's model {COLD_MODEL} was not registered: {upload}")
+    registry.merge_aliases(version.name, ["champion"])
+
+
+def data_check_figures(deployment: Any, runs: int) -> list[Figure]:
+    """The data check alone, in this process, `runs` times with a fresh Storage client each (as a cold instance
+    has): the champion's schema.json read, the dataset listed, the first shard's first bytes read and compared."""
+    from functions.data_admission import check_dataset
+    from functions.gcs import Gcs
+    from schemas.request import TrainingJobRequest
+
+    deployment.upload("churn/cold-check/part-0.csv", "a,y\n1,0\n")
+    request = TrainingJobRequest.model_validate(
+        {
+            "api_version": "trainctl/v1",
+            "request_id": "cold-check",
+            "dataset": {"uri": f"gs://{deployment.data_bucket}/churn/cold-check/", "target": "y"},
+            "trainer": {"builtin": "tabular"},
+            "resources": {"machine_type": "g2-standard-24"},
+            "model": {"name": COLD_MODEL},
+        }
+    )
+    folder = f"gs://{deployment.control_bucket}/cold-start-champion/model/"
+    seconds = []
+    for _ in range(runs):
+        gcs = Gcs(LOCAL_PROJECT)
+        start = time.perf_counter()
+        check = check_dataset(gcs, deployment.control_bucket, request, folder, "1")
+        seconds.append(time.perf_counter() - start)
+        if not check.checked or check.errors:
+            raise RuntimeError(f"the data check did not pass: {check}")
+    name = "cold data check alone (a fresh Storage client: schema.json, listing, the shard's first bytes)"
+    return [Figure(f"{name}: time", f"{statistics.median(seconds) * 1000:.0f} ms")]
 
 
 def cpu_figures(baseline: ColdPath, submission: ColdPath, goal: float) -> list[Figure]:

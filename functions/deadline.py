@@ -10,7 +10,7 @@ to the redelivery (DESIGN.md §4 "Deadlines").
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -18,8 +18,8 @@ from functions.errors import Transient
 
 # Time kept back to save state, publish and answer: a quarter of a short timeout, at most 15 s.
 MAX_MARGIN = 15.0
-# (deadline, the end of the timeout) of the invocation, on the monotonic clock.
-_limits: ContextVar[tuple[float, float] | None] = ContextVar("trainctl_deadline", default=None)
+# (deadline, the end of the timeout, the clock both are read on) of the invocation.
+_limits: ContextVar[tuple[float, float, Callable[[], float]] | None] = ContextVar("trainctl_deadline", default=None)
 
 
 class DeadlineReached(Transient):
@@ -31,10 +31,11 @@ def margin(timeout: float) -> float:
 
 
 @contextmanager
-def handler_deadline(timeout: float) -> Iterator[None]:
-    """Work inside this block to a deadline `margin(timeout)` short of `timeout` seconds from now."""
-    end = time.monotonic() + timeout
-    token = _limits.set((end - margin(timeout), end))
+def handler_deadline(timeout: float, clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
+    """Work inside this block to a deadline `margin(timeout)` short of `timeout` seconds from now (on `clock`,
+    the monotonic clock but in tests)."""
+    end = clock() + timeout
+    token = _limits.set((end - margin(timeout), end, clock))
     try:
         yield
     finally:
@@ -45,7 +46,7 @@ def handler_deadline(timeout: float) -> Iterator[None]:
 def wrap_up() -> Iterator[None]:
     """Inside this block the margin is open: for saving state (giving up a claim) once the deadline has passed."""
     limits = _limits.get()
-    token = _limits.set(None if limits is None else (limits[1] - 1.0, limits[1]))
+    token = _limits.set(None if limits is None else (limits[1] - 1.0, limits[1], limits[2]))
     try:
         yield
     finally:
@@ -55,7 +56,7 @@ def wrap_up() -> Iterator[None]:
 def remaining() -> float | None:
     """Seconds left before the deadline; None outside a handler (no deadline: tests, trainctl replay)."""
     limits = _limits.get()
-    return None if limits is None else limits[0] - time.monotonic()
+    return None if limits is None else limits[0] - limits[2]()
 
 
 def allows(seconds: float) -> bool:

@@ -2,8 +2,9 @@
 
 Pure. Two questions are answered in one place:
 - a gRPC status from a JobService *call*: permanent (reject, never retry) or transient (retry, then redeliver);
-- a *job* that ended FAILED: quota | capacity | preemption | internal | user | invalid, and whether the
-  controller should resubmit it (capacity, preemption and internal only — retrying user errors wastes GPUs).
+- a *job* that ended FAILED: quota | capacity | preemption | internal | user | invalid (| data, from the trainer's
+  note), and whether the controller should resubmit it (capacity, preemption and internal only — retrying user
+  errors wastes GPUs).
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ def classify_job_failure(code: int, message: str, started: bool) -> Reason:
     if code == INTERNAL or _INTERNAL.search(message):
         return "internal"
     return "user"
+
+
+def blamed_on_data(reason: Reason, data_failure: bool) -> Reason:
+    """A user failure whose trainer said it refused the data (issue 27: drift above max_drift) is `data`: the data
+    must change before another run is worth its GPUs, so it is never resubmitted either."""
+    return "data" if reason == "user" and data_failure else reason
 
 
 def quota_metric(message: str) -> str | None:

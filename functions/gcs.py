@@ -105,6 +105,39 @@ class Gcs:
         with response:
             return _bounded_body(response, f"gs://{bucket}/{name}", max_bytes), found_generation
 
+    def read_range(self, bucket: str, name: str, start: int, length: int) -> bytes | None:
+        """At most `length` bytes of the object from byte `start` (fewer at its end), or None when it does not
+        exist: an HTTP Range request (cloud.google.com/storage/docs/json_api/v1/objects/get, "Range" header), so a
+        large data file's header or footer is read without the rest of it. A server that ignores the Range and
+        sends the whole object is read only as far as the range reaches."""
+        if length <= 0:
+            return b""
+        headers = {"Range": f"bytes={start}-{start + length - 1}"}
+        try:
+            response = self._call(
+                "GET",
+                self._object_url(bucket, name),
+                missing_ok=True,
+                params={"alt": "media"},
+                headers=headers,
+                stream=True,
+            )
+        except StorageError as exc:
+            if exc.status == 416:  # the range starts past the object's end
+                return b""
+            raise
+        if response is None:
+            return None
+        skip = 0 if response.status_code == 206 else start
+        with response:
+            chunks, received = [], 0
+            for chunk in response.iter_content(chunk_size=64 * 1024):
+                chunks.append(chunk)
+                received += len(chunk)
+                if received >= skip + length:
+                    break
+        return b"".join(chunks)[skip : skip + length]
+
     def write(
         self,
         bucket: str,

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from functions.gcs import metadata_problems
 from functions.lifecycle import Record
-from schemas.events import JobEvent
+from schemas.events import JobEvent, Rejected
 
 FINAL_EVENT_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 METADATA_KEY = "outcome"
@@ -47,6 +47,10 @@ class Outcome(BaseModel):
     hourly_usd: float = 0.0
     attempt: int = 1
     labels: dict[str, str] = Field(default_factory=dict)
+    saved_gpu_hours: float | None = Field(
+        None, description="A rejection by the data check: the GPU-hours the run could have held at most."
+    )
+    saved_usd: float | None = Field(None, description="… and the most it could have cost (its max_usd).")
 
     @property
     def run_seconds(self) -> float | None:
@@ -60,6 +64,7 @@ class Outcome(BaseModel):
 def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
     """The outcome a final event records; `record` is None for a rejection at intake (nothing was accepted)."""
     stamps = event.timestamps
+    saved = event if isinstance(event, Rejected) and event.saved_gpu_hours is not None else None  # the data check
     return Outcome(
         request_id=event.request_id,
         state=event.state,
@@ -73,6 +78,8 @@ def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
         attempt=event.attempt,
         labels=(record.request.get("labels") or {}) if record else {},
         model=getattr(event, "model", None),
+        saved_gpu_hours=saved.saved_gpu_hours if saved else None,
+        saved_usd=saved.cost.max_usd if saved and saved.cost else None,
     )
 
 

@@ -24,6 +24,9 @@ MAX_OUTPUT_BYTES = 64 * 1024
 # metrics.json: the trainer writes about 30 entries, one of them nested once (step_time_ms: {p10, p50, p90}).
 MAX_METRICS = 100
 MAX_NESTED_ENTRIES = 20
+# The trainer's drift per feature against the champion's data (issue 27): {feature: figure}, as many as there are
+# features; a wider one keeps its MAX_NESTED_ENTRIES largest figures rather than being left out whole.
+DRIFT = "drift"
 MAX_NAME_CHARS = 128
 MAX_TEXT_CHARS = 1024
 INT64 = 2**63  # BigQuery's JSON columns (the events table) hold 64-bit integers
@@ -58,6 +61,10 @@ def parse_metrics(raw: bytes) -> Metrics:
         if index >= MAX_METRICS:
             left_out.append(f"{len(document) - MAX_METRICS} entries past the first {MAX_METRICS}")
             break
+        if name == DRIFT and isinstance(value, dict) and len(value) > MAX_NESTED_ENTRIES:
+            value, dropped = _largest_figures(value)
+            if dropped:
+                left_out.append(f"{DRIFT}: the {dropped} smallest of {len(value) + dropped} features' figures")
         problem = _name_problem(name) or _value_problem(value, nested=False)
         if problem:
             left_out.append(f"{_shown(name)} ({problem})")
@@ -77,7 +84,7 @@ class Progress(BaseModel):
 
 
 def parse_progress(raw: bytes) -> Progress:
-    return _model(Progress, raw)
+    return parse_output(Progress, raw)
 
 
 class FailureNote(BaseModel):
@@ -86,11 +93,24 @@ class FailureNote(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
     error: str
+    reason: str | None = Field(
+        None,
+        max_length=32,
+        description="`data` when the trainer refused the data before its first epoch (drift above max_drift); "
+        "any other value is not one the controller acts on.",
+    )
 
 
-def parse_failure_note(raw: bytes) -> str:
-    """The note's error text, clipped and without control characters: it lands in events and logs."""
-    return clip(_model(FailureNote, raw).error, MAX_FAILURE_CHARS)
+@dataclass(frozen=True)
+class Failure:
+    text: str  # clipped, without control characters: it lands in events and logs
+    data: bool  # the trainer stopped for its data (issue 27): the failure's reason is `data`, not `user`
+
+
+def parse_failure_note(raw: bytes) -> Failure:
+    """The note's error text, and whether the trainer blamed the data."""
+    note = parse_output(FailureNote, raw)
+    return Failure(clip(note.error, MAX_FAILURE_CHARS), note.reason == "data")
 
 
 def clip(text: str, limit: int) -> str:
@@ -98,15 +118,16 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _document(raw: bytes) -> Any:
+def _document(raw: bytes, max_bytes: int = MAX_OUTPUT_BYTES) -> Any:
     try:
-        return load_json(raw, MAX_OUTPUT_BYTES)
+        return load_json(raw, max_bytes)
     except DocumentInvalid as exc:
         raise Unreadable(str(exc)) from None
 
 
-def _model(model: type[_Model], raw: bytes) -> _Model:
-    document = _document(raw)
+def parse_output(model: type[_Model], raw: bytes, max_bytes: int = MAX_OUTPUT_BYTES) -> _Model:
+    """A job's JSON output checked against `model`; Unreadable naming the first field that breaks it."""
+    document = _document(raw, max_bytes)
     try:
         return model.model_validate(document)
     except ValidationError as exc:
@@ -139,6 +160,21 @@ def _value_problem(value: Any, nested: bool) -> str | None:
         if problem:
             return f"{_shown(key) if isinstance(key, str) else f'item {key}'}: {problem}"
     return None
+
+
+def _largest_figures(entries: dict[Any, Any]) -> tuple[dict[Any, Any], int]:
+    """The MAX_NESTED_ENTRIES largest finite figures of a {name: figure} object, and how many were left out:
+    a wide dataset's drift keeps the features that moved most."""
+    figures = [
+        (key, value)
+        for key, value in entries.items()
+        if isinstance(key, str) and isinstance(value, int | float) and not isinstance(value, bool)
+    ]
+    figures = [(key, value) for key, value in figures if math.isfinite(value)]
+    if len(figures) < len(entries):
+        return entries, 0  # not only figures: left to the ordinary rules
+    kept = sorted(figures, key=lambda item: -item[1])[:MAX_NESTED_ENTRIES]
+    return dict(kept), len(entries) - len(kept)
 
 
 def _left_out_note(left_out: list[str]) -> str:

@@ -17,7 +17,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions import ladder
-from functions.failures import QUOTA_ADVICE, RESUBMITTABLE, classify_job_failure, is_stockout, quota_metric
+from functions.failures import (
+    QUOTA_ADVICE,
+    RESUBMITTABLE,
+    blamed_on_data,
+    classify_job_failure,
+    is_stockout,
+    quota_metric,
+)
 from functions.ladder import LadderRung
 from schemas.events import (
     EVENT_ADAPTER,
@@ -246,6 +253,7 @@ def observe(
     max_silence: int | None = None,
     progress: dict[str, Any] | None = None,
     metrics_note: str = "",
+    data_failure: bool = False,
 ) -> Transition:
     """Fold one observation of the record's job into the record; pure apart from mutating `record`.
 
@@ -256,6 +264,8 @@ def observe(
     with a `max_silence`, a RUNNING job of the built-in trainer first asks for it, and one whose progress has not
     moved for longer is hung — Vertex restarts only workers that exit, and a collective stuck forever never exits.
     `metrics_note` says what of metrics.json could not be used (the `succeeded` message carries it).
+    `data_failure`: the diagnosis found the built-in trainer's note saying it refused the data (issue 27: drift above
+    max_drift, before its first epoch): the reason is `data` instead of `user`, and it is not tried again either.
     """
     if not writes_heartbeat(record.request):
         max_silence = None
@@ -344,6 +354,7 @@ def observe(
         reason = classify_job_failure(job.error_code, job.error_message, started=job.start_time is not None)
         if reason == "user" and diagnosis is None:
             return Transition([], "diagnose")
+        reason = blamed_on_data(reason, data_failure)
         running_if_missed()
         message = f"{job.error_message} {diagnosis}".strip() if diagnosis else job.error_message
         metric = quota_metric(job.error_message) if reason == "quota" else None
@@ -473,6 +484,12 @@ def writes_heartbeat(request: dict[str, Any]) -> bool:
     """Whether the request's job keeps the built-in trainer's heartbeat (checkpoints/progress.json). Only those
     are judged for hangs: a custom image writes none of its own, and its jobs share one service account, so a
     progress record beside one would be anybody's word (README: a job that writes no heartbeat is never judged)."""
+    return runs_builtin(request)
+
+
+def runs_builtin(request: dict[str, Any]) -> bool:
+    """Whether the request (as the record keeps it) runs the built-in trainer, whose output folder no custom image
+    can write to: what it left there is the trainer's own word."""
     return bool((request.get("trainer") or {}).get("builtin"))
 
 

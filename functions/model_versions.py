@@ -152,9 +152,29 @@ def evaluation_name(key_hash: str) -> str:
     return f"trainctl-{key_hash}"
 
 
+# The trainer's drift against the champion's data (issue 27, point 3), carried into the evaluation beside the figures:
+# {feature: figure}, the feature that moved most, and the measure's name.
+DRIFT_ENTRIES = ("drift", "max_drift_feature", "drift_measure")
+
+
+def drift_of(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The drift entries of metrics.json (already filtered by job_outputs.py), as far as they have the contract's
+    shape: `drift` an object of figures, the other two text."""
+    found: dict[str, Any] = {}
+    drift = metrics.get("drift")
+    if isinstance(drift, dict):
+        found["drift"] = {k: float(v) for k, v in drift.items() if figure(drift, k) is not None}
+    for name in DRIFT_ENTRIES[1:]:
+        if isinstance(metrics.get(name), str):
+            found[name] = metrics[name]
+    return found
+
+
 def evaluation_body(name: str, record: Record, metrics: dict[str, Any]) -> dict[str, Any]:
-    """A ModelEvaluation of the run's numeric metrics (and, for regression, the schema's own RMSE name)."""
-    numbers = {k: v for k, v in metrics.items() if figure(metrics, k) is not None}
+    """A ModelEvaluation of the run's numeric metrics (and, for regression, the schema's own RMSE name), with its
+    drift against the champion's data when the trainer measured it."""
+    numbers: dict[str, Any] = {k: v for k, v in metrics.items() if figure(metrics, k) is not None}
+    numbers |= drift_of(metrics)
     task = metrics.get("task")
     if task == "regression" and "val_rmse" in numbers:
         numbers["rootMeanSquaredError"] = numbers["val_rmse"]

@@ -32,7 +32,7 @@ from functions.job_outputs import (
     parse_progress,
 )
 from functions.ledger import Ledger
-from functions.lifecycle import JobSnapshot, Record, job_ref, observe
+from functions.lifecycle import JobSnapshot, Record, job_ref, observe, runs_builtin
 from functions.outbox import Outbox
 from functions.ports import Jobs, Storage
 from functions.promotion import Promotion
@@ -141,8 +141,10 @@ class Observation:
                 record, job, ref, now, max_pending, metrics.values, max_silence=max_silence, metrics_note=metrics.note
             )
         elif transition.action == "diagnose":
-            diagnosis = self._diagnose(record)
-            transition = observe(record, job, ref, now, max_pending, None, diagnosis, max_silence=max_silence)
+            diagnosis, data = self._diagnose(record)
+            transition = observe(
+                record, job, ref, now, max_pending, None, diagnosis, max_silence=max_silence, data_failure=data
+            )
         elif transition.action == "load_progress":
             progress = self._progress(record)
             transition = observe(record, job, ref, now, max_pending, None, max_silence=max_silence, progress=progress)
@@ -200,25 +202,28 @@ class Observation:
             raise Unreadable(f"Cloud Storage refused the read ({exc.status})") from None
         return found[0] if found is not None else None
 
-    def _diagnose(self, record: Record) -> str:
+    def _diagnose(self, record: Record) -> tuple[str, bool]:
         """Why a job failed by the user's hand, in words that name the path: the trainer's own note when it
-        could write one (or that it could not be read), else what is missing (the dataset, or any output)."""
+        could write one (or that it could not be read), else what is missing (the dataset, or any output); and
+        whether the built-in trainer said it refused the data (reason `data`; a custom image's note is not taken
+        for that: it may write anything)."""
         note = record.artifacts.model_dir + FAILURE_NOTE
         try:
             raw = self._job_output(note)
             if raw is not None:
-                return f"The trainer reported: {parse_failure_note(raw)}"
+                failure = parse_failure_note(raw)
+                return f"The trainer reported: {failure.text}", failure.data and runs_builtin(record.request)
         except Unreadable as exc:
-            return f"The trainer's failure note {note} could not be read: {exc}."
+            return f"The trainer's failure note {note} could not be read: {exc}.", False
         dataset = record.request["dataset"]["uri"]
         bucket, prefix = split_gs_uri(dataset)
         if not self.gcs.any_under(bucket, prefix):
-            return f"The dataset {dataset} has no objects."
+            return f"The dataset {dataset} has no objects.", False
         output = record.artifacts.model_dir.removesuffix("model/")
         bucket, prefix = split_gs_uri(output)
         if not self.gcs.any_under(bucket, prefix):
-            return f"Nothing was written under {output}: can the job's service account write there?"
-        return ""
+            return f"Nothing was written under {output}: can the job's service account write there?", False
+        return "", False
 
     def reconcile(self) -> dict[str, int]:
         """The sweep that never misses: every active request whose job changed, ended or has a decision due, or has

@@ -179,6 +179,8 @@ def hyperparameter_args(hp: TabularHyperparameters) -> list[str]:
 # The argument that gives a run the champion's model folder, to score it on the run's own validation rows (issue 26):
 # the built-in trainer and a custom image alike get it when the request's model has a version under its alias.
 CHAMPION_ARG = "--champion-model-dir"
+# The built-in trainer's limit on drift against the champion's data (issue 27, point 3; model.max_drift).
+MAX_DRIFT_ARG = "--max-drift"
 
 
 def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[str]:
@@ -195,6 +197,8 @@ def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[st
         args += ["--features", ",".join(ds.features)]
     if reduction_server:
         args += ["--bucket-cap-mb", str(REDUCTION_SERVER_BUCKET_CAP_MB)]
+    if request.model is not None and request.model.max_drift is not None:
+        args += [MAX_DRIFT_ARG, str(request.model.max_drift)]
     return args
 
 

@@ -22,6 +22,10 @@ class Storage(Protocol):
         """(content, generation) or None; with `max_bytes`, gcs.TooLarge for a larger object (never read whole)."""
         ...
 
+    def read_range(self, bucket: str, name: str, start: int, length: int) -> bytes | None:
+        """At most `length` bytes of the object from `start`, or None when it does not exist (never read whole)."""
+        ...
+
     def write(
         self,
         bucket: str,

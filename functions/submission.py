@@ -12,7 +12,6 @@ A crash at any point leaves a live lease (the redelivery waits) or a labelled jo
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import random
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from functions import deadline, logs, triggers
 from functions.admission import admission_problems, dataset_problem
+from functions.data_admission import DataCheck, check_dataset
 from functions.errors import Transient
 from functions.failures import PERMISSION_DENIED, QUOTA_ADVICE, permission_advice, quota_metric
 from functions.gcs import Conflict, StorageError
@@ -47,6 +47,7 @@ from schemas.events import (
     Accepted,
     Artifacts,
     Cancelled,
+    CostEstimate,
     Duplicate,
     Failed,
     JobEvent,
@@ -69,6 +70,7 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("fallbacks",): [],
     ("scheduling", "max_preemptions"): 1,
     ("model",): None,
+    ("model", "max_drift"): None,
 }
 
 
@@ -76,11 +78,22 @@ def spec_hash(request: TrainingJobRequest) -> str:
     spec = request.model_dump(mode="json")
     for path, default in _LATER_DEFAULTS.items():
         *parents, name = path
-        holder = functools.reduce(lambda part, key: part[key], parents, spec)
-        if holder.get(name) == default:
+        holder: Any = spec
+        for key in parents:
+            holder = holder.get(key) if holder else None  # a parent left out at its default holds nothing
+        if holder and name in holder and holder[name] == default:
             del holder[name]
     canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _naming(columns: list[str]) -> str:
+    """The new columns a passed data check found, in words for the `accepted` message."""
+    if not columns:
+        return ""
+    shown = ", ".join(repr(name) for name in columns[:5])
+    more = f" and {len(columns) - 5} more" if len(columns) > 5 else ""
+    return f" (new columns, allowed: {shown}{more})"
 
 
 def artifacts(output_dir: str) -> Artifacts:
@@ -117,9 +130,18 @@ class Submission:
     registry: Callable[[], Registry]  # Vertex's Model Registry, built on first use (requests with a model block)
 
     def reject(
-        self, request_id: str, key: str, delivery: Delivery, errors: list[str], message: str, reason: str = "invalid"
+        self,
+        request_id: str,
+        key: str,
+        delivery: Delivery,
+        errors: list[str],
+        message: str,
+        reason: str = "invalid",
+        cost: CostEstimate | None = None,
+        saved_gpu_hours: float | None = None,
     ) -> str:
-        """Publish `rejected` for input that will never become valid; nothing is written to the ledger."""
+        """Publish `rejected` for input that will never become valid; nothing is written to the ledger. `cost` and
+        `saved_gpu_hours`: what the run would have cost at most, for a rejection that saved it (the data check)."""
         logs.warning(message, errors=errors, request_key=key)
         event = Rejected(
             request_id=request_id,
@@ -130,6 +152,8 @@ class Submission:
             delivery=delivery.event_id,
             reason=reason,
             errors=errors,
+            cost=cost,
+            saved_gpu_hours=saved_gpu_hours,
         )
         self.publisher.publish(event)
         logs.info("published rejected", **published_fields(event), rule=rejection_rule(errors))
@@ -175,6 +199,9 @@ class Submission:
             if start != 0 or champion is not None:
                 uri = champion.artifact_uri if champion else None
                 plan = plan_custom_job(request, self.settings, key, 1, start, uri)
+            data = self._data_check(request, champion)
+            if data.errors:
+                return self._reject_data(request, key, delivery, data, plan.cost, start)
             self.jobs.prepare()
             # Step 1: claim, its output folder first (held from here until the record is retired).
             holder = self.outputs.claim(plan.output_dir, key_hash(key), request.request_id)
@@ -191,7 +218,7 @@ class Submission:
                     ],
                     "the output_dir overlaps an active request's",
                 )
-            record = self._new_record(request, key, explicit_id, delivery, plan, digest, rungs, start, champion)
+            record = self._new_record(request, key, explicit_id, delivery, plan, digest, rungs, start, champion, data)
             try:
                 generation = self.ledger.create(record)
             except IdTaken as taken:
@@ -239,6 +266,40 @@ class Submission:
                 f"{uri} cannot be read by trainctl's controller (Cloud Storage answered {exc.status}); "
                 f"its service account needs storage.objects.list on gs://{bucket}",
             )
+
+    def _data_check(self, request: TrainingJobRequest, champion: ModelVersion | None) -> DataCheck:
+        """The new dataset's header against the champion's recorded schema (issue 27, point 2); an empty check
+        without a champion."""
+        if champion is None or not champion.artifact_uri:
+            return DataCheck()
+        bucket = self.settings.control_bucket
+        return check_dataset(self.gcs, bucket, request, champion.artifact_uri, champion.version_id)
+
+    def _reject_data(
+        self,
+        request: TrainingJobRequest,
+        key: str,
+        delivery: Delivery,
+        data: DataCheck,
+        cost: CostEstimate,
+        rung: int,
+    ) -> str:
+        """`rejected` with reason `data`, carrying the run's own estimate: the GPU time the check saved at most
+        (its GPUs for its whole timeout), for `trainctl report`."""
+        assert request.model is not None
+        hours = cost.gpus * request.at_rung(rung).scheduling.timeout / 3600
+        return self.reject(
+            request.request_id,
+            key,
+            delivery,
+            data.errors,
+            f"the dataset does not match the schema of model {request.model.name}'s champion "
+            f"({data.summary}); nothing was claimed and no GPU started, saving up to {hours:,.1f} GPU-hours "
+            f"({cost_summary(cost)})",
+            reason="data",
+            cost=cost,
+            saved_gpu_hours=round(hours, 4),
+        )
 
     def _champion(self, request: TrainingJobRequest) -> ModelVersion | None:
         """The model's version under the request's alias, for the trainer to score on
@@ -288,6 +349,7 @@ class Submission:
         rungs: list[LadderRung],
         start: int,
         champion: ModelVersion | None,
+        data: DataCheck,
     ) -> Record:
         now = self.clock()
         record = Record(
@@ -324,11 +386,17 @@ class Submission:
             time=now,
             message=f"accepted: {resources.total_gpus} GPUs on {resources.replica_count} node(s)"
             + (f" (rung {start} of the ladder; earlier rungs never fit the GPU quota)" if start else "")
-            + f", {cost_summary(plan.cost)}; {plan.reduction_server.reason}",
+            + f", {cost_summary(plan.cost)}; {plan.reduction_server.reason}"
+            + (
+                f"; the dataset's header matches the champion's schema{_naming(data.new_columns)}"
+                if data.checked
+                else ""
+            ),
             trigger=delivery.trigger,
             cost=plan.cost,
             skipped_rungs=skipped_outcomes(rungs) or None,
             labels=request.labels or None,
+            new_columns=data.new_columns or None,
         )
         record.add_events([accepted])
         return record

@@ -36,7 +36,7 @@ State = Literal[
     "held",
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-FailureReason = Literal["quota", "capacity", "preemption", "hang", "internal", "user", "invalid", "permission"]
+FailureReason = Literal["quota", "capacity", "preemption", "hang", "internal", "user", "invalid", "permission", "data"]
 # Where a request stands in the controller's ledger: claimed until its job exists (queued while it waits in
 # trainctl for GPU quota), then as its job goes.
 RequestState = Literal["claimed", "queued", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]
@@ -145,6 +145,11 @@ class Accepted(_Event):
     labels: dict[str, str] | None = Field(
         None, description="The request's labels (e.g. team), so history can be grouped by one of them."
     )
+    new_columns: list[str] | None = Field(
+        None,
+        description="Columns of the dataset's header that the model's champion was not trained with: allowed, and "
+        "named (the data check at admission passed; issue 27).",
+    )
 
 
 class Duplicate(_Event):
@@ -156,6 +161,14 @@ class Rejected(_Event):
     state: Literal["rejected"] = "rejected"
     reason: FailureReason
     errors: list[str] = Field(default_factory=list, description="One `field.path: rule` line per problem.")
+    cost: CostEstimate | None = Field(
+        None,
+        description="Reason `data`: the run's own estimate, which the check at admission saved (nothing was claimed, "
+        "no GPU started).",
+    )
+    saved_gpu_hours: float | None = Field(
+        None, description="Reason `data`: the GPU-hours the run could have held at most (its GPUs × its timeout)."
+    )
 
 
 class Queued(_Event):

@@ -471,6 +471,15 @@ class ModelBlock(_Strict):
     alias: Annotated[str, AfterValidator(_not_default), AfterValidator(_check_alias)] = Field(
         "champion", description="The version alias promotion moves; `default` follows it."
     )
+    max_drift: float | None = Field(
+        None,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Built-in trainer: the most drift any feature may show against the champion's data (the "
+        "trainer's measure, in metrics.json's drift_measure); above it the run stops before its first epoch and "
+        "fails with reason `data`, naming the features. Default: drift is reported, never acted on.",
+        examples=[0.25],
+    )
 
 
 def rung_prefix(index: int) -> str:
@@ -655,6 +664,10 @@ def _model_problems(request: TrainingJobRequest) -> list[tuple[str, str]]:
             if getattr(block, name) is None:
                 why = "name the metrics.json entry that decides and whether higher (maximize) or lower (minimize) wins"
                 problems.append((f"model.{name}", f"required with a custom image: {why}"))
+        if block.max_drift is not None:
+            problems.append(
+                ("model.max_drift", "only the built-in trainer measures drift; a custom image gets no limit")
+            )
     known = BUILTIN_METRIC_GOALS.get(block.metric or "")
     if block.metric is not None and known is None and block.goal is None:
         why = f"{block.metric} is not one the built-in trainer defines; say maximize or minimize"

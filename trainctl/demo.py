@@ -1,12 +1,14 @@
 """`trainctl demo` (what `make demo` runs): the whole flow on this machine, start to finish.
 
 Starts the local stack and writes a real tabular dataset (scikit-learn's breast-cancer data, shipped in the wheel)
-into the local data bucket, three partitions one after another, each ending in a `_SUCCESS` marker whose content
+into the local data bucket, four partitions one after another, each ending in a `_SUCCESS` marker whose content
 asks for 2 nodes and names the model `demo-breast-cancer`: the first trains and becomes the champion, the second
-(more data, more epochs) beats it on its own validation rows and is promoted, the third (a learning rate far too
-small) is worse and held. Each lifecycle event is printed as it arrives; then a summary of the champion's run
-(job, nodes × processes, the metrics against the trivial baseline, artifacts, wall time), a loss-curve PNG, a
-check that the champion loads and predicts, the registry's view of the model, and the short `trainctl report`.
+(more data, more epochs) beats it on its own validation rows and is promoted, the third lost a column on its way
+and is rejected at admission, against the champion's schema.json, before any GPU starts (issue 27), the fourth (a
+learning rate far too small) is worse and held. Each lifecycle event is printed as it arrives; then a summary of
+the champion's run (job, nodes × processes, the metrics against the trivial baseline, artifacts, wall time), a
+loss-curve PNG, a check that the champion loads and predicts, the registry's view of the model, and the short
+`trainctl report`.
 Stops the stack in every case. Exit 0 only when every partition ended as the story says and the champion loads;
 otherwise the failing step is named with where its logs are.
 """
@@ -50,7 +52,8 @@ class Partition:
     rows: int | None  # the first rows of the dataset; None: all of them
     hyperparameters: dict[str, Any]
     story: str
-    decision: str  # "promoted" or "held"
+    decision: str  # "promoted", "held", or "rejected" (by the data check at admission)
+    dropped: tuple[str, ...] = ()  # columns the partition lost on its way
 
     @property
     def folder(self) -> str:
@@ -66,6 +69,14 @@ PARTITIONS = (
         "promoted",
     ),
     Partition("2026-11-08", None, GOOD_TRAINING, "all 569 rows, 20 epochs: better on its own rows", "promoted"),
+    Partition(
+        "2026-11-12",
+        None,
+        GOOD_TRAINING,
+        "an export that lost the column mean_radius: rejected at admission by the champion's schema, no GPU started",
+        "rejected",
+        dropped=("mean_radius",),
+    ),
     Partition(
         "2026-11-15",
         None,
@@ -84,7 +95,7 @@ class DemoFailed(Exception):
 
 def register(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser(
-        "demo", help="run the whole flow locally: data lands three times, 2-node DDP jobs train, the better model wins"
+        "demo", help="run the whole flow locally: data lands four times, 2-node DDP jobs train, the better model wins"
     )
     cmd.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each partition (default 600)")
     cmd.add_argument("--out", type=Path, default=None, help="where the loss curve goes (default .trainctl/demo)")
@@ -135,16 +146,16 @@ def _flow(state: Any, timeout: float, out_dir: Path, started: float) -> int:
     table = _dataset()
     say(
         f"2/5 scikit-learn's breast-cancer dataset ({table.num_rows} rows, {table.num_columns - 1} features) lands "
-        f"in {len(PARTITIONS)} partitions, each a new version of model {MODEL}"
+        f"in {len(PARTITIONS)} partitions, each offered to model {MODEL} as a new version"
     )
     champion = None
     with EventStream(state.project, names["events_topic"]) as stream:
         for number, partition in enumerate(PARTITIONS, start=1):
             marker = _upload_partition(state.project, names["data_bucket"], table, partition)
             say(f"3/5 partition {number}: {partition.story}\n    uploaded gs://{names['data_bucket']}/{marker}")
-            succeeded = _follow(stream, partition, timeout)
+            ended = _follow(stream, partition, timeout)
             if partition.decision == "promoted":
-                champion = succeeded
+                champion = ended
     assert champion is not None  # the partitions promote at least once
     say("4/5 checking the champion: loading it and predicting…")
     predictions = _predict(
@@ -159,7 +170,8 @@ def _flow(state: Any, timeout: float, out_dir: Path, started: float) -> int:
 
 
 def _follow(stream: Any, partition: Partition, timeout: float) -> Any:
-    """Print the events of this partition's request until its model decision; its `succeeded` event."""
+    """Print the events of this partition's request until its model decision (or, for a partition the data check
+    should stop, its rejection); its `succeeded` (or `rejected`) event."""
     from trainctl.eventstream import format_event
 
     succeeded = None
@@ -169,6 +181,10 @@ def _follow(stream: Any, partition: Partition, timeout: float) -> Any:
         if not event.request_id.startswith(prefix):
             continue
         say("    " + format_event(event))
+        if partition.decision == "rejected" and event.state == "rejected" and event.reason == "data":
+            return event  # its errors, one per column, were printed with it
+        if partition.decision == "rejected" and event.state == "accepted":
+            raise DemoFailed("the data check", f"partition {partition.day} lost a column and was accepted")
         if event.state == "succeeded":
             succeeded = event
         elif event.state in ("failed", "cancelled", "rejected"):
@@ -222,6 +238,7 @@ def _upload_partition(project: str, bucket_name: str, table: Any, partition: Par
     from google.cloud import storage
 
     rows = table.slice(0, partition.rows) if partition.rows else table
+    rows = rows.drop_columns(list(partition.dropped))
     bucket = storage.Client(project=project, credentials=AnonymousCredentials()).bucket(bucket_name)
     for shard in range(SHARDS):
         start, stop = shard * rows.num_rows // SHARDS, (shard + 1) * rows.num_rows // SHARDS

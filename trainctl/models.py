@@ -12,14 +12,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from functions.alias_moves import MoveRefused, move_by_hand
-from functions.gcs import Gcs
+from functions.data_contract import MAX_SCHEMA_BYTES, SCHEMA_FILE, parse_schema
+from functions.gcs import Gcs, StorageError, TooLarge
+from functions.job_outputs import Unreadable
 from functions.model_decision import figure
 from functions.model_ledger import Entry, ModelLedger
-from functions.model_versions import KEY_LABEL, evaluation_name
+from functions.model_versions import KEY_LABEL, drift_of, evaluation_name
 from functions.publisher import EventPublisher
 from functions.registry import ModelRegistry, ModelVersion
 from functions.settings import Settings
 from schemas.events import Lineage, Promoted, Trigger
+from schemas.rules import split_gs_uri
 from trainctl.context import cli_settings
 from trainctl.eventstream import headline_metrics
 
@@ -62,12 +65,14 @@ class Models:
     settings: Settings
     registry: ModelRegistry
     ledger: ModelLedger
+    gcs: Gcs  # each version's schema.json, beside its model
 
     @classmethod
     def of_deployment(cls) -> Models:
         settings = cli_settings()
         registry = ModelRegistry(settings.project, settings.region, settings.vertex_endpoint)
-        return cls(settings, registry, ModelLedger(Gcs(settings.project), settings.control_bucket))
+        gcs = Gcs(settings.project)
+        return cls(settings, registry, ModelLedger(gcs, settings.control_bucket), gcs)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -115,9 +120,12 @@ def describe(models: Models, name: str) -> dict[str, Any] | None:
 
 def _version(models: Models, version: ModelVersion) -> dict[str, Any]:
     metrics: dict[str, Any] = {}
+    drift: dict[str, Any] = {}
     for evaluation in models.registry.evaluations(version.name):
         if evaluation.get("displayName", "").startswith(evaluation_name("")) or not metrics:
-            metrics = {k: v for k, v in (evaluation.get("metrics") or {}).items() if figure({k: v}, k) is not None}
+            recorded = evaluation.get("metrics") or {}
+            metrics = {k: v for k, v in recorded.items() if figure({k: v}, k) is not None}
+            drift = drift_of(recorded)
     lineage: dict[str, Any] | None
     try:
         lineage = Lineage.model_validate_json(version.description).model_dump(exclude_none=True)
@@ -132,7 +140,36 @@ def _version(models: Models, version: ModelVersion) -> dict[str, Any]:
         "artifact_uri": version.artifact_uri,
         "metrics": metrics,
         "lineage": lineage,
+        "schema": _schema(models.gcs, version.artifact_uri),
+        "drift": drift or None,
     }
+
+
+def _schema(gcs: Gcs, artifact_uri: str | None) -> dict[str, Any] | None:
+    """The data a version was trained on, from the schema.json beside its model (issue 27): its summary in words
+    and its columns, or why it cannot be shown; None for a version without one."""
+    if not artifact_uri or not artifact_uri.startswith("gs://"):
+        return None
+    uri = artifact_uri.rstrip("/") + "/" + SCHEMA_FILE
+    bucket, name = split_gs_uri(uri)
+    try:
+        found = gcs.read(bucket, name, max_bytes=MAX_SCHEMA_BYTES)
+        if found is None:
+            return None
+        schema = parse_schema(found[0])
+    except (TooLarge, Unreadable, StorageError) as exc:
+        return {"uri": uri, "unreadable": str(exc)}
+    columns = [{"name": c.name, "type": c.type, "role": c.role} for c in schema.columns]
+    return {"uri": uri, "summary": schema.summary(), "columns": columns}
+
+
+def drift_line(drift: dict[str, Any], shown: int = 3) -> str:
+    """The version's drift against the champion it was measured on, in a line: the features that moved most."""
+    figures = sorted((drift.get("drift") or {}).items(), key=lambda item: -item[1])
+    measure = drift.get("drift_measure") or "drift"
+    most = ", ".join(f"{name} {value:.3g}" for name, value in figures[:shown]) or "-"
+    more = f" (+{len(figures) - shown} features)" if len(figures) > shown else ""
+    return f"{measure}: {most}{more}"
 
 
 def _decision(entry: Entry) -> dict[str, Any]:
@@ -170,6 +207,11 @@ def run_show(args: argparse.Namespace) -> int:
         if v["lineage"]:
             lineage = v["lineage"]
             print(f"{'':>9}data {lineage['dataset_uri']}; job {lineage.get('job', '-')}; image {lineage['image']}")
+        if v["schema"]:
+            schema = v["schema"]
+            print(f"{'':>9}schema {schema.get('summary') or 'cannot be read: ' + schema['unreadable']}")
+        if v["drift"]:
+            print(f"{'':>9}drift against the champion, {drift_line(v['drift'])}")
     if found["decisions"]:
         print("\ndecisions:")
         for d in found["decisions"]:

@@ -87,6 +87,10 @@ class MemoryGcs:
             raise TooLarge(f"gs://{bucket}/{name}", max_bytes, len(found[0]))
         return found
 
+    def read_range(self, bucket: str, name: str, start: int, length: int) -> bytes | None:
+        found = self.read(bucket, name)
+        return found[0][start : start + length] if found else None
+
     def write(
         self,
         bucket: str,

@@ -4,7 +4,9 @@ ledger's history index (functions/history.py), the same against the local stack 
 Figures: requests by final state, failures by reason, success rate (succeeded among the requests that got a
 job: succeeded, failed, cancelled), p50/p95 time to start (accepted → the job running) and run time (the last
 attempt's job, start → end), GPU-hours (GPUs × run time) and estimated cost (the catalog's hourly list price
-× run time); with model blocks, per model how many successful runs were promoted and how many held. Percentiles
+× run time); with model blocks, per model how many successful runs were promoted and how many held, and how many
+requests the data check rejected at admission with the GPU-hours and cost their own estimates say it saved at most
+(issue 27). Percentiles
 are nearest-rank: the smallest value with at least p% of the values at or below it.
 """
 
@@ -58,6 +60,18 @@ def figures(outcomes: list[Outcome]) -> dict[str, Any]:
         "run_time_seconds": {"p50": percentile(run, 50), "p95": percentile(run, 95)},
         "gpu_hours": round(sum(o.gpus * (o.run_seconds or 0) for o in outcomes) / 3600, 4),
         "estimated_cost_usd": round(sum(o.hourly_usd * (o.run_seconds or 0) for o in outcomes) / 3600, 2),
+        "data_rejections": data_rejections(outcomes),
+    }
+
+
+def data_rejections(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Requests the data check refused at admission (issue 27) and what their runs could have spent at most: each
+    rejected request's own estimate, its GPUs for its whole timeout."""
+    rejected = [o for o in outcomes if o.state == "rejected" and o.reason == "data"]
+    return {
+        "requests": len(rejected),
+        "gpu_hours_saved": round(sum(o.saved_gpu_hours or 0 for o in rejected), 4),
+        "cost_saved_usd": round(sum(o.saved_usd or 0 for o in rejected), 2),
     }
 
 
@@ -124,7 +138,17 @@ def _lines(name: str, f: dict[str, Any]) -> list[str]:
         f"  time to start    p50 {_seconds(start['p50'])}  p95 {_seconds(start['p95'])}",
         f"  run time         p50 {_seconds(run['p50'])}  p95 {_seconds(run['p95'])}",
         f"  GPU-hours        {f['gpu_hours']:.2f}   estimated cost ${f['estimated_cost_usd']:,.2f}",
+        *_data_lines(f.get("data_rejections")),
     ] + [f"  model {model:<10} promoted {n['promoted']}, held {n['held']}" for model, n in f.get("models", {}).items()]
+
+
+def _data_lines(rejections: dict[str, Any] | None) -> list[str]:
+    if not rejections or not rejections["requests"]:
+        return []
+    return [
+        f"  data rejections  {rejections['requests']}, saving up to {rejections['gpu_hours_saved']:.2f} GPU-hours "
+        f"(${rejections['cost_saved_usd']:,.2f}; each request's GPUs × its timeout)"
+    ]
 
 
 def format_report(report: dict[str, Any]) -> str:

@@ -46,6 +46,12 @@ class RankData:
     train: pa.Table
     validation: pa.Table
     sharded: bool  # True: each rank holds different rows; False: every rank holds the whole table
+    data_format: str = "csv"  # csv | parquet: the first file's (a folder may mix them; that is rare)
+
+    @property
+    def rows(self) -> pa.Table:
+        """Every row this rank holds, both splits: what the dataset's statistics are taken over."""
+        return pa.concat_tables([self.train, self.validation], promote_options="permissive")
 
 
 def _format_of(name: str, requested: str) -> str | None:
@@ -141,4 +147,4 @@ def load_rank_data(uri: str, data_format: str, seed: int, validation_fraction: f
         train_rows=train.num_rows,
         validation_rows=validation.num_rows,
     )
-    return RankData(train=train, validation=validation, sharded=sharded)
+    return RankData(train=train, validation=validation, sharded=sharded, data_format=shards[0].format)

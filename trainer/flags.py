@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 
 from trainer.data import FORMATS
@@ -82,8 +83,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--champion-model-dir",
         default=None,
-        help="the model in use (a folder holding its model.pt: gs://…, /gcs/… or local): after training it is "
-        "scored on this run's own validation rows and both figures go to metrics.json",
+        help="the model in use (a folder holding its model.pt: gs://…, /gcs/… or local): the data's drift from its "
+        "schema.json is measured before training, and after training it is scored on this run's own validation rows; "
+        "the figures go to metrics.json",
+    )
+    p.add_argument(
+        "--max-drift",
+        type=float,
+        default=None,
+        help="with --champion-model-dir: stop before training when a feature's drift from the champion's data "
+        "(population stability index) is above this; without it drift is only reported",
     )
     p.add_argument("--model-dir", default=os.environ.get("AIP_MODEL_DIR") or "trainer_output/model")
     p.add_argument("--checkpoint-dir", default=os.environ.get("AIP_CHECKPOINT_DIR") or "trainer_output/checkpoints")
@@ -94,6 +103,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if not 0 < args.validation_fraction < 1:
         p.error("--validation-fraction must be between 0 and 1")
+    if args.max_drift is not None and not (math.isfinite(args.max_drift) and args.max_drift > 0):
+        p.error("--max-drift must be a number above 0 (0.25 is a major shift; 0.1 a moderate one)")
     return args
 
 

@@ -1,11 +1,13 @@
 """What a finished run leaves in the model folder: `model.pt` (weights, how to rebuild the module, and the
-preprocessing), `metrics.json` (the final numbers), `metrics.jsonl` (one line per evaluation) and `_SUCCESS`,
-written last so a reader that sees it knows everything else is complete."""
+preprocessing), `schema.json` (what the data looked like), `metrics.json` (the final numbers), `metrics.jsonl`
+(one line per evaluation) and `_SUCCESS`, written last so a reader that sees it knows everything else is
+complete; or `failure.json` when the run failed."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import zipfile
 from collections.abc import Collection
 
@@ -19,7 +21,21 @@ from trainer.storage import open_folder
 
 MODEL_FORMAT = "trainctl-model/1"
 MODEL_FILE = "model.pt"
+SCHEMA_FILE = "schema.json"  # what the data looked like (trainer/data_schema.py)
 FAILURE_NOTE = "failure.json"
+MAX_FAILURE_CHARS = 2000  # functions/job_outputs.py reads the note's error clipped to this
+
+
+class RunRefused(Exception):
+    """A run the trainer itself decided to stop, for a reason the controller classifies it by (failure.json's
+    `reason`, e.g. `data`). Every rank raises it together, so no collective is left waiting, and rank 0 alone
+    writes the note; `details` are more of the note's fields."""
+
+    reason = "refused"
+
+    def __init__(self, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.details = details or {}
 
 
 def write_history(model_dir: str, history: list[dict]) -> None:
@@ -27,8 +43,15 @@ def write_history(model_dir: str, history: list[dict]) -> None:
 
 
 def write_outputs(
-    model_dir: str, model: nn.Module, model_spec: dict, prep: Preprocessor, metrics: dict, history: list[dict]
+    model_dir: str,
+    model: nn.Module,
+    model_spec: dict,
+    prep: Preprocessor,
+    metrics: dict,
+    history: list[dict],
+    schema: bytes,
 ) -> None:
+    """Everything a finished run leaves; `schema` is schema.json's bytes (trainer/data_schema.py)."""
     folder = open_folder(model_dir)
     package = {
         "format": MODEL_FORMAT,
@@ -39,6 +62,7 @@ def write_outputs(
     buffer = io.BytesIO()
     torch.save(package, buffer)
     folder.write_bytes(MODEL_FILE, buffer.getvalue())
+    folder.write_bytes(SCHEMA_FILE, schema)
     write_history(model_dir, history)
     folder.write_bytes("metrics.json", (json.dumps(metrics, indent=2) + "\n").encode())
     folder.write_bytes("_SUCCESS", b"")
@@ -46,12 +70,26 @@ def write_outputs(
 
 def report_failure(model_dir: str, error: Exception) -> None:
     """Leave `failure.json` in the model folder, best effort, so the controller's `failed` event can say what
-    went wrong (a missing dataset, say) in the trainer's own words; Vertex itself reports only an exit code."""
+    went wrong (a missing dataset, say) in the trainer's own words; Vertex itself reports only an exit code. A
+    refusal also names its `reason`, its details and the torchrun run it belongs to (a restarted worker group reads
+    it back: trainer/drift.py)."""
     try:
-        note = {"error": f"{type(error).__name__}: {error}"[:2000]}
+        note: dict = {"error": f"{type(error).__name__}: {error}"[:MAX_FAILURE_CHARS]}
+        if isinstance(error, RunRefused):
+            note |= {**error.details, "reason": error.reason, "run": os.environ.get("TORCHELASTIC_RUN_ID")}
         open_folder(model_dir).write_bytes(FAILURE_NOTE, (json.dumps(note) + "\n").encode())
     except Exception as unwritable:  # the output folder may be the problem itself
         logs.error(f"could not write {FAILURE_NOTE} to {model_dir}: {type(unwritable).__name__}: {unwritable}")
+
+
+def read_failure_note(model_dir: str) -> dict | None:
+    """The failure note in `model_dir` as written by report_failure, None when there is none (or it is not an
+    object); read with a bound, since anything in the folder may have written it."""
+    folder = open_folder(model_dir)
+    if not folder.exists(FAILURE_NOTE):
+        return None
+    note = json.loads(folder.read_at_most(FAILURE_NOTE, 64 * 1024))
+    return note if isinstance(note, dict) else None
 
 
 def load_model(model_dir: str) -> tuple[nn.Module, Preprocessor]:

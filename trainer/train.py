@@ -29,11 +29,13 @@ from trainer.batches import EpochBatches
 from trainer.champion import score_champion
 from trainer.checkpoint import Checkpoints
 from trainer.data import load_rank_data
+from trainer.data_schema import DataDescription, describe, schema_bytes
 from trainer.distributed import PREEMPTED_EXIT_CODE, Coordination, StopSignal, process_group, stop_when_launcher_dies
+from trainer.drift import drift_against_champion, refused_by_earlier_attempt
 from trainer.flags import model_spec, parse_args, wants_determinism
 from trainer.model import BUILTIN_MLP, build_model
 from trainer.objective import Objective
-from trainer.outputs import report_failure, write_history, write_outputs
+from trainer.outputs import RunRefused, report_failure, write_history, write_outputs
 from trainer.preprocess import Combine, Preprocessor, drop_unlabelled, keep_columns
 from trainer.progress import ProgressRecord
 from trainer.state import TrainState
@@ -53,6 +55,8 @@ class Tables:
     val_targets: torch.Tensor
     prep: Preprocessor
     sharded: bool
+    description: DataDescription  # what the data look like: schema.json
+    drift: dict  # the drift entries of metrics.json ({} without a champion)
     champion_rows: pa.Table | None = None  # the rows of val_inputs with every column, to score a champion on
 
 
@@ -87,12 +91,21 @@ class Run:
 
 
 def load_tables(args: argparse.Namespace) -> Tables:
+    """This rank's rows, described (schema.json) and, with a champion, compared with its data — before anything
+    else is done with them, so drifted data stop the run (DataDrift, on every rank) before the first epoch."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     data = load_rank_data(args.data, args.format, args.seed, args.validation_fraction)
+    combine = Combine(across_ranks=data.sharded)
+    rows = data.rows
+    description = describe(rows, args.target, args.features, data.data_format, combine, args.seed)
+    drift = {}
+    if args.champion_model_dir:
+        drift = drift_against_champion(args.champion_model_dir, rows, description, combine, args.max_drift)
+    del rows
     train_rows = keep_columns(drop_unlabelled(data.train, args.target), args.target, args.features)
     labelled_validation = drop_unlabelled(data.validation, args.target)
     validation_rows = keep_columns(labelled_validation, args.target, args.features)
-    prep = Preprocessor.fit(train_rows, args.target, args.task, Combine(across_ranks=data.sharded))
+    prep = Preprocessor.fit(train_rows, args.target, args.task, combine)
     val_inputs, val_targets = prep.features(validation_rows), prep.targets(validation_rows)
     # A champion reads the same rows through its own preprocessing, so it gets them with every column: it may
     # need a column this run's --features leaves out.
@@ -102,7 +115,7 @@ def load_tables(args: argparse.Namespace) -> Tables:
         if champion_rows is not None:
             champion_rows = champion_rows.take(np.arange(rank, champion_rows.num_rows, world_size))
     return Tables(prep.features(train_rows), prep.targets(train_rows), val_inputs, val_targets, prep, data.sharded,
-                  champion_rows)  # fmt: skip
+                  description, drift, champion_rows)  # fmt: skip
 
 
 def set_up(args: argparse.Namespace, device: torch.device) -> Run:
@@ -117,6 +130,10 @@ def set_up(args: argparse.Namespace, device: torch.device) -> Run:
         logs.log("training starts", world_size=world_size, device=str(device), args=vars(args))
 
     bf16 = gpu_feeding.configure(device)
+    if args.champion_model_dir and args.max_drift is not None:
+        refused = refused_by_earlier_attempt(args.model_dir)
+        if refused is not None:
+            raise refused
     tables = load_tables(args)
     # The tables go to the device once; batches are then gathered there, not copied over every step.
     tables.inputs, tables.targets = tables.inputs.to(device), tables.targets.to(device)
@@ -323,6 +340,7 @@ def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | Discard
         "validation_rows": collectives.sum_across_ranks(len(tables.val_inputs)),
         "seed": args.seed,
         "elapsed_seconds": round(time.monotonic() - run.started, 3),
+        **tables.drift,
     }
     if tables.champion_rows is not None:  # --champion-model-dir; every rank takes part
         factories = {BUILTIN_MLP, args.model}  # the only code this run already trusts
@@ -332,7 +350,8 @@ def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | Discard
         model = run.ddp.module
         if state.best_weights is not None:  # the best epoch's weights, not the last epoch's
             model.load_state_dict(state.best_weights)
-        write_outputs(args.model_dir, model, run.spec, tables.prep, metrics, state.history)
+        schema = schema_bytes(tables.description.document(task=tables.prep.task))
+        write_outputs(args.model_dir, model, run.spec, tables.prep, metrics, state.history, schema)
         logs.log("training finished", **metrics)
 
 
@@ -343,6 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     with process_group(args.init_timeout_seconds) as device:
         try:
             return train(set_up(args, device), stop)
+        except RunRefused as e:  # every rank stops here together: one log line, one note
+            if dist.get_rank() == 0:
+                logs.error(f"training refused: {e}", reason=e.reason)
+                report_failure(args.model_dir, e)
+            # No rank leaves before the note is written: torchrun ends the whole group when the first one exits.
+            collectives.wait_for_all()
+            return 1
         except Exception as e:
             logs.error(f"training failed: {type(e).__name__}: {e}")
             report_failure(args.model_dir, e)

@@ -41,6 +41,10 @@ def test_cold_start_measures_every_path_against_the_baseline(stack, tmp_path):
     assert (
         figures["(a) ignored shard: Cloud Quotas calls"] == figures["(b) duplicate marker: Cloud Quotas calls"] == "0"
     )
+    # Issue 27, point 2: the cold submission of a model with a champion reads its schema.json and the new header.
+    data_path = "(d) submitting marker, a model with a champion (data check)"
+    assert "(no Vertex client)" in figures[f"{data_path}: time to first event"]
+    assert any(name.startswith("cold data check alone") for name in figures)
 
 
 def test_controller_load_submits_each_marker_once(stack, tmp_path):

@@ -40,3 +40,14 @@ def test_an_empty_object_reads_as_empty(bucket: str) -> None:
     gcs = Gcs(LOCAL_PROJECT)
     generation = gcs.write(bucket, "empty", b"", 0)
     assert gcs.read(bucket, "empty", max_bytes=10) == (b"", generation)
+
+
+def test_a_ranged_read_gets_only_its_bytes(bucket: str) -> None:
+    """Issue 27, point 2: the data check reads a CSV's first bytes and a Parquet file's last ones with an HTTP Range
+    (fake-gcs-server honours it, as Cloud Storage does); past the end it gets what is there, and None when missing."""
+    gcs = Gcs(LOCAL_PROJECT)
+    gcs.write(bucket, "ranged.bin", bytes(range(256)) * 400, 0)
+    assert gcs.read_range(bucket, "ranged.bin", 0, 10) == bytes(range(10))
+    assert gcs.read_range(bucket, "ranged.bin", 102_390, 100) == bytes(range(246, 256))
+    assert gcs.read_range(bucket, "ranged.bin", 102_400, 8) == b""
+    assert gcs.read_range(bucket, "missing.bin", 0, 8) is None

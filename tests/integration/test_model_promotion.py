@@ -36,16 +36,6 @@ def deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -> Itera
         yield deployed
 
 
-@pytest.fixture(scope="module")
-def registry(jobservice) -> ModelServiceClient:
-    """The stock client, over REST, reading what the controller registered."""
-    return ModelServiceClient(
-        transport="rest",
-        client_options={"api_endpoint": jobservice.rest_url.rstrip("/")},
-        credentials=AnonymousCredentials(),
-    )
-
-
 def new_model() -> str:
     return f"m-{uuid.uuid4().hex[:10]}"
 

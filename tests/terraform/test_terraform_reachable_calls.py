@@ -27,6 +27,7 @@ REGISTRY = "functions.registry.ModelRegistry"
 ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (GCS, "__init__"): frozenset(),  # builds an authorised session; calls nothing
     (GCS, "read"): frozenset({"storage.objects.get"}),
+    (GCS, "read_range"): frozenset({"storage.objects.get"}),  # a media download with a Range header
     (GCS, "write"): frozenset({"storage.objects.create", "storage.objects.delete"}),
     (GCS, "delete"): frozenset({"storage.objects.delete"}),
     (GCS, "any_under"): frozenset({"storage.objects.list"}),
@@ -89,6 +90,12 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.observation.Observation._diagnose", "any_under"): frozenset({"data", "control", "outputs"}),
     # Admission's preflight lists the request's dataset.
     ("functions.submission.Submission._dataset_problem", "objects_under"): frozenset({"data"}),
+    # The data check at admission (issue 27): the champion's schema.json, read only from the control bucket (the
+    # built-in trainer's runs; functions/data_admission.py leaves a champion elsewhere unchecked), then the
+    # dataset's listing and the first data file's header or footer.
+    ("functions.data_admission.check_dataset", "read"): frozenset({"control"}),
+    ("functions.data_admission.check_dataset", "objects_under"): frozenset({"data"}),
+    ("functions.data_admission._read_header", "read_range"): frozenset({"data"}),
 }
 
 # The storage and Pub/Sub permissions of the roles Terraform grants the functions
@@ -287,3 +294,13 @@ def test_the_model_steps_reach_the_registry_and_it_is_granted(tf, graph):
     assert Site("functions.submission.Submission._champion", REGISTRY, "get") in intake
     for function in functions.main.__all__:
         assert ("project", "aiplatform.models.upload") in granted(tf, function)
+
+
+@pytest.mark.parametrize("function", ["on_dataset_upload", "on_job_request"])
+def test_the_data_check_reads_are_reached_by_intake_and_granted(tf, graph, function):
+    """Issue 27, point 2: the intake functions read the champion's schema.json (control bucket) and the new dataset's
+    header (data buckets) before any claim; both reads are in the graph, and granted."""
+    sites = graph.reachable_sites(f"functions.main.{function}")
+    assert Site("functions.data_admission._read_header", GCS, "read_range") in sites
+    assert Site("functions.data_admission.check_dataset", GCS, "read") in sites
+    assert {("data", "storage.objects.get"), ("control", "storage.objects.get")} <= granted(tf, function)

@@ -4,6 +4,7 @@ is not committed or does not match its marker, keeping the last K."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import threading
 
@@ -63,6 +64,41 @@ def test_uncommitted_and_corrupt_checkpoints_are_skipped_with_a_log_line(checkpo
         ("skipping corrupt checkpoint", 20),
     ]
     assert "do not match its commit marker" in skipped[1]["reason"]
+
+
+def _junk_marker(folder, step: str) -> str:
+    folder.write_bytes(f"{step}/COMMITTED", b"{not json")
+    return "unreadable"
+
+
+def _state_that_does_not_load(folder, step: str) -> str:
+    """State bytes that match their marker (a marker written for them) but are not a torch file."""
+    data = b"PK\x03\x04 not a torch archive"
+    marker = {"step": 20, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "time": 0}
+    folder.write_bytes(f"{step}/state.pt", data)
+    folder.write_bytes(f"{step}/COMMITTED", json.dumps(marker).encode())
+    return "does not load"
+
+
+@pytest.mark.parametrize("spoil", [_junk_marker, _state_that_does_not_load])
+def test_a_checkpoint_whose_marker_is_unreadable_or_whose_state_does_not_load_falls_back_to_the_one_before(
+    checkpoint_uri, capsys, spoil
+):
+    """Issue 29, point 7: a committed checkpoint that cannot be used (its COMMITTED marker is junk, or its state
+    matches the marker but torch cannot load it) is passed over, with a log line saying why, for the previous
+    committed one."""
+    checkpoints = Checkpoints(checkpoint_uri, keep=5)
+    checkpoints.save(10, state(10))
+    checkpoints.save(20, state(20))
+    why = spoil(open_folder(checkpoint_uri), "step-000000020")
+    capsys.readouterr()
+
+    step, loaded = checkpoints.latest()
+
+    assert step == 10 and torch.equal(loaded["weights"], torch.full((3,), 10.0))
+    skipped = warnings(capsys)
+    assert [(e["message"], e["step"]) for e in skipped] == [("skipping corrupt checkpoint", 20)]
+    assert why in skipped[0]["reason"]
 
 
 def test_only_the_last_k_committed_checkpoints_are_kept_and_leftovers_are_removed(checkpoint_uri):

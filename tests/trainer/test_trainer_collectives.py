@@ -44,7 +44,9 @@ def _rank_program(rank: int, store_path: str, out_path: str) -> None:
         model = torch.nn.Linear(prep.num_features, prep.num_outputs)
         # Evaluated on the CPU here, so only the all-reduce of its sums can put them on the group's device.
         cpu = torch.device("cpu")
-        metrics = Objective(prep).evaluate(model, prep.features(rows), prep.targets(rows), cpu)
+        objective = Objective(prep)
+        local = objective.local_sums(model, prep.features(rows), prep.targets(rows), cpu)
+        metrics = objective.evaluate(model, prep.features(rows), prep.targets(rows), cpu)
         epoch_loss = collectives.all_reduce(torch.tensor(1.5).to(device)).cpu().item()
         result = {
             "device": str(device),
@@ -53,6 +55,7 @@ def _rank_program(rank: int, store_path: str, out_path: str) -> None:
             "stop": stop,
             "checkpoint": checkpoint,
             "val_rows_metric": metrics["val_accuracy"],
+            "local_hits_and_rows": [local[1].item(), local[3].item()],
             "largest": collectives.max_across_ranks(rank + 5),
             "total": collectives.sum_across_ranks(1),
             "epoch_loss": epoch_loss,
@@ -94,7 +97,10 @@ def test_every_collective_runs_on_the_groups_device_under_a_backend_that_refuses
         assert (result["stop"], result["checkpoint"]) == (True, False)  # rank 1 asked to stop; both do
         assert (result["largest"], result["total"], result["epoch_loss"]) == (6, 2, 3.0)
         assert result["gathered"] == [{"rank": 0}, {"rank": 1}] and result["from_zero"] == "zero"
-        assert 0.0 <= result["val_rows_metric"] <= 1.0
+    # The validation metric is over both ranks' rows: what each rank got right, summed, over the six rows.
+    hits = sum(result["local_hits_and_rows"][0] for result in results)
+    assert [result["local_hits_and_rows"][1] for result in results] == [3.0, 3.0]
+    assert [result["val_rows_metric"] for result in results] == [hits / 6] * WORLD
 
 
 COLLECTIVE_CALL = re.compile(

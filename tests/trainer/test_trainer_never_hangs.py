@@ -1,6 +1,7 @@
 """A trainer that never hangs: when any rank of a two-node run dies, at any point, every node's launcher ends
-or its worker group restarts and finishes. The test kills one rank at a random moment and polls (with a
-generous limit, not a timing goal) until both launchers have exited."""
+or its worker group restarts and finishes. The test kills one rank at a moment of the run chosen by the
+repetition (start-up, the training loop's start, or a given step) and polls (with a generous limit, not a
+timing goal) until both launchers have exited."""
 
 from __future__ import annotations
 
@@ -29,14 +30,28 @@ def node_env(port: int, rank: int, out: Path) -> dict[str, str]:
 
 
 def training_args(data: Path, out: Path) -> list[str]:
-    kwargs = {"seconds_per_batch": 0.01, "hidden_sizes": [16]}
+    kwargs = {"seconds_per_batch": 0.05, "hidden_sizes": [16]}  # 50 steps of at least 50 ms: time to aim
     return ["--data", str(data), "--target", "y", "--epochs", "2", "--batch-size", "16", "--seed", "1",
-            "--checkpoint-every-steps", "20", "--model", "trainer_fixture_models:paced_mlp",
+            "--checkpoint-every-steps", "20", "--log-every-steps", "5", "--model", "trainer_fixture_models:paced_mlp",
             "--model-kwargs", json.dumps(kwargs), *output_dirs(out)]  # fmt: skip
 
 
 def workers_of(launcher_pid: int) -> list[int]:
     return [pid for pid in descendants(launcher_pid) if b"LOCAL_RANK=" in _environ(pid)]
+
+
+# When the victim dies: as soon as its worker exists, when the loop starts, or once rank 0 reports a step
+# (checkpoints are taken at steps 20 and 40).
+MOMENTS: list[str | int] = ["start-up", "training loop starts", 5, 20, 25, 40]
+
+
+def reached(moment: str | int, rank0_log: str) -> bool:
+    if moment == "start-up":
+        return True
+    events = [json.loads(line) for line in rank0_log.splitlines() if line.startswith("{")]
+    if moment == "training loop starts":
+        return any(e.get("message") == moment for e in events)
+    return any(e.get("message") == "progress" and e["step"] >= moment for e in events)
 
 
 def _environ(pid: int) -> bytes:
@@ -58,14 +73,13 @@ def test_killing_one_rank_of_two_nodes_at_a_random_moment_ends_or_restarts_every
         started("trainer.launch", args, node_env(port, 0, tmp_path), tmp_path / "node0.log") as node0,
         started("trainer.launch", args, node_env(port, 1, tmp_path), tmp_path / "node1.log") as node1,
     ):
-        victim_node = chance.choice([node0, node1])
+        victim_node, moment = chance.choice([node0, node1]), chance.choice(MOMENTS)
         deadline = time.monotonic() + 120
-        while not workers_of(victim_node.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(chance.uniform(0.0, 6.0))  # start-up, data loading, or training
+        while time.monotonic() < deadline and not (workers_of(victim_node.pid) and reached(moment, node0.output())):
+            time.sleep(0.02)
         victims = workers_of(victim_node.pid)
-        if victims:
-            os.kill(victims[0], signal.SIGKILL)
+        assert victims, f"the run ended before the kill at {moment!r}:\n{victim_node.output()[-3000:]}"
+        os.kill(victims[0], signal.SIGKILL)
         deadline = time.monotonic() + ENDED_WITHIN_SECONDS
         while time.monotonic() < deadline and (node0.process.poll() is None or node1.process.poll() is None):
             time.sleep(0.2)

@@ -44,7 +44,7 @@ def test_one_node_two_processes_train_from_and_to_gcs(gcs_bucket, breast_cancer_
     assert finished.returncode == 0, finished.output[-4000:]
     assert [e["mode"] for e in finished.messages("dataset loaded")] == ["sharded", "sharded"]
     model = objects(gcs_bucket, "runs/one-node/model")
-    assert set(model) == {"model.pt", "metrics.json", "metrics.jsonl", "_SUCCESS"}
+    assert set(model) == {"model.pt", "schema.json", "metrics.json", "metrics.jsonl", "_SUCCESS"}
     others = [blob.generation for name, blob in model.items() if name != "_SUCCESS"]
     assert model["_SUCCESS"].generation > max(others)  # written last
     metrics = json.loads(model["metrics.json"].download_as_bytes())

@@ -13,6 +13,16 @@ from functions.retry import Retryable, RetryPolicy
 FAST = RetryPolicy(attempts=4, first_pause=0.01, max_pause=0.02, call_timeout=30.0)
 
 
+class Clock:
+    """A monotonic clock that moves only when the test says (issue 29: no test leans on the machine's speed)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_no_deadline_outside_a_handler():
     assert deadline.remaining() is None
     assert deadline.allows(10_000)
@@ -22,17 +32,25 @@ def test_no_deadline_outside_a_handler():
 def test_the_deadline_keeps_a_margin_inside_the_timeout():
     assert deadline.margin(120) == 15.0
     assert deadline.margin(20) == 5.0
-    with deadline.handler_deadline(120):
-        left = deadline.remaining()
-        assert left is not None and 100 < left <= 105
+    clock = Clock()
+    with deadline.handler_deadline(120, clock):
+        assert deadline.remaining() == 105
         assert deadline.call_timeout(30.0, "x") == 30.0
-        assert not deadline.allows(106)
+        assert deadline.allows(105) and not deadline.allows(105.5)
+        clock.now += 100
+        assert deadline.remaining() == 5 and deadline.call_timeout(30.0, "x") == 5
     assert deadline.remaining() is None
 
 
 def test_a_call_timeout_is_cut_to_what_is_left():
-    with deadline.handler_deadline(8):  # margin 2 s: 6 s left
-        assert deadline.call_timeout(30.0, "x") <= 6.0
+    clock = Clock()
+    with deadline.handler_deadline(8, clock):  # margin 2 s: 6 s left
+        assert deadline.call_timeout(30.0, "x") == 6.0
+        clock.now += 5.5
+        assert deadline.call_timeout(30.0, "x") == 0.5
+        clock.now += 0.5
+        with pytest.raises(deadline.DeadlineReached, match="before x"):
+            deadline.call_timeout(30.0, "x")
 
 
 def test_nothing_is_called_once_the_deadline_has_passed():
@@ -48,7 +66,7 @@ def test_retries_stop_at_the_deadline_and_leave_the_work_to_the_redelivery():
         raise Retryable("503")
 
     slow = RetryPolicy(attempts=5, first_pause=10.0, max_pause=10.0)
-    with deadline.handler_deadline(8), pytest.raises(deadline.DeadlineReached) as caught:
+    with deadline.handler_deadline(8, Clock()), pytest.raises(deadline.DeadlineReached) as caught:
         slow.call("GetCustomJob", always_busy)
     assert len(calls) == 1  # a 5-10 s pause does not fit in the 6 s left
     assert isinstance(caught.value, Transient)  # so the entry point raises and the event is redelivered
@@ -94,11 +112,13 @@ def test_permanent_errors_are_not_retried():
 
 
 def test_the_margin_is_open_for_saving_state_after_the_deadline():
-    with deadline.handler_deadline(8):  # deadline 6 s from now, the timeout 8 s
+    clock = Clock()
+    with deadline.handler_deadline(8, clock):  # deadline 6 s from now, the timeout 8 s
+        clock.now += 6.5  # past the deadline, inside the timeout
+        assert not deadline.allows(0)
         with deadline.wrap_up():
-            left = deadline.remaining()
-            assert left is not None and 6 < left <= 7
-        assert deadline.remaining() <= 6
+            assert deadline.remaining() == 0.5  # up to a second short of the timeout
+        assert deadline.remaining() == -0.5
     with deadline.wrap_up():
         assert deadline.remaining() is None
 

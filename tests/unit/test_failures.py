@@ -3,7 +3,6 @@
 import pytest
 
 from functions.failures import (
-    RESUBMITTABLE,
     call_failure_reason,
     call_is_transient,
     classify_job_failure,
@@ -34,10 +33,6 @@ STOCKOUT = "Resources are insufficient in region: us-central1. Try a different r
 )  # fmt: skip
 def test_job_failures_are_classified(code, message, started, reason):
     assert classify_job_failure(code, message, started) == reason
-
-
-def test_resubmittable_reasons():
-    assert RESUBMITTABLE == {"capacity", "preemption", "internal"}
 
 
 def test_refused_calls():

@@ -106,8 +106,31 @@ def test_the_trainers_progress_record_is_read():
 
 def test_a_failure_note_is_clipped_and_cleaned_for_events_and_logs():
     """Issue 24, point 5: the note's text lands in the `failed` event and in log lines."""
-    note = parse_failure_note(json.dumps({"error": "\x1b[31mred\x1b[0m\n" + "e" * 10_000}).encode())
+    note = parse_failure_note(json.dumps({"error": "\x1b[31mred\x1b[0m\n" + "e" * 10_000}).encode()).text
     assert note.startswith("?[31mred?[0m\ne") and len(note) == MAX_FAILURE_CHARS and note.endswith("…")
-    assert parse_failure_note(b'{"error": "FileNotFoundError: no CSV"}') == "FileNotFoundError: no CSV"
+    assert parse_failure_note(b'{"error": "FileNotFoundError: no CSV"}').text == "FileNotFoundError: no CSV"
     with pytest.raises(Unreadable, match="error: Input should be a valid string"):
         parse_failure_note(b'{"error": {"nested": 1}}')
+
+
+def test_a_failure_note_blames_the_data_only_with_the_reason_the_trainer_writes():
+    """Issue 27, point 3: the trainer's note `{"error": …, "reason": "data"}` (drift above max_drift) makes the
+    failure's reason `data`; any other reason, or none, leaves it a user failure."""
+    assert parse_failure_note(b'{"error": "DataDrift: age 0.4", "reason": "data"}').data
+    assert not parse_failure_note(b'{"error": "ValueError: x", "reason": "quota"}').data
+    assert not parse_failure_note(b'{"error": "ValueError: x"}').data
+    with pytest.raises(Unreadable, match="reason"):
+        parse_failure_note(b'{"error": "x", "reason": 3}')
+
+
+def test_the_drift_of_a_wide_dataset_keeps_its_largest_figures():
+    """Issue 27, point 3: metrics.json's `drift` has one figure per feature (30 for the demo's dataset); past the
+    bound on a nested entry, the features that moved most are kept (and the rest named in the note), so the events
+    and the registry still say where the drift is."""
+    drift = {f"f{i}": i / 100 for i in range(30)}
+    metrics = parse_metrics(json.dumps({"drift": drift, "max_drift_feature": "f29", "val_accuracy": 0.9}).encode())
+    assert metrics.values["drift"] == {f"f{i}": i / 100 for i in range(29, 9, -1)}
+    assert metrics.values["max_drift_feature"] == "f29"
+    assert "drift: the 10 smallest of 30 features' figures" in metrics.note
+    narrow = parse_metrics(json.dumps({"drift": {"a": 0.1, "b": 0.2}}).encode())
+    assert narrow.values["drift"] == {"a": 0.1, "b": 0.2} and narrow.note == ""

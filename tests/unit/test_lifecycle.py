@@ -118,6 +118,26 @@ def test_preemption_with_attempts_left_is_retried_on_a_new_attempt():
     assert (rec.state, rec.attempt, rec.job_name) == ("claimed", 2, None)
 
 
+@pytest.mark.parametrize(
+    ("code", "message", "started", "outcome"),
+    [
+        (9, "Resources are insufficient in region: us-central1.", False, ("retrying", "capacity")),
+        (9, "Resources are insufficient in region: us-central1.", True, ("retrying", "preemption")),
+        (13, "Internal error occurred for the current attempt.", True, ("retrying", "internal")),
+        (8, "The following quota metrics exceed quota limits: x", False, ("failed", "quota")),
+        (3, "The replica workerpool0-0 exited with a non-zero status of 1.", True, ("failed", "user")),
+        (3, "Invalid image", False, ("failed", "invalid")),
+    ],
+)  # fmt: skip
+def test_only_failures_that_new_gpus_can_cure_are_tried_again(code, message, started, outcome):
+    """Issue 29 (a constant asserted against itself, replaced by what it decides): with attempts left and no
+    ladder, a job lost to capacity, preemption or an internal error is tried again; quota (the same shape would
+    be refused again), the user's code and an invalid job end the request."""
+    failed = job("JOB_STATE_FAILED", start_time=NOW if started else None, error_code=code, error_message=message)
+    transition = observe(record(state="running"), failed, REF, NOW, 3600, None, "no more is known.")
+    assert [(e.state, e.reason) for e in transition.events if e.state != "running"] == [outcome]
+
+
 def test_user_errors_and_exhausted_attempts_fail():
     user = job(
         "JOB_STATE_FAILED",

@@ -3,9 +3,6 @@ checked against the trainer, field-named errors, and nothing changed for request
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 import pytest
 
 from functions.marker_policy import template_policy
@@ -93,15 +90,16 @@ def test_min_improvement_is_a_finite_number_of_zero_or_more(value):
     assert problem.startswith("model.min_improvement: ")
 
 
-def test_the_hash_of_a_request_without_a_model_block_is_unchanged():
-    """Issue 26, the model block: a request redelivered across the deploy that added the block keeps its hash (an
-    explicit request_id would otherwise read as a conflict)."""
-    request = make_request()
-    spec = request.model_dump(mode="json")
-    del spec["model"], spec["fallbacks"], spec["scheduling"]["max_preemptions"]  # as the hash left out before
-    old = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    assert spec_hash(request) == old
-    assert spec_hash(make_request(model={"name": "churn"})) != old
+# spec_hash(BASE_REQUEST) as trainctl computed it before fallbacks (commit 5118446~1) and the model block.
+HASH_FROM_BEFORE_THE_LADDER = "2adb84648c1e7519abd42fe2c5c3b9b18ff0302bee07597dfcecdf290796a93d"
+
+
+def test_the_hash_of_a_request_without_the_newer_fields_is_what_it_was_before_them():
+    """Issue 26 (the model block) and 14 (fallbacks): a request redelivered across the deploy that added a field
+    keeps its hash, else an explicit request_id would read as a conflict. The figure is the one the code before
+    the ladder gave, not recomputed here the way the code does it now (issue 29)."""
+    assert spec_hash(make_request()) == HASH_FROM_BEFORE_THE_LADDER
+    assert spec_hash(make_request(model={"name": "churn"})) != HASH_FROM_BEFORE_THE_LADDER
 
 
 def test_a_marker_may_not_set_the_model_block_unless_its_template_says_so():
@@ -126,3 +124,33 @@ def test_the_champion_is_passed_to_the_builtin_trainer_and_to_a_custom_image(set
 
 
 _CUSTOM_MODEL = {"name": "churn", "metric": "f1", "goal": "maximize"}
+
+
+# spec_hash of a model request as trainctl computed it before model.max_drift (commit 7c56da3).
+MODEL_HASH_FROM_BEFORE_MAX_DRIFT = "f8765fc02fb69a97bbdf4a5c4654dea4784cf3b49b679705a401a8044d947976"
+
+
+def test_the_hash_of_a_model_request_without_max_drift_is_unchanged():
+    """Issue 27, point 3: model.max_drift came after the model block; a model request redelivered across the deploy
+    that added it keeps its hash (the figure the code before it gave)."""
+    assert spec_hash(make_request(model={"name": "churn"})) == MODEL_HASH_FROM_BEFORE_MAX_DRIFT
+    assert spec_hash(make_request(model={"name": "churn", "max_drift": 0.2})) != MODEL_HASH_FROM_BEFORE_MAX_DRIFT
+
+
+@pytest.mark.parametrize("value", [0, -0.1, float("inf"), float("nan"), "0.1"])
+def test_max_drift_is_a_finite_number_above_zero(value):
+    """Issue 27, point 3: a limit of zero would stop every run; it must be a finite positive figure."""
+    [problem] = problems(model={"name": "churn", "max_drift": value})
+    assert problem.startswith("model.max_drift: ")
+
+
+def test_max_drift_is_the_built_in_trainers_and_reaches_it_as_an_argument(settings):
+    """Issue 27, point 3: the built-in trainer gets --max-drift; a custom image, which measures no drift, may not
+    set it."""
+    plan = plan_custom_job(make_request(model={"name": "churn", "max_drift": 0.25}), settings, "request:k")
+    args = plan.custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]["args"]
+    assert args[args.index("--max-drift") + 1] == "0.25"
+    plain = plan_custom_job(make_request(model={"name": "churn"}), settings, "request:k")
+    assert "--max-drift" not in plain.custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]["args"]
+    [problem] = problems(trainer=CUSTOM, model=_CUSTOM_MODEL | {"max_drift": 0.25})
+    assert problem.startswith("model.max_drift: only the built-in trainer measures drift")

@@ -319,7 +319,7 @@ def created_jobs(stack: Stack, deployment: Deployment) -> dict[str, list[float]]
     jobs: dict[str, list[float]] = {}
     for job in client.list_custom_jobs(request={"parent": f"projects/{LOCAL_PROJECT}/locations/{LOCAL_REGION}"}):
         if job.job_spec.base_output_directory.output_uri_prefix.startswith(outputs):
-            jobs.setdefault(job.labels.get("trainctl-key", ""), []).append(job.create_time.timestamp())
+            jobs.setdefault(job.labels.get("trainctl_key", ""), []).append(job.create_time.timestamp())
     return jobs
 
 

@@ -360,13 +360,13 @@ def invariants(
         for e in events
         if e.state in TERMINAL_STATES and e.state != "succeeded"
     }
-    jobs_per_attempt = Counter((j.labels["trainctl-key"], j.labels["trainctl-attempt"]) for j in jobs)
+    jobs_per_attempt = Counter((j.labels["trainctl_key"], j.labels["trainctl_attempt"]) for j in jobs)
     return {
         "accepted requests": len(accepted),
         "submitted (request, attempt) pairs": len({(k, a) for _, k, a in submitted}),
         "jobs created": len(jobs),
         "jobs for a (request, attempt) twice": sum(1 for n in jobs_per_attempt.values() if n > 1),
-        "jobs of no accepted request": sum(1 for j in jobs if j.labels["trainctl-key"] not in key_of_hash),
+        "jobs of no accepted request": sum(1 for j in jobs if j.labels["trainctl_key"] not in key_of_hash),
         "accepted requests without exactly one terminal event": sum(1 for k in accepted if len(terminal[k]) != 1),
         "ce-ids with two different payloads": sum(1 for p in payloads.values() if len(p) > 1),
         "events published": len(messages),
@@ -402,7 +402,7 @@ def soak(seconds: float | None, seed: int, settle_seconds: float = 180.0, action
             run.run(seconds, actions)
             messages = run.collect(settle_seconds)
             parent = f"projects/{run.state.project}/locations/{run.state.region}"
-            request = {"parent": parent, "filter": "labels.managed-by=trainctl"}
+            request = {"parent": parent, "filter": "labels.trainctl_key:*"}
             jobs = list(run.jobs_client.list_custom_jobs(request=request))
             versions = run.model_versions()
         finally:

@@ -178,6 +178,20 @@ class Gcs:
     def delete(self, bucket: str, name: str) -> None:
         self._call("DELETE", self._object_url(bucket, name), missing_ok=True)
 
+    def set_metadata(self, bucket: str, name: str, custom_metadata: dict[str, str]) -> bool:
+        """Set these keys of an existing object's custom metadata (objects.patch: its content and generation stay
+        as they are); False when there is no such object, which is never created by this."""
+        if problems := metadata_problems(custom_metadata):
+            raise StorageError(f"custom metadata of gs://{bucket}/{name} is too large: {'; '.join(problems)}", 400)
+        patched = self._call(
+            "PATCH",
+            self._object_url(bucket, name),
+            missing_ok=True,
+            params={"fields": "name"},
+            json={"metadata": custom_metadata},
+        )
+        return patched is not None
+
     def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
         """(name, size) of each object whose name starts with `prefix`, page by page as they are consumed
         (nothing for a missing bucket); StorageError when the listing is refused (403)."""

@@ -3,7 +3,8 @@ generation, plus an index of active requests so `reconcile` never reads finished
 
 Layout under the control bucket:
   ledger/<key hash>.json   the Record (never deleted: it is the audit trail and the duplicate detector)
-  active/<key hash>        exists while the request is not final
+  active/<key hash>        exists while the request is not final; its custom metadata is what the reconcile sweep
+                           last saw of the request (functions/sweep.py)
   ids/<request id>         the key hash of the one request that holds this id (for `trainctl status ID`)
   history/<day>/<id>       one per finished request, its Outcome in the object's metadata (functions/history.py)
 """
@@ -82,6 +83,15 @@ class Ledger:
 
     def active(self) -> list[str]:
         return [name.removeprefix(ACTIVE_PREFIX) for name in self._gcs.names(self.bucket, ACTIVE_PREFIX)]
+
+    def active_entries(self) -> list[tuple[str, dict[str, str]]]:
+        """(key hash, the entry's custom metadata) of every active request, from the listing alone."""
+        listing = self._gcs.metadata_under(self.bucket, ACTIVE_PREFIX)
+        return [(name.removeprefix(ACTIVE_PREFIX), metadata) for name, metadata in listing]
+
+    def note_on_active(self, key_hash: str, metadata: dict[str, str]) -> None:
+        """Keep `metadata` on the request's active entry; an entry retired meanwhile is left retired."""
+        self._gcs.set_metadata(self.bucket, f"{ACTIVE_PREFIX}{key_hash}", metadata)
 
     def find_by_request_id(self, request_id: str) -> tuple[Record, int] | None:
         found = self._gcs.read(self.bucket, f"{IDS_PREFIX}{request_id}")

@@ -3,7 +3,9 @@ the sweep over every active request (`reconcile`, the source of truth) — publi
 
 The decisions are lifecycle.observe's (pure); this module reads the job, loads what a decision asks for
 (metrics.json, the heartbeat, the cause of a user failure — each untrusted, read through functions/job_outputs.py),
-saves the record, releases the quota of a request that has ended, cancels or resubmits.
+saves the record, releases the quota of a request that has ended, cancels or resubmits. The sweep lists the
+deployment's waiting and running jobs once a tick and looks only at the requests whose job changed, ended or has a
+decision due (functions/sweep.py decides which).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from functions import deadline, logs
 from functions.errors import Transient
 from functions.gcs import Conflict, StorageError, TooLarge
+from functions.job_labels import deployment_label, key_hash_of
 from functions.job_outputs import (
     MAX_OUTPUT_BYTES,
     Metrics,
@@ -35,6 +38,8 @@ from functions.ports import Jobs, Storage
 from functions.promotion import Promotion
 from functions.settings import Settings
 from functions.submission import Submission
+from functions.sweep import NOTHING_SEEN, Listing, Seen, Window, listings, seen_after, unchanged
+from schemas.events import FINAL_REQUEST_STATES
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
 
@@ -63,7 +68,7 @@ class Observation:
     def observe_job(self, job_id: str) -> str:
         """A job's service log line arrived: bring its record up to date."""
         job = self._job_by_id(job_id)
-        khash = (job.labels or {}).get("trainctl-key") if job else None
+        khash = key_hash_of(job.labels) if job else None
         if khash is None:
             logs.info("not a trainctl job; ignored", job_id=job_id)
             return "ignored"
@@ -80,20 +85,25 @@ class Observation:
         return None
 
     def observe_record(self, khash: str) -> str:
+        return self._look(khash, Listing())[0]
+
+    def _look(self, khash: str, listing: Listing) -> tuple[str, Seen | None]:
+        """Bring the record up to date, its job read from `listing` where it can be; (the outcome, what to remember
+        of it when it is settled)."""
         # on_job_state and reconcile observe the same jobs: when another one changed the record after we read
         # it, our compare-and-swap fails before anything was published or done; look again at the new record.
         for _ in range(5):
             try:
-                return self._observe_record_once(khash)
+                return self._observe_record_once(khash, listing)
             except Conflict:
                 logs.info("the ledger record changed while observing it; reading it again", key_hash=khash)
         raise Transient(f"the ledger record {khash} kept changing while it was observed")
 
-    def _observe_record_once(self, khash: str) -> str:
+    def _observe_record_once(self, khash: str, listing: Listing) -> tuple[str, Seen | None]:
         found = self.ledger.read(khash)
         if found is None:
             self.ledger.mark_inactive(khash)
-            return "missing"
+            return "missing", None
         record, generation = found
         with logs.request_context(record.request_id), _tagged(record.request_id):
             # First: whatever fails below (a publish, the history index), an ended request holds no GPU quota.
@@ -103,23 +113,26 @@ class Observation:
             if record.final:
                 record, generation = self.promotion.settle(record, generation)
                 self.outbox.retire_when_done(record)
-                return record.state
+                return record.state, None
             if record.state == "queued":
-                return self.submission.leave_queue(record, generation)
+                return self.submission.leave_queue(record, generation), None
             if record.state == "claimed":
                 if record.lease_live(now) or (record.not_before and record.not_before > now):
-                    return "claimed"
+                    return "claimed", None
                 generation = self.submission.claim(record, generation)
-                return self.submission.submit(record, generation)
-            return self._observe_submitted(record, generation, now)
+                return self.submission.submit(record, generation), None
+            return self._observe_submitted(record, generation, now, listing)
 
-    def _observe_submitted(self, record: Record, generation: int, now: datetime) -> str:
+    def _observe_submitted(
+        self, record: Record, generation: int, now: datetime, listing: Listing
+    ) -> tuple[str, Seen | None]:
         assert record.job_name is not None
-        job = self.jobs.get(record.job_name)
+        job = listing.job_of(record) or self.jobs.get(record.job_name)
         ref = job_ref(record.job_name, self.settings.region, self.settings.project)
         if job is None:
             job = JobSnapshot(record.job_name, "JOB_STATE_FAILED", 13, "the job no longer exists in Vertex AI")
         max_pending, max_silence = _limits(record)
+        progress: dict[str, Any] | None = None
         before = record.model_dump()
         transition = observe(record, job, ref, now, max_pending, None, max_silence=max_silence)
         if transition.action == "load_metrics":
@@ -138,7 +151,7 @@ class Observation:
         if record.model_dump() == before:
             if transition.action == "cancel":
                 self.jobs.cancel(job.name)
-            return record.state
+            return record.state, seen_after(record, job, now, max_pending, max_silence, progress)
         mine = record.add_events(transition.events)
         if transition.action == "resubmit":
             record.owner = self.owner
@@ -151,8 +164,8 @@ class Observation:
         record, generation = self.promotion.settle(record, generation)
         self.outbox.retire_when_done(record)
         if transition.action == "resubmit":
-            return self.submission.submit(record, generation)
-        return record.state
+            return self.submission.submit(record, generation, new_attempt=True), None
+        return record.state, seen_after(record, job, now, max_pending, max_silence, progress)
 
     def _metrics(self, record: Record) -> Metrics:
         """metrics.json as far as it can be used; what cannot, said in words for the `succeeded` event. A job
@@ -213,18 +226,32 @@ class Observation:
         return "", False
 
     def reconcile(self) -> dict[str, int]:
-        """The sweep that never misses: every active request, `settings.reconcile_concurrency` at a time.
-        Whatever goes wrong with one record (a dependency down, a permission missing, a corrupt record) is
-        logged and counted, and the sweep goes on; records it has no time left for are counted as deferred,
-        for the next tick."""
-        keys = self.ledger.active()
-        random.shuffle(keys)  # so that no record is always last
+        """The sweep that never misses: every active request whose job changed, ended or has a decision due, or has
+        no job yet (functions/sweep.py), `settings.reconcile_concurrency` at a time; the others are counted as
+        unchanged (and in the state last seen). Whatever goes wrong with one record (a dependency down, a permission
+        missing, a corrupt record) is logged and counted, and the sweep goes on; records it has no time left for are
+        counted as deferred, for the next tick."""
+        now = self.clock()
+        seen = {khash: Seen.from_metadata(metadata) for khash, metadata in self.ledger.active_entries()}
+        listing = self._list_jobs(listings(self.settings.region, list(seen.values())), now)
         summary = {"active": 0, "errors": 0}
+        keys = []
+        for khash, last in seen.items():
+            if last is not None and unchanged(last, listing, now):
+                for count in ("active", "unchanged", last.state):
+                    summary[count] = summary.get(count, 0) + 1
+            else:
+                keys.append(khash)
+        random.shuffle(keys)  # so that no record is always last
         with ThreadPoolExecutor(self.settings.reconcile_concurrency, thread_name_prefix="reconcile") as pool:
             # Each record is observed in its own copy of this thread's context (copied here, not in the worker):
             # the deadline and the log fields go along.
             contexts = [contextvars.copy_context() for _ in keys]
-            outcomes = list(pool.map(lambda context, khash: context.run(self._sweep_one, khash), contexts, keys))
+            outcomes = list(
+                pool.map(
+                    lambda context, khash: context.run(self._sweep_one, khash, listing, seen[khash]), contexts, keys
+                )
+            )
         still_queued = {khash for khash, outcome in zip(keys, outcomes, strict=True) if outcome == "queued"}
         released = self._release_queues_in_order(still_queued)
         for khash, outcome in zip(keys, outcomes, strict=True):
@@ -238,6 +265,34 @@ class Observation:
         self._forget_output_folders_of_ended_requests()
         return summary
 
+    def _list_jobs(self, windows: dict[str, list[Window]], now: datetime) -> Listing:
+        """The deployment's waiting and running jobs in each region, as of `now`, every create-time window of it
+        listed side by side. A region any window of which fails is left out: its requests' jobs are read one by
+        one this tick, as before listings."""
+        deployment = deployment_label(self.settings.control_bucket)
+        parts = [(region, window) for region, region_windows in windows.items() for window in region_windows]
+
+        def list_part(region: str, window: Window) -> dict[str, JobSnapshot] | None:
+            try:
+                return self.jobs.active_jobs(region, deployment, *window)
+            except Exception as exc:  # the sweep goes on without it
+                logs.error(
+                    f"reconcile could not list the jobs in {region}; it reads each one instead this tick: "
+                    f"{type(exc).__name__}: {exc}",
+                    region=region,
+                    transient=isinstance(exc, Transient),
+                )
+                return None
+
+        with ThreadPoolExecutor(min(16, len(parts)), thread_name_prefix="reconcile-list") as pool:
+            contexts = [contextvars.copy_context() for _ in parts]
+            found = list(pool.map(lambda context, part: context.run(list_part, *part), contexts, parts))
+        jobs: dict[str, JobSnapshot] = {}
+        failed = {region for (region, _), part in zip(parts, found, strict=True) if part is None}
+        for part in found:
+            jobs.update(part or {})
+        return Listing(jobs, frozenset(windows) - failed, now)
+
     def _release_queues_in_order(self, queued: set[str]) -> dict[str, str]:
         """After the sweep has seen jobs end, the requests waiting for quota are looked at again in each pool's
         arrival order, until one still does not fit: in the sweep's own (random) order only the first in line
@@ -249,7 +304,7 @@ class Observation:
             for khash in self.submission.pools.waiting(pool):
                 if khash not in queued or not deadline.allows(MIN_OBSERVE_SECONDS):
                     continue
-                outcomes[khash] = self._sweep_one(khash)
+                outcomes[khash] = self._sweep_one(khash, Listing(), None)
                 if outcomes[khash] == "queued":
                     break  # the first in line still does not fit; those behind it wait too
         return outcomes
@@ -274,12 +329,13 @@ class Observation:
         if dropped:
             logs.warning(f"freed the output folders of {dropped} ended requests")
 
-    def _sweep_one(self, khash: str) -> str:
-        """One record's outcome in the sweep: its state, "errors", or "deferred" when no time is left."""
+    def _sweep_one(self, khash: str, listing: Listing, last: Seen | None) -> str:
+        """One record's outcome in the sweep: its state, "errors", or "deferred" when no time is left. What it was
+        seen at is kept on its active entry when that changed."""
         if not deadline.allows(MIN_OBSERVE_SECONDS):
             return "deferred"
         try:
-            return self.observe_record(khash)
+            outcome, seen = self._look(khash, listing)
         except Exception as exc:  # one record must never stop the sweep
             logs.error(
                 f"reconcile could not bring {khash} up to date: {type(exc).__name__}: {exc}",
@@ -288,6 +344,12 @@ class Observation:
                 transient=isinstance(exc, Transient),
             )
             return "errors"
+        if seen != last and not (seen is None and outcome in FINAL_REQUEST_STATES):  # a final one's entry is gone
+            try:
+                self.ledger.note_on_active(khash, seen.metadata() if seen else NOTHING_SEEN)
+            except Exception as exc:  # it is looked at again next tick, as if never seen
+                logs.warning(f"reconcile could not note what it saw of {khash}: {type(exc).__name__}: {exc}")
+        return outcome
 
 
 def _limits(record: Record) -> tuple[int, int]:

@@ -11,12 +11,12 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from functions.job_labels import deployment_label, job_labels
 from functions.keys import key_hash
 from functions.settings import Settings
 from schemas import catalog
 from schemas.events import CostEstimate
 from schemas.request import MAX_DISPLAY_NAME, TabularHyperparameters, TrainingJobRequest
-from schemas.rules import sanitize_label_value
 
 REDUCTION_SERVER_BUCKET_CAP_MB = 64
 # Vertex: Reduction Server "works best if the messages to be aggregated are sufficiently large" and DDP should use
@@ -28,7 +28,6 @@ REDUCTION_SERVER_MIN_GRADIENT_MB = REDUCTION_SERVER_BUCKET_CAP_MB
 # (terraform/iam.tf), so custom code can never touch what the built-in trainer wrote.
 RUNS_PREFIX = "runs/"
 CUSTOM_RUNS_PREFIX = "custom-runs/"
-MANAGED_BY = "trainctl"
 
 
 @dataclass(frozen=True)
@@ -220,14 +219,9 @@ def _container_spec(
     return spec
 
 
-def labels(request: TrainingJobRequest, request_key: str, attempt: int) -> dict[str, str]:
-    return {
-        **request.labels,
-        "trainctl-key": key_hash(request_key),
-        "trainctl-attempt": str(attempt),
-        "trainctl-request": sanitize_label_value(request.request_id),
-        "managed-by": MANAGED_BY,
-    }
+def labels(request: TrainingJobRequest, settings: Settings, request_key: str, attempt: int) -> dict[str, str]:
+    deployment = deployment_label(settings.control_bucket)
+    return job_labels(request.labels, key_hash(request_key), attempt, request.request_id, deployment)
 
 
 def display_name(request: TrainingJobRequest, attempt: int) -> str:
@@ -306,6 +300,6 @@ def plan_custom_job(
     custom_job = {
         "display_name": display_name(request, attempt),
         "job_spec": job_spec,
-        "labels": labels(request, request_key, attempt),
+        "labels": labels(request, settings, request_key, attempt),
     }
     return Plan(custom_job, reducers, estimate_cost(request, reducers), out, region)

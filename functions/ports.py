@@ -5,6 +5,7 @@ quotas.py) and trainctl replay's in-memory stand-ins are checked against the sam
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from functions.lifecycle import JobSnapshot
@@ -36,6 +37,8 @@ class Storage(Protocol):
 
     def delete(self, bucket: str, name: str) -> None: ...
 
+    def set_metadata(self, bucket: str, name: str, custom_metadata: dict[str, str]) -> bool: ...
+
     def names(self, bucket: str, prefix: str) -> list[str]: ...
 
     def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]: ...
@@ -58,8 +61,15 @@ class Jobs(Protocol):
     def parent(self) -> str: ...
 
     def find_or_create(
-        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+        self, custom_job: dict[str, Any], region: str | None = None, legacy: bool = True
     ) -> tuple[JobSnapshot, bool]: ...
+
+    def active_jobs(
+        self, region: str, deployment: str, since: datetime | None = None, before: datetime | None = None
+    ) -> dict[str, JobSnapshot]:
+        """The deployment's jobs that wait or run in `region`, created in [since, before) when given, by name
+        (ListCustomJobs, page after page)."""
+        ...
 
     def get(self, name: str) -> JobSnapshot | None: ...
 

@@ -65,8 +65,8 @@ class Settings:
     # How long a request whose submission Vertex refuses with PERMISSION_DENIED keeps being tried again: fresh IAM
     # grants and a just-enabled API take minutes to reach Vertex (functions/submission.py).
     permission_wait: int = 20 * 60
-    # How many active requests a reconcile tick observes at once: each observation waits mostly on Cloud
-    # Storage and Vertex; each costs a GetCustomJob of Vertex's per-minute read quota.
+    # How many active requests a reconcile tick observes at once (those whose job changed, ended or has a decision
+    # due: functions/sweep.py): each observation waits mostly on Cloud Storage and Vertex.
     reconcile_concurrency: int = 16
     max_event_age: int = 24 * 3600
     # The function's own timeout (Terraform's function_timeout_seconds): every handler works to a deadline

@@ -232,7 +232,7 @@ class Submission:
                 logs.info("claimed", request_key=key, owner=self.owner)
                 self.ledger.mark_active(record.key_hash)
                 record, generation = self.outbox.flush(record, generation, whole_outbox(record))
-                return self.submit(record, generation, plan)
+                return self.submit(record, generation, plan, new_attempt=True)
         # Step 2: the record exists.
         return self._handle_existing(found, digest, delivery)
 
@@ -462,8 +462,10 @@ class Submission:
         with deadline.wrap_up(), contextlib.suppress(Exception):  # the lease runs out by itself if this fails
             self.outbox.save(record, generation)
 
-    def submit(self, record: Record, generation: int, plan: Plan | None = None) -> str:
-        """Steps 3-4 for the claim this controller holds; `plan` when the caller has just made it."""
+    def submit(self, record: Record, generation: int, plan: Plan | None = None, new_attempt: bool = False) -> str:
+        """Steps 3-4 for the claim this controller holds; `plan` when the caller has just made it. `new_attempt`:
+        the caller has just made this attempt (a new record, a resubmission) in its own compare-and-swap, so no
+        earlier holder of its claim, of this version of trainctl or an earlier one, can have created its job."""
         if plan is None:
             request = TrainingJobRequest.model_validate(record.request)
             champion = record.model_steps.champion_uri if record.model_steps else None
@@ -474,7 +476,7 @@ class Submission:
             return queued
         # Step 3: find or create the job.
         try:
-            job, adopted = self.jobs.find_or_create(plan.custom_job, record.key_hash, record.attempt, plan.region)
+            job, adopted = self.jobs.find_or_create(plan.custom_job, plan.region, legacy=not new_attempt)
         except CallRejected as exc:
             if exc.code == PERMISSION_DENIED:
                 account = str(plan.custom_job["job_spec"].get("service_account", ""))
@@ -602,7 +604,7 @@ class Submission:
         self.release_quota(record)  # once the ended state is saved, before anything else can fail
         record, generation = self.outbox.flush(record, generation, mine)
         if record.state == "claimed":
-            return self.submit(record, generation)
+            return self.submit(record, generation, new_attempt=True)
         self.outbox.retire_when_done(record)
         return record.state
 

@@ -9,7 +9,8 @@ JobService REST URL). Errors arrive in Google's REST shape, `{"error": {"code", 
 status name is read back into its google.rpc.Code number, so failures.py classifies a call as it always has.
 Every call goes through the adapters' retry policy (functions/retry.py), which cuts each call's timeout to the
 handler's deadline. CreateCustomJob is not idempotent: before creating again after an error, the job is looked
-up by its labels.
+up by its labels (functions/job_labels.py). The reconcile sweep lists this deployment's waiting and running jobs
+a page at a time (`active_jobs`) instead of reading each one.
 """
 
 from __future__ import annotations
@@ -20,7 +21,21 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from functions.failures import FAILED_PRECONDITION, NOT_FOUND, call_failure_reason, call_is_transient
+from functions.failures import (
+    FAILED_PRECONDITION,
+    INVALID_ARGUMENT,
+    NOT_FOUND,
+    call_failure_reason,
+    call_is_transient,
+)
+from functions.job_labels import (
+    ATTEMPT,
+    KEY,
+    active_filter,
+    attempt_filter,
+    is_legacy_attempt,
+    legacy_attempt_filter,
+)
 from functions.lifecycle import JobSnapshot
 from functions.ports import Jobs
 from functions.rest import google_error, rest_session
@@ -29,6 +44,12 @@ from functions.retry import Retryable, RetryPolicy
 POLICY = RetryPolicy(attempts=5, first_pause=0.5, max_pause=8.0, call_timeout=30.0)
 _SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 _MAP_FIELDS = frozenset({"labels"})  # their keys are data, not field names
+# ListCustomJobs' page size: Vertex documents no maximum for it ("The standard list page size"), and AIP-158 has a
+# service coerce a larger page_size down to its own maximum; 1,000 is the maximum AIP-158's example gives. Pages
+# are followed by their tokens whatever their length (a service "may return fewer results than requested").
+LIST_PAGE_SIZE = 1000
+# The fields observation reads of a job that waits or runs (`snapshot`): a listing carries no more.
+LIST_READ_MASK = "name,state,createTime,startTime,labels"
 
 
 class CallRejected(Exception):
@@ -132,31 +153,69 @@ class VertexApi:
 
 
 class VertexJobs(VertexApi):
-    def find(self, key_hash: str, attempt: int, region: str | None = None) -> JobSnapshot | None:
-        """The job this request's attempt created, if any (an attempt's job is in its ladder rung's region)."""
-        filter_ = f'labels.trainctl-key="{key_hash}" AND labels.trainctl-attempt="{attempt}"'
-        found = self._call("ListCustomJobs", "GET", f"{self.parent_in(region)}/customJobs", params={"filter": filter_})
+    def find(self, labels: dict[str, str], region: str | None = None, legacy: bool = True) -> JobSnapshot | None:
+        """The job of the attempt whose job carries `labels`, if it was created (in its ladder rung's region). With
+        `legacy`, also one an earlier version of trainctl created for it under the labels of before issue 25."""
+        parent = f"{self.parent_in(region)}/customJobs"
+        found = self._call("ListCustomJobs", "GET", parent, params={"filter": attempt_filter(labels)})
         jobs = found.get("customJobs") or []
+        if jobs:
+            return snapshot(jobs[0])
+        return self._find_legacy(parent, labels[KEY], int(labels[ATTEMPT])) if legacy else None
+
+    def _find_legacy(self, parent: str, key_hash: str, attempt: int) -> JobSnapshot | None:
+        """The attempt's job as trainctl labelled it before issue 25, looked up with the filter it used then. Were
+        that filter refused (INVALID_ARGUMENT: Vertex does not take a hyphenated key), it was refused then too,
+        before every CreateCustomJob, so no such job was ever created: none. A job listed must carry both labels."""
+        try:
+            legacy_filter = legacy_attempt_filter(key_hash, attempt)
+            found = self._call("ListCustomJobs", "GET", parent, params={"filter": legacy_filter})
+        except CallRejected as exc:
+            if exc.code == INVALID_ARGUMENT:
+                return None
+            raise
+        jobs = [job for job in found.get("customJobs") or [] if is_legacy_attempt(job.get("labels"), key_hash, attempt)]
         return snapshot(jobs[0]) if jobs else None
 
     def find_or_create(
-        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+        self, custom_job: dict[str, Any], region: str | None = None, legacy: bool = True
     ) -> tuple[JobSnapshot, bool]:
         """DESIGN.md §4 step 3, the one place it is done: (the job, adopted). The job this request's attempt
         already created, if there is one; else a new one, labelled with the key and attempt, in `region` (default:
         the adapter's). CreateCustomJob is not idempotent, so before each retry of it (its failed attempt may have
-        taken effect: a lost answer, a broken stream) the job is looked for again."""
-        existing = self.find(key_hash, attempt, region)
+        taken effect: a lost answer, a broken stream) the job is looked for again. `legacy`: an earlier version of
+        trainctl may have held this attempt's claim (functions/job_labels.py)."""
+        labels = custom_job["labels"]
+        existing = self.find(labels, region, legacy)
         if existing is not None:
             return existing, True
         job = self._call(
             "CreateCustomJob",
             "POST",
             f"{self.parent_in(region)}/customJobs",
-            before_retry=lambda: self.find(key_hash, attempt, region),
+            before_retry=lambda: self.find(labels, region, legacy=False),
             json=json_names(custom_job),
         )
         return (job, True) if isinstance(job, JobSnapshot) else (snapshot(job), False)
+
+    def active_jobs(
+        self, region: str, deployment: str, since: datetime | None = None, before: datetime | None = None
+    ) -> dict[str, JobSnapshot]:
+        """Every job of the deployment that waits or runs in `region` (created in [since, before) when given), by
+        name: ListCustomJobs filtered on the deployment's label, those states and the create time, page after page,
+        each job with only the fields observation reads."""
+        params: dict[str, Any] = {
+            "filter": active_filter(deployment, since, before),
+            "pageSize": LIST_PAGE_SIZE,
+            "readMask": LIST_READ_MASK,
+        }
+        jobs: dict[str, JobSnapshot] = {}
+        while True:
+            page = self._call("ListCustomJobs", "GET", f"{self.parent_in(region)}/customJobs", params=params)
+            jobs.update((job["name"], snapshot(job)) for job in page.get("customJobs") or [])
+            if not page.get("nextPageToken"):
+                return jobs
+            params["pageToken"] = page["nextPageToken"]
 
     def get(self, name: str) -> JobSnapshot | None:
         try:
@@ -205,9 +264,14 @@ class LazyJobs:
         return self._built().parent
 
     def find_or_create(
-        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+        self, custom_job: dict[str, Any], region: str | None = None, legacy: bool = True
     ) -> tuple[JobSnapshot, bool]:
-        return self._built().find_or_create(custom_job, key_hash, attempt, region)
+        return self._built().find_or_create(custom_job, region, legacy)
+
+    def active_jobs(
+        self, region: str, deployment: str, since: datetime | None = None, before: datetime | None = None
+    ) -> dict[str, JobSnapshot]:
+        return self._built().active_jobs(region, deployment, since, before)
 
     def get(self, name: str) -> JobSnapshot | None:
         return self._built().get(name)

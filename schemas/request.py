@@ -33,8 +33,14 @@ MAX_TIMEOUT_SECONDS = 7 * 86400
 MAX_ENV_VARS = 100
 # Vertex: a CustomJob's display name "can be up to 128 characters long" (googleapis custom_job.proto).
 MAX_DISPLAY_NAME = 128
-# Labels the controller sets on every CustomJob; a request may not set them itself.
-RESERVED_LABELS = frozenset({"trainctl-key", "trainctl-attempt", "trainctl-request", "managed-by"})
+# Labels the controller sets on every CustomJob (functions/job_labels.py), spelled with underscores: Vertex's list
+# filter documents `labels.keyA=valueA` and says nothing of a hyphen in a key (issue 25, point 3).
+JOB_LABELS = ("trainctl_key", "trainctl_attempt", "trainctl_request", "trainctl_deployment")
+# What jobs created before issue 25 carry instead (`managed-by=trainctl` where trainctl_deployment is now); such a
+# job may still be running.
+LEGACY_JOB_LABELS = ("trainctl-key", "trainctl-attempt", "trainctl-request", "managed-by")
+# A request may not set any of them itself.
+RESERVED_LABELS = frozenset({*JOB_LABELS, *LEGACY_JOB_LABELS})
 
 REQUEST_ID_RE = r"^[a-z0-9][a-z0-9._-]{0,127}$"
 # A Google Cloud region name (us-central1, europe-west4, northamerica-northeast2, …).
@@ -559,10 +565,9 @@ class TrainingJobRequest(_Strict):
     def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
         problems = rules.labels_problems(labels)
         problems += [(key, f"label {key!r} is set by trainctl itself") for key in labels if key in RESERVED_LABELS]
-        if len(labels) > rules.MAX_LABELS - len(RESERVED_LABELS):
-            problems.append(
-                ("", f"at most {rules.MAX_LABELS - len(RESERVED_LABELS)} labels (trainctl adds {len(RESERVED_LABELS)})")
-            )
+        room = rules.MAX_LABELS - len(JOB_LABELS)
+        if len(labels) > room:
+            problems.append(("", f"at most {room} labels (trainctl adds {len(JOB_LABELS)})"))
         if problems:
             raise _cross_field(problems)
         return labels

@@ -240,7 +240,7 @@ variable "max_request_bytes" {
 }
 
 variable "reconcile_concurrency" {
-  description = "How many active requests a reconcile tick observes at once. Each observation costs one GetCustomJob against Vertex AI's per-minute, per-region read quota (Resource management (CRUD) requests): keep concurrency × ticks' requests within it."
+  description = "How many active requests a reconcile tick observes at once: those whose job changed, ended or has a decision due (a tick lists the deployment's jobs once and leaves the others alone). Each job missing from the listing, one that has ended, costs one GetCustomJob against Vertex AI's per-minute, per-region read quota (Resource management (CRUD) requests)."
   type        = number
   default     = 16
 

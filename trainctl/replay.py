@@ -110,6 +110,9 @@ class MemoryGcs:
     def delete(self, bucket: str, name: str) -> None:
         self.objects.pop((bucket, name), None)
 
+    def set_metadata(self, bucket: str, name: str, custom_metadata: dict[str, str]) -> bool:
+        return (bucket, name) in self.objects  # the dry run keeps no metadata: its sweep looks at every request
+
     def names(self, bucket: str, prefix: str) -> list[str]:
         return [n for b, n in self.objects if b == bucket and n.startswith(prefix)]
 
@@ -138,10 +141,15 @@ class PrintingVertex:
     parent = "projects/dry-run/locations/dry-run"
 
     def find_or_create(
-        self, custom_job: dict[str, Any], key_hash: str, attempt: int, region: str | None = None
+        self, custom_job: dict[str, Any], region: str | None = None, legacy: bool = True
     ) -> tuple[JobSnapshot, bool]:
         logs.info("dry run: would create CustomJob", custom_job=custom_job)
         return JobSnapshot(f"{self.parent}/customJobs/dry-run", "JOB_STATE_QUEUED"), False
+
+    def active_jobs(
+        self, region: str, deployment: str, since: datetime | None = None, before: datetime | None = None
+    ) -> dict[str, JobSnapshot]:
+        return {}
 
     def get(self, name: str) -> None:
         return None

@@ -33,6 +33,11 @@ is the client:
     control.quota_reads()                                         # how many quotaInfos calls were served
     control.quota_calls()                                         # which: ["list", "get CustomModel…", …]
     control.crash()                                               # exit at once; nodes keep running
+    # the list filter, and what was called
+    control.read_hyphenated_label_keys()                          # take labels.a-b=… instead of refusing it
+    control.park_jobs(parent, job_json, [{"k": "1"}, …])          # QUEUED jobs nothing runs, until cancelled
+    control.cap_list_pages(100)                                   # a listing's pages hold at most 100 jobs
+    control.call_counts()                                         # {"GetCustomJob": 3, "ListCustomJobs": 2, …}
 
 With a capacity model, a job whose GPUs (with those of the PENDING/RUNNING jobs on the same quota metric in
 its region) exceed the limit stays QUEUED until they fit, in creation order; one that needs more than the
@@ -161,6 +166,26 @@ class JobServiceControl:
     def replica_logs(self, name: str) -> dict[str, str]:
         """Node name (and "service") → log file path, for a job's resource name."""
         return self._call("ReplicaLogs", name=name)["logs"]
+
+    def park_jobs(self, parent: str, job: dict, labels: list[dict[str, str]]) -> list[str]:
+        """Store one copy of `job` (a CustomJob as JSON) per entry of `labels`, in JOB_STATE_QUEUED with nothing to
+        run it, as Vertex holds jobs for quota; cancelling one ends it at once. Their names, in order. For scale
+        tests: thousands of jobs cost no thread or node each."""
+        return list(self._call("ParkJobs", parent=parent, job=job, labels=labels)["names"])
+
+    def read_hyphenated_label_keys(self, read: bool = True) -> None:
+        """List filters read `labels.a-b=…` as the key "a-b" (what Vertex may do) instead of refusing it with
+        INVALID_ARGUMENT (the default; local/FIDELITY.md); until clear_faults."""
+        self._call("ReadHyphenatedLabelKeys", read=read)
+
+    def cap_list_pages(self, size: int | None) -> None:
+        """ListCustomJobs pages hold at most `size` jobs (None: the usual 1,000), as Vertex's pages may: its maximum
+        is not documented; until clear_faults."""
+        self._call("CapListPages", size=size)
+
+    def call_counts(self) -> dict[str, int]:
+        """How many calls of each JobService method the server has served (refused ones included)."""
+        return {method: int(count) for method, count in self._call("CallCounts")["counts"].items()}
 
     def clear_faults(self) -> None:
         self._call("ClearFaults")

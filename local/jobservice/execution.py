@@ -99,11 +99,16 @@ class JobExecutor:
         self.store.save_run(job.name, run)
         self._launch(job.name, run)
 
+    def park(self, job: CustomJob) -> None:
+        """A job just stored QUEUED that nothing runs: it waits, as a job Vertex holds for quota does, until it is
+        cancelled. For scale tests (bench/reconcile_sweep.py): no thread, no node, no service line per job."""
+        self.store.save_run(job.name, RunRecord(parked=True))
+
     def resume_all(self) -> None:
         """After a restart: carry on with every job that had not ended, adopting live nodes."""
         for job in self.store.jobs():
-            if job.state in ACTIVE_STATES:
-                self._launch(job.name, self.store.load_run(job.name))
+            if job.state in ACTIVE_STATES and not (run := self.store.load_run(job.name)).parked:
+                self._launch(job.name, run)
 
     def cancel(self, name: str) -> None:
         """Raises TransitionRefused when the job has already ended."""
@@ -111,6 +116,8 @@ class JobExecutor:
         run = self._run(name)
         if run is not None:
             run.events.put(("cancel",))
+        elif self.store.load_run(name).parked:  # nothing runs it: it ends at once
+            self.transition(name, JobState.JOB_STATE_CANCELLED, code_pb2.CANCELLED, "CustomJob was cancelled.")
 
     def preempt(self, name: str) -> None:
         """Raises TransitionRefused unless the job is running."""

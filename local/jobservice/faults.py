@@ -8,7 +8,10 @@
 - for the next created jobs: hold them in JOB_STATE_QUEUED (quota wait) or JOB_STATE_PENDING
   (provisioning wait), fail them with code 8 and the quota text, or make their provisioning meet
   stockouts (see vertex_retries.py for what Vertex does then);
-- preempt a running job (see vertex_retries.py).
+- preempt a running job (see vertex_retries.py);
+- read a hyphenated label key in a list filter (`labels.a-b=…`) instead of refusing it (filters.py), as Vertex
+  may: whether it does is not documented, so both are tested;
+- hold a listing's pages to fewer jobs than its usual maximum, as Vertex may (its maximum is not documented).
 
 This module is the plan; control.py exposes it to other processes, execution.py carries it out.
 """
@@ -87,6 +90,8 @@ class FaultPlan:
         self._pending_holds: list[float] = []
         self._quota_failures = 0
         self._stockouts: list[int] = []
+        self.hyphenated_label_keys = False
+        self.max_page_size: int | None = None
 
     def fail_next_creates(
         self, code: grpc.StatusCode, count: int = 1, message: str | None = None, after_create: bool = False
@@ -178,3 +183,5 @@ class FaultPlan:
             self._pending_holds.clear()
             self._quota_failures = 0
             self._stockouts.clear()
+            self.hyphenated_label_keys = False
+            self.max_page_size = None

@@ -3,6 +3,10 @@
 against RFC 3339), `labels.KEY` (=, !=, `:*` for "has the label"), combined with AND (or plain
 juxtaposition), OR, NOT and parentheses. OR binds tighter than AND, as in AIP-160.
 
+A label key with a hyphen (`labels.trainctl-key=…`) is refused unless asked for: Vertex documents label filters
+only as `labels.keyA=valueA`, and in AIP-160 a `-` is also the negation operator, so whether Vertex reads such a
+key is not documented (issue 25 point 3; local/FIDELITY.md). A filter that works here then works there.
+
 `parse_filter(text)` returns a predicate over CustomJob, or raises FilterError (→ INVALID_ARGUMENT).
 `parse_query(text, comparison)` is the same syntax over anything, with the caller's field comparisons
 (the Cloud Logging stand-in reads gcloud's `entries:list` filters with it).
@@ -30,8 +34,20 @@ class FilterError(ValueError):
     pass
 
 
-def parse_filter(text: str) -> Predicate:
-    return parse_query(text, _job_comparison)
+def parse_filter(text: str, hyphenated_label_keys: bool = False) -> Predicate:
+    """`hyphenated_label_keys`: read `labels.a-b` as the key "a-b" (what Vertex may do) instead of refusing it.
+    The comparisons read the job's raw protobuf message: a listing tests every stored job after its page token."""
+
+    def comparison(field: str, operator: str, value: str) -> Predicate:
+        if field.startswith("labels.") and "-" in field and not hyphenated_label_keys:
+            raise FilterError(
+                f"{field}: the local JobService refuses a '-' in a label key, as Vertex documents label filters only "
+                "as labels.keyA=valueA and AIP-160 reads '-' as NOT; name labels with underscores"
+            )
+        return _job_comparison(field, operator, value)
+
+    matches = parse_query(text, comparison)
+    return lambda job: matches(CustomJob.pb(job))
 
 
 def parse_query(text: str, comparison: Comparison) -> Callable[[Any], bool]:
@@ -109,7 +125,7 @@ class _Parser:
         return self.make_comparison(field, operator, value)
 
 
-def _job_comparison(field: str, operator: str, value: str) -> Predicate:
+def _job_comparison(field: str, operator: str, value: str) -> Callable[[Any], bool]:
     if field.startswith("labels."):
         return _label_comparison(_unquote(field.removeprefix("labels.")), operator, value)
     if field == "state":
@@ -127,7 +143,7 @@ def _unquote(token: str) -> str:
     return token
 
 
-def _label_comparison(key: str, operator: str, value: str) -> Predicate:
+def _label_comparison(key: str, operator: str, value: str) -> Callable[[Any], bool]:
     if operator == ":" and value == "*":
         return lambda job: key in job.labels
     if operator in ("=", ":"):
@@ -137,9 +153,9 @@ def _label_comparison(key: str, operator: str, value: str) -> Predicate:
     raise FilterError(f"labels.{key} supports =, != and :*, not {operator!r}")
 
 
-def _state_comparison(operator: str, value: str) -> Predicate:
+def _state_comparison(operator: str, value: str) -> Callable[[Any], bool]:
     try:
-        state = cast(Any, JobState)[value]  # proto-plus enums are untyped to the type checker
+        state = int(cast(Any, JobState)[value])  # proto-plus enums are untyped to the type checker
     except KeyError:
         raise FilterError(f"unknown job state {value!r}; use a JobState name such as JOB_STATE_RUNNING") from None
     if operator == "=":
@@ -149,7 +165,7 @@ def _state_comparison(operator: str, value: str) -> Predicate:
     raise FilterError(f"state supports = and !=, not {operator!r}")
 
 
-def _display_name_comparison(operator: str, value: str) -> Predicate:
+def _display_name_comparison(operator: str, value: str) -> Callable[[Any], bool]:
     if operator == "=":
         return lambda job: job.display_name == value
     if operator == "!=":
@@ -186,7 +202,9 @@ def time_operator(field: str, operator: str) -> Callable[[dt.datetime, dt.dateti
     return compare
 
 
-def _create_time_comparison(operator: str, value: str) -> Predicate:
+def _create_time_comparison(operator: str, value: str) -> Callable[[Any], bool]:
     when = rfc3339("create_time", value)
-    compare = time_operator("create_time", operator)
-    return lambda job: compare(job.create_time, when)
+    time_operator("create_time", operator)  # refuses what times do not support
+    compare = COMPARISONS[operator]
+    bound = (int(when.timestamp()), when.microsecond * 1000)  # as a Timestamp's (seconds, nanos)
+    return lambda job: compare((job.create_time.seconds, job.create_time.nanos), bound)

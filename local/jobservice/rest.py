@@ -34,7 +34,7 @@ from google.cloud.aiplatform_v1.types import (
     ListCustomJobsResponse,
 )
 from google.longrunning import operations_pb2
-from google.protobuf import json_format
+from google.protobuf import field_mask_pb2, json_format
 from google.protobuf.message import Message
 from google.rpc import status_pb2
 
@@ -174,15 +174,17 @@ def rest_routes(servicer: JobServiceServicer) -> list[Route]:
             raise RestAbort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"Invalid value at 'page_size' (TYPE_INT32), {query['pageSize']!r}"
             ) from None
-        listed: ListCustomJobsResponse = servicer.list_custom_jobs(
-            ListCustomJobsRequest(
-                parent=match["parent"],
-                filter=query.get("filter", ""),
-                page_size=page_size,
-                page_token=query.get("pageToken", ""),
-            ),
-            context,
+        listing = ListCustomJobsRequest(
+            parent=match["parent"],
+            filter=query.get("filter", ""),
+            page_size=page_size,
+            page_token=query.get("pageToken", ""),
         )
+        if "readMask" in query:  # a FieldMask in its JSON form: camelCase paths joined by commas
+            mask = field_mask_pb2.FieldMask()
+            mask.FromJsonString(query["readMask"])
+            listing.read_mask = mask
+        listed: ListCustomJobsResponse = servicer.list_custom_jobs(listing, context)
         return RestResponse(200, message_json(listed, request.integer_enums))
 
     def cancel(request: RestRequest, match: re.Match[str]) -> RestResponse:

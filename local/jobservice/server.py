@@ -16,6 +16,8 @@ In-process use (tests of the pieces, other tools):
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
 import os
 import threading
@@ -24,6 +26,7 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
+from google.cloud.aiplatform_v1.types import CustomJob, JobState
 
 from local.jobservice.capacity import CapacityError, CapacityModel, parse_capacity
 from local.jobservice.cloud_quotas import QuotaReads, cloud_quotas_routes
@@ -38,6 +41,7 @@ from local.jobservice.replicas import ExecutionSettings
 from local.jobservice.rest import RestServer, rest_routes
 from local.jobservice.servicer import JobServiceServicer
 from local.jobservice.store import JobStore
+from local.jobservice.validation import PARENT_RE
 
 log = logging.getLogger("local.jobservice")
 
@@ -67,6 +71,7 @@ class LocalJobService:
         if capacity is not None:
             self.executor.quota.set_model(capacity)
         self.quota_reads = QuotaReads()
+        self.servicer = JobServiceServicer(self.store, self.executor, self.faults)
         self._server: grpc.Server | None = None
         self._rest: RestServer | None = None
 
@@ -86,7 +91,7 @@ class LocalJobService:
         """Serve, and carry on with the jobs a previous server left unfinished. Returns the address."""
         # so_reuseport off: a second server on a taken port must fail, not share it silently.
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[("grpc.so_reuseport", 0)])
-        servicer = JobServiceServicer(self.store, self.executor, self.faults)
+        servicer = self.servicer
         server.add_generic_rpc_handlers(
             [servicer.handler(), servicer.operations_handler(), control_handler(self._control_methods())]
         )
@@ -189,6 +194,31 @@ class LocalJobService:
         def replica_logs(request: dict, context: grpc.ServicerContext) -> dict:
             return {"logs": self.executor.log_paths(request["name"])}
 
+        def park_jobs(request: dict, context: grpc.ServicerContext) -> dict:
+            parent = request["parent"]
+            if not PARENT_RE.fullmatch(parent):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"parent must be projects/P/locations/L: {parent!r}")
+            template = CustomJob.from_json(json.dumps(request["job"]), ignore_unknown_fields=False)
+            names = []
+            for labels in request["labels"]:
+                now = dt.datetime.now(dt.UTC)
+                job = CustomJob(template, labels=labels, state=JobState.JOB_STATE_QUEUED, create_time=now)
+                job.name, job.update_time = f"{parent}/customJobs/{self.store.new_job_id()}", now
+                self.executor.park(self.store.add(job))
+                names.append(job.name)
+            return {"names": names}
+
+        def read_hyphenated_label_keys(request: dict, context: grpc.ServicerContext) -> dict:
+            self.faults.hyphenated_label_keys = bool(request.get("read", True))
+            return {}
+
+        def cap_list_pages(request: dict, context: grpc.ServicerContext) -> dict:
+            self.faults.max_page_size = int(request["size"]) if request.get("size") else None
+            return {}
+
+        def call_counts(request: dict, context: grpc.ServicerContext) -> dict:
+            return {"counts": self.servicer.call_counts()}
+
         def clear_faults(request: dict, context: grpc.ServicerContext) -> dict:
             self.faults.clear()
             self.quota_reads.clear()
@@ -224,6 +254,10 @@ class LocalJobService:
             "QuotaReads": quota_reads,
             "SlowQuotaReads": slow_quota_reads,
             "ReplicaLogs": replica_logs,
+            "ParkJobs": park_jobs,
+            "ReadHyphenatedLabelKeys": read_hyphenated_label_keys,
+            "CapListPages": cap_list_pages,
+            "CallCounts": call_counts,
             "ClearFaults": clear_faults,
             "Info": info,
             "Crash": crash,

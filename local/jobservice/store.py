@@ -8,6 +8,7 @@ that kept running while it was down. Layout, one folder per job (`jobs/<job id>/
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import threading
@@ -42,6 +43,7 @@ class RunRecord:
     stockouts: int = 0  # a fault or the capacity model: provisioning attempts still to meet a stockout
     preempt_after: float = 0.0  # the capacity model: seconds after each start at which the nodes are preempted
     retries: RetryCounts = field(default_factory=RetryCounts)  # Vertex's own restarts so far
+    parked: bool = False  # stored QUEUED with nothing to run it, until cancelled (JobExecutor.park)
 
     @classmethod
     def from_json(cls, text: str) -> RunRecord:
@@ -71,11 +73,12 @@ class JobStore:
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._jobs: dict[str, CustomJob] = {}
+        # Every job's numeric id, in order, and its name: a page of a listing starts after its token's id.
+        self._ids: list[int] = []
+        self._names: dict[int, str] = {}
         self._last_id = 0
-        for job_file in sorted(self.jobs_dir.glob("*/job.json")):
-            job = CustomJob.from_json(job_file.read_text(), ignore_unknown_fields=True)
-            self._jobs[job.name] = job
-            self._last_id = max(self._last_id, int(job_id_of(job.name)))
+        for job_file in self.jobs_dir.glob("*/job.json"):
+            self._remember(CustomJob.from_json(job_file.read_text(), ignore_unknown_fields=True))
 
     def new_job_id(self) -> str:
         """Numeric and increasing, like Vertex's ids (resource.labels.job_id in the logs is numeric)."""
@@ -92,9 +95,17 @@ class JobStore:
     def add(self, job: CustomJob) -> CustomJob:
         with self._lock:
             self.job_dir(job.name).mkdir(parents=True, exist_ok=True)
-            self._jobs[job.name] = _copy(job)
+            self._remember(_copy(job))
             self._persist(job)
             return _copy(job)
+
+    def _remember(self, job: CustomJob) -> None:
+        number = int(job_id_of(job.name))
+        if job.name not in self._jobs:
+            bisect.insort(self._ids, number)
+            self._names[number] = job.name
+        self._jobs[job.name] = job
+        self._last_id = max(self._last_id, number)
 
     def require(self, name: str) -> CustomJob:
         """A job known to exist (jobs are deleted only once they have ended)."""
@@ -119,13 +130,38 @@ class JobStore:
     def jobs(self, parent: str = "") -> list[CustomJob]:
         """Jobs under `parent` (all when empty), oldest first."""
         with self._lock:
-            chosen = [job for job in self._jobs.values() if job.name.startswith(f"{parent}/" if parent else "")]
-            return [_copy(job) for job in sorted(chosen, key=lambda job: int(job_id_of(job.name)))]
+            names = (self._names[number] for number in self._ids)
+            return [_copy(self._jobs[name]) for name in names if name.startswith(f"{parent}/" if parent else "")]
+
+    def page(
+        self,
+        parent: str,
+        matches: Callable[[CustomJob], bool],
+        after: int,
+        size: int,
+        copy: Callable[[CustomJob], CustomJob] | None = None,
+    ) -> tuple[list[CustomJob], bool]:
+        """Up to `size` jobs under `parent` that `matches`, oldest first, of those whose id is above `after`, each
+        through `copy` (a whole copy by default); and whether more follow. Only the jobs after the token are looked
+        at, and only the page's copied."""
+        with self._lock:  # the jobs as they stand; a listing, like Vertex's, is no transaction
+            after_token = self._ids[bisect.bisect_right(self._ids, after) :]
+        page: list[CustomJob] = []
+        for number in after_token:
+            job = self._jobs.get(self._names.get(number, ""))
+            if job is not None and job.name.startswith(f"{parent}/") and matches(job):
+                if len(page) == size:
+                    return page, True
+                page.append((copy or _copy)(job))
+        return page, False
 
     def delete(self, name: str) -> None:
         """Forget the job; its logs stay on disk, as Cloud Logging keeps a deleted job's logs."""
         with self._lock:
-            self._jobs.pop(name, None)
+            if self._jobs.pop(name, None) is not None:
+                number = int(job_id_of(name))
+                self._ids.remove(number)
+                del self._names[number]
             for record in ("job.json", "run.json"):
                 (self.job_dir(name) / record).unlink(missing_ok=True)
 

@@ -102,7 +102,7 @@ class RunningStack:
         return list(client.list_custom_jobs(parent=f"projects/{state.project}/locations/{state.region}"))
 
     def jobs_of(self, request_id: str) -> list[Any]:
-        return [job for job in self.jobs() if job.labels.get("trainctl-request") == request_id]
+        return [job for job in self.jobs() if job.labels.get("trainctl_request") == request_id]
 
     def log_entries(self, function: str) -> list[dict[str, Any]]:
         """The structured log lines a function has written so far."""

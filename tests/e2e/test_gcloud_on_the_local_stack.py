@@ -110,7 +110,7 @@ def test_data_files_then_a_marker_uploaded_with_gcloud_start_exactly_one_job(sta
     assert watch.states(request_id) == ["accepted", "submitted", "running", "succeeded"]
     assert succeeded["trigger"]["object"] == f"{folder}/_SUCCESS"
     assert succeeded["metrics"] == {"rows": 3}
-    started = [job.labels["trainctl-request"] for job in stack.jobs()]
+    started = [job.labels["trainctl_request"] for job in stack.jobs()]
     label = derived.replace(".", "-")  # label values take no '.'
     assert [started_id for started_id in started if started_id.startswith(label)] == [request_id.replace(".", "-")]
 

@@ -70,9 +70,9 @@ def test_gcloud_runs_the_planned_two_node_job_then_describes_lists_streams_and_c
     job = json.loads(described.stdout)
     assert job["state"] == "JOB_STATE_SUCCEEDED"
     assert [pool.get("replicaCount") for pool in job["jobSpec"]["workerPoolSpecs"][:2]] == ["1", "1"]
-    assert job["labels"]["trainctl-request"] == request_id
+    assert job["labels"]["trainctl_request"] == request_id
     listed = stack.shell(
-        f"gcloud ai custom-jobs list {region} --filter='labels.trainctl-request={request_id}' --format='value(name)'"
+        f"gcloud ai custom-jobs list {region} --filter='labels.trainctl_request={request_id}' --format='value(name)'"
     )
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.split() == [name]

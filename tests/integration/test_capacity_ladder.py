@@ -75,8 +75,8 @@ def v100_pool(deployment: Deployment) -> str:
 
 def jobs_of(job_client, prefix: str, region: str = "us-central1") -> list[Any]:
     parent = f"projects/{LOCAL_PROJECT}/locations/{region}"
-    found = job_client.list_custom_jobs(request={"parent": parent, "filter": "labels.managed-by=trainctl"})
-    return [job for job in found if job.labels.get("trainctl-request", "").startswith(prefix)]
+    found = job_client.list_custom_jobs(request={"parent": parent, "filter": "labels.trainctl_key:*"})
+    return [job for job in found if job.labels.get("trainctl_request", "").startswith(prefix)]
 
 
 def test_a_request_no_rung_of_which_fits_the_quota_is_rejected_at_once_naming_the_metric(ladder_deployment):
@@ -179,21 +179,21 @@ def test_requests_beyond_the_quota_wait_in_trainctl_and_are_released_in_arrival_
     assert line.endswith("quota custom_model_training_nvidia_v100_gpus: limit 8, trainctl holds 8, headroom 0")
 
     def in_flight() -> list[str]:
-        return [job.labels["trainctl-request"] for job in jobs_of(job_client, "burst-") if job.state not in ENDED]
+        return [job.labels["trainctl_request"] for job in jobs_of(job_client, "burst-") if job.state not in ENDED]
 
     deadline = time.monotonic() + 120
     while in_flight():  # the first four jobs end; trainctl has not looked yet
         assert time.monotonic() < deadline, in_flight()
         time.sleep(0.3)
     deployment.reconcile()
-    started = sorted(job.labels["trainctl-request"] for job in jobs_of(job_client, "burst-"))
+    started = sorted(job.labels["trainctl_request"] for job in jobs_of(job_client, "burst-"))
     assert started == ids[:8], "one tick sees the four jobs end and lets the next four in line go, in order"
 
     deadline = time.monotonic() + 200
     while not set(ids) <= states_seen(events, "succeeded"):
         assert time.monotonic() < deadline, {request_id: events.states(request_id) for request_id in ids}
         assert len(in_flight()) * 2 <= V100_LIMIT
-        started = {job.labels["trainctl-request"] for job in jobs_of(job_client, "burst-")}
+        started = {job.labels["trainctl_request"] for job in jobs_of(job_client, "burst-")}
         released = [request_id for request_id in queued if request_id in started]
         assert released == queued[: len(released)], "released out of arrival order"
         deployment.reconcile()

@@ -149,7 +149,7 @@ def test_a_job_still_stocked_out_after_vertexs_retries_is_resubmitted_and_succee
         "accepted", "submitted", "retrying", "submitted", "running", "succeeded"
     ]  # fmt: skip
     second = job_client.get_custom_job(name=succeeded.job.name)
-    assert second.labels["trainctl-attempt"] == "2"
+    assert second.labels["trainctl_attempt"] == "2"
     assert second.job_spec.base_output_directory.output_uri_prefix.endswith(
         "/custom-runs/stocked-out-1/"
     )  # resumes there

@@ -13,7 +13,7 @@ from tests.integration.deployment import fake_node_request
 def jobs_with_key(job_client, request_key: str) -> list:
     request = {
         "parent": "projects/trainctl-local/locations/us-central1",
-        "filter": f"labels.trainctl-key={key_hash(request_key)}",
+        "filter": f"labels.trainctl_key={key_hash(request_key)}",
     }
     return list(job_client.list_custom_jobs(request=request))
 
@@ -31,7 +31,7 @@ def test_twenty_data_files_and_one_marker_start_exactly_one_job(deployment, job_
     assert after - before == 1  # the data files never reached Vertex
     request_id = f"gcs.churn-day1-{marker.generation}"
     assert events.states(request_id) == ["accepted", "submitted"]
-    assert job.labels["trainctl-request"] == f"gcs-churn-day1-{marker.generation}"  # label values take no '.'
+    assert job.labels["trainctl_request"] == f"gcs-churn-day1-{marker.generation}"  # label values take no '.'
     spec = job.job_spec.worker_pool_specs[0]
     assert spec.container_spec.image_uri == "localhost/tests/fake-node:1"
     assert (

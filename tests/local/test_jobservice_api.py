@@ -9,6 +9,7 @@ from google.cloud.aiplatform_v1 import JobServiceClient, JobState
 from job_specs import PARENT, custom_job, pool, unique_value
 
 from local.jobservice.client import wait_for_state
+from local.jobservice.servicer import MAX_PAGE_SIZE
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +66,61 @@ def test_listing_pages_through_every_job_once(job_client: JobServiceClient):
 
     assert [len(page.custom_jobs) for page in pages] == [2, 2, 1]
     assert [job.name for page in pages for job in page.custom_jobs] == created
+
+
+def test_a_listing_by_label_and_waiting_or_running_states_pages_with_only_the_masked_fields(
+    job_client: JobServiceClient, jobservice_control
+):
+    """Issue 25, point 9: what the reconcile sweep asks (a label, states joined by OR, a page size, a read mask) is
+    answered as Vertex documents it, through the stock client: only matching jobs, page after page, each with only
+    the fields the mask names."""
+    run = unique_value()
+    [queued, other] = jobservice_control.park_jobs(PARENT, custom_job(pool()), [{"run": run}, {"run": "x" + run}])
+    running = create(job_client, custom_job(pool("--sleep", "60"), labels={"run": run}))
+    ended = create(job_client, custom_job(pool(), labels={"run": run}))
+    wait_for_state(job_client, running.name, [JobState.JOB_STATE_RUNNING])
+    wait_for_state(job_client, ended.name)
+    active = (
+        f'labels.run="{run}" AND (state="JOB_STATE_QUEUED" OR state="JOB_STATE_PENDING" OR state="JOB_STATE_RUNNING")'
+    )
+    mask = {"paths": ["name", "state", "create_time", "start_time", "labels"]}
+
+    pager = job_client.list_custom_jobs(request={"parent": PARENT, "filter": active, "page_size": 1, "read_mask": mask})
+    pages = list(pager.pages)
+
+    assert [[job.name for job in page.custom_jobs] for page in pages] == [[queued], [running.name]]
+    assert pages[0].next_page_token and not pages[1].next_page_token
+    listed = pages[1].custom_jobs[0]
+    assert (listed.state, dict(listed.labels)) == (JobState.JOB_STATE_RUNNING, {"run": run})
+    assert listed.create_time <= listed.start_time
+    assert (listed.display_name, len(listed.job_spec.worker_pool_specs), listed.update_time) == ("", 0, None)
+    job_client.cancel_custom_job(name=running.name)
+    assert job_client.get_custom_job(name=queued).state == JobState.JOB_STATE_QUEUED  # nothing runs a parked job
+    job_client.cancel_custom_job(name=queued)
+    assert job_client.get_custom_job(name=queued).state == JobState.JOB_STATE_CANCELLED  # …until it is cancelled
+    assert job_client.get_custom_job(name=other).state == JobState.JOB_STATE_QUEUED
+
+
+def test_a_page_larger_than_the_maximum_is_cut_to_it_and_a_negative_one_is_refused(
+    job_client: JobServiceClient, jobservice_control
+):
+    """Issue 25, point 9: AIP-158's rules for page_size, which Vertex documents only as "the standard list page
+    size": larger than the maximum is coerced down to it, negative is INVALID_ARGUMENT; so is a mask naming a field
+    CustomJob has not."""
+    run = unique_value()
+    names = jobservice_control.park_jobs(PARENT, custom_job(pool()), [{"run": run}] * (MAX_PAGE_SIZE + 1))
+    request = {"parent": PARENT, "filter": f"labels.run={run}", "page_size": 5000}
+
+    pages = list(job_client.list_custom_jobs(request=request).pages)
+
+    assert [len(page.custom_jobs) for page in pages] == [MAX_PAGE_SIZE, 1]
+    assert [job.name for page in pages for job in page.custom_jobs] == names
+    jobservice_control.cap_list_pages(400)  # as Vertex's pages may hold fewer: its maximum is not documented
+    assert [len(page.custom_jobs) for page in job_client.list_custom_jobs(request=request).pages] == [400, 400, 201]
+    with pytest.raises(exceptions.InvalidArgument, match="page_size"):
+        list(job_client.list_custom_jobs(request=request | {"page_size": -1}))
+    with pytest.raises(exceptions.InvalidArgument, match="read_mask"):
+        list(job_client.list_custom_jobs(request=request | {"read_mask": {"paths": ["colour"]}}))
 
 
 def test_an_unknown_filter_field_is_invalid(job_client: JobServiceClient):

@@ -75,6 +75,24 @@ def test_the_rest_transport_creates_gets_lists_and_cancels_jobs_the_grpc_clients
     assert wait_for_state(job_client, running.name).state == JobState.JOB_STATE_CANCELLED
 
 
+def test_the_rest_transport_sends_the_read_mask_and_gets_only_those_fields(
+    jobservice: JobServiceProcess, rest_client: JobServiceClient, jobservice_control
+):
+    """Issue 25, point 9: the mask travels as `readMask=name,createTime,…` (a FieldMask's JSON form), as the
+    controller sends it too, and the listing carries only those fields."""
+    run = unique_value()
+    [parked] = jobservice_control.park_jobs(PARENT, custom_job(pool()), [{"run": run}])
+    request = {"parent": PARENT, "filter": f'labels.run="{run}"', "read_mask": {"paths": ["name", "create_time"]}}
+
+    (listed,) = rest_client.list_custom_jobs(request=request)
+
+    assert (listed.name, listed.state, listed.display_name, dict(listed.labels)) == (parked, 0, "", {})
+    assert listed.create_time is not None
+    query = {"filter": f'labels.run="{run}"', "readMask": "name,state,createTime,labels"}
+    (plain,) = requests.get(url(jobservice, f"{PARENT}/customJobs"), params=query, timeout=10).json()["customJobs"]
+    assert set(plain) == {"name", "state", "createTime", "labels"}
+
+
 def test_delete_returns_a_finished_operation_that_can_be_read_back(
     jobservice: JobServiceProcess, rest_client: JobServiceClient
 ):

@@ -34,6 +34,8 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (GCS, "names"): frozenset({"storage.objects.list"}),
     (GCS, "objects_under"): frozenset({"storage.objects.list"}),  # the admission preflight's listing
     (GCS, "metadata_under"): frozenset({"storage.objects.list"}),  # the history index, names with their metadata
+    # objects.patch of custom metadata (the reconcile sweep's notes on active entries): storage.objects.update.
+    (GCS, "set_metadata"): frozenset({"storage.objects.update"}),
     (PUBLISHER, "__init__"): frozenset(),
     (PUBLISHER, "publish"): frozenset({"pubsub.topics.publish"}),
     (QUOTAS, "__init__"): frozenset(),  # the session is built on first use

@@ -57,8 +57,8 @@ def test_the_plan_is_a_valid_vertex_custom_job(settings):
     plan = plan_custom_job(request, settings, KEY)
     job = CustomJob.from_json(json.dumps(plan.custom_job))
     assert [p.replica_count for p in job.job_spec.worker_pool_specs] == [1, 3, 13]
-    assert job.labels["trainctl-key"] == key_hash(KEY)
-    assert job.labels["managed-by"] == "trainctl"
+    assert job.labels["trainctl_key"] == key_hash(KEY)
+    assert job.labels["trainctl_deployment"] == "proj-trainctl-control"
 
 
 def test_four_a2_highgpu_8g_nodes_get_13_reducers(settings):
@@ -182,9 +182,9 @@ def test_labels_carry_key_attempt_request_and_the_users(settings):
     labels = plan_custom_job(request, settings, KEY, attempt=2).custom_job["labels"]
     assert labels == {
         "team": "growth",
-        "trainctl-key": key_hash(KEY),
-        "trainctl-attempt": "2",
-        "trainctl-request": "churn-1",
-        "managed-by": "trainctl",
+        "trainctl_key": key_hash(KEY),
+        "trainctl_attempt": "2",
+        "trainctl_request": "churn-1",
+        "trainctl_deployment": "proj-trainctl-control",
     }
     assert plan_custom_job(request, settings, KEY, attempt=2).custom_job["display_name"] == "churn-1 (attempt 2)"

@@ -157,6 +157,8 @@ INVALID = [
     (with_changes(labels={"team": "Growth"}), "labels.team", "value 'Growth'"),
     (with_changes(labels={"k" * 64: "x"}), "labels." + "k" * 64, "1-63"),
     (with_changes(labels={"managed-by": "me"}), "labels.managed-by", "set by trainctl"),
+    (with_changes(labels={"trainctl_key": "k"}), "labels.trainctl_key", "set by trainctl"),
+    (with_changes(labels={"trainctl-key": "k"}), "labels.trainctl-key", "set by trainctl"),  # jobs before issue 25
     (with_changes(labels={f"k{i}": "v" for i in range(61)}), "labels", "at most 60"),
     (with_changes(service_account="root"), "service_account", "service account email"),
 ]

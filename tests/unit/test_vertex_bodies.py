@@ -96,7 +96,7 @@ def test_a_job_in_its_rest_form_reads_as_the_grpc_adapter_read_it():
         error={"code": 8, "message": "quota"},
         create_time="2026-01-31T00:00:00.5Z",
         end_time="2026-01-31T00:10:00Z",
-        labels={"trainctl-key": "abc"},
+        labels={"trainctl_key": "abc"},
     )
 
     seen = snapshot(json_format.MessageToDict(CustomJob.pb(job)))
@@ -105,7 +105,7 @@ def test_a_job_in_its_rest_form_reads_as_the_grpc_adapter_read_it():
     assert seen.create_time.isoformat() == "2026-01-31T00:00:00.500000+00:00"
     assert seen.start_time is None
     assert seen.end_time.isoformat() == "2026-01-31T00:10:00+00:00"
-    assert seen.labels == {"trainctl-key": "abc"}
+    assert seen.labels == {"trainctl_key": "abc"}
 
 
 def test_error_status_names_are_google_rpc_codes():

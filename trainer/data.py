@@ -128,15 +128,15 @@ def load_rank_data(uri: str, data_format: str, seed: int, validation_fraction: f
     rank, world = dist.get_rank(), dist.get_world_size()
     shards = list_shards(uri, data_format)
     sharded = len(shards) >= world
+    # Each shard is split as soon as it is read, so only one shard's unsplit table is held at a time.
     if sharded:
         mine = list(enumerate(shards))[rank::world]
-        tables = [(i, read_table(read_uri(s.uri), s.format)) for i, s in mine]
+        parts = [_split(read_table(read_uri(s.uri), s.format), i, seed, validation_fraction) for i, s in mine]
     else:
         local = _fetch_once_per_node(shards)
-        tables = [(i, read_table(s.uri, s.format)) for i, s in enumerate(local)]
+        parts = [_split(read_table(s.uri, s.format), i, seed, validation_fraction) for i, s in enumerate(local)]
         if local is not shards:
             _remove_node_copy(local)
-    parts = [_split(t, i, seed, validation_fraction) for i, t in tables]
     train = pa.concat_tables([p[0] for p in parts], promote_options="permissive")
     validation = pa.concat_tables([p[1] for p in parts], promote_options="permissive")
     logs.log(
@@ -147,4 +147,5 @@ def load_rank_data(uri: str, data_format: str, seed: int, validation_fraction: f
         train_rows=train.num_rows,
         validation_rows=validation.num_rows,
     )
+    del parts
     return RankData(train=train, validation=validation, sharded=sharded, data_format=shards[0].format)

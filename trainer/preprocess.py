@@ -48,7 +48,7 @@ def _is_numeric(arrow_type: pa.DataType) -> bool:
 
 
 def _as_float(column: pa.ChunkedArray) -> np.ndarray:
-    return column.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    return column.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
 
 
 def _as_keys(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -75,6 +75,8 @@ def keep_columns(table: pa.Table, target: str, features: list[str] | None) -> pa
 def drop_unlabelled(table: pa.Table, target: str) -> pa.Table:
     if target not in table.column_names:
         raise ValueError(f"--target {target!r} is not a column of the data; columns are {table.column_names}")
+    if table[target].null_count == 0:
+        return table  # nothing to drop: no copy of the whole table
     return table.filter(pc.is_valid(table[target]))
 
 
@@ -161,21 +163,31 @@ class Preprocessor:
             self.target_mean, self.target_std = mean, std
 
     def features(self, table: pa.Table) -> torch.Tensor:
+        """The model inputs of `table`'s rows: one float32 array filled column by column, so memory stays near
+        the result's own size (one float64 column of scratch, no stacked or one-hot temporaries)."""
         missing = [c for c in [*self.numeric, *self.categories] if c not in table.column_names]
         if missing:
             raise ValueError(f"the data lacks feature columns {missing} that the model was trained on")
-        parts = []
-        if self.numeric:
-            values = np.stack([_as_float(table[c]) for c in self.numeric], axis=1)
-            values = (values - np.array(self.means)) / np.array(self.stds)
-            parts.append(np.nan_to_num(values, nan=0.0))  # a missing number becomes the training mean
-        for column, vocabulary in self.categories.items():
-            index = pc.index_in(_as_keys(table[column]), value_set=pa.array(vocabulary, pa.string()))
-            index = pc.fill_null(index, len(vocabulary)).to_numpy(zero_copy_only=False)
-            parts.append(np.eye(len(vocabulary) + 1)[index])
-        if not parts:
-            return torch.zeros((table.num_rows, 0))
-        return torch.from_numpy(np.concatenate(parts, axis=1).astype(np.float32))
+        rows = table.num_rows
+        # np.zeros maps untouched pages lazily: the one-hot blocks cost only what is written into them.
+        out = np.zeros((rows, self.num_features), dtype=np.float32)
+        scratch = np.empty(rows, dtype=np.float64)
+        for j, (column, mean, std) in enumerate(zip(self.numeric, self.means, self.stds, strict=True)):
+            # The same float64 arithmetic as a whole-table computation, one column at a time: identical values.
+            np.subtract(_as_float(table[column]), mean, out=scratch)
+            np.divide(scratch, std, out=scratch)
+            np.nan_to_num(scratch, copy=False, nan=0.0)  # a missing number becomes the training mean
+            out[:, j] = scratch
+        del scratch
+        offset = len(self.numeric)
+        if rows:
+            every_row = np.arange(rows)
+            for column, vocabulary in self.categories.items():
+                index = pc.index_in(_as_keys(table[column]), value_set=pa.array(vocabulary, pa.string()))
+                index = pc.fill_null(index, len(vocabulary)).to_numpy(zero_copy_only=False)
+                out[every_row, offset + index] = 1.0
+                offset += len(vocabulary) + 1
+        return torch.from_numpy(out)
 
     def targets(self, table: pa.Table) -> torch.Tensor:
         column = table[self.target]
@@ -184,8 +196,9 @@ class Preprocessor:
             if index.null_count:
                 unknown = pc.filter(_as_keys(column), pc.is_null(index)).unique().to_pylist()[:5]
                 raise ValueError(f"target values {unknown} were not seen when the classes were fitted")
-            return torch.from_numpy(index.to_numpy(zero_copy_only=False).astype(np.int64))
-        values = (_as_float(column) - self.target_mean) / self.target_std
+            return torch.from_numpy(index.to_numpy(zero_copy_only=False).astype(np.int64, copy=False))
+        values = np.subtract(_as_float(column), self.target_mean)
+        np.divide(values, self.target_std, out=values)
         return torch.from_numpy(values.astype(np.float32))
 
     def decode(self, outputs: torch.Tensor) -> pa.Array:

@@ -102,20 +102,26 @@ def load_tables(args: argparse.Namespace) -> Tables:
     if args.champion_model_dir:
         drift = drift_against_champion(args.champion_model_dir, rows, description, combine, args.max_drift)
     del rows
-    train_rows = keep_columns(drop_unlabelled(data.train, args.target), args.target, args.features)
     labelled_validation = drop_unlabelled(data.validation, args.target)
     validation_rows = keep_columns(labelled_validation, args.target, args.features)
+    train_rows = keep_columns(drop_unlabelled(data.train, args.target), args.target, args.features)
+    data.train = data.validation = pa.table({})  # freed as soon as they are converted
     prep = Preprocessor.fit(train_rows, args.target, args.task, combine)
     val_inputs, val_targets = prep.features(validation_rows), prep.targets(validation_rows)
+    del validation_rows
     # A champion reads the same rows through its own preprocessing, so it gets them with every column: it may
     # need a column this run's --features leaves out.
     champion_rows = labelled_validation if args.champion_model_dir else None
+    del labelled_validation
     if not data.sharded:  # every rank holds all validation rows: each evaluates its own slice
         val_inputs, val_targets = val_inputs[rank::world_size], val_targets[rank::world_size]
         if champion_rows is not None:
             champion_rows = champion_rows.take(np.arange(rank, champion_rows.num_rows, world_size))
-    return Tables(prep.features(train_rows), prep.targets(train_rows), val_inputs, val_targets, prep, data.sharded,
-                  description, drift, champion_rows)  # fmt: skip
+    # The Arrow rows go as soon as they are converted: the tensors are all that stays.
+    targets = prep.targets(train_rows)
+    inputs = prep.features(train_rows)
+    del train_rows
+    return Tables(inputs, targets, val_inputs, val_targets, prep, data.sharded, description, drift, champion_rows)
 
 
 def set_up(args: argparse.Namespace, device: torch.device) -> Run:

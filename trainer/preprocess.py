@@ -165,12 +165,36 @@ class Preprocessor:
     def features(self, table: pa.Table) -> torch.Tensor:
         """The model inputs of `table`'s rows: one float32 array filled column by column, so memory stays near
         the result's own size (one float64 column of scratch, no stacked or one-hot temporaries)."""
+        out = self._empty_features(table.num_rows)
+        self._fill_features(out, table)
+        return torch.from_numpy(out)
+
+    def tensors_of_parts(self, parts: list[pa.Table]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets of the rows of `parts` in order, as `features`/`targets` of their concatenation give
+        them. The list is emptied as it goes: each part is released once converted, so a rank holds its Arrow rows
+        and their tensors together only one part at a time (the output's pages are touched only as they fill)."""
+        rows = sum(p.num_rows for p in parts)
+        inputs = self._empty_features(rows)
+        targets = np.empty(rows, dtype=np.int64 if self.task == "classification" else np.float32)
+        start = 0
+        while parts:
+            part = parts.pop(0)
+            stop = start + part.num_rows
+            self._fill_features(inputs[start:stop], part)
+            targets[start:stop] = self.targets(part).numpy()
+            start = stop
+            del part
+        return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+    def _empty_features(self, rows: int) -> np.ndarray:
+        # np.zeros maps untouched pages lazily: the one-hot blocks cost only what is written into them.
+        return np.zeros((rows, self.num_features), dtype=np.float32)
+
+    def _fill_features(self, out: np.ndarray, table: pa.Table) -> None:
         missing = [c for c in [*self.numeric, *self.categories] if c not in table.column_names]
         if missing:
             raise ValueError(f"the data lacks feature columns {missing} that the model was trained on")
         rows = table.num_rows
-        # np.zeros maps untouched pages lazily: the one-hot blocks cost only what is written into them.
-        out = np.zeros((rows, self.num_features), dtype=np.float32)
         scratch = np.empty(rows, dtype=np.float64)
         for j, (column, mean, std) in enumerate(zip(self.numeric, self.means, self.stds, strict=True)):
             # The same float64 arithmetic as a whole-table computation, one column at a time: identical values.
@@ -180,14 +204,12 @@ class Preprocessor:
             out[:, j] = scratch
         del scratch
         offset = len(self.numeric)
-        if rows:
-            every_row = np.arange(rows)
-            for column, vocabulary in self.categories.items():
-                index = pc.index_in(_as_keys(table[column]), value_set=pa.array(vocabulary, pa.string()))
-                index = pc.fill_null(index, len(vocabulary)).to_numpy(zero_copy_only=False)
-                out[every_row, offset + index] = 1.0
-                offset += len(vocabulary) + 1
-        return torch.from_numpy(out)
+        every_row = np.arange(rows)
+        for column, vocabulary in self.categories.items():
+            index = pc.index_in(_as_keys(table[column]), value_set=pa.array(vocabulary, pa.string()))
+            index = pc.fill_null(index, len(vocabulary)).to_numpy(zero_copy_only=False)
+            out[every_row, offset + index] = 1.0
+            offset += len(vocabulary) + 1
 
     def targets(self, table: pa.Table) -> torch.Tensor:
         column = table[self.target]

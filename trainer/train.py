@@ -28,7 +28,7 @@ from trainer import collectives, gpu_feeding, logs, net_plugin
 from trainer.batches import EpochBatches
 from trainer.champion import score_champion
 from trainer.checkpoint import Checkpoints
-from trainer.data import load_rank_data
+from trainer.data import concat_tables, load_rank_data
 from trainer.data_schema import DataDescription, describe, schema_bytes
 from trainer.distributed import PREEMPTED_EXIT_CODE, Coordination, StopSignal, process_group, stop_when_launcher_dies
 from trainer.drift import drift_against_champion, refused_by_earlier_attempt
@@ -104,9 +104,9 @@ def load_tables(args: argparse.Namespace) -> Tables:
     del rows
     labelled_validation = drop_unlabelled(data.validation, args.target)
     validation_rows = keep_columns(labelled_validation, args.target, args.features)
-    train_rows = keep_columns(drop_unlabelled(data.train, args.target), args.target, args.features)
-    data.train = data.validation = pa.table({})  # freed as soon as they are converted
-    prep = Preprocessor.fit(train_rows, args.target, args.task, combine)
+    train_parts = [keep_columns(drop_unlabelled(p, args.target), args.target, args.features) for p in data.train_parts]
+    data.train_parts, data.validation = [], pa.table({})  # the Arrow rows live on only in these lists
+    prep = Preprocessor.fit(concat_tables(train_parts), args.target, args.task, combine)
     val_inputs, val_targets = prep.features(validation_rows), prep.targets(validation_rows)
     del validation_rows
     # A champion reads the same rows through its own preprocessing, so it gets them with every column: it may
@@ -117,10 +117,8 @@ def load_tables(args: argparse.Namespace) -> Tables:
         val_inputs, val_targets = val_inputs[rank::world_size], val_targets[rank::world_size]
         if champion_rows is not None:
             champion_rows = champion_rows.take(np.arange(rank, champion_rows.num_rows, world_size))
-    # The Arrow rows go as soon as they are converted: the tensors are all that stays.
-    targets = prep.targets(train_rows)
-    inputs = prep.features(train_rows)
-    del train_rows
+    # Converted part by part, each part's Arrow rows released as soon as its tensors are filled.
+    inputs, targets = prep.tensors_of_parts(train_parts)
     return Tables(inputs, targets, val_inputs, val_targets, prep, data.sharded, description, drift, champion_rows)
 
 

@@ -127,3 +127,19 @@ def test_filling_in_place_gives_the_values_of_a_whole_table_computation():
     one_hot = np.eye(3)[np.where(table["s"].to_numpy(zero_copy_only=False) == "p", 0, 1)]
     expected = np.concatenate([numbers, one_hot], axis=1).astype(np.float32)
     assert torch.equal(prep.features(table), torch.from_numpy(expected))
+
+
+def test_parts_converted_one_by_one_equal_the_whole_table_and_are_released():
+    """Issue 30, point 1: a rank's shards are converted one at a time into one array, each part's Arrow rows let
+    go once converted; the tensors are exactly those of the concatenated table."""
+    rng = np.random.default_rng(2)
+    parts = [
+        pa.table({"x": rng.normal(size=n), "s": rng.choice(["a", "b", "c"], n), "y": rng.choice(["u", "v"], n)})
+        for n in (5, 0, 17, 9)
+    ]
+    whole = pa.concat_tables(parts)
+    prep = Preprocessor.fit(whole, "y", "auto", LOCAL)
+    queue = list(parts)
+    inputs, targets = prep.tensors_of_parts(queue)
+    assert queue == []
+    assert torch.equal(inputs, prep.features(whole)) and torch.equal(targets, prep.targets(whole))

@@ -130,7 +130,7 @@ class Preprocessor:
         numeric = [c for c in feature_columns if all(k[c] in ("numeric", "null") for k in all_kinds)]
         strings = [c for c in feature_columns if c not in numeric]
 
-        means, stds = _standardisation([_as_float(train[c]) for c in numeric], combine)
+        means, stds = _standardisation([train[c] for c in numeric], combine)
         categories = {c: _vocabulary(train[c], combine) for c in strings}
 
         prep = cls(target=target, task=task, target_type=str(train[target].type))
@@ -159,7 +159,7 @@ class Preprocessor:
         else:
             if not _is_numeric(column.type):
                 raise ValueError(f"--target {self.target!r} holds {column.type} values; regression needs numbers")
-            (mean,), (std,) = _standardisation([_as_float(column)], combine)
+            (mean,), (std,) = _standardisation([column], combine)
             self.target_mean, self.target_std = mean, std
 
     def features(self, table: pa.Table) -> torch.Tensor:
@@ -270,15 +270,23 @@ def _decide_task(arrow_type: pa.DataType, distinct: list[str] | None) -> str:
     return "regression"
 
 
-def _standardisation(columns: list[np.ndarray], combine: Combine) -> tuple[list[float], list[float]]:
-    """Mean and standard deviation of each column over the non-missing values; two passes for precision."""
+def _standardisation(columns: list[pa.ChunkedArray], combine: Combine) -> tuple[list[float], list[float]]:
+    """Mean and standard deviation of each column over the non-missing values; two passes for precision. One
+    column is converted to float64 at a time (a whole table of them would be twice the table's float32 size)."""
     if not columns:
         return [], []
-    present = [~np.isnan(c) for c in columns]
-    counts = combine.sum(np.array([p.sum() for p in present], dtype=np.float64))
-    sums = combine.sum(np.array([c[p].sum() for c, p in zip(columns, present, strict=True)]))
+    counts, sums = np.zeros(len(columns)), np.zeros(len(columns))
+    for i, column in enumerate(columns):
+        values = _as_float(column)
+        present = ~np.isnan(values)
+        counts[i], sums[i] = present.sum(), values[present].sum()
+    counts, sums = combine.sum(counts), combine.sum(sums)
     means = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
-    squares = combine.sum(np.array([((c[p] - m) ** 2).sum() for c, p, m in zip(columns, present, means, strict=True)]))
+    squares = np.zeros(len(columns))
+    for i, (column, mean) in enumerate(zip(columns, means, strict=True)):
+        values = _as_float(column)
+        squares[i] = ((values[~np.isnan(values)] - mean) ** 2).sum()
+    squares = combine.sum(squares)
     variances = np.divide(squares, counts, out=np.zeros_like(squares), where=counts > 0)
     # A constant column would divide by zero; leave it centred and unscaled.
     stds = [math.sqrt(v) if v > 0 else 1.0 for v in variances]

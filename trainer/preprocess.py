@@ -300,3 +300,108 @@ def _vocabulary(column: pa.ChunkedArray, combine: Combine) -> list[str]:
         total.update(counts)
     most_frequent = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CATEGORIES]
     return sorted(k for k, _ in most_frequent)
+
+
+class FitAccumulator:
+    """`Preprocessor.fit`'s statistics gathered block by block, for data streamed rather than held: counts, means
+    and squared deviations merged with Chan et al.'s pairwise update (the same figures as fit's two passes up to
+    floating-point rounding), category and class counts exactly. `kinds` says which feature columns are numbers,
+    decided from every rank's schemas as fit decides it from every rank's tables."""
+
+    def __init__(self, target: str, features: list[str], numeric: list[str], target_type: pa.DataType):
+        self.target, self.target_type = target, target_type
+        self.numeric = numeric
+        self.strings = [c for c in features if c not in numeric]
+        self.moments = np.zeros((len(numeric) + 1, 3))  # (count, mean, m2) per numeric column, then the target
+        self.vocabularies: dict[str, Counter[str]] = {c: Counter() for c in self.strings}
+        self.classes: Counter[str] | None = Counter()  # None once there are too many values to be classes
+
+    def add(self, table: pa.Table) -> None:
+        """Take in a block of labelled training rows."""
+        for i, column in enumerate(self.numeric):
+            _merge_moments(self.moments[i], _as_float(table[column]) if column in table.column_names else None)
+        for column, counts in self.vocabularies.items():
+            if column in table.column_names:
+                counts.update(_counts(_as_keys(table[column])))
+        target = table[self.target]
+        if _is_numeric(self.target_type):
+            _merge_moments(self.moments[-1], _as_float(target))
+        if self.classes is not None:
+            self.classes.update(_counts(_as_keys(target)))
+            if len(self.classes) > MAX_CLASSES:
+                self.classes = None
+
+    def finish(self, task: str, combine: Combine) -> Preprocessor:
+        """The Preprocessor, the same on every rank."""
+        moments = _merged_moments(combine.gather(self.moments))
+        means = [float(m) for m in moments[:-1, 1]]
+        stds = [math.sqrt(m2 / n) if n > 0 and m2 > 0 else 1.0 for n, _, m2 in moments[:-1]]
+        categories = {}
+        for column, local in self.vocabularies.items():
+            total: Counter[str] = Counter()
+            for counts in combine.gather(dict(local)):
+                total.update(counts)
+            most_frequent = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CATEGORIES]
+            categories[column] = sorted(k for k, _ in most_frequent)
+        prep = Preprocessor(target=self.target, task=task, target_type=str(self.target_type))
+        prep.numeric, prep.means, prep.stds, prep.categories = self.numeric, means, stds, categories
+        seen = combine.gather(dict(self.classes) if self.classes is not None else None)
+        all_classes: Counter[str] | None = Counter()
+        for counts in seen:
+            if counts is None or all_classes is None:
+                all_classes = None
+            else:
+                all_classes.update(counts)
+        if all_classes is not None and len(all_classes) > MAX_CLASSES:
+            all_classes = None
+        distinct = None if all_classes is None else sorted(all_classes, key=_natural_order)
+        if prep.task == "auto":
+            prep.task = _decide_task(self.target_type, distinct)
+        if prep.task == "classification":
+            if distinct is None:
+                raise ValueError(
+                    f"--target {self.target!r} has more than {MAX_CLASSES} distinct values, too many for "
+                    "classification; use --task regression"
+                )
+            assert all_classes is not None
+            prep.classes, prep.class_counts = distinct, [float(all_classes[k]) for k in distinct]
+        else:
+            if not _is_numeric(self.target_type):
+                raise ValueError(f"--target {self.target!r} holds {self.target_type} values; regression needs numbers")
+            n, mean, m2 = moments[-1]
+            prep.target_mean, prep.target_std = float(mean), math.sqrt(m2 / n) if n > 0 and m2 > 0 else 1.0
+        return prep
+
+
+def _counts(keys: pa.ChunkedArray) -> Counter[str]:
+    counted = pc.value_counts(keys)
+    pairs = zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True)
+    return Counter({v: c for v, c in pairs if v is not None})
+
+
+def _merge_summary(row: np.ndarray, n: float, mean: float, m2: float) -> None:
+    """Chan et al.'s pairwise update of (count, mean, m2) in `row` with another part's."""
+    if n == 0:
+        return
+    total = row[0] + n
+    delta = mean - row[1]
+    row[2] += m2 + delta * delta * row[0] * n / total
+    row[1] += delta * n / total
+    row[0] = total
+
+
+def _merge_moments(row: np.ndarray, values: np.ndarray | None) -> None:
+    if values is None:
+        return
+    values = values[~np.isnan(values)]
+    if len(values):
+        mean = float(values.mean())
+        _merge_summary(row, len(values), mean, float(((values - mean) ** 2).sum()))
+
+
+def _merged_moments(parts: list[np.ndarray]) -> np.ndarray:
+    merged = np.zeros_like(parts[0])
+    for part in parts:
+        for row, theirs in zip(merged, part, strict=True):
+            _merge_summary(row, *theirs)
+    return merged

@@ -139,9 +139,7 @@ class Preprocessor:
         return prep
 
     def _fit_target(self, column: pa.ChunkedArray, combine: Combine) -> None:
-        keys = _as_keys(column)
-        distinct = pc.unique(keys).to_pylist()
-        seen = combine.gather(distinct if len(distinct) <= MAX_CLASSES else None)
+        seen = combine.gather(_few_distinct(column))
         all_distinct = (
             None if any(s is None for s in seen) else sorted({k for s in seen for k in s}, key=_natural_order)
         )
@@ -154,7 +152,7 @@ class Preprocessor:
                     "classification; use --task regression"
                 )
             self.classes = all_distinct
-            counts = Counter(keys.to_pylist())
+            counts = Counter(_as_keys(column).to_pylist())
             self.class_counts = combine.sum(np.array([counts[k] for k in self.classes], dtype=np.float64)).tolist()
         else:
             if not _is_numeric(column.type):
@@ -260,6 +258,18 @@ def _check_fitted(prep: Preprocessor) -> None:
     problems = [what for what, holds in checks.items() if not holds]
     if problems:
         raise ValueError(f"its preprocessing is not one this trainer writes: {', '.join(problems)}")
+
+
+def _few_distinct(column: pa.ChunkedArray, slice_rows: int = 65_536) -> list[str | None] | None:
+    """The column's distinct values as text when there are at most MAX_CLASSES of them, else None. Read a slice
+    at a time and given up at the first slice past the limit: a continuous target's million distinct values are
+    never hashed or made text all at once."""
+    distinct: set[str | None] = set()
+    for start in range(0, len(column), slice_rows):
+        distinct.update(_as_keys(pc.unique(column.slice(start, slice_rows))).to_pylist())
+        if len(distinct) > MAX_CLASSES:
+            return None
+    return list(distinct)
 
 
 def _decide_task(arrow_type: pa.DataType, distinct: list[str] | None) -> str:

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import math
 import os
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -322,7 +323,8 @@ def train(run: Run, stop: StopSignal) -> int:
     log_losses: list[torch.Tensor] = []
     if run.is_main:
         logs.log("training loop starts", step=state.step, total_steps=total_steps, steps_per_epoch=steps_per_epoch,
-                 global_batch_size=run.samples_per_step, train_rows=run.tables.train_rows)  # fmt: skip
+                 global_batch_size=run.samples_per_step, train_rows=run.tables.train_rows,
+                 peak_rss_mb=peak_rss_mb())  # fmt: skip
     progress.write(state.step, state.epoch, state="starting", force=True)
     if coordination.agree(state.step, stop.requested, False, None)[0]:
         logs.warning("stopping before the first step (SIGTERM)", step=state.step)
@@ -384,6 +386,11 @@ def train(run: Run, stop: StopSignal) -> int:
     return 0
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (Linux reports kilobytes)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def stopping_early(run: Run) -> bool:
     """--early-stopping-patience epochs have passed without a better validation metric."""
     patience = run.args.early_stopping_patience
@@ -415,6 +422,7 @@ def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | Discard
         "validation_rows": collectives.sum_across_ranks(len(tables.val_inputs)),
         "seed": args.seed,
         "elapsed_seconds": round(time.monotonic() - run.started, 3),
+        "peak_rss_mb": peak_rss_mb(),  # rank 0's: how near its share came to the node's memory
         **tables.drift,
     }
     if tables.champion_rows is not None:  # --champion-model-dir; every rank takes part

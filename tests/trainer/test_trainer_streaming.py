@@ -147,7 +147,7 @@ def test_a_run_under_a_small_budget_learns_as_in_memory_and_resumes_mid_file_bit
     stored = sum(f.stat().st_size for f in data.iterdir())
     budget_mb = stored / 5 / 2**20 / 3  # a fifth of the data, and less
     common = ["--data", str(data), "--target", "y", "--epochs", "3", "--batch-size", "64", "--seed", "5",
-              "--checkpoint-every-steps", "100", "--checkpoint-every-seconds", "0"]  # fmt: skip
+              "--checkpoint-every-steps", "100", "--checkpoint-every-seconds", "0", "--keep-checkpoints", "9"]  # fmt: skip
 
     def train(name: str, *extra: str):
         finished = run("trainer.train", [*common, *extra, *output_dirs(tmp_path / name)], process_env(),

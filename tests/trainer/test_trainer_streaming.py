@@ -61,7 +61,7 @@ def test_the_streaming_pass_gives_the_statistics_and_validation_rows_of_the_rows
     from the same rows in memory (floating-point rounding aside), and the validation rows are the same rows."""
     table = table_with_gaps(3000)
     shards = write_files(table, tmp_path / "data", 3, row_group_size=250)
-    files, mine, types, found = streamed(shards)
+    _, _, types, found = streamed(shards)
 
     in_memory = [_split(pq.read_table(s.uri), i, SEED, VALIDATION) for i, s in shards]
     train = drop_unlabelled(concat_tables([p[0] for p in in_memory]), "y")
@@ -147,7 +147,8 @@ def test_a_run_under_a_small_budget_learns_as_in_memory_and_resumes_mid_file_bit
     stored = sum(f.stat().st_size for f in data.iterdir())
     budget_mb = stored / 5 / 2**20 / 3  # a fifth of the data, and less
     common = ["--data", str(data), "--target", "y", "--epochs", "3", "--batch-size", "64", "--seed", "5",
-              "--checkpoint-every-steps", "100", "--checkpoint-every-seconds", "0", "--keep-checkpoints", "9"]  # fmt: skip
+              "--checkpoint-every-steps", "100", "--checkpoint-every-seconds", "0",
+              "--keep-checkpoints", "9"]  # fmt: skip
 
     def train(name: str, *extra: str):
         finished = run("trainer.train", [*common, *extra, *output_dirs(tmp_path / name)], process_env(),

@@ -6,7 +6,9 @@
 For each size a dataset of 20 float32 features and a float32 regression target is written as Parquet in 4
 shards (so with 2 processes each rank reads its own two), and the real trainer (`python -m trainer.train`
 under torchrun, gloo on CPU, one intra-op thread) trains 1 epoch on it. Peak RSS is the largest rank's VmHWM:
-`ru_maxrss` of torchrun's waited-for children, as `wait4` reports it for the whole tree below the bench.
+`ru_maxrss` of torchrun's waited-for children, as `wait4` reports it for the whole tree below the bench (which
+writes each dataset in a child process and holds nothing large itself: a process started by a parent inherits
+the parent's peak as its own). The rank 0 peak when the training loop starts (data loaded) is shown beside it.
 
 The goal is a slope, not a level: between two sizes, how much more peak RSS a rank needs per raw byte added to
 its share (84 bytes a row: 21 float32 values), so the interpreter's and torch's fixed footprint does not count.
@@ -67,7 +69,11 @@ def run_trainer(data: Path, out: Path, processes: int, batch_size: int, extra: l
     if os.waitstatus_to_exitcode(status):
         sys.exit(f"the trainer failed:\n{(out / 'workers.log').read_text()[-4000:]}")
     metrics = json.loads((out / "model" / "metrics.json").read_text())
+    loaded = [
+        json.loads(line) for line in (out / "workers.log").read_text().splitlines() if "training loop starts" in line
+    ]
     return {
+        "loaded_peak_rss_bytes": int(loaded[0]["peak_rss_mb"] * 2**20) if loaded else None,
         "peak_rss_bytes": usage.ru_maxrss * 1024,  # kilobytes on Linux
         "seconds": round(time.monotonic() - started, 1),
         "samples_per_second": metrics["samples_per_second"],
@@ -78,6 +84,9 @@ def run_trainer(data: Path, out: Path, processes: int, batch_size: int, extra: l
 
 def main() -> None:
     argv = sys.argv[1:]
+    if argv[:1] == ["--write"]:
+        write_dataset(Path(argv[1]), int(argv[2]))
+        return
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", default="1000000,4000000,16000000")
@@ -89,7 +98,11 @@ def main() -> None:
     results = []
     for rows in sizes:
         with tempfile.TemporaryDirectory(prefix="trainer-memory-") as tmp:
-            on_disk = write_dataset(Path(tmp) / "data", rows)
+            # Written by a child process: forked from a parent that had just held the data, torchrun would
+            # inherit the parent's peak as its own (Linux carries the peak RSS across exec).
+            subprocess.run([sys.executable, __file__, "--write", str(Path(tmp) / "data"), str(rows)], check=True,
+                           env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+            on_disk = sum(f.stat().st_size for f in (Path(tmp) / "data").iterdir())
             figures = run_trainer(Path(tmp) / "data", Path(tmp), args.processes, args.batch_size, extra)
         figures |= {"rows": rows, "data_on_disk_bytes": on_disk, "rank_rows": rows // args.processes}
         results.append(figures)
@@ -103,12 +116,14 @@ def main() -> None:
           f"batch {args.batch_size}/process, 1 epoch, 20 float32 features, Parquet in 4 shards")  # fmt: skip
     print(f"- load average before: {' '.join(f'{x:.2f}' for x in load_before)}; "
           f"after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")  # fmt: skip
-    print("| rows | data on disk | rank's raw bytes | peak RSS (largest rank) | samples/s | data wait |")
-    print("|---|---|---|---|---|---|")
+    print("| rows | data on disk | rank's raw bytes | peak RSS (largest rank) | rank 0 peak, data loaded | samples/s "
+          "| data wait |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for r in results:
         raw = r["rank_rows"] * RAW_BYTES_PER_ROW
         print(f"| {r['rows']:,} | {r['data_on_disk_bytes'] / 1e6:.0f} MB | {raw / 1e6:.0f} MB | "
-              f"{r['peak_rss_bytes'] / 1e9:.2f} GB | {r['samples_per_second']:,.0f} | "
+              f"{r['peak_rss_bytes'] / 1e9:.2f} GB | {(r['loaded_peak_rss_bytes'] or 0) / 1e9:.2f} GB | "
+              f"{r['samples_per_second']:,.0f} | "
               f"{r['data_wait_fraction']:.3f} |")  # fmt: skip
     for a, b in itertools.pairwise(results):
         added = (b["rank_rows"] - a["rank_rows"]) * RAW_BYTES_PER_ROW
@@ -116,6 +131,9 @@ def main() -> None:
         met = "yes" if slope <= SLOPE_GOAL else "no"
         print(f"\nslope {a['rows']:,} → {b['rows']:,} rows: {slope:.2f} × the raw bytes added "
               f"(goal ≤ {SLOPE_GOAL}: {met})")  # fmt: skip
+        if a["loaded_peak_rss_bytes"] and b["loaded_peak_rss_bytes"]:
+            loaded = (b["loaded_peak_rss_bytes"] - a["loaded_peak_rss_bytes"]) / added
+            print(f"  rank 0 with its data loaded: {loaded:.2f} ×")
 
 
 if __name__ == "__main__":

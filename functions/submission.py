@@ -29,29 +29,26 @@ from functions.failures import PERMISSION_DENIED, QUOTA_ADVICE, permission_advic
 from functions.gcs import Conflict, StorageError
 from functions.history import outcome_of
 from functions.keys import key_hash
-from functions.ladder import LadderRung, has_fallbacks, ladder_of, next_rung, skipped_outcomes
-from functions.ladder import outcome as rung_outcome
+from functions.ladder import LadderRung, ladder_of, skipped_outcomes
 from functions.ledger import IdTaken, Ledger
-from functions.lifecycle import ModelSteps, Record, backoff, decide_on_existing, job_ref, ladder_exhausted, resubmit
+from functions.lifecycle import ModelSteps, Record, backoff, decide_on_existing, job_ref
 from functions.model_versions import trainer_kind_problem
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
 from functions.output_claims import OutputClaims
 from functions.planning import Plan, plan_custom_job
 from functions.ports import Events, Quotas, Registry, Storage
-from functions.quota_pool import QuotaPools, pool_name
+from functions.quota_queue import QuotaQueue
 from functions.settings import Settings
 from functions.vertex import CallRejected, LazyJobs
 from schemas.errors import FieldError
 from schemas.events import (
     Accepted,
     Artifacts,
-    Cancelled,
     CostEstimate,
     Duplicate,
     Failed,
     JobEvent,
-    Queued,
     Rejected,
     Retrying,
     Submitted,
@@ -124,8 +121,8 @@ class Submission:
     outbox: Outbox
     clock: Callable[[], datetime]
     owner: str
-    quotas: Quotas | None  # the project's GPU limits; None: no quota gating
-    pools: QuotaPools  # what trainctl's own jobs hold of them, and who waits
+    quotas: Quotas | None  # the project's GPU limits (a rung that can never fit them is skipped); None: no gating
+    queue: QuotaQueue  # trainctl's quota queue: what a rung holds of the quota, and who waits for it
     outputs: OutputClaims  # the output folders active requests hold outside the control bucket
     registry: Callable[[], Registry]  # Vertex's Model Registry, built on first use (requests with a model block)
 
@@ -471,9 +468,8 @@ class Submission:
             champion = record.model_steps.champion_uri if record.model_steps else None
             plan = plan_custom_job(request, self.settings, record.key, record.attempt, record.rung, champion)
         # Before step 3: the GPU quota this rung draws on must have room for it, else it waits in trainctl's queue.
-        queued = self._wait_for_quota(record, generation)
-        if queued is not None:
-            return queued
+        if not self.queue.hold_or_queue(record, generation):
+            return "queued"
         # Step 3: find or create the job.
         try:
             job, adopted = self.jobs.find_or_create(plan.custom_job, plan.region, legacy=not new_attempt)
@@ -516,102 +512,16 @@ class Submission:
         logs.info("submitted", job=job.name, attempt=record.attempt)
         return "submitted"
 
-    def _wait_for_quota(self, record: Record, generation: int) -> str | None:
-        """Hold this rung's GPUs in trainctl's count of the project's quota, or queue the request (state
-        `queued`, a `queued` event the first time) until reconcile finds room; None when it may go on."""
-        if not record.ladder or self.quotas is None:
-            return None  # a record from before the ladder, or no quota reader
-        rung = record.ladder[record.rung]
-        limit = self.quotas.limit(rung.quota_metric, rung.region)
-        pool = pool_name(rung.region, rung.quota_metric)
-        if record.quota_pool not in (None, pool):
-            self.pools.release(record.quota_pool, record.key_hash)  # the ladder moved to another quota
-            record.quota_pool = None
-        if limit is None:
-            return None
-        admission = self.pools.acquire(pool, record.key_hash, rung.gpus, limit)
-        record.quota_pool = pool
-        if admission.granted:
-            return None
-        now = self.clock()
-        if record.state != "queued":
-            record.state, record.queued_since = "queued", now
-            record.add_events(
-                [
-                    Queued(
-                        **record.envelope(now),
-                        message=f"waiting in trainctl for GPU quota: needs {rung.gpus} of {rung.quota_metric} in "
-                        f"{rung.region}; trainctl's jobs hold {admission.held} of the limit {limit}, and "
-                        f"{admission.ahead} request(s) wait before this one",
-                        quota_metric=rung.quota_metric,
-                        region=rung.region,
-                        gpus=rung.gpus,
-                        limit=limit,
-                        held=admission.held,
-                        ahead=admission.ahead,
-                        rung=record.rung,
-                    )
-                ]
-            )
-        record.owner = record.lease_until = None
-        record, generation = self.outbox.flush(record, self.outbox.save(record, generation), whole_outbox(record))
-        logs.info("queued for GPU quota", pool=pool, held=admission.held, limit=limit, ahead=admission.ahead)
-        return "queued"
-
     def leave_queue(self, record: Record, generation: int) -> str:
-        """reconcile's visit to a request waiting in trainctl's quota queue: submit it once its quota has room;
-        past its rung's max_pending, move it down the ladder, or end it (failed with every rung's outcome when it
-        has fallbacks, cancelled for quota when it has none)."""
-        now = self.clock()
-        rung = record.ladder[record.rung]
-        waited = int((now - record.queued_since).total_seconds()) if record.queued_since else 0
-        if record.cancel_requested or waited > rung.max_pending:
-            return self._leave_queue_for_good(record, generation, now, waited)
-        limit = self.quotas.limit(rung.quota_metric, rung.region) if self.quotas else None
-        if limit is not None:
-            pool = pool_name(rung.region, rung.quota_metric)
-            if not self.pools.acquire(pool, record.key_hash, rung.gpus, limit).granted:
-                return "queued"
-        record.state = "claimed"
-        generation = self.claim(record, generation)
-        logs.info("quota has room; leaving the queue", request_key=record.key, waited=waited)
-        return self.submit(record, generation)
-
-    def _leave_queue_for_good(self, record: Record, generation: int, now: datetime, waited: int) -> str:
-        """A queued request cancelled by its requester, or waiting longer than its rung's max_pending: it moves
-        down the ladder, or ends."""
-        why = f"waited {format_duration(waited)} in trainctl's queue for GPU quota, longer than max_pending"
-        if record.quota_pool:
-            self.pools.release(record.quota_pool, record.key_hash)
-            record.quota_pool = None
-        common = record.envelope(now)
-        events: list[JobEvent] = []
-        record.failure_reason, record.queued_since = "quota", None
-        if record.cancel_requested:
-            record.state, record.failure_reason, record.message = "cancelled", None, "cancelled by request"
-            events.append(Cancelled(**common, message="cancelled by request while it waited for GPU quota"))
-        elif has_fallbacks(record) and next_rung(record) is not None:
-            text = f"attempt {record.attempt} {why}"
-            resubmit(record, events, common, "quota", text, now, left=rung_outcome(record, why))
-            record.owner, record.lease_until = self.owner, now + timedelta(seconds=self.settings.lease)
-        elif has_fallbacks(record):
-            ladder_exhausted(record, events, common, "quota", why)
-        else:
-            record.state, record.message = "cancelled", why
-            events.append(Cancelled(**common, message=f"never submitted: {why}. {QUOTA_ADVICE}", reason="quota"))
-        mine = record.add_events(events)
-        generation = self.outbox.save(record, generation)
-        self.release_quota(record)  # once the ended state is saved, before anything else can fail
-        record, generation = self.outbox.flush(record, generation, mine)
-        if record.state == "claimed":
+        """reconcile's visit to a request waiting in trainctl's quota queue: the queue decides whether it leaves
+        (functions/quota_queue.py); what leaves it for a job is submitted here."""
+        left = self.queue.leave(record, generation)
+        record, generation = left.record, left.generation
+        if left.way == "admitted":
+            return self.submit(record, self.claim(record, generation))
+        if left.way == "next_rung":
             return self.submit(record, generation, new_attempt=True)
-        self.outbox.retire_when_done(record)
-        return record.state
-
-    def release_quota(self, record: Record) -> None:
-        """A request that has ended holds no quota and waits for none."""
-        if record.final and record.quota_pool:
-            self.pools.release(record.quota_pool, record.key_hash)
+        return record.state  # still `queued`, or the state it ended in
 
     def _refused_permission(self, record: Record, generation: int, exc: CallRejected, account: str) -> str:
         """Vertex refused ListCustomJobs or CreateCustomJob with PERMISSION_DENIED. Fresh IAM grants reach Vertex
@@ -650,7 +560,7 @@ class Submission:
             ]
         )
         generation = self.outbox.save(record, generation)
-        self.release_quota(record)  # once the ended state is saved, before anything else can fail
+        self.queue.release(record)  # once the ended state is saved, before anything else can fail
         record, generation = self.outbox.flush(record, generation, whole_outbox(record))
         self.outbox.retire_when_done(record)
         return "failed"
@@ -697,7 +607,7 @@ class Submission:
         record.failure_reason, record.message = exc.reason, exc.message
         record.add_events(events)
         generation = self.outbox.save(record, generation)
-        self.release_quota(record)  # once the ended state is saved, before anything else can fail
+        self.queue.release(record)  # once the ended state is saved, before anything else can fail
         record, generation = self.outbox.flush(record, generation, whole_outbox(record))
         self.outbox.retire_when_done(record)
         return events[0].state

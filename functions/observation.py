@@ -32,11 +32,12 @@ from functions.job_outputs import (
     parse_progress,
 )
 from functions.ledger import Ledger
-from functions.lifecycle import JobSnapshot, Record, job_ref, observe, runs_builtin
+from functions.lifecycle import JobSnapshot, job_ref, observe, runs_builtin
 from functions.outbox import Outbox
 from functions.ports import Jobs, Storage
 from functions.promotion import Promotion
 from functions.quota_queue import QuotaQueue
+from functions.record import Record
 from functions.settings import Settings
 from functions.submission import Submission
 from functions.sweep import NOTHING_SEEN, Listing, Seen, Window, listings, seen_after, unchanged

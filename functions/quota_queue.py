@@ -20,10 +20,11 @@ from functions import logs
 from functions.failures import QUOTA_ADVICE
 from functions.ladder import has_fallbacks, next_rung
 from functions.ladder import outcome as rung_outcome
-from functions.lifecycle import Record, ladder_exhausted, resubmit
+from functions.lifecycle import ladder_exhausted, resubmit
 from functions.outbox import Outbox, whole_outbox
 from functions.ports import Quotas
 from functions.quota_pool import QuotaPools, pool_name
+from functions.record import Record
 from functions.settings import Settings
 from schemas.events import Cancelled, JobEvent, Queued
 from schemas.rules import format_duration

@@ -29,9 +29,9 @@ from functions.failures import PERMISSION_DENIED, QUOTA_ADVICE, permission_advic
 from functions.gcs import Conflict, StorageError
 from functions.history import outcome_of
 from functions.keys import key_hash
-from functions.ladder import LadderRung, ladder_of, skipped_outcomes
+from functions.ladder import ladder_of, skipped_outcomes
 from functions.ledger import IdTaken, Ledger
-from functions.lifecycle import ModelSteps, Record, backoff, decide_on_existing, job_ref
+from functions.lifecycle import backoff, decide_on_existing, job_ref
 from functions.model_versions import trainer_kind_problem
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
@@ -39,6 +39,7 @@ from functions.output_claims import OutputClaims
 from functions.planning import Plan, plan_custom_job
 from functions.ports import Events, Quotas, Registry, Storage
 from functions.quota_queue import QuotaQueue
+from functions.record import LadderRung, ModelSteps, Record
 from functions.settings import Settings
 from functions.vertex import CallRejected, LazyJobs
 from schemas.errors import FieldError

@@ -15,9 +15,10 @@ from functions.lifecycle import Record
 from functions.model_decision import figure
 from functions.planning import runs_builtin_trainer
 from functions.settings import Settings
+from schemas import catalog
 from schemas.events import Lineage
 from schemas.images import repository_of
-from schemas.request import ModelBlock, TrainingJobRequest
+from schemas.request import ModelBlock, TrainingJobRequest, code_digest
 from schemas.rules import sanitize_label_value
 
 # Version labels are spelled with underscores, as job labels are (functions/job_labels.py): ListModelVersions documents
@@ -50,6 +51,8 @@ def trainer_kind(request: TrainingJobRequest) -> str:
     every deploy), or a custom image's repository (its tags and digests alike)."""
     if runs_builtin_trainer(request):
         return BUILTIN_TRAINER
+    if request.trainer.python_package is not None:  # a package's module: a name anyone may reuse, but one kind
+        return label_of(f"package/{request.trainer.python_package.module}")
     image = str(request.trainer.image)
     return label_of(repository_of(image) or image)
 
@@ -74,7 +77,9 @@ def trainer_kind_problem(request: TrainingJobRequest, champion_labels: dict[str,
 
 
 def image_of(request: TrainingJobRequest, settings: Settings) -> str:
-    """The image that trained the run (and, for the built-in trainer, serves it)."""
+    """The image that trained the run (and, for the built-in trainer, serves it); a package's executor."""
+    if request.trainer.python_package is not None:
+        return catalog.executor_image(request.trainer.python_package.executor, settings.region)
     return settings.trainer_image if runs_builtin_trainer(request) else str(request.trainer.image)
 
 
@@ -90,6 +95,7 @@ def lineage(record: Record, settings: Settings) -> Lineage:
         marker=marker,
         job=record.job_name,
         image=image_of(request, settings),
+        code_digest=code_digest(record.request),
         champion_passed=record.model_steps.champion_version if record.model_steps else None,
     )
 
@@ -147,7 +153,7 @@ def serving_container(request: TrainingJobRequest, settings: Settings) -> dict[s
             "command": SERVING_COMMAND,
             "ports": [{"containerPort": SERVING_PORT}],
         }
-    return {"imageUri": str(request.trainer.image)}
+    return {"imageUri": image_of(request, settings)}
 
 
 def evaluation_name(key_hash: str) -> str:

@@ -21,6 +21,7 @@ from functions.ports import Events, Jobs, Quotas, Registry, Storage
 from functions.promotion import Promotion
 from functions.quota_pool import QuotaPools
 from functions.quota_queue import QuotaQueue
+from functions.refusals import Refusals
 from functions.settings import Settings
 from functions.submission import Delivery, Submission
 from schemas.request import TrainingJobRequest
@@ -72,6 +73,7 @@ class Controller:
             self.owner,
             self.quotas,
             self.quota_queue,
+            Refusals(s, self.outbox, self.clock, self.quota_queue),
             self.outputs,
             self.registry,
         )

@@ -4,7 +4,8 @@ The steps, in the order a new request takes them (each labelled below):
   0. admit: guardrails and the dataset preflight, before anything is written;
   1. claim: create the ledger record with if_generation_match=0 (CLAIMED, a lease), queue `accepted`;
   2. a record that exists: duplicate, conflict, wait for a live claim, or take over an expired one;
-  3. find-or-create the job labelled with the key and attempt (functions/vertex.py, the one place);
+  3. find-or-create the job labelled with the key and attempt (functions/vertex.py, the one place), once the rung's
+     GPUs fit the project's quota (else it waits: functions/quota_queue.py); a refusal: functions/refusals.py;
   4. record SUBMITTED and the job name (compare-and-swap), publish `submitted`.
 A crash at any point leaves a live lease (the redelivery waits) or a labelled job (adopted). Never two jobs.
 """
@@ -25,13 +26,13 @@ from functions import deadline, logs, triggers
 from functions.admission import admission_problems, dataset_problem
 from functions.data_admission import DataCheck, check_dataset
 from functions.errors import Transient
-from functions.failures import PERMISSION_DENIED, QUOTA_ADVICE, permission_advice, quota_metric
+from functions.failures import QUOTA_ADVICE
 from functions.gcs import Conflict, StorageError
 from functions.history import outcome_of
 from functions.keys import key_hash
 from functions.ladder import ladder_of, skipped_outcomes
 from functions.ledger import IdTaken, Ledger
-from functions.lifecycle import backoff, decide_on_existing, job_ref
+from functions.lifecycle import decide_on_existing, job_ref
 from functions.model_versions import trainer_kind_problem
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
@@ -40,6 +41,7 @@ from functions.planning import Plan, plan_custom_job
 from functions.ports import Events, Quotas, Registry, Storage
 from functions.quota_queue import QuotaQueue
 from functions.record import LadderRung, ModelSteps, Record
+from functions.refusals import Refusals
 from functions.settings import Settings
 from functions.vertex import CallRejected, LazyJobs
 from schemas.errors import FieldError
@@ -48,16 +50,13 @@ from schemas.events import (
     Artifacts,
     CostEstimate,
     Duplicate,
-    Failed,
-    JobEvent,
     Rejected,
-    Retrying,
     Submitted,
     Trigger,
     cost_summary,
 )
 from schemas.request import TrainingJobRequest, code_digest, rung_prefix
-from schemas.rules import format_duration, split_gs_uri
+from schemas.rules import split_gs_uri
 
 if TYPE_CHECKING:
     from functions.registry import ModelVersion
@@ -124,6 +123,7 @@ class Submission:
     owner: str
     quotas: Quotas | None  # the project's GPU limits (a rung that can never fit them is skipped); None: no gating
     queue: QuotaQueue  # trainctl's quota queue: what a rung holds of the quota, and who waits for it
+    refusals: Refusals  # what Vertex refusing the submission does to the request
     outputs: OutputClaims  # the output folders active requests hold outside the control bucket
     registry: Callable[[], Registry]  # Vertex's Model Registry, built on first use (requests with a model block)
 
@@ -476,10 +476,8 @@ class Submission:
         try:
             job, adopted = self.jobs.find_or_create(plan.custom_job, plan.region, legacy=not new_attempt)
         except CallRejected as exc:
-            if exc.code == PERMISSION_DENIED:
-                account = str(plan.custom_job["job_spec"].get("service_account", ""))
-                return self._refused_permission(record, generation, exc, account)
-            return self._refused_by_vertex(record, generation, exc)
+            account = str(plan.custom_job["job_spec"].get("service_account", ""))
+            return self.refusals.handle(record, generation, exc, account)
         except Transient:
             self._release(record, generation)
             raise
@@ -525,92 +523,3 @@ class Submission:
         if left.way == "next_rung":
             return self.submit(record, generation, new_attempt=True)
         return record.state  # still `queued`, or the state it ended in
-
-    def _refused_permission(self, record: Record, generation: int, exc: CallRejected, account: str) -> str:
-        """Vertex refused ListCustomJobs or CreateCustomJob with PERMISSION_DENIED. Fresh IAM grants reach Vertex
-        minutes after they are made ("typically within 2 minutes … in some cases 7 minutes or more",
-        cloud.google.com/iam/docs/access-change-propagation), and so does an API just enabled, so the refusal is
-        not taken as final: the claim is let go and reconcile tries again, for `permission_wait` after the first
-        refusal; then the request fails with reason `permission`, saying what to fix. A refused call created
-        nothing, so the request id (or the marker's generation) is not spent on a job that never ran."""
-        now = self.clock()
-        since = record.permission_denied_since or now
-        waited = int((now - since).total_seconds())
-        advice = permission_advice(exc.message, account)
-        if waited < self.settings.permission_wait:
-            record.permission_denied_since = since
-            record.message = f"Vertex AI refused the submission (PERMISSION_DENIED), trying again: {exc.message}"
-            record.owner = record.lease_until = None
-            record.not_before = now + timedelta(seconds=min(60, max(1, self.settings.permission_wait // 5)))
-            self.outbox.save(record, generation)
-            logs.warning(
-                f"Vertex AI refused the submission for lack of permission; trying again until "
-                f"{format_duration(self.settings.permission_wait)} after the first refusal. {advice}",
-                vertex_error=exc.message,
-                waited_s=waited,
-            )
-            return "waiting"
-        record.state, record.failure_reason = "failed", "permission"
-        record.message = f"{exc.message} {advice}"
-        record.add_events(
-            [
-                Failed(
-                    **record.envelope(now),
-                    message=f"Vertex AI refused the submission for {format_duration(waited)} (PERMISSION_DENIED): "
-                    f"{exc.message} {advice}",
-                    reason="permission",
-                )
-            ]
-        )
-        generation = self.outbox.save(record, generation)
-        self.queue.release(record)  # once the ended state is saved, before anything else can fail
-        record, generation = self.outbox.flush(record, generation, whole_outbox(record))
-        self.outbox.retire_when_done(record)
-        return "failed"
-
-    def _refused_by_vertex(self, record: Record, generation: int, exc: CallRejected) -> str:
-        now = self.clock()
-        common = dict(request_id=record.request_id, request_key=record.key, attempt=record.attempt, time=now)
-        events: list[JobEvent]
-        if exc.reason == "quota" and record.attempt < record.max_attempts:
-            wait = backoff(record.attempt)
-            events = [
-                Retrying(
-                    **common,
-                    message=f"Vertex AI quota exceeded; trying again in {int(wait.total_seconds())} s: {exc.message}",
-                    trigger=record.trigger,
-                    reason="quota",
-                    max_attempts=record.max_attempts,
-                    quota_metric=quota_metric(exc.message),
-                )
-            ]
-            record.attempt += 1
-            record.owner, record.lease_until, record.not_before = None, None, now + wait
-        elif exc.reason == "quota":
-            record.state = "failed"
-            events = [
-                Failed(
-                    **common,
-                    message=f"Vertex AI quota exceeded: {exc.message} {QUOTA_ADVICE}",
-                    reason="quota",
-                    quota_metric=quota_metric(exc.message),
-                )
-            ]
-        else:
-            record.state = "rejected"
-            events = [
-                Rejected(
-                    **common,
-                    message="Vertex AI refused the job",
-                    trigger=record.trigger,
-                    reason=exc.reason,
-                    errors=[f"vertex: {exc.message}"],
-                )
-            ]
-        record.failure_reason, record.message = exc.reason, exc.message
-        record.add_events(events)
-        generation = self.outbox.save(record, generation)
-        self.queue.release(record)  # once the ended state is saved, before anything else can fail
-        record, generation = self.outbox.flush(record, generation, whole_outbox(record))
-        self.outbox.retire_when_done(record)
-        return events[0].state

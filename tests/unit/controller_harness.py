@@ -107,11 +107,14 @@ class MemoryPublisher:
     source: str = "test"
     events: list[JobEvent] = field(default_factory=list)
     down: bool = False
+    then: Callable[[], None] | None = None  # runs after each event is published
 
     def publish(self, event: JobEvent) -> str:
         if self.down:
             raise Transient("Pub/Sub is unavailable")
         self.events.append(event)
+        if self.then is not None:
+            self.then()
         return event.ce_id
 
     @property
@@ -131,27 +134,18 @@ class FixedQuotas:
 
 @dataclass
 class InterferingGcs(MemoryGcs):
-    """MemoryGcs where another writer gets in first: before each of the next `times` writes of an object whose name
-    ends with `suffix`, `interfere` runs (another handler's write), so that write's compare-and-swap fails."""
+    """MemoryGcs where another writer gets in first: each of the next `interruptions` writes of the object named
+    `contested` finds it rewritten since it was read (another handler's compare-and-swap), and fails with Conflict."""
 
-    suffix: str = ""
-    times: int = 0
-    interfere: Callable[[], None] | None = None
+    contested: str = ""
+    interruptions: int = 0
 
     def write(self, bucket, name, data, if_generation_match, custom_metadata=None):  # type: ignore[no-untyped-def]
-        if self.times and self.suffix and name.endswith(self.suffix) and self.interfere is not None:
-            self.times -= 1
-            interfere, self.interfere = self.interfere, None  # its own write passes
-            try:
-                interfere()
-            finally:
-                self.interfere = interfere
+        if self.interruptions and name == self.contested and (bucket, name) in self.objects:
+            self.interruptions -= 1
+            unchanged, generation = self.objects[(bucket, name)]
+            super().write(bucket, name, unchanged, generation)
         return super().write(bucket, name, data, if_generation_match, custom_metadata)
-
-    def touch(self, bucket: str, name: str) -> None:
-        """Write the object again unchanged: a new generation, as another handler's compare-and-swap leaves it."""
-        data, generation = self.objects[(bucket, name)]
-        MemoryGcs.write(self, bucket, name, data, generation)
 
 
 @dataclass

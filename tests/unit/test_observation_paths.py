@@ -150,3 +150,30 @@ def test_a_record_from_before_max_pending_and_max_silence_were_kept_takes_them_f
     assert isinstance(stuck, Stuck) and (stuck.max_pending_seconds, stuck.pending_seconds) == (600, 660)
     assert h.vertex.cancelled == [job]
     assert h.record().max_pending is None, "the record is not rewritten with limits it never had"
+
+
+def test_a_final_event_left_in_the_outbox_is_left_to_its_handler_within_the_grace_and_published_once_after():
+    """Issue 29 (test_faults' unasserted "within the grace" reconcile, here with a clock instead of a restart that
+    may outlast the grace): the job succeeded but Pub/Sub was down, so `succeeded` stays in the outbox. A sweep
+    within the outbox's grace leaves it to its handler (which may still publish it) and keeps the request active, so
+    that a later sweep comes back; past the grace that sweep publishes it, once, and retires the request."""
+    h = harness()
+    job = running(h)
+    h.vertex.set_state(job, "JOB_STATE_SUCCEEDED", end_time=h.clock())
+    h.publisher.down = True
+    with pytest.raises(Transient, match="Pub/Sub is unavailable"):
+        h.ctl.observe_record(key_hash("request:r1"))
+    assert [e["state"] for e in h.record().outbox] == ["running", "succeeded"]
+    h.publisher.down = False
+
+    h.clock.advance(seconds=h.ctl.settings.outbox_grace - 1)
+    h.ctl.reconcile()
+    assert h.publisher.states == ["accepted", "submitted"], "published within the grace"
+    assert [e["state"] for e in h.record().outbox] == ["running", "succeeded"]
+    assert h.active() == [f"active/{key_hash('request:r1')}"], "retired with its final event unpublished"
+
+    h.clock.advance(seconds=2)
+    h.ctl.reconcile()
+    h.ctl.reconcile()
+    assert h.publisher.states == ["accepted", "submitted", "running", "succeeded"]
+    assert h.record().outbox == [] and h.active() == []

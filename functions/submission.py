@@ -58,7 +58,7 @@ from schemas.events import (
     Trigger,
     cost_summary,
 )
-from schemas.request import TrainingJobRequest, rung_prefix
+from schemas.request import TrainingJobRequest, code_digest, rung_prefix
 from schemas.rules import format_duration, split_gs_uri
 
 if TYPE_CHECKING:
@@ -398,6 +398,7 @@ class Submission:
             skipped_rungs=skipped_outcomes(rungs) or None,
             labels=request.labels or None,
             new_columns=data.new_columns or None,
+            code_digest=code_digest(record.request),
         )
         record.add_events([accepted])
         return record
@@ -502,6 +503,7 @@ class Submission:
                     cost=plan.cost,
                     artifacts=record.artifacts,
                     reduction_server_replicas=plan.reduction_server.replicas,
+                    code_digest=code_digest(record.request),
                 )
             ]
         )

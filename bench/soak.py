@@ -57,6 +57,8 @@ TEMPLATE = {
 LEASE_SECONDS = 20
 # After the last request has ended, how long the events must stay quiet before the soak counts them.
 QUIET_SECONDS = 4.0
+# How long a preemption waits for a job to be running (a request's job starts seconds after it is sent).
+PREEMPT_WAIT_SECONDS = 10.0
 # Relative weights of the actions.
 MIX = {
     "request": 5,
@@ -91,6 +93,7 @@ class Soak:
     # actions themselves draw (their draws depend on what is running at the time).
     order: random.Random = field(init=False)
     actions: Counter = field(default_factory=Counter)
+    preempted: int = 0  # preemptions that hit a running job (the others found none running)
     sent: list[bytes] = field(default_factory=list)
     model_requests: set[str] = field(default_factory=set)  # request keys of the requests with a model block
 
@@ -238,14 +241,22 @@ class Soak:
         self.data_bucket.blob(f"{folder}/_SUCCESS").upload_from_string(b"")
 
     def preempt(self) -> None:
+        """Preempt a running job, waiting a little for one to be running; counted in `preempted` when it hit one."""
         parent = f"projects/{self.state.project}/locations/{self.state.region}"
         request = {"parent": parent, "filter": 'state="JOB_STATE_RUNNING"'}
-        running = list(self.jobs_client.list_custom_jobs(request=request))
-        if running:
-            try:
-                self.control.preempt(self.rng.choice(running).name)
-            except Exception:
-                pass  # it may have ended meanwhile
+        until = time.monotonic() + PREEMPT_WAIT_SECONDS
+        while True:
+            running = list(self.jobs_client.list_custom_jobs(request=request))
+            if running:
+                try:
+                    self.control.preempt(self.rng.choice(running).name)
+                    self.preempted += 1
+                    return
+                except Exception:
+                    pass  # it ended meanwhile
+            if time.monotonic() >= until:
+                return
+            time.sleep(0.5)
 
     def kill_worker(self) -> None:
         """SIGKILL one function's gunicorn worker mid-flight, as an instance crash; gunicorn starts another."""
@@ -411,6 +422,7 @@ def soak(seconds: float | None, seed: int, settle_seconds: float = 180.0, action
         result = invariants(messages, jobs, versions, run.model_requests)
         result["leftover processes"] = len(leftovers)
         result["actions"] = dict(run.actions)
+        result["preemptions of running jobs"] = run.preempted
         result["jobs == submitted pairs"] = result["jobs created"] == result["submitted (request, attempt) pairs"]
         return result
 

@@ -20,6 +20,8 @@ import soak
 def test_a_fixed_mix_of_load_and_faults_keeps_every_invariant():
     result = soak.soak(None, seed=11, settle_seconds=150, actions=40)
     assert sum(result["actions"].values()) == 40 and result["actions"].get("preempt", 0) > 0, result
+    # Issue 29: a preemption counts only when it hit a running job (one that found none tested nothing).
+    assert result["preemptions of running jobs"] > 0, result
     assert result["ladder moves"] > 0, result
     assert result["model requests that succeeded"] > 0 and result["decisions"], result
     assert result["accepted requests"] > 0, result

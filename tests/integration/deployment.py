@@ -215,6 +215,12 @@ class Deployment:
         blob = self.storage().bucket(self.control_bucket).blob(f"ledger/{key_hash(request_key)}.json")
         return json.loads(blob.download_as_bytes()) if blob.exists() else None
 
+    def requests_held(self) -> set[str]:
+        """The names of every request record and active entry in the ledger (a rejection files neither: only its
+        outcome, under history/)."""
+        bucket = self.storage().bucket(self.control_bucket)
+        return {blob.name for prefix in ("ledger/", "active/") for blob in bucket.list_blobs(prefix=prefix)}
+
 
 @contextlib.contextmanager
 def serving(

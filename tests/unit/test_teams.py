@@ -1,0 +1,60 @@
+"""The teams setting (functions/teams.py; issue 32, point 1): parsed with errors that name the field, and a
+request's team taken from where it arrived, never from its labels."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from functions.settings import Settings, SettingsError
+from functions.teams import label_problem, parse_teams
+
+TEAMS = {
+    "default_team": "shared",
+    "teams": {
+        "shared": {},
+        "vision": {"weight": 2, "quota": {"custom_model_training_nvidia_l4_gpus": 8}, "borrow_limit": 4,
+                   "monthly_budget_usd": 500, "topic": "trainctl-requests-vision"},
+    },
+}  # fmt: skip
+
+
+def test_the_team_of_a_message_is_its_topics_and_any_other_topic_is_the_default_teams():
+    """Issue 32, point 1."""
+    teams = parse_teams(TEAMS)
+    assert teams.team_of_topic("projects/p/topics/trainctl-requests-vision") == "vision"
+    assert teams.team_of_topic("projects/p/topics/trainctl-requests") == "shared"
+    assert teams.team_of_topic(None) == "shared"
+
+
+def test_a_teams_share_of_a_metric_it_was_not_given_is_none_of_it():
+    """Issue 32, point 2: a team may be given none of a GPU type (it may still borrow, up to its limit)."""
+    teams = parse_teams(TEAMS)
+    assert teams.share("vision", "aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus").nominal == 8
+    a100 = teams.share("vision", "custom_model_training_nvidia_a100_gpus")
+    assert (a100.nominal, a100.cap(16)) == (0, 4)
+    assert teams.share("shared", "custom_model_training_nvidia_l4_gpus").cap(16) == 16
+
+
+def test_a_label_that_disagrees_with_the_arrival_is_a_problem_and_one_that_agrees_is_not():
+    """Issue 32, point 1: labels.team never chooses the team."""
+    assert label_problem({"team": "vision"}, "vision") is None
+    assert label_problem(None, "vision") is None
+    assert "disagrees" in (label_problem({"team": "vision"}, "shared") or "")
+
+
+@pytest.mark.parametrize(
+    ("teams", "names"),
+    [
+        ({"default_team": "nobody", "teams": {"a": {}}}, "default_team"),
+        ({"default_team": "a", "teams": {"a": {"weight": 0}}}, "teams.a.weight"),
+        ({"default_team": "A b", "teams": {"A b": {}}}, "team names"),
+        ({"default_team": "a", "teams": {"a": {"quota": {"m": -1}}}}, "quota of m"),
+    ],
+)
+def test_a_malformed_teams_setting_names_what_is_wrong(teams, names):
+    with pytest.raises(SettingsError, match="TRAINCTL_TEAMS") as raised:
+        Settings.from_env({"TRAINCTL_PROJECT": "p", "TRAINCTL_CONTROL_BUCKET": "c", "TRAINCTL_EVENTS_TOPIC": "e",
+                           "TRAINCTL_TRAINER_IMAGE": "i", "TRAINCTL_TEAMS": json.dumps(teams)})  # fmt: skip
+    assert names in str(raised.value)

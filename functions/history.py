@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from functions.gcs import metadata_problems
 from functions.lifecycle import Record
 from schemas.events import JobEvent, Rejected
+from schemas.request import code_digest
 
 FINAL_EVENT_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 METADATA_KEY = "outcome"
@@ -48,6 +49,7 @@ class Outcome(BaseModel):
     attempt: int = 1
     labels: dict[str, str] = Field(default_factory=dict)
     team: str | None = Field(None, description="The team it arrived as (issue 32), for budgets and the report.")
+    code_digest: str | None = Field(None, description="A package's sha256, as in the events' code_digest.")
     saved_gpu_hours: float | None = Field(
         None, description="A rejection by the data check: the GPU-hours the run could have held at most."
     )
@@ -79,6 +81,7 @@ def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
         attempt=event.attempt,
         labels=(record.request.get("labels") or {}) if record else {},
         team=record.team if record else getattr(event, "team", None),
+        code_digest=code_digest(record.request) if record else None,
         model=getattr(event, "model", None),
         saved_gpu_hours=saved.saved_gpu_hours if saved else None,
         saved_usd=saved.cost.max_usd if saved and saved.cost else None,

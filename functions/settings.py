@@ -44,6 +44,10 @@ class Settings:
     # read with a trailing '/' unless written as one full image. The built-in trainer's repository never
     # counts, whatever is listed here (functions/admission.py).
     allowed_image_prefixes: tuple[str, ...] = ()
+    # Whether requests may run their own Python package on a prebuilt PyTorch container (trainer.python_package,
+    # issue 31): custom code like an allowed image, run as the custom account; off unless the operator turns it on
+    # (Terraform's allow_python_packages).
+    allow_python_packages: bool = False
     allowed_data_buckets: tuple[str, ...] = ()
     allowed_output_buckets: tuple[str, ...] = ()
     allowed_service_accounts: tuple[str, ...] = ()

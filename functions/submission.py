@@ -62,7 +62,7 @@ from schemas.events import (
     Trigger,
     cost_summary,
 )
-from schemas.request import TrainingJobRequest, rung_prefix
+from schemas.request import TrainingJobRequest, code_digest, rung_prefix
 from schemas.rules import format_duration, split_gs_uri
 
 if TYPE_CHECKING:
@@ -476,6 +476,7 @@ class Submission:
             labels=request.labels or None,
             team=team,
             new_columns=data.new_columns or None,
+            code_digest=code_digest(record.request),
         )
         record.add_events([accepted])
         return record
@@ -580,6 +581,7 @@ class Submission:
                     cost=plan.cost,
                     artifacts=record.artifacts,
                     reduction_server_replicas=plan.reduction_server.replicas,
+                    code_digest=code_digest(record.request),
                 )
             ]
         )

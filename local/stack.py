@@ -67,6 +67,7 @@ class StackOptions:
     # trigger rules (a rule here replaces the default one for the same prefix).
     image_map: dict[str, list[str]] = field(default_factory=dict)
     allowed_image_prefixes: tuple[str, ...] = ()
+    allow_python_packages: bool = False  # off, as Terraform's allow_python_packages is by default
     trigger_rules: dict[str, Any] = field(default_factory=dict)
     # A claim left by a crashed function is taken over after this long; short, as nothing here is slow.
     lease: int = 60  # seconds
@@ -86,6 +87,7 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         # Only what `--allow-image-prefix` names: the trainer's repository runs only the built-in trainer, as in
         # Terraform (issue 24, point 1).
         "TRAINCTL_ALLOWED_IMAGE_PREFIXES": ",".join(options.allowed_image_prefixes),
+        "TRAINCTL_ALLOW_PYTHON_PACKAGES": "true" if options.allow_python_packages else "",
         "TRAINCTL_ALLOWED_OUTPUT_BUCKETS": names.control_bucket,
         # As Terraform names them; the local JobService runs every node as the developer, whatever the account.
         "TRAINCTL_TRAINER_SERVICE_ACCOUNT": names.service_account("trainer"),

@@ -154,10 +154,17 @@ class Budget(_Strict):
     request_usd: float = Field(description="This request's worst case: its costliest rung × max_attempts.")
 
 
+CODE_DIGEST_DESCRIPTION = (
+    "trainer.python_package: sha256:<hex> of the package archive as `trainctl submit --source` uploaded it "
+    "(content-addressed; several comma-separated in install order). Absent for other trainers and other URIs."
+)
+
+
 class Accepted(_Event):
     state: Literal["accepted"] = "accepted"
     cost: CostEstimate
     team: str | None = Field(None, description="The team it arrived as (its topic, or its marker's template).")
+    code_digest: str | None = Field(None, description=CODE_DIGEST_DESCRIPTION)
     skipped_rungs: list[RungOutcome] | None = Field(
         None, description="Rungs of the ladder that can never fit the project's GPU quota, skipped at admission."
     )
@@ -215,6 +222,7 @@ class Submitted(_Event):
     cost: CostEstimate
     artifacts: Artifacts
     reduction_server_replicas: int = 0
+    code_digest: str | None = Field(None, description=CODE_DIGEST_DESCRIPTION)
 
 
 class Running(_Event):
@@ -286,6 +294,7 @@ class Lineage(_Strict):
     marker: str | None = Field(None, description="gs://bucket/object#generation of the marker that started it.")
     job: str | None = Field(None, description="The CustomJob that trained it.")
     image: str = Field(description="The container image that trained it (and serves it).")
+    code_digest: str | None = Field(None, description=CODE_DIGEST_DESCRIPTION)
     champion_passed: str | None = Field(
         None, description="The version the trainer was given to score on the same rows (--champion-model-dir)."
     )

@@ -172,6 +172,12 @@ variable "extra_allowed_image_prefixes" {
   }
 }
 
+variable "allow_python_packages" {
+  description = "Let requests run their own Python package (trainer.python_package, `trainctl submit --source`) on one of Vertex's prebuilt PyTorch training containers (TRAINCTL_ALLOW_PYTHON_PACKAGES). Custom code, like an allowed image: it runs as the custom service account, writes only custom-runs/ and the output buckets, and is installed from a data bucket. Off: only the built-in trainer and allowed images run."
+  type        = bool
+  default     = false
+}
+
 variable "max_gpus_per_job" {
   description = "Most GPUs one job may use, all nodes together."
   type        = number

@@ -63,6 +63,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "image); the trainer's own repository runs only the built-in trainer",
     )
     up.add_argument(
+        "--allow-python-packages",
+        action="store_true",
+        help="let requests run their own Python package (trainer.python_package, `submit --source`) on the local "
+        "executor, as Terraform's allow_python_packages does",
+    )
+    up.add_argument(
         "--trigger-rules",
         default="{}",
         metavar="JSON",
@@ -123,6 +129,7 @@ def _options(args: argparse.Namespace) -> Any:
         reconcile_every=args.reconcile_every,
         image_map=image_map,
         allowed_image_prefixes=tuple(args.allow_image_prefix),
+        allow_python_packages=args.allow_python_packages,
         trigger_rules=trigger_rules,
         **({} if args.lease is None else {"lease": args.lease}),
     )
@@ -206,6 +213,8 @@ def _detach(args: argparse.Namespace) -> int:
     command += ["--image-map", args.image_map, "--trigger-rules", args.trigger_rules]
     for prefix in args.allow_image_prefix:
         command += ["--allow-image-prefix", prefix]
+    if args.allow_python_packages:
+        command.append("--allow-python-packages")
     if args.capacity:
         command += ["--capacity", str(Path(args.capacity).resolve())]
     # The marker goes into the background process's own environment too, so `local down` finds it as well.

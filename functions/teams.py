@@ -12,6 +12,7 @@ Pure: parsing, the team of an arrival, and each team's share of one quota (funct
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -99,6 +100,13 @@ def parse_teams(raw: str | dict[str, Any]) -> Teams:
             where = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'teams'}: {e['msg']}" for e in exc.errors())
             raise TeamsError(where) from None
         raise TeamsError(f"not JSON: {exc}") from None
+
+
+def with_topics(teams: dict[str, Any], topic_of: Callable[[str], str]) -> dict[str, Any]:
+    """The teams setting (Terraform's variable's shape) with each team's request topic filled in, as Terraform
+    does for TRAINCTL_TEAMS (terraform/locals.tf)."""
+    named = {name: {**team, "topic": topic_of(name)} for name, team in dict(teams.get("teams") or {}).items()}
+    return {**teams, "teams": named}
 
 
 def everyone_shares(team: str) -> Share:

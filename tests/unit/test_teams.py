@@ -58,3 +58,18 @@ def test_a_malformed_teams_setting_names_what_is_wrong(teams, names):
         Settings.from_env({"TRAINCTL_PROJECT": "p", "TRAINCTL_CONTROL_BUCKET": "c", "TRAINCTL_EVENTS_TOPIC": "e",
                            "TRAINCTL_TRAINER_IMAGE": "i", "TRAINCTL_TEAMS": json.dumps(teams)})  # fmt: skip
     assert names in str(raised.value)
+
+
+def test_local_up_teams_gives_each_team_the_topic_terraform_gives_it():
+    """Issue 32, point 6: `trainctl local up --teams FILE` sets TRAINCTL_TEAMS as Terraform does, each team's topic
+    <prefix>-requests-<team> (terraform/teams.tf), so a message on it is that team's."""
+    from local.names import Names
+    from local.stack import StackOptions, controller_settings
+    from tests.terraform.tfconfig import load
+
+    names = Names("p")
+    env = controller_settings(StackOptions(teams=TEAMS), names, "http://127.0.0.1:1")
+    teams = parse_teams(env["TRAINCTL_TEAMS"])
+    assert teams.team_of_topic(f"projects/p/topics/{names.team_requests_topic('vision')}") == "vision"
+    assert load().resource("google_pubsub_topic", "team_requests")["name"] == "${var.name_prefix}-requests-${each.key}"
+    assert controller_settings(StackOptions(), names, "http://127.0.0.1:1")["TRAINCTL_TEAMS"] == ""

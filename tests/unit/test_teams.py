@@ -73,3 +73,24 @@ def test_local_up_teams_gives_each_team_the_topic_terraform_gives_it():
     assert teams.team_of_topic(f"projects/p/topics/{names.team_requests_topic('vision')}") == "vision"
     assert load().resource("google_pubsub_topic", "team_requests")["name"] == "${var.name_prefix}-requests-${each.key}"
     assert controller_settings(StackOptions(), names, "http://127.0.0.1:1")["TRAINCTL_TEAMS"] == ""
+
+
+def test_report_by_team_groups_by_arrival_and_shows_spend_against_budget():
+    """Issue 32, point 4: `trainctl report --by team` groups by the team a request arrived as (not its label) and
+    shows the month's spend against each budget."""
+    from datetime import UTC, datetime, timedelta
+
+    from functions.history import Outcome
+    from trainctl.report import budgets, build_report, format_report
+
+    now = datetime(2025, 6, 20, tzinfo=UTC)
+    ran = {"started": now - timedelta(hours=3), "ended": now - timedelta(hours=1), "hourly_usd": 10.0, "gpus": 2}
+    outcomes = [
+        Outcome(request_id="v1", state="succeeded", time=now, team="vision", labels={"team": "x"}, **ran),
+        Outcome(request_id="s1", state="failed", time=now, team="shared", **ran),
+    ]
+    report = build_report(outcomes, now - timedelta(days=7), now, "team")
+    report["budgets"] = budgets(outcomes, parse_teams(TEAMS), now)
+    assert set(report["groups"]) == {"vision", "shared"}
+    assert report["budgets"] == {"vision": {"month": "2025-06", "spent_usd": 20.0, "budget_usd": 500.0}}
+    assert "budget 2025-06  spent $20.00 of $500.00" in format_report(report)

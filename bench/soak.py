@@ -39,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from functions.model_versions import KEY_LABEL  # noqa: E402
 from local.jobservice.client import JobServiceControl, job_service_client  # noqa: E402
 from local.processes import leftover_processes  # noqa: E402
 from local.pubsub_emulator import pull_now  # noqa: E402
@@ -336,7 +337,7 @@ def model_invariants(events: list[Any], versions: dict[str, list[Any]], model_re
     succeeded = {e.request_key for e in events if e.state == "succeeded"} & model_requests
     per_request = {state: Counter(e.request_key for e in events if e.state == state) for state in ("registered",)}
     decisions = Counter(e.request_key for e in events if e.state in ("promoted", "held"))
-    in_registry = Counter(v.labels.get("trainctl-key") for vs in versions.values() for v in vs)
+    in_registry = Counter(v.labels.get(KEY_LABEL) for vs in versions.values() for v in vs)
     replaced: Counter = Counter()
     for e in events:
         if e.state == "promoted":

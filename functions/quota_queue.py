@@ -18,6 +18,7 @@ from typing import Literal
 
 from functions import logs
 from functions.failures import QUOTA_ADVICE
+from functions.fair_share import Shares
 from functions.ladder import has_fallbacks, next_rung
 from functions.ladder import outcome as rung_outcome
 from functions.lifecycle import ladder_exhausted, resubmit
@@ -26,6 +27,7 @@ from functions.ports import Quotas
 from functions.quota_pool import QuotaPools, pool_name
 from functions.record import Record
 from functions.settings import Settings
+from functions.teams import NO_TEAMS, everyone_shares
 from schemas.events import Cancelled, JobEvent, Queued
 from schemas.rules import format_duration
 
@@ -50,7 +52,12 @@ class QuotaQueue:
     clock: Callable[[], datetime]
     owner: str
     quotas: Quotas | None  # the project's GPU limits; None: no quota gating
-    pools: QuotaPools  # what trainctl's own jobs hold of them, and who waits
+    pools: QuotaPools  # what trainctl's own jobs hold of them, and who waits (in each team's fair turn)
+
+    def shares(self, metric: str) -> Shares:
+        """Each team's share of one quota metric (everyone's whole quota without teams)."""
+        teams = self.settings.teams
+        return (lambda team: teams.share(team, metric)) if teams else everyone_shares
 
     def hold_or_queue(self, record: Record, generation: int) -> bool:
         """Hold this rung's GPUs in trainctl's count of the project's quota (True: the submission goes on, and
@@ -66,7 +73,8 @@ class QuotaQueue:
             record.quota_pool = None
         if limit is None:
             return True
-        admission = self.pools.acquire(pool, record.key_hash, rung.gpus, limit)
+        team = record.team or NO_TEAMS
+        admission = self.pools.acquire(pool, record.key_hash, rung.gpus, limit, team, self.shares(rung.quota_metric))
         record.quota_pool = pool
         if admission.granted:
             return True
@@ -79,7 +87,12 @@ class QuotaQueue:
                         **record.envelope(now),
                         message=f"waiting in trainctl for GPU quota: needs {rung.gpus} of {rung.quota_metric} in "
                         f"{rung.region}; trainctl's jobs hold {admission.held} of the limit {limit}, and "
-                        f"{admission.ahead} request(s) wait before this one",
+                        f"{admission.ahead} request(s) go before this one"
+                        + (
+                            f"; held by team {team}'s share (its cap, or another team's fair turn first)"
+                            if admission.held_by == "team_share"
+                            else ""
+                        ),
                         quota_metric=rung.quota_metric,
                         region=rung.region,
                         gpus=rung.gpus,
@@ -87,6 +100,8 @@ class QuotaQueue:
                         held=admission.held,
                         ahead=admission.ahead,
                         rung=record.rung,
+                        team=record.team,
+                        held_by=admission.held_by,
                     )
                 ]
             )
@@ -107,7 +122,8 @@ class QuotaQueue:
         limit = self.quotas.limit(rung.quota_metric, rung.region) if self.quotas else None
         if limit is not None:
             pool = pool_name(rung.region, rung.quota_metric)
-            if not self.pools.acquire(pool, record.key_hash, rung.gpus, limit).granted:
+            shares = self.shares(rung.quota_metric)
+            if not self.pools.acquire(pool, record.key_hash, rung.gpus, limit, record.team or NO_TEAMS, shares).granted:
                 return Left("waiting", record, generation)
         record.state = "claimed"
         logs.info("quota has room; leaving the queue", request_key=record.key, waited=waited)

@@ -100,6 +100,7 @@ class Record(BaseModel):
     rung_preemptions: int = Field(0, description="Attempts on the current rung that ended preempted.")
     rung_history: list[RungOutcome] = Field(default_factory=list, description="Rungs left or skipped, and why.")
     quota_pool: str | None = Field(None, description="The GPU quota pool the request holds or waits in.")
+    team: str | None = Field(None, description="The team it arrived as (issue 32); None: the default team.")
     queued_since: datetime | None = Field(None, description="When it began to wait in trainctl's quota queue.")
     cancel_requested: bool = Field(False, description="`trainctl cancel` of a request that has no job yet.")
     permission_denied_since: datetime | None = Field(

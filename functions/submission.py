@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from functions import deadline, logs, triggers
 from functions.admission import admission_problems, dataset_problem
+from functions.budgets import request_worst_case_usd, worst_case_usd
 from functions.data_admission import DataCheck, check_dataset
 from functions.errors import Transient
 from functions.failures import QUOTA_ADVICE
@@ -43,11 +44,13 @@ from functions.quota_queue import QuotaQueue
 from functions.record import LadderRung, ModelSteps, Record
 from functions.refusals import Refusals
 from functions.settings import Settings
+from functions.teams import NO_TEAMS, label_problem
 from functions.vertex import CallRejected, LazyJobs
 from schemas.errors import FieldError
 from schemas.events import (
     Accepted,
     Artifacts,
+    Budget,
     CostEstimate,
     Duplicate,
     Rejected,
@@ -109,6 +112,8 @@ class Delivery:
     trigger: Trigger
     event_id: str
     time: datetime
+    # Where it arrived decides its team (its topic, its marker template's `team`): None, the default team.
+    team: str | None = None
 
 
 @dataclass
@@ -137,6 +142,7 @@ class Submission:
         reason: str = "invalid",
         cost: CostEstimate | None = None,
         saved_gpu_hours: float | None = None,
+        budget: Budget | None = None,
     ) -> str:
         """Publish `rejected` for input that will never become valid; nothing is written to the ledger. `cost` and
         `saved_gpu_hours`: what the run would have cost at most, for a rejection that saved it (the data check)."""
@@ -152,6 +158,8 @@ class Submission:
             errors=errors,
             cost=cost,
             saved_gpu_hours=saved_gpu_hours,
+            budget=budget,
+            team=self.team_of(delivery) if self.settings.teams else delivery.team,
         )
         self.publisher.publish(event)
         logs.info("published rejected", **published_fields(event), rule=rejection_rule(errors))
@@ -172,12 +180,15 @@ class Submission:
             return self.reject(
                 request.request_id, key, delivery, [str(p) for p in problems], "the request breaks a guardrail"
             )
+        team = self.team_of(delivery)
+        if self.settings.teams and (forged := label_problem(request.labels, team)):
+            return self.reject(request.request_id, key, delivery, [forged], "labels.team is not where it arrived")
         digest = spec_hash(request)
         found = self.ledger.read(key_hash(key))
         if found is None:
             if (problem := self._dataset_problem(request)) is not None:
                 return self.reject(request.request_id, key, delivery, [str(problem)], "the dataset holds no data")
-            rungs = self._ladder(request)
+            rungs = self._ladder(request, team)
             start = next((index for index, rung in enumerate(rungs) if rung.skipped is None), None)
             if start is None:
                 return self.reject(
@@ -185,9 +196,12 @@ class Submission:
                     key,
                     delivery,
                     [f"{rung_prefix(index)}resources: {rung.skipped}" for index, rung in enumerate(rungs)],
-                    "no rung of the request can ever fit the project's GPU quota",
+                    "no rung of the request can ever fit the project's GPU quota"
+                    + (f" or team {team}'s share of it" if self.settings.teams else ""),
                     reason="quota",
                 )
+            if (budget := self._over_budget(request, team)) is not None:
+                return self._reject_budget(request, key, delivery, budget)
             champion = self._champion(request)
             if champion is not None and request.model is not None:
                 unfair = trainer_kind_problem(request, champion.labels, request.model.name)
@@ -216,7 +230,10 @@ class Submission:
                     ],
                     "the output_dir overlaps an active request's",
                 )
-            record = self._new_record(request, key, explicit_id, delivery, plan, digest, rungs, start, champion, data)
+            teamed = team if self.settings.teams or delivery.team else None
+            record = self._new_record(
+                request, key, explicit_id, delivery, plan, digest, rungs, start, champion, data, teamed
+            )
             try:
                 generation = self.ledger.create(record)
             except IdTaken as taken:
@@ -317,15 +334,16 @@ class Submission:
             return None
         return champion
 
-    def _ladder(self, request: TrainingJobRequest) -> list[LadderRung]:
+    def _ladder(self, request: TrainingJobRequest, team: str) -> list[LadderRung]:
         """The request's rungs, each marked skipped when it can never fit the project's GPU quota (more GPUs than
-        the limit; an unknown limit skips nothing)."""
+        the limit; an unknown limit skips nothing), or its team's share of it (nominal + what it may borrow)."""
         rungs = ladder_of(request, self.settings.region)
         if self.quotas is None:
             return rungs
         marked = []
         for rung in rungs:
             limit = self.quotas.limit(rung.quota_metric, rung.region)
+            cap = self.queue.shares(rung.quota_metric)(team).cap(limit) if limit is not None else None
             if limit is not None and rung.gpus > limit:
                 rung = rung.model_copy(
                     update={
@@ -333,8 +351,59 @@ class Submission:
                         f"the project's limit is {limit}. {QUOTA_ADVICE}"
                     }
                 )
+            elif cap is not None and rung.gpus > cap:
+                share = self.queue.shares(rung.quota_metric)(team)
+                rung = rung.model_copy(
+                    update={
+                        "skipped": f"needs {rung.gpus} GPUs of {rung.quota_metric}; team {team} may hold {cap} "
+                        f"of it ({share.nominal} its own, borrowing up to {share.borrow_limit}): ask the operator "
+                        "for a larger share (the teams setting), or choose another GPU type"
+                    }
+                )
             marked.append(rung)
         return marked
+
+    def team_of(self, delivery: Delivery) -> str:
+        """The team a delivery arrived as: its topic's or its template's; the default team (or the only one)."""
+        teams = self.settings.teams
+        return delivery.team or (teams.default_team if teams else NO_TEAMS)
+
+    def _over_budget(self, request: TrainingJobRequest, team: str) -> Budget | None:
+        """The team's budget figures when this request's worst case does not fit what is left of it this month:
+        what its requests that ended this month cost (history), plus the worst case of its active ones."""
+        teams = self.settings.teams
+        budget = teams.teams[team].monthly_budget_usd if teams and team in teams.teams else None
+        if budget is None:
+            return None
+        now = self.clock()
+        month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        spent = sum(
+            o.hourly_usd * (o.run_seconds or 0) / 3600 for o in self.ledger.outcomes(month_start) if o.team == team
+        )
+        active = sum(worst_case_usd(r) for r in self.ledger.active_records() if r.team == team and not r.final)
+        needed = request_worst_case_usd(request)
+        if spent + active + needed <= budget:
+            return None
+        return Budget(
+            team=team,
+            month=f"{month_start:%Y-%m}",
+            budget_usd=round(budget, 2),
+            spent_usd=round(spent, 2),
+            active_usd=round(active, 2),
+            request_usd=round(needed, 2),
+        )
+
+    def _reject_budget(self, request: TrainingJobRequest, key: str, delivery: Delivery, budget: Budget) -> str:
+        total = budget.spent_usd + budget.active_usd + budget.request_usd
+        error = (
+            f"budget: team {budget.team}'s budget for {budget.month} is ${budget.budget_usd:,.2f}; its requests spent "
+            f"${budget.spent_usd:,.2f}, its active ones may spend up to ${budget.active_usd:,.2f} more, and this one "
+            f"up to ${budget.request_usd:,.2f} (its costliest rung × max_attempts): ${total:,.2f} in all. Wait for "
+            "active requests to end, lower this one's GPUs, timeout or max_attempts, or ask the operator for a larger "
+            "monthly_budget_usd"
+        )
+        message = f"team {budget.team}'s monthly budget would be exceeded"
+        return self.reject(request.request_id, key, delivery, [error], message, reason="budget", budget=budget)
 
     def _new_record(
         self,
@@ -348,9 +417,11 @@ class Submission:
         start: int,
         champion: ModelVersion | None,
         data: DataCheck,
+        team: str | None,
     ) -> Record:
         now = self.clock()
         record = Record(
+            team=team,
             key=key,
             key_hash=key_hash(key),
             request_id=request.request_id,
@@ -395,6 +466,7 @@ class Submission:
             cost=plan.cost,
             skipped_rungs=skipped_outcomes(rungs) or None,
             labels=request.labels or None,
+            team=team,
             new_columns=data.new_columns or None,
             code_digest=code_digest(record.request),
         )

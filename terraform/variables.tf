@@ -576,3 +576,14 @@ variable "event_webhooks" {
     error_message = "event_webhooks: each name must be 1-30 of [a-z0-9-] starting with a letter, each url must start with https://, and each filter must be at most 256 bytes (Pub/Sub's limit)."
   }
 }
+
+variable "teams" {
+  description = "Teams (README.md, \"Teams\"; issue 32): null for none. Else { default_team, teams = { name => { weight, quota = { metric => nominal GPUs }, borrow_limit, monthly_budget_usd, publishers, uploaders, data_prefixes } } }. Each team gets its own request topic (<name_prefix>-requests-<team>) that only its publishers may publish to, and its uploaders may write only under its data_prefixes; `trainctl local up --teams FILE` reads the same shape."
+  type        = any
+  default     = null
+
+  validation {
+    condition     = var.teams == null || try(contains(keys(var.teams.teams), var.teams.default_team) && alltrue([for name in keys(var.teams.teams) : can(regex("^[a-z][a-z0-9-]{0,29}$", name))]), false)
+    error_message = "teams must hold default_team (one of its teams) and teams, a map whose names are 1-30 of [a-z0-9-] starting with a letter."
+  }
+}

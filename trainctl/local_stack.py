@@ -81,6 +81,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "preemptions per machine type and strategy; also served by the Cloud Quotas stand-in (README)",
     )
     up.add_argument(
+        "--teams",
+        metavar="FILE",
+        help="teams (YAML or JSON), the shape of Terraform's variable `teams`: each gets its own request topic "
+        "<prefix>-requests-<team>, a share of each GPU quota, a fair-share weight and a monthly budget (README, Teams)",
+    )
+    up.add_argument(
         "--lease",
         type=int,
         metavar="SECONDS",
@@ -124,6 +130,7 @@ def _options(args: argparse.Namespace) -> Any:
             raise ValueError(f"--allow-image-prefix: {problem}")
     if args.lease is not None and args.lease < 1:
         raise ValueError(f"--lease must be at least 1 second, got {args.lease}")
+    teams = _teams(args.teams) if args.teams else None
     return StackOptions(
         capacity_file=capacity_file,
         reconcile_every=args.reconcile_every,
@@ -131,8 +138,23 @@ def _options(args: argparse.Namespace) -> Any:
         allowed_image_prefixes=tuple(args.allow_image_prefix),
         allow_python_packages=args.allow_python_packages,
         trigger_rules=trigger_rules,
+        teams=teams,
         **({} if args.lease is None else {"lease": args.lease}),
     )
+
+
+def _teams(path: str) -> dict[str, Any]:
+    """The --teams file, refused here with the field named rather than by every function as it starts."""
+    import yaml
+
+    from functions.teams import TeamsError, parse_teams
+
+    try:
+        teams = yaml.safe_load(Path(path).read_text())
+        parse_teams(teams)
+    except (OSError, yaml.YAMLError, TeamsError) as exc:
+        raise ValueError(f"--teams {path}: {exc}") from None
+    return dict(teams)
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -217,6 +239,8 @@ def _detach(args: argparse.Namespace) -> int:
         command.append("--allow-python-packages")
     if args.capacity:
         command += ["--capacity", str(Path(args.capacity).resolve())]
+    if args.teams:
+        command += ["--teams", str(Path(args.teams).resolve())]
     # The marker goes into the background process's own environment too, so `local down` finds it as well.
     env = {**os.environ, STACK_MARKER_VAR: uuid.uuid4().hex[:12]}
     with open(log_path, "wb") as log:

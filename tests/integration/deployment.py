@@ -199,8 +199,9 @@ class Deployment:
             time.sleep(0.5)
         return status
 
-    def request(self, document: dict[str, Any], message_id: str | None = None) -> int:
-        topic_path = f"projects/{LOCAL_PROJECT}/topics/it-requests"
+    def request(self, document: dict[str, Any], message_id: str | None = None, topic: str = "it-requests") -> int:
+        """Publish a request on `topic` (a team's topic, say), as its push subscription delivers it."""
+        topic_path = f"projects/{LOCAL_PROJECT}/topics/{topic}"
         return self.deliver("on_job_request", self.push_body(json.dumps(document).encode(), message_id), topic_path)
 
     def reconcile(self) -> dict[str, int]:

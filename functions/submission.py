@@ -71,6 +71,7 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("scheduling", "max_preemptions"): 1,
     ("model",): None,
     ("model", "max_drift"): None,
+    ("trainer", "python_package"): None,
 }
 
 

@@ -4,6 +4,7 @@ request's team taken from where it arrived, never from its labels."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -94,3 +95,20 @@ def test_report_by_team_groups_by_arrival_and_shows_spend_against_budget():
     assert set(report["groups"]) == {"vision", "shared"}
     assert report["budgets"] == {"vision": {"month": "2025-06", "spent_usd": 20.0, "budget_usd": 500.0}}
     assert "budget 2025-06  spent $20.00 of $500.00" in format_report(report)
+
+
+def test_a_markers_team_is_its_templates_and_a_template_naming_no_team_is_the_default_teams():
+    """Issue 32, point 1, markers: the template of the rule a marker matched carries the team (and is applied
+    without it); a template naming no team gives the default team, one naming an unknown team is an error naming the
+    rule, so an operator's typo never files one team's runs under another."""
+    from types import SimpleNamespace
+
+    from functions.documents import DocumentInvalid
+    from functions.handlers import _template_team
+
+    controller: Any = SimpleNamespace(settings=SimpleNamespace(teams=parse_teams(TEAMS)))
+    template = {"dataset": {"target": "y"}, "team": "vision"}
+    assert _template_team(controller, template, "gs://d/vision/") == ({"dataset": {"target": "y"}}, "vision")
+    assert _template_team(controller, {"dataset": {"target": "y"}}, "gs://d/x/")[1] == "shared"
+    with pytest.raises(DocumentInvalid, match="the template of rule gs://d/x/: team 'visoin' must be one of"):
+        _template_team(controller, {"team": "visoin"}, "gs://d/x/")

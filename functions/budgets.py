@@ -8,7 +8,7 @@ left, the current one included.
 from __future__ import annotations
 
 from functions import planning
-from functions.lifecycle import Record
+from functions.record import Record
 from schemas.request import TrainingJobRequest
 
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions.gcs import metadata_problems
-from functions.lifecycle import Record
+from functions.record import Record
 from schemas.events import JobEvent, Rejected
 from schemas.request import code_digest
 

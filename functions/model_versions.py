@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from functions.lifecycle import Record
 from functions.model_decision import figure
 from functions.planning import runs_builtin_trainer
+from functions.record import Record
 from functions.settings import Settings
 from schemas import catalog
 from schemas.events import Lineage

@@ -4,7 +4,8 @@ The steps, in the order a new request takes them (each labelled below):
   0. admit: guardrails and the dataset preflight, before anything is written;
   1. claim: create the ledger record with if_generation_match=0 (CLAIMED, a lease), queue `accepted`;
   2. a record that exists: duplicate, conflict, wait for a live claim, or take over an expired one;
-  3. find-or-create the job labelled with the key and attempt (functions/vertex.py, the one place);
+  3. find-or-create the job labelled with the key and attempt (functions/vertex.py, the one place), once the rung's
+     GPUs fit the project's quota (else it waits: functions/quota_queue.py); a refusal: functions/refusals.py;
   4. record SUBMITTED and the job name (compare-and-swap), publish `submitted`.
 A crash at any point leaves a live lease (the redelivery waits) or a labelled job (adopted). Never two jobs.
 """
@@ -26,44 +27,39 @@ from functions.admission import admission_problems, dataset_problem
 from functions.budgets import request_worst_case_usd, worst_case_usd
 from functions.data_admission import DataCheck, check_dataset
 from functions.errors import Transient
-from functions.failures import PERMISSION_DENIED, QUOTA_ADVICE, permission_advice, quota_metric
-from functions.fair_share import Shares
+from functions.failures import QUOTA_ADVICE
 from functions.gcs import Conflict, StorageError
 from functions.history import outcome_of
 from functions.keys import key_hash
-from functions.ladder import LadderRung, has_fallbacks, ladder_of, next_rung, skipped_outcomes
-from functions.ladder import outcome as rung_outcome
+from functions.ladder import ladder_of, skipped_outcomes
 from functions.ledger import IdTaken, Ledger
-from functions.lifecycle import ModelSteps, Record, backoff, decide_on_existing, job_ref, ladder_exhausted, resubmit
+from functions.lifecycle import decide_on_existing, job_ref
 from functions.model_versions import trainer_kind_problem
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
 from functions.output_claims import OutputClaims
 from functions.planning import Plan, plan_custom_job
 from functions.ports import Events, Quotas, Registry, Storage
-from functions.quota_pool import QuotaPools, pool_name
+from functions.quota_queue import QuotaQueue
+from functions.record import LadderRung, ModelSteps, Record
+from functions.refusals import Refusals
 from functions.settings import Settings
-from functions.teams import NO_TEAMS, everyone_shares, label_problem
+from functions.teams import NO_TEAMS, label_problem
 from functions.vertex import CallRejected, LazyJobs
 from schemas.errors import FieldError
 from schemas.events import (
     Accepted,
     Artifacts,
     Budget,
-    Cancelled,
     CostEstimate,
     Duplicate,
-    Failed,
-    JobEvent,
-    Queued,
     Rejected,
-    Retrying,
     Submitted,
     Trigger,
     cost_summary,
 )
 from schemas.request import TrainingJobRequest, code_digest, rung_prefix
-from schemas.rules import format_duration, split_gs_uri
+from schemas.rules import split_gs_uri
 
 if TYPE_CHECKING:
     from functions.registry import ModelVersion
@@ -131,8 +127,9 @@ class Submission:
     outbox: Outbox
     clock: Callable[[], datetime]
     owner: str
-    quotas: Quotas | None  # the project's GPU limits; None: no quota gating
-    pools: QuotaPools  # what trainctl's own jobs hold of them, and who waits
+    quotas: Quotas | None  # the project's GPU limits (a rung that can never fit them is skipped); None: no gating
+    queue: QuotaQueue  # trainctl's quota queue: what a rung holds of the quota, and who waits for it
+    refusals: Refusals  # what Vertex refusing the submission does to the request
     outputs: OutputClaims  # the output folders active requests hold outside the control bucket
     registry: Callable[[], Registry]  # Vertex's Model Registry, built on first use (requests with a model block)
 
@@ -347,7 +344,7 @@ class Submission:
         marked = []
         for rung in rungs:
             limit = self.quotas.limit(rung.quota_metric, rung.region)
-            cap = self.shares(rung.quota_metric)(team).cap(limit) if limit is not None else None
+            cap = self.queue.shares(rung.quota_metric)(team).cap(limit) if limit is not None else None
             if limit is not None and rung.gpus > limit:
                 rung = rung.model_copy(
                     update={
@@ -356,7 +353,7 @@ class Submission:
                     }
                 )
             elif cap is not None and rung.gpus > cap:
-                share = self.shares(rung.quota_metric)(team)
+                share = self.queue.shares(rung.quota_metric)(team)
                 rung = rung.model_copy(
                     update={
                         "skipped": f"needs {rung.gpus} GPUs of {rung.quota_metric}; team {team} may hold {cap} "
@@ -371,11 +368,6 @@ class Submission:
         """The team a delivery arrived as: its topic's or its template's; the default team (or the only one)."""
         teams = self.settings.teams
         return delivery.team or (teams.default_team if teams else NO_TEAMS)
-
-    def shares(self, metric: str) -> Shares:
-        """Each team's share of one quota metric (everyone's whole quota without teams)."""
-        teams = self.settings.teams
-        return (lambda team: teams.share(team, metric)) if teams else everyone_shares
 
     def _over_budget(self, request: TrainingJobRequest, team: str) -> Budget | None:
         """The team's budget figures when this request's worst case does not fit what is left of it this month:
@@ -551,17 +543,14 @@ class Submission:
             champion = record.model_steps.champion_uri if record.model_steps else None
             plan = plan_custom_job(request, self.settings, record.key, record.attempt, record.rung, champion)
         # Before step 3: the GPU quota this rung draws on must have room for it, else it waits in trainctl's queue.
-        queued = self._wait_for_quota(record, generation)
-        if queued is not None:
-            return queued
+        if not self.queue.hold_or_queue(record, generation):
+            return "queued"
         # Step 3: find or create the job.
         try:
             job, adopted = self.jobs.find_or_create(plan.custom_job, plan.region, legacy=not new_attempt)
         except CallRejected as exc:
-            if exc.code == PERMISSION_DENIED:
-                account = str(plan.custom_job["job_spec"].get("service_account", ""))
-                return self._refused_permission(record, generation, exc, account)
-            return self._refused_by_vertex(record, generation, exc)
+            account = str(plan.custom_job["job_spec"].get("service_account", ""))
+            return self.refusals.handle(record, generation, exc, account)
         except Transient:
             self._release(record, generation)
             raise
@@ -597,197 +586,13 @@ class Submission:
         logs.info("submitted", job=job.name, attempt=record.attempt)
         return "submitted"
 
-    def _wait_for_quota(self, record: Record, generation: int) -> str | None:
-        """Hold this rung's GPUs in trainctl's count of the project's quota, or queue the request (state
-        `queued`, a `queued` event the first time) until reconcile finds room; None when it may go on."""
-        if not record.ladder or self.quotas is None:
-            return None  # a record from before the ladder, or no quota reader
-        rung = record.ladder[record.rung]
-        limit = self.quotas.limit(rung.quota_metric, rung.region)
-        pool = pool_name(rung.region, rung.quota_metric)
-        if record.quota_pool not in (None, pool):
-            self.pools.release(record.quota_pool, record.key_hash)  # the ladder moved to another quota
-            record.quota_pool = None
-        if limit is None:
-            return None
-        team = record.team or NO_TEAMS
-        admission = self.pools.acquire(pool, record.key_hash, rung.gpus, limit, team, self.shares(rung.quota_metric))
-        record.quota_pool = pool
-        if admission.granted:
-            return None
-        now = self.clock()
-        if record.state != "queued":
-            record.state, record.queued_since = "queued", now
-            record.add_events(
-                [
-                    Queued(
-                        **record.envelope(now),
-                        message=f"waiting in trainctl for GPU quota: needs {rung.gpus} of {rung.quota_metric} in "
-                        f"{rung.region}; trainctl's jobs hold {admission.held} of the limit {limit}, and "
-                        f"{admission.ahead} request(s) go before this one"
-                        + (
-                            f"; held by team {team}'s share (its cap, or another team's fair turn first)"
-                            if admission.held_by == "team_share"
-                            else ""
-                        ),
-                        quota_metric=rung.quota_metric,
-                        region=rung.region,
-                        gpus=rung.gpus,
-                        limit=limit,
-                        held=admission.held,
-                        ahead=admission.ahead,
-                        rung=record.rung,
-                        team=record.team,
-                        held_by=admission.held_by,
-                    )
-                ]
-            )
-        record.owner = record.lease_until = None
-        record, generation = self.outbox.flush(record, self.outbox.save(record, generation), whole_outbox(record))
-        logs.info("queued for GPU quota", pool=pool, held=admission.held, limit=limit, ahead=admission.ahead)
-        return "queued"
-
     def leave_queue(self, record: Record, generation: int) -> str:
-        """reconcile's visit to a request waiting in trainctl's quota queue: submit it once its quota has room;
-        past its rung's max_pending, move it down the ladder, or end it (failed with every rung's outcome when it
-        has fallbacks, cancelled for quota when it has none)."""
-        now = self.clock()
-        rung = record.ladder[record.rung]
-        waited = int((now - record.queued_since).total_seconds()) if record.queued_since else 0
-        if record.cancel_requested or waited > rung.max_pending:
-            return self._leave_queue_for_good(record, generation, now, waited)
-        limit = self.quotas.limit(rung.quota_metric, rung.region) if self.quotas else None
-        if limit is not None:
-            pool = pool_name(rung.region, rung.quota_metric)
-            shares = self.shares(rung.quota_metric)
-            if not self.pools.acquire(pool, record.key_hash, rung.gpus, limit, record.team or NO_TEAMS, shares).granted:
-                return "queued"
-        record.state = "claimed"
-        generation = self.claim(record, generation)
-        logs.info("quota has room; leaving the queue", request_key=record.key, waited=waited)
-        return self.submit(record, generation)
-
-    def _leave_queue_for_good(self, record: Record, generation: int, now: datetime, waited: int) -> str:
-        """A queued request cancelled by its requester, or waiting longer than its rung's max_pending: it moves
-        down the ladder, or ends."""
-        why = f"waited {format_duration(waited)} in trainctl's queue for GPU quota, longer than max_pending"
-        if record.quota_pool:
-            self.pools.release(record.quota_pool, record.key_hash)
-            record.quota_pool = None
-        common = record.envelope(now)
-        events: list[JobEvent] = []
-        record.failure_reason, record.queued_since = "quota", None
-        if record.cancel_requested:
-            record.state, record.failure_reason, record.message = "cancelled", None, "cancelled by request"
-            events.append(Cancelled(**common, message="cancelled by request while it waited for GPU quota"))
-        elif has_fallbacks(record) and next_rung(record) is not None:
-            text = f"attempt {record.attempt} {why}"
-            resubmit(record, events, common, "quota", text, now, left=rung_outcome(record, why))
-            record.owner, record.lease_until = self.owner, now + timedelta(seconds=self.settings.lease)
-        elif has_fallbacks(record):
-            ladder_exhausted(record, events, common, "quota", why)
-        else:
-            record.state, record.message = "cancelled", why
-            events.append(Cancelled(**common, message=f"never submitted: {why}. {QUOTA_ADVICE}", reason="quota"))
-        mine = record.add_events(events)
-        generation = self.outbox.save(record, generation)
-        self.release_quota(record)  # once the ended state is saved, before anything else can fail
-        record, generation = self.outbox.flush(record, generation, mine)
-        if record.state == "claimed":
+        """reconcile's visit to a request waiting in trainctl's quota queue: the queue decides whether it leaves
+        (functions/quota_queue.py); what leaves it for a job is submitted here."""
+        left = self.queue.leave(record, generation)
+        record, generation = left.record, left.generation
+        if left.way == "admitted":
+            return self.submit(record, self.claim(record, generation))
+        if left.way == "next_rung":
             return self.submit(record, generation, new_attempt=True)
-        self.outbox.retire_when_done(record)
-        return record.state
-
-    def release_quota(self, record: Record) -> None:
-        """A request that has ended holds no quota and waits for none."""
-        if record.final and record.quota_pool:
-            self.pools.release(record.quota_pool, record.key_hash)
-
-    def _refused_permission(self, record: Record, generation: int, exc: CallRejected, account: str) -> str:
-        """Vertex refused ListCustomJobs or CreateCustomJob with PERMISSION_DENIED. Fresh IAM grants reach Vertex
-        minutes after they are made ("typically within 2 minutes … in some cases 7 minutes or more",
-        cloud.google.com/iam/docs/access-change-propagation), and so does an API just enabled, so the refusal is
-        not taken as final: the claim is let go and reconcile tries again, for `permission_wait` after the first
-        refusal; then the request fails with reason `permission`, saying what to fix. A refused call created
-        nothing, so the request id (or the marker's generation) is not spent on a job that never ran."""
-        now = self.clock()
-        since = record.permission_denied_since or now
-        waited = int((now - since).total_seconds())
-        advice = permission_advice(exc.message, account)
-        if waited < self.settings.permission_wait:
-            record.permission_denied_since = since
-            record.message = f"Vertex AI refused the submission (PERMISSION_DENIED), trying again: {exc.message}"
-            record.owner = record.lease_until = None
-            record.not_before = now + timedelta(seconds=min(60, max(1, self.settings.permission_wait // 5)))
-            self.outbox.save(record, generation)
-            logs.warning(
-                f"Vertex AI refused the submission for lack of permission; trying again until "
-                f"{format_duration(self.settings.permission_wait)} after the first refusal. {advice}",
-                vertex_error=exc.message,
-                waited_s=waited,
-            )
-            return "waiting"
-        record.state, record.failure_reason = "failed", "permission"
-        record.message = f"{exc.message} {advice}"
-        record.add_events(
-            [
-                Failed(
-                    **record.envelope(now),
-                    message=f"Vertex AI refused the submission for {format_duration(waited)} (PERMISSION_DENIED): "
-                    f"{exc.message} {advice}",
-                    reason="permission",
-                )
-            ]
-        )
-        generation = self.outbox.save(record, generation)
-        self.release_quota(record)  # once the ended state is saved, before anything else can fail
-        record, generation = self.outbox.flush(record, generation, whole_outbox(record))
-        self.outbox.retire_when_done(record)
-        return "failed"
-
-    def _refused_by_vertex(self, record: Record, generation: int, exc: CallRejected) -> str:
-        now = self.clock()
-        common = dict(request_id=record.request_id, request_key=record.key, attempt=record.attempt, time=now)
-        events: list[JobEvent]
-        if exc.reason == "quota" and record.attempt < record.max_attempts:
-            wait = backoff(record.attempt)
-            events = [
-                Retrying(
-                    **common,
-                    message=f"Vertex AI quota exceeded; trying again in {int(wait.total_seconds())} s: {exc.message}",
-                    trigger=record.trigger,
-                    reason="quota",
-                    max_attempts=record.max_attempts,
-                    quota_metric=quota_metric(exc.message),
-                )
-            ]
-            record.attempt += 1
-            record.owner, record.lease_until, record.not_before = None, None, now + wait
-        elif exc.reason == "quota":
-            record.state = "failed"
-            events = [
-                Failed(
-                    **common,
-                    message=f"Vertex AI quota exceeded: {exc.message} {QUOTA_ADVICE}",
-                    reason="quota",
-                    quota_metric=quota_metric(exc.message),
-                )
-            ]
-        else:
-            record.state = "rejected"
-            events = [
-                Rejected(
-                    **common,
-                    message="Vertex AI refused the job",
-                    trigger=record.trigger,
-                    reason=exc.reason,
-                    errors=[f"vertex: {exc.message}"],
-                )
-            ]
-        record.failure_reason, record.message = exc.reason, exc.message
-        record.add_events(events)
-        generation = self.outbox.save(record, generation)
-        self.release_quota(record)  # once the ended state is saved, before anything else can fail
-        record, generation = self.outbox.flush(record, generation, whole_outbox(record))
-        self.outbox.retire_when_done(record)
-        return events[0].state
+        return record.state  # still `queued`, or the state it ended in

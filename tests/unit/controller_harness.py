@@ -15,7 +15,8 @@ from functions.errors import Transient
 from functions.job_labels import ATTEMPT, DEPLOYMENT, KEY
 from functions.keys import key_hash
 from functions.ledger import ACTIVE_PREFIX, Ledger
-from functions.lifecycle import JobSnapshot, Record
+from functions.lifecycle import JobSnapshot
+from functions.record import Record
 from functions.settings import Settings
 from functions.vertex import CallRejected
 from schemas.events import JobEvent, Trigger

@@ -10,8 +10,9 @@ import pytest
 
 from functions.admission import admission_problems
 from functions.ladder import ladder_of
-from functions.lifecycle import JobSnapshot, Record, job_ref, observe
+from functions.lifecycle import JobSnapshot, job_ref, observe
 from functions.planning import plan_custom_job
+from functions.record import Record
 from functions.submission import spec_hash
 from schemas.errors import RequestInvalid, parse_request
 from schemas.events import Failed, Retrying

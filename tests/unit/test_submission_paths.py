@@ -31,7 +31,7 @@ def test_a_request_moving_down_the_ladder_to_another_gpu_type_gives_the_first_ty
     holds 2 L4s and the A100 pool ends empty (before, nothing released the rung it left; the request still being
     active, reconcile's clean-up never dropped it either, and the A100s stayed held from every queued request)."""
     h = harness(quotas={A100_QUOTA: 8, L4_QUOTA: 8})
-    pools = h.ctl.submission.pools
+    pools = h.ctl.quota_queue.pools
     assert h.submit(fallbacks=[L4_RUNG], scheduling={"max_attempts": 2}) == "submitted"
     assert (pools.held(A100_POOL), pools.held(L4_POOL)) == (2, 0)
 
@@ -59,7 +59,7 @@ def test_a_quota_wait_beyond_max_pending_on_the_last_rung_fails_listing_every_ru
     h = harness(quotas={A100_QUOTA: 2, L4_QUOTA: 2})
     fill(h, "a100-filler")
     fill(h, "l4-filler", resources=L4)
-    pools = h.ctl.submission.pools
+    pools = h.ctl.quota_queue.pools
     mine = key_hash("request:r1")
 
     ladder = [L4_RUNG | {"max_pending": "20m"}]
@@ -106,7 +106,7 @@ def test_a_quota_wait_beyond_max_pending_without_fallbacks_is_cancelled_for_quot
     assert isinstance(cancelled, Cancelled) and cancelled.reason == "quota"
     assert cancelled.message.startswith("never submitted: waited 11m in trainctl's queue for GPU quota")
     assert h.record().state == "cancelled"
-    assert h.ctl.submission.pools.waiting(A100_POOL) == []
+    assert h.ctl.quota_queue.pools.waiting(A100_POOL) == []
     assert len(h.vertex.created) == 1, "only the filler's job"
 
 

@@ -11,7 +11,9 @@ Invariants checked at the end (after the stack has drained):
   - no ce-id was published with two different payloads;
   - one registered version per succeeded model request (in the events and in the registry), one decision each,
     and never two champions: no promotion replaced a champion another promotion had already replaced;
-  - no process of the stack is left after `trainctl local down`.
+  - no process of the stack is left after `trainctl local down`;
+  - with two teams (and the default one) sharing the L4 quota by fair share, their requests published on each
+    team's own topic: never more on-demand L4 GPUs in jobs at once than the quota (issue 32).
 Jobs run the small test program (tests/local/programs/fake_node.py), so the soak measures the controller,
 not training.
 """
@@ -37,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from functions.model_versions import KEY_LABEL  # noqa: E402
 from local.jobservice.client import JobServiceControl, job_service_client  # noqa: E402
 from local.processes import leftover_processes  # noqa: E402
 from local.pubsub_emulator import pull_now  # noqa: E402
@@ -56,6 +59,8 @@ TEMPLATE = {
 LEASE_SECONDS = 20
 # After the last request has ended, how long the events must stay quiet before the soak counts them.
 QUIET_SECONDS = 4.0
+# How long a preemption waits for a job to be running (a request's job starts seconds after it is sent).
+PREEMPT_WAIT_SECONDS = 10.0
 # Relative weights of the actions.
 MIX = {
     "request": 5,
@@ -79,6 +84,16 @@ CAPACITY = {
         }
     }
 }
+# Two teams besides the default one (whose requests come on the shared topic), sharing the 12 L4 GPUs.
+L4_QUOTA, L4_METRIC = 12, "custom_model_training_nvidia_l4_gpus"
+TEAMS = {
+    "default_team": "shared",
+    "teams": {
+        "shared": {},
+        "red": {"quota": {L4_METRIC: 4}, "borrow_limit": 8},
+        "blue": {"weight": 2, "quota": {L4_METRIC: 8}, "borrow_limit": 4},
+    },
+}
 
 
 @dataclass
@@ -90,12 +105,14 @@ class Soak:
     # actions themselves draw (their draws depend on what is running at the time).
     order: random.Random = field(init=False)
     actions: Counter = field(default_factory=Counter)
+    preempted: int = 0  # preemptions that hit a running job (the others found none running)
     sent: list[bytes] = field(default_factory=list)
     model_requests: set[str] = field(default_factory=set)  # request keys of the requests with a model block
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.order = random.Random(self.seed)
+        self.topics = random.Random(self.seed)  # which team's topic each message goes to: its own draws
 
     # ---- the stack -----------------------------------------------------------------------------------
 
@@ -119,11 +136,13 @@ class Soak:
         data_bucket = "trainctl-local-trainctl-data"
         capacity = self.local_dir / "capacity.json"
         capacity.write_text(json.dumps(CAPACITY))
+        teams = self.local_dir / "teams.json"
+        teams.write_text(json.dumps(TEAMS))
         started = self.trainctl(
             "local", "up", "--detach", "--reconcile-every", "2", "--image-map", IMAGE_MAP,
             "--allow-image-prefix", "localhost/tests/",
             "--trigger-rules", json.dumps({f"gs://{data_bucket}/soak/": TEMPLATE}),
-            "--capacity", str(capacity), "--lease", str(LEASE_SECONDS),
+            "--capacity", str(capacity), "--lease", str(LEASE_SECONDS), "--teams", str(teams),
         )  # fmt: skip
         if started.returncode != 0:
             raise RuntimeError(f"trainctl local up failed:\n{started.stdout}\n{started.stderr}")
@@ -149,6 +168,9 @@ class Soak:
         self.control = JobServiceControl(self.state.jobservice_address)
         project, names = self.state.project, self.state.names
         self.requests_topic = self.publisher.topic_path(project, names["requests_topic"])
+        self.team_topics = [
+            self.publisher.topic_path(project, f"{names['requests_topic']}-{team}") for team in ("red", "blue")
+        ]
         self.events_sub = self.subscriber.subscription_path(project, f"soak-{uuid.uuid4().hex[:8]}")
         events_topic = self.publisher.topic_path(project, names["events_topic"])
         self.subscriber.create_subscription(name=self.events_sub, topic=events_topic)
@@ -184,7 +206,9 @@ class Soak:
     # ---- actions -------------------------------------------------------------------------------------
 
     def publish(self, payload: bytes) -> None:
-        self.publisher.publish(self.requests_topic, payload).result(timeout=30)
+        """On the shared topic (the default team) or one of the two teams' own."""
+        topic = self.topics.choice([self.requests_topic, *self.team_topics])
+        self.publisher.publish(topic, payload).result(timeout=30)
 
     def request(self, **sections: Any) -> None:
         document = {"api_version": "trainctl/v1", "request_id": f"soak-{uuid.uuid4().hex[:10]}", **TEMPLATE}
@@ -237,14 +261,22 @@ class Soak:
         self.data_bucket.blob(f"{folder}/_SUCCESS").upload_from_string(b"")
 
     def preempt(self) -> None:
+        """Preempt a running job, waiting a little for one to be running; counted in `preempted` when it hit one."""
         parent = f"projects/{self.state.project}/locations/{self.state.region}"
         request = {"parent": parent, "filter": 'state="JOB_STATE_RUNNING"'}
-        running = list(self.jobs_client.list_custom_jobs(request=request))
-        if running:
-            try:
-                self.control.preempt(self.rng.choice(running).name)
-            except Exception:
-                pass  # it may have ended meanwhile
+        until = time.monotonic() + PREEMPT_WAIT_SECONDS
+        while True:
+            running = list(self.jobs_client.list_custom_jobs(request=request))
+            if running:
+                try:
+                    self.control.preempt(self.rng.choice(running).name)
+                    self.preempted += 1
+                    return
+                except Exception:
+                    pass  # it ended meanwhile
+            if time.monotonic() >= until:
+                return
+            time.sleep(0.5)
 
     def kill_worker(self) -> None:
         """SIGKILL one function's gunicorn worker mid-flight, as an instance crash; gunicorn starts another."""
@@ -316,7 +348,7 @@ def model_invariants(events: list[Any], versions: dict[str, list[Any]], model_re
     succeeded = {e.request_key for e in events if e.state == "succeeded"} & model_requests
     per_request = {state: Counter(e.request_key for e in events if e.state == state) for state in ("registered",)}
     decisions = Counter(e.request_key for e in events if e.state in ("promoted", "held"))
-    in_registry = Counter(v.labels.get("trainctl-key") for vs in versions.values() for v in vs)
+    in_registry = Counter(v.labels.get(KEY_LABEL) for vs in versions.values() for v in vs)
     replaced: Counter = Counter()
     for e in events:
         if e.state == "promoted":
@@ -375,10 +407,36 @@ def invariants(
             k: [e.state for e in events if e.request_key == k] for k in accepted if len(terminal[k]) != 1
         },
         "events by state": dict(Counter(e.state for e in events)),
+        "accepted by team": dict(Counter(getattr(e, "team", None) or "-" for e in events if e.state == "accepted")),
         "ladder moves": sum(1 for e in events if e.state == "retrying" and getattr(e, "left_rung", None)),
         "requests that did not succeed, by reason": dict(Counter(unsuccessful.values())),
         **model_invariants(list({e.ce_id: e for e in events}.values()), versions or {}, model_requests or set()),
     }
+
+
+def most_l4_gpus_at_once(jobs: list[Any]) -> int:
+    """The most on-demand L4 GPUs the jobs held at one moment, each from its creation to its end (or now)."""
+    from google.cloud.aiplatform_v1.types import Scheduling
+
+    changes: list[tuple[float, int]] = []
+    for job in jobs:
+        if job.job_spec.scheduling.strategy == Scheduling.Strategy.SPOT:
+            continue  # Spot draws on the preemptible quota
+        gpus = sum(
+            pool.replica_count * pool.machine_spec.accelerator_count
+            for pool in job.job_spec.worker_pool_specs
+            if "L4" in pool.machine_spec.accelerator_type.name
+        )
+        if not gpus:
+            continue
+        start = job.create_time.timestamp()
+        end = job.end_time.timestamp() if job.end_time and job.end_time.timestamp() > 0 else time.time()
+        changes += [(start, gpus), (end, -gpus)]
+    held = most = 0
+    for _, change in sorted(changes, key=lambda c: (c[0], c[1])):  # an end before a start at the same instant
+        held += change
+        most = max(most, held)
+    return most
 
 
 VIOLATIONS = (
@@ -391,6 +449,7 @@ VIOLATIONS = (
     "succeeded model requests without exactly one decision",
     "champions replaced twice",
     "leftover processes",
+    "L4 GPUs over the quota",
 )
 
 
@@ -409,7 +468,10 @@ def soak(seconds: float | None, seed: int, settle_seconds: float = 180.0, action
             leftovers = run.down()
         result = invariants(messages, jobs, versions, run.model_requests)
         result["leftover processes"] = len(leftovers)
+        result["most on-demand L4 GPUs in jobs at once"] = most_l4_gpus_at_once(jobs)
+        result["L4 GPUs over the quota"] = max(0, result["most on-demand L4 GPUs in jobs at once"] - L4_QUOTA)
         result["actions"] = dict(run.actions)
+        result["preemptions of running jobs"] = run.preempted
         result["jobs == submitted pairs"] = result["jobs created"] == result["submitted (request, attempt) pairs"]
         return result
 

@@ -95,7 +95,7 @@ def _rung_problems(request: TrainingJobRequest, rung: Rung, cost: CostEstimate, 
             f"${settings.max_cost_usd:,.2f}. Shorten scheduling.timeout or use fewer GPUs",
         )
     architecture = BUILTIN_IMAGE_LACKS_KERNELS_FOR.get(res.accelerator_type or "")
-    if request.trainer.image is None and architecture:
+    if not request.trainer.is_custom_code and architecture:
         problems.append(
             FieldError(
                 where + "resources.accelerator_type",
@@ -126,6 +126,7 @@ def _request_problems(request: TrainingJobRequest, settings: Settings, output_di
         problem = _image_problem(image, settings)
         if problem:
             refuse("trainer.image", *problem)
+    problems += _package_problems(request, settings)
     data_bucket, _ = split_gs_uri(request.dataset.uri)
     if not _allowed(data_bucket, settings.allowed_data_buckets):
         refuse(
@@ -155,6 +156,35 @@ def _image_problem(image: str, settings: Settings) -> tuple[str, str] | None:
     if not any(prefix_covers(prefix, image) for prefix in settings.allowed_image_prefixes):
         return "allowed_image_prefixes", f"{image} is not from an allowed registry; allowed: {allowed}"
     return None
+
+
+def _package_problems(request: TrainingJobRequest, settings: Settings) -> list[FieldError]:
+    """A Python package is custom code: only where the operator turned packages on, and read (by the custom
+    account, as Vertex installs it on every node) from a data bucket, which that account may read."""
+    package = request.trainer.python_package
+    if package is None:
+        return []
+    if not settings.allow_python_packages:
+        return [
+            FieldError(
+                "trainer.python_package",
+                "guardrail allow_python_packages: this deployment runs no Python packages of requesters' own "
+                "(the operator turns them on with Terraform's allow_python_packages, TRAINCTL_ALLOW_PYTHON_PACKAGES); "
+                "use `builtin: tabular`, or an image from an allowed registry",
+            )
+        ]
+    problems = []
+    for index, uri in enumerate(package.uris):
+        bucket, _ = split_gs_uri(uri)
+        if not _allowed(bucket, settings.allowed_data_buckets):
+            problems.append(
+                FieldError(
+                    f"trainer.python_package.uris[{index}]",
+                    f"guardrail allowed_data_buckets: bucket {bucket} is not one jobs may read; packages live in a "
+                    f"data bucket: {', '.join(settings.allowed_data_buckets)}",
+                )
+            )
+    return problems
 
 
 def _output_problems(request: TrainingJobRequest, settings: Settings, output_dir: str) -> list[FieldError]:
@@ -210,10 +240,11 @@ def _service_account_problems(request: TrainingJobRequest, settings: Settings) -
     if not builtin and trainer and not custom:
         # Without an account Vertex runs the job as its Custom Code Service Agent, which may read and write the
         # project's buckets (https://cloud.google.com/vertex-ai/docs/general/custom-service-account).
+        path, kind = ("trainer.image", "images") if request.trainer.image else ("trainer.python_package", "packages")
         return [
             FieldError(
-                "trainer.image",
-                "guardrail custom_service_account: custom images run as their own service account, and this "
+                path,
+                f"guardrail custom_service_account: custom {kind} run as their own service account, and this "
                 "deployment names none (TRAINCTL_CUSTOM_SERVICE_ACCOUNT); only the built-in trainer runs here",
             )
         ]

@@ -20,6 +20,8 @@ from functions.output_claims import OutputClaims
 from functions.ports import Events, Jobs, Quotas, Registry, Storage
 from functions.promotion import Promotion
 from functions.quota_pool import QuotaPools
+from functions.quota_queue import QuotaQueue
+from functions.refusals import Refusals
 from functions.settings import Settings
 from functions.submission import Delivery, Submission
 from schemas.request import TrainingJobRequest
@@ -57,6 +59,9 @@ class Controller:
             self.gcs, self.ledger, self.clock, claim_window, claim_window + timedelta(seconds=s.max_event_age)
         )
         self.outbox = Outbox(self.ledger, self.publisher, self.clock, timedelta(seconds=s.outbox_grace), self.outputs)
+        self.quota_queue = QuotaQueue(
+            s, self.outbox, self.clock, self.owner, self.quotas, QuotaPools(self.gcs, self.ledger.bucket)
+        )
         self.submission = Submission(
             self.settings,
             self.ledger,
@@ -67,7 +72,8 @@ class Controller:
             self.clock,
             self.owner,
             self.quotas,
-            QuotaPools(self.gcs, self.ledger.bucket),
+            self.quota_queue,
+            Refusals(s, self.outbox, self.clock, self.quota_queue),
             self.outputs,
             self.registry,
         )
@@ -75,7 +81,16 @@ class Controller:
             s, self.gcs, self.registry, ModelLedger(self.gcs, self.ledger.bucket), self.outbox, self.clock, self.owner
         )
         self.observation = Observation(
-            s, self.ledger, self.gcs, self.jobs, self.outbox, self.submission, self.clock, self.owner, self.promotion
+            s,
+            self.ledger,
+            self.gcs,
+            self.jobs,
+            self.outbox,
+            self.submission,
+            self.quota_queue,
+            self.clock,
+            self.owner,
+            self.promotion,
         )
 
     @classmethod

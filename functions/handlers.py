@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -63,11 +64,11 @@ def _too_old(cloud_event: Any, when: datetime, s: Settings) -> bool:
     return False
 
 
-def _delivery(trigger_fields: dict[str, Any], cloud_event: Any, when: datetime) -> Delivery:
+def _delivery(trigger_fields: dict[str, Any], cloud_event: Any, when: datetime, team: str | None = None) -> Delivery:
     from functions.controller import Delivery
     from schemas.events import Trigger
 
-    return Delivery(Trigger(**trigger_fields), str(cloud_event["id"]), when)
+    return Delivery(Trigger(**trigger_fields), str(cloud_event["id"]), when, team)
 
 
 def _text(value: Any) -> str:
@@ -134,7 +135,9 @@ def _marker(
             errors = [f"marker: gs://{bucket}/{name} is {size} bytes; the limit is {limit} bytes (max_request_bytes)"]
             return c.reject(request_id, key, delivery, errors, "the marker is larger than a request may be")
         try:
-            template, policy = template_policy(_template(c, prefix), prefix)
+            template, team = _template_team(c, _template(c, prefix), prefix)
+            delivery = replace(delivery, team=team)
+            template, policy = template_policy(template, prefix)
             overrides: dict[str, Any] = {}
             if size > 0:
                 # Each generation of a marker is its own request with its own overrides: read exactly this one.
@@ -163,6 +166,22 @@ def _marker(
             key = keys.request_key(request.request_id)
             logs.set_request_id(request.request_id)
         return c.handle_request(request, key, explicit, delivery)
+
+
+def _template_team(c: Controller, template: dict[str, Any], prefix: str) -> tuple[dict[str, Any], str | None]:
+    """(the template without its `team`, the team its markers belong to: the one it names, else the default)."""
+    from functions.documents import DocumentInvalid
+    from functions.teams import TEMPLATE_TEAM_KEY
+
+    body = {key: value for key, value in template.items() if key != TEMPLATE_TEAM_KEY}
+    team = template.get(TEMPLATE_TEAM_KEY)
+    teams = c.settings.teams
+    if team is None:
+        return body, teams.default_team if teams else None
+    if not isinstance(team, str) or (teams is not None and team not in teams.teams):
+        known = f"one of {', '.join(teams.teams)}" if teams else "a team name"
+        raise DocumentInvalid(f"the template of rule {prefix}: {TEMPLATE_TEAM_KEY} {team!r} must be {known}")
+    return body, team
 
 
 def _template(c: Controller, prefix: str) -> dict[str, Any]:
@@ -218,7 +237,10 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
         return "too old"
     message, raw = _pubsub_payload(cloud_event)
     message_id = str(message.get("messageId") or cloud_event["id"])
-    delivery = _delivery({"kind": "pubsub", "message_id": message_id, "topic": _topic(cloud_event)}, cloud_event, when)
+    topic = _topic(cloud_event)
+    # The team is the topic's: the push subscription's path names it, which no publisher can change.
+    team = c.settings.teams.team_of_topic(topic) if c.settings.teams else None
+    delivery = _delivery({"kind": "pubsub", "message_id": message_id, "topic": topic}, cloud_event, when, team)
     key = keys.message_key(message_id)
     with logs.request_context(None):
         if raw is None:

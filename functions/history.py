@@ -16,8 +16,9 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions.gcs import metadata_problems
-from functions.lifecycle import Record
+from functions.record import Record
 from schemas.events import JobEvent, Rejected
+from schemas.request import code_digest
 
 FINAL_EVENT_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
 METADATA_KEY = "outcome"
@@ -47,6 +48,8 @@ class Outcome(BaseModel):
     hourly_usd: float = 0.0
     attempt: int = 1
     labels: dict[str, str] = Field(default_factory=dict)
+    team: str | None = Field(None, description="The team it arrived as (issue 32), for budgets and the report.")
+    code_digest: str | None = Field(None, description="A package's sha256, as in the events' code_digest.")
     saved_gpu_hours: float | None = Field(
         None, description="A rejection by the data check: the GPU-hours the run could have held at most."
     )
@@ -77,6 +80,8 @@ def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
         hourly_usd=record.cost.hourly_usd if record else 0.0,
         attempt=event.attempt,
         labels=(record.request.get("labels") or {}) if record else {},
+        team=record.team if record else getattr(event, "team", None),
+        code_digest=code_digest(record.request) if record else None,
         model=getattr(event, "model", None),
         saved_gpu_hours=saved.saved_gpu_hours if saved else None,
         saved_usd=saved.cost.max_usd if saved and saved.cost else None,

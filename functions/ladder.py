@@ -1,36 +1,17 @@
-"""The capacity ladder (a request's `resources`, then its `fallbacks`): the rungs as a record keeps them, and the
-pure decision of when to move down one — a stockout or quota failure after Vertex's own retries, a wait longer
-than the rung's max_pending (in trainctl's queue or in Vertex's), or more preempted attempts than the rung allows.
+"""The capacity ladder (a request's `resources`, then its `fallbacks`): its rungs as a record keeps them
+(record.LadderRung), and the pure decision of when to move down one — a stockout or quota failure after Vertex's
+own retries, a wait longer than the rung's max_pending (in trainctl's queue or in Vertex's), or more preempted
+attempts than the rung allows.
 
 Each move is a new attempt into the same output directory, so the trainer resumes from its checkpoint.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, ConfigDict
-
+from functions.record import LadderRung, Record
 from schemas.catalog import quota_metric
 from schemas.events import RungOutcome
 from schemas.request import TrainingJobRequest
-
-if TYPE_CHECKING:
-    from functions.lifecycle import Record
-
-
-class LadderRung(BaseModel):
-    """What the controller needs of one rung after admission, without validating the request again."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    resources: str  # in words, for events
-    region: str
-    quota_metric: str
-    gpus: int
-    max_pending: int
-    max_preemptions: int
-    skipped: str | None = None  # why admission skipped it (it can never fit the GPU quota)
 
 
 def ladder_of(request: TrainingJobRequest, default_region: str) -> list[LadderRung]:

@@ -17,8 +17,8 @@ from functions import logs
 from functions.errors import Transient
 from functions.gcs import Conflict, StorageError, TooLarge
 from functions.history import MAX_OUTCOME_BYTES, METADATA_KEY, Outcome, history_entry, labels_in_content
-from functions.lifecycle import Record
 from functions.ports import Storage
+from functions.record import Record
 
 LEDGER_PREFIX = "ledger/"
 ACTIVE_PREFIX = "active/"

@@ -1,20 +1,14 @@
-"""The ledger record and the pure decisions made on it: what to do with a repeated request, and what a
-Vertex job state means for the record and for the events to publish.
-
-A record is one request's whole history. Events to publish are first written into the record's outbox (in the
-same compare-and-swap that changes its state), then published, then moved to `published`: a crash between
-the two leaves the event in the outbox for the next handler, so no state change is lost or published twice
-under two ids.
+"""The pure decisions made on a ledger record (functions/record.py): what to do with a repeated request, and what
+a Vertex job state means for the record and for the events to publish.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from functions import ladder
 from functions.failures import (
@@ -25,141 +19,28 @@ from functions.failures import (
     is_stockout,
     quota_metric,
 )
-from functions.ladder import LadderRung
+from functions.record import Record
 from schemas.events import (
-    EVENT_ADAPTER,
-    FINAL_REQUEST_STATES,
-    Artifacts,
     Cancelled,
-    CostEstimate,
     Failed,
     FailureReason,
     JobEvent,
     JobRef,
-    RequestState,
     Retrying,
     RungOutcome,
     Running,
     Stuck,
     Succeeded,
     Timestamps,
-    Trigger,
 )
 from schemas.rules import format_duration
 
 # Vertex states in which a job has not started yet, and those in which it has ended.
 VERTEX_WAITING = frozenset({"JOB_STATE_QUEUED", "JOB_STATE_PENDING"})
 VERTEX_RUNNING = frozenset({"JOB_STATE_RUNNING", "JOB_STATE_UPDATING"})
-MAX_PUBLISHED_IDS = 200
 # How far ahead of the controller's clock a heartbeat's time may be and still count as one: the trainer's node and
 # the function read different clocks. Further ahead, it is no evidence either way (see _silence).
 HEARTBEAT_CLOCK_SKEW_SECONDS = 300
-
-
-class ModelSteps(BaseModel):
-    """Where a request with a model block stands in the steps after `succeeded` (functions/promotion.py): each is
-    recorded as it is done, so a redelivery or a crash resumes where it stopped and never repeats one."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    champion_version: str | None = Field(None, description="The version the trainer was given to score.")
-    champion_uri: str | None = Field(None, description="Its artifact URI (--champion-model-dir).")
-    since: datetime | None = Field(None, description="When the steps began (the first visit after `succeeded`).")
-    upload_started: datetime | None = Field(None, description="When an UploadModel was claimed (by `upload_owner`).")
-    upload_owner: str | None = None
-    operation: str | None = Field(None, description="The UploadModel operation, until it is done.")
-    version: str | None = Field(None, description="The registered version's id.")
-    evaluated: bool = Field(False, description="The run's metrics are imported as a ModelEvaluation (or refused).")
-    decision: Literal["promoted", "held"] | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.decision is not None
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    key: str
-    key_hash: str
-    request_id: str
-    spec_hash: str
-    explicit_id: bool = Field(description="The requester named the id, so a different spec under it is a conflict.")
-    request: dict[str, Any]
-    trigger: Trigger | None = None
-    state: RequestState = "claimed"
-    attempt: int = 1
-    max_attempts: int = 1
-    max_pending: int | None = Field(None, description="Seconds the job may wait to start (scheduling.max_pending).")
-    max_silence: int | None = Field(None, description="Seconds its progress may stand still (scheduling.max_silence).")
-    lease_until: datetime | None = None
-    owner: str | None = None
-    not_before: datetime | None = None
-    job_name: str | None = None
-    job_state: str | None = None
-    stuck: bool = False
-    failure_reason: str | None = None
-    message: str | None = None
-    cost: CostEstimate
-    artifacts: Artifacts
-    created: datetime
-    updated: datetime
-    outbox: list[dict[str, Any]] = Field(default_factory=list)
-    published: list[str] = Field(default_factory=list)
-    sequence: int = Field(0, description="The last sequence number given to one of this request's events.")
-    ladder: list[LadderRung] = Field(default_factory=list, description="The capacity ladder's rungs, rung 0 first.")
-    rung: int = Field(0, description="The rung the current attempt runs on.")
-    rung_attempts: int = Field(0, description="Attempts made on the current rung.")
-    rung_preemptions: int = Field(0, description="Attempts on the current rung that ended preempted.")
-    rung_history: list[RungOutcome] = Field(default_factory=list, description="Rungs left or skipped, and why.")
-    quota_pool: str | None = Field(None, description="The GPU quota pool the request holds or waits in.")
-    queued_since: datetime | None = Field(None, description="When it began to wait in trainctl's quota queue.")
-    cancel_requested: bool = Field(False, description="`trainctl cancel` of a request that has no job yet.")
-    permission_denied_since: datetime | None = Field(
-        None, description="When Vertex first refused this attempt's submission with PERMISSION_DENIED."
-    )
-    model_steps: ModelSteps | None = Field(None, description="With a model block: the steps after `succeeded`.")
-
-    @property
-    def final(self) -> bool:
-        return self.state in FINAL_REQUEST_STATES
-
-    @property
-    def model_steps_pending(self) -> bool:
-        """A succeeded request whose model steps are not done: it stays active (reconcile visits it) until they are."""
-        return self.state == "succeeded" and self.model_steps is not None and not self.model_steps.done
-
-    def lease_live(self, now: datetime) -> bool:
-        return self.lease_until is not None and self.lease_until > now
-
-    def envelope(self, now: datetime) -> dict[str, Any]:
-        """The fields every lifecycle event of this request's current attempt shares."""
-        return {
-            "request_id": self.request_id,
-            "request_key": self.key,
-            "attempt": self.attempt,
-            "time": now,
-            "trigger": self.trigger,
-        }
-
-    def add_events(self, events: list[JobEvent]) -> set[str]:
-        """Queue events not published or queued before (same ce-id), in order, each numbered after the last
-        (in the same compare-and-swap as the state change, so no two get one number); the ce-ids queued."""
-        known = set(self.published) | {e.ce_id for e in self.outbox_events()}
-        fresh = [e for e in events if e.ce_id not in known]
-        for event in fresh:
-            self.sequence += 1
-            self.outbox.append(
-                event.model_copy(update={"sequence": self.sequence}).model_dump(mode="json", exclude_none=True)
-            )
-        return {e.ce_id for e in fresh}
-
-    def outbox_events(self) -> list[JobEvent]:
-        return [EVENT_ADAPTER.validate_python(e) for e in self.outbox]
-
-    def mark_published(self, ids: set[str]) -> None:
-        self.outbox = [e for e in self.outbox if EVENT_ADAPTER.validate_python(e).ce_id not in ids]
-        self.published = (self.published + sorted(ids))[-MAX_PUBLISHED_IDS:]
 
 
 @dataclass(frozen=True)
@@ -222,23 +103,37 @@ def job_ref(name: str, region: str, project: str) -> JobRef:
     )
 
 
-def _common(record: Record, job: JobSnapshot, ref: JobRef, now: datetime, message: str) -> dict[str, Any]:
-    return {
-        "request_id": record.request_id,
-        "request_key": record.key,
-        "attempt": record.attempt,
-        "time": now,
-        "message": message,
-        "trigger": record.trigger,
-        "job": ref,
-        "timestamps": Timestamps(created=job.create_time, started=job.start_time, ended=job.end_time),
-    }
+def _envelope(record: Record, job: JobSnapshot, ref: JobRef, now: datetime) -> dict[str, Any]:
+    """The fields every event of one observation shares: the record's envelope, the job and its times."""
+    timestamps = Timestamps(created=job.create_time, started=job.start_time, ended=job.end_time)
+    return record.envelope(now) | {"job": ref, "timestamps": timestamps}
 
 
 def _duration(job: JobSnapshot) -> float | None:
     if job.start_time and job.end_time:
         return round((job.end_time - job.start_time).total_seconds(), 1)
     return None
+
+
+@dataclass(frozen=True)
+class _Observed:
+    """One observation of a record's job, with what the orchestrator has loaded for the decision so far (see
+    `observe`): each state's function below reads what it needs of it."""
+
+    job: JobSnapshot
+    now: datetime
+    common: dict[str, Any]  # the fields every event of this observation shares (_envelope)
+    max_pending: int
+    max_silence: int | None
+    metrics: dict[str, Any] | None
+    metrics_note: str
+    diagnosis: str | None
+    data_failure: bool
+    progress: dict[str, Any] | None
+
+    def fields(self, message: str) -> dict[str, Any]:
+        """An event's common fields, with its message."""
+        return self.common | {"message": message}
 
 
 def observe(
@@ -255,7 +150,8 @@ def observe(
     metrics_note: str = "",
     data_failure: bool = False,
 ) -> Transition:
-    """Fold one observation of the record's job into the record; pure apart from mutating `record`.
+    """Fold one observation of the record's job into the record; pure apart from mutating `record`. What the job's
+    Vertex state means is the function _ON_STATE names for it, below.
 
     `metrics` is None until the orchestrator has loaded metrics.json: a SUCCEEDED job first asks for it.
     `diagnosis` is None until the orchestrator has looked for the cause of a user failure (the trainer's
@@ -267,161 +163,221 @@ def observe(
     `data_failure`: the diagnosis found the built-in trainer's note saying it refused the data (issue 27: drift above
     max_drift, before its first epoch): the reason is `data` instead of `user`, and it is not tried again either.
     """
-    if not writes_heartbeat(record.request):
-        max_silence = None
-    events: list[JobEvent] = []
-    common = _common(record, job, ref, now, "")
+    seen = _Observed(
+        job=job,
+        now=now,
+        common=_envelope(record, job, ref, now),
+        max_pending=max_pending,
+        max_silence=max_silence if writes_heartbeat(record.request) else None,
+        metrics=metrics,
+        metrics_note=metrics_note,
+        diagnosis=diagnosis,
+        data_failure=data_failure,
+        progress=progress,
+    )
     record.job_state = job.state
+    return _ON_STATE.get(job.state, _passing)(record, seen)
 
-    def running_if_missed() -> None:
-        if record.state == "submitted" and job.start_time is not None:
-            events.append(Running(**common | {"message": f"job {job.job_id} is running"}))
-            record.state = "running"
 
-    if job.state in VERTEX_WAITING:
-        if record.stuck:
-            return Transition(events, "cancel")  # the earlier cancel has not taken effect (or failed): again
-        if job.start_time is not None or record.state == "running":
-            # Vertex restarts a job that ran, by itself, after a preemption, a stockout or a crash (reference/
-            # apis.md §6): the same job, the same attempt; max_pending is about waiting to start.
-            return Transition(events)
-        waited = (now - job.create_time).total_seconds() if job.create_time else 0
-        if waited > max_pending:
-            reason = "quota" if job.state == "JOB_STATE_QUEUED" else "capacity"
-            record.stuck, record.failure_reason = True, reason
-            text = f"job waited {format_duration(int(waited))} in {job.state}, longer than max_pending; " + (
-                f"Vertex holds a job in QUEUED until GPU quota frees up. {QUOTA_ADVICE}"
-                if reason == "quota"
-                else "its machines could not be provisioned. Try another region or GPU type, or "
-                "scheduling.strategy flex_start, which waits for capacity instead of failing."
-            )
-            events.append(
-                Stuck(
-                    **common | {"message": text},
-                    reason=reason,
-                    job_state=job.state,
-                    pending_seconds=int(waited),
-                    max_pending_seconds=max_pending,
-                )
-            )
-            return Transition(events, "cancel")
+def _mark_running(record: Record, seen: _Observed, events: list[JobEvent]) -> None:
+    """`running`, once: the record leaves `submitted`."""
+    if record.state == "submitted":
+        events.append(Running(**seen.fields(f"job {seen.job.job_id} is running")))
+        record.state = "running"
+
+
+def _running_if_missed(record: Record, seen: _Observed, events: list[JobEvent]) -> None:
+    """A job that ended before any observation saw it run: its `running` first, when it did start."""
+    if seen.job.start_time is not None:
+        _mark_running(record, seen, events)
+
+
+def _waiting(record: Record, seen: _Observed) -> Transition:
+    """QUEUED or PENDING: the job waits to start; past max_pending it is stuck, and cancelled (its reason: quota in
+    QUEUED, capacity in PENDING)."""
+    job = seen.job
+    if record.stuck:
+        return Transition([], "cancel")  # the earlier cancel has not taken effect (or failed): again
+    if job.start_time is not None or record.state == "running":
+        # Vertex restarts a job that ran, by itself, after a preemption, a stockout or a crash (reference/
+        # apis.md §6): the same job, the same attempt; max_pending is about waiting to start.
+        return Transition([])
+    waited = (seen.now - job.create_time).total_seconds() if job.create_time else 0
+    if waited <= seen.max_pending:
+        return Transition([])
+    reason = "quota" if job.state == "JOB_STATE_QUEUED" else "capacity"
+    record.stuck, record.failure_reason = True, reason
+    text = f"job waited {format_duration(int(waited))} in {job.state}, longer than max_pending; " + (
+        f"Vertex holds a job in QUEUED until GPU quota frees up. {QUOTA_ADVICE}"
+        if reason == "quota"
+        else "its machines could not be provisioned. Try another region or GPU type, or "
+        "scheduling.strategy flex_start, which waits for capacity instead of failing."
+    )
+    stuck = Stuck(
+        **seen.fields(text),
+        reason=reason,
+        job_state=job.state,
+        pending_seconds=int(waited),
+        max_pending_seconds=seen.max_pending,
+    )
+    return Transition([stuck], "cancel")
+
+
+def _running(record: Record, seen: _Observed) -> Transition:
+    """RUNNING or UPDATING: `running` the first time; with a heartbeat to judge (max_silence), a job whose
+    training has not advanced for longer than max_silence is hung, and cancelled."""
+    job, max_silence, progress = seen.job, seen.max_silence, seen.progress
+    if record.stuck:
+        return Transition([], "cancel")  # declared hung; the earlier cancel has not taken effect
+    if max_silence is not None and progress is None:
+        return Transition([], "load_progress")
+    events: list[JobEvent] = []
+    _mark_running(record, seen, events)
+    silent = _silence(progress, seen.now, job.start_time)
+    if max_silence is None or silent is None or silent <= max_silence:
         return Transition(events)
-    if job.state in VERTEX_RUNNING:
-        if record.stuck:
-            return Transition(events, "cancel")  # declared hung; the earlier cancel has not taken effect
-        if max_silence is not None and progress is None:
-            return Transition([], "load_progress")
-        if record.state == "submitted":
-            events.append(Running(**common | {"message": f"job {job.job_id} is running"}))
-            record.state = "running"
-        silent = _silence(progress, now, job.start_time)
-        if max_silence is not None and silent is not None and silent > max_silence:
-            record.stuck, record.failure_reason = True, "hang"
-            step = progress.get("step") if progress else None
-            text = (
-                f"job {job.job_id} is RUNNING but its training has not advanced for {format_duration(int(silent))} "
-                f"(step {step}), longer than max_silence: a hang (a collective stuck on some rank); cancelling it"
-            )
-            events.append(
-                Stuck(
-                    **common | {"message": text},
-                    reason="hang",
-                    job_state=job.state,
-                    silent_seconds=int(silent),
-                    max_silence_seconds=max_silence,
-                )
-            )
-            return Transition(events, "cancel")
-        return Transition(events)
-    if job.state == "JOB_STATE_SUCCEEDED":
-        if metrics is None:
-            return Transition([], "load_metrics")
-        running_if_missed()
-        record.state = "succeeded"
-        text = f"job {job.job_id} succeeded" + (f" in {format_duration(int(d))}" if (d := _duration(job)) else "")
-        text += f"; {metrics_note}" if metrics_note else ""
-        events.append(
-            Succeeded(
-                **common | {"message": text},
-                artifacts=record.artifacts,
-                metrics=metrics,
-                duration_seconds=_duration(job),
-                cost=record.cost,
-            )
+    record.stuck, record.failure_reason = True, "hang"
+    step = progress.get("step") if progress else None
+    text = (
+        f"job {job.job_id} is RUNNING but its training has not advanced for {format_duration(int(silent))} "
+        f"(step {step}), longer than max_silence: a hang (a collective stuck on some rank); cancelling it"
+    )
+    events.append(
+        Stuck(
+            **seen.fields(text),
+            reason="hang",
+            job_state=job.state,
+            silent_seconds=int(silent),
+            max_silence_seconds=max_silence,
         )
-        return Transition(events)
-    if job.state == "JOB_STATE_FAILED":
-        reason = classify_job_failure(job.error_code, job.error_message, started=job.start_time is not None)
-        if reason == "user" and diagnosis is None:
-            return Transition([], "diagnose")
-        reason = blamed_on_data(reason, data_failure)
-        running_if_missed()
-        message = f"{job.error_message} {diagnosis}".strip() if diagnosis else job.error_message
-        metric = quota_metric(job.error_message) if reason == "quota" else None
-        record.failure_reason, record.message = reason, message
-        # Vertex has already restarted the job itself (stockout: 3 times, Spot preemption: 6), so what follows is
-        # the controller's own, later attempt: on the next rung of the ladder when this one is out of capacity or
-        # quota or preempted too often, else on the same rung while attempts remain.
-        text = f"attempt {record.attempt} failed ({reason}) after Vertex's own retries: {job.error_message}"
-        if reason == "preemption":
-            record.rung_preemptions += 1
-        stocked_out = is_stockout(job.error_message)
-        if ladder.has_fallbacks(record) and ladder.leaves_rung(record, reason, stocked_out):
-            if ladder.next_rung(record) is not None:
-                left = ladder.left_because(record, reason, stocked_out)
-                return resubmit(record, events, common, reason, text, now, left=left)
-        elif reason in RESUBMITTABLE and record.attempt < record.max_attempts:
-            return resubmit(record, events, common, reason, text, now)
-        record.state = "failed"
-        advice = f" {QUOTA_ADVICE}" if reason == "quota" else ""
-        events.append(
-            Failed(
-                **common | {"message": f"job {job.job_id} failed ({reason}): {message}{advice}"},
-                reason=reason,
-                quota_metric=metric,
-                artifacts=record.artifacts,
-                duration_seconds=_duration(job),
-                rungs=ladder.final_outcomes(record, f"failed ({reason}): {message}"),
-            )
+    )
+    return Transition(events, "cancel")
+
+
+def _succeeded(record: Record, seen: _Observed) -> Transition:
+    """SUCCEEDED: `succeeded` with the run's metrics, once metrics.json is loaded."""
+    job = seen.job
+    if seen.metrics is None:
+        return Transition([], "load_metrics")
+    events: list[JobEvent] = []
+    _running_if_missed(record, seen, events)
+    record.state = "succeeded"
+    text = f"job {job.job_id} succeeded" + (f" in {format_duration(int(d))}" if (d := _duration(job)) else "")
+    text += f"; {seen.metrics_note}" if seen.metrics_note else ""
+    events.append(
+        Succeeded(
+            **seen.fields(text),
+            artifacts=record.artifacts,
+            metrics=seen.metrics,
+            duration_seconds=_duration(job),
+            cost=record.cost,
         )
-        return Transition(events)
-    if job.state == "JOB_STATE_CANCELLED":
-        if record.stuck and record.failure_reason == "hang":
-            running_if_missed()
-            text = f"attempt {record.attempt} hung and was cancelled"
-            if record.attempt < record.max_attempts:
-                return resubmit(record, events, common, "hang", f"{text}", now)
-            record.state, record.message = "failed", text
-            events.append(
-                Failed(
-                    **common | {"message": f"job {job.job_id} failed (hang): {text}; no attempts left"},
-                    reason="hang",
-                    artifacts=record.artifacts,
-                    duration_seconds=_duration(job),
-                )
-            )
-            return Transition(events)
-        stuck_reason: Literal["quota", "capacity"] | None = None
-        if record.stuck and record.failure_reason in ("quota", "capacity"):
-            stuck_reason = "quota" if record.failure_reason == "quota" else "capacity"
-        if stuck_reason and ladder.has_fallbacks(record):
-            running_if_missed()
-            why = f"waited longer than max_pending ({stuck_reason})"
-            if ladder.next_rung(record) is not None:
-                text = f"attempt {record.attempt} {why} and was cancelled"
-                return resubmit(record, events, common, stuck_reason, text, now, left=ladder.outcome(record, why))
-            return ladder_exhausted(record, events, common, stuck_reason, why, job)
-        record.state = "cancelled"
-        why = f"after waiting longer than max_pending ({stuck_reason})" if stuck_reason else "by request"
-        events.append(
-            Cancelled(
-                **common | {"message": f"job {job.job_id} was cancelled {why}"},
-                reason=stuck_reason,
-                duration_seconds=_duration(job),
-            )
+    )
+    return Transition(events)
+
+
+def _failed(record: Record, seen: _Observed) -> Transition:
+    """FAILED, after Vertex's own retries: a user failure is diagnosed first. Vertex has already restarted the job
+    itself (stockout: 3 times, Spot preemption: 6), so what follows is the controller's own, later attempt: on the
+    next rung of the ladder when this one is out of capacity or quota or preempted too often, else on the same rung
+    while attempts remain; else the request fails."""
+    job = seen.job
+    reason = classify_job_failure(job.error_code, job.error_message, started=job.start_time is not None)
+    if reason == "user" and seen.diagnosis is None:
+        return Transition([], "diagnose")
+    reason = blamed_on_data(reason, seen.data_failure)
+    events: list[JobEvent] = []
+    _running_if_missed(record, seen, events)
+    message = f"{job.error_message} {seen.diagnosis}".strip() if seen.diagnosis else job.error_message
+    record.failure_reason, record.message = reason, message
+    text = f"attempt {record.attempt} failed ({reason}) after Vertex's own retries: {job.error_message}"
+    if reason == "preemption":
+        record.rung_preemptions += 1
+    stocked_out = is_stockout(job.error_message)
+    if ladder.has_fallbacks(record) and ladder.leaves_rung(record, reason, stocked_out):
+        if ladder.next_rung(record) is not None:
+            left = ladder.left_because(record, reason, stocked_out)
+            return resubmit(record, events, seen.common, reason, text, seen.now, left=left)
+    elif reason in RESUBMITTABLE and record.attempt < record.max_attempts:
+        return resubmit(record, events, seen.common, reason, text, seen.now)
+    record.state = "failed"
+    advice = f" {QUOTA_ADVICE}" if reason == "quota" else ""
+    events.append(
+        Failed(
+            **seen.fields(f"job {job.job_id} failed ({reason}): {message}{advice}"),
+            reason=reason,
+            quota_metric=quota_metric(job.error_message) if reason == "quota" else None,
+            artifacts=record.artifacts,
+            duration_seconds=_duration(job),
+            rungs=ladder.final_outcomes(record, f"failed ({reason}): {message}"),
         )
-        return Transition(events)
-    return Transition(events)  # CANCELLING and other passing states: wait for the next observation
+    )
+    return Transition(events)
+
+
+def _cancelled(record: Record, seen: _Observed) -> Transition:
+    """CANCELLED: by trainctl, for a job it declared stuck (hung, or waiting past max_pending), or by request."""
+    if record.stuck and record.failure_reason == "hang":
+        return _cancelled_hung(record, seen)
+    stuck_reason: Literal["quota", "capacity"] | None = None
+    if record.stuck and record.failure_reason in ("quota", "capacity"):
+        stuck_reason = "quota" if record.failure_reason == "quota" else "capacity"
+    if stuck_reason and ladder.has_fallbacks(record):
+        return _cancelled_waiting_on_a_ladder(record, seen, stuck_reason)
+    record.state = "cancelled"
+    why = f"after waiting longer than max_pending ({stuck_reason})" if stuck_reason else "by request"
+    cancelled = Cancelled(
+        **seen.fields(f"job {seen.job.job_id} was cancelled {why}"),
+        reason=stuck_reason,
+        duration_seconds=_duration(seen.job),
+    )
+    return Transition([cancelled])
+
+
+def _cancelled_hung(record: Record, seen: _Observed) -> Transition:
+    """The cancel of a hung job took effect: another attempt while attempts remain, else `failed` (hang)."""
+    events: list[JobEvent] = []
+    _running_if_missed(record, seen, events)
+    text = f"attempt {record.attempt} hung and was cancelled"
+    if record.attempt < record.max_attempts:
+        return resubmit(record, events, seen.common, "hang", text, seen.now)
+    record.state, record.message = "failed", text
+    events.append(
+        Failed(
+            **seen.fields(f"job {seen.job.job_id} failed (hang): {text}; no attempts left"),
+            reason="hang",
+            artifacts=record.artifacts,
+            duration_seconds=_duration(seen.job),
+        )
+    )
+    return Transition(events)
+
+
+def _cancelled_waiting_on_a_ladder(record: Record, seen: _Observed, reason: Literal["quota", "capacity"]) -> Transition:
+    """The cancel of a job that waited past max_pending (for `reason`) took effect, and the request has fallbacks:
+    down the ladder, or `failed` listing every rung when none is left."""
+    events: list[JobEvent] = []
+    _running_if_missed(record, seen, events)
+    why = f"waited longer than max_pending ({reason})"
+    if ladder.next_rung(record) is not None:
+        text = f"attempt {record.attempt} {why} and was cancelled"
+        return resubmit(record, events, seen.common, reason, text, seen.now, left=ladder.outcome(record, why))
+    return ladder_exhausted(record, events, seen.common, reason, why, seen.job)
+
+
+def _passing(record: Record, seen: _Observed) -> Transition:
+    """CANCELLING and other passing states: wait for the next observation."""
+    return Transition([])
+
+
+# What each Vertex job state means for the record; a state not named here is passing.
+_ON_STATE: dict[str, Callable[[Record, _Observed], Transition]] = {
+    **dict.fromkeys(VERTEX_WAITING, _waiting),
+    **dict.fromkeys(VERTEX_RUNNING, _running),
+    "JOB_STATE_SUCCEEDED": _succeeded,
+    "JOB_STATE_FAILED": _failed,
+    "JOB_STATE_CANCELLED": _cancelled,
+}
 
 
 def resubmit(

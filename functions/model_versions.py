@@ -11,17 +11,20 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from functions.lifecycle import Record
 from functions.model_decision import figure
 from functions.planning import runs_builtin_trainer
+from functions.record import Record
 from functions.settings import Settings
+from schemas import catalog
 from schemas.events import Lineage
 from schemas.images import repository_of
-from schemas.request import ModelBlock, TrainingJobRequest
+from schemas.request import ModelBlock, TrainingJobRequest, code_digest
 from schemas.rules import sanitize_label_value
 
-# The label that ties a version to its request (the ledger record's key hash, as `trainctl-key` ties a job to it).
-KEY_LABEL = "trainctl-key"
+# Version labels are spelled with underscores, as job labels are (functions/job_labels.py): ListModelVersions documents
+# its filter as `labels.myKey="myValue"`, and whether a hyphenated key is read there is not documented.
+# The label that ties a version to its request (the ledger record's key hash, as `trainctl_key` ties a job to it).
+KEY_LABEL = "trainctl_key"
 MANAGED_BY = "trainctl"
 # The serving container of a built-in trainer version (trainer/serve.py follows Vertex's custom-container contract:
 # https://cloud.google.com/vertex-ai/docs/predictions/custom-container-requirements).
@@ -38,7 +41,8 @@ MAX_DESCRIPTION = 2000
 
 # The label saying which kind of trainer made a version: `builtin`, or the custom image's repository (issue 26's
 # trust rule, functions/submission.py: a model's versions come from one kind of trainer).
-TRAINER_LABEL = "trainctl-trainer"
+TRAINER_LABEL = "trainctl_trainer"
+LEGACY_TRAINER_LABEL = "trainctl-trainer"  # versions registered before the labels took underscores
 BUILTIN_TRAINER = "builtin"
 
 
@@ -47,6 +51,8 @@ def trainer_kind(request: TrainingJobRequest) -> str:
     every deploy), or a custom image's repository (its tags and digests alike)."""
     if runs_builtin_trainer(request):
         return BUILTIN_TRAINER
+    if request.trainer.python_package is not None:  # a package's module: a name anyone may reuse, but one kind
+        return label_of(f"package/{request.trainer.python_package.module}")
     image = str(request.trainer.image)
     return label_of(repository_of(image) or image)
 
@@ -56,7 +62,7 @@ def trainer_kind_problem(request: TrainingJobRequest, champion_labels: dict[str,
     versions come from another kind of trainer. A custom image reports its own metrics (champion figures included),
     so one allowed image must not be able to promote itself over a model the built-in trainer feeds, or over
     another image's. A champion registered before the label existed counts as the built-in trainer's."""
-    theirs = champion_labels.get(TRAINER_LABEL, BUILTIN_TRAINER)
+    theirs = champion_labels.get(TRAINER_LABEL) or champion_labels.get(LEGACY_TRAINER_LABEL, BUILTIN_TRAINER)
     mine = trainer_kind(request)
     if theirs == mine:
         return None
@@ -71,7 +77,9 @@ def trainer_kind_problem(request: TrainingJobRequest, champion_labels: dict[str,
 
 
 def image_of(request: TrainingJobRequest, settings: Settings) -> str:
-    """The image that trained the run (and, for the built-in trainer, serves it)."""
+    """The image that trained the run (and, for the built-in trainer, serves it); a package's executor."""
+    if request.trainer.python_package is not None:
+        return catalog.executor_image(request.trainer.python_package.executor, settings.region)
     return settings.trainer_image if runs_builtin_trainer(request) else str(request.trainer.image)
 
 
@@ -87,6 +95,7 @@ def lineage(record: Record, settings: Settings) -> Lineage:
         marker=marker,
         job=record.job_name,
         image=image_of(request, settings),
+        code_digest=code_digest(record.request),
         champion_passed=record.model_steps.champion_version if record.model_steps else None,
     )
 
@@ -121,17 +130,17 @@ def version_labels(record: Record, image: str) -> dict[str, str]:
     """Lineage as labels (label rules: ≤ 63 of [a-z0-9_-]); the full text is in the version's description."""
     labels = {
         KEY_LABEL: record.key_hash,
-        "trainctl-request": sanitize_label_value(record.request_id),
-        "trainctl-dataset": label_of(str(record.request["dataset"]["uri"])),
-        "trainctl-image": label_of(image),
+        "trainctl_request": sanitize_label_value(record.request_id),
+        "trainctl_dataset": label_of(str(record.request["dataset"]["uri"])),
+        "trainctl_image": label_of(image),
         TRAINER_LABEL: trainer_kind(TrainingJobRequest.model_validate(record.request)),
         "managed-by": MANAGED_BY,
     }
     if record.job_name:
-        labels["trainctl-job"] = sanitize_label_value(record.job_name.rsplit("/", 1)[-1])
+        labels["trainctl_job"] = sanitize_label_value(record.job_name.rsplit("/", 1)[-1])
     trigger = record.trigger
     if trigger is not None and trigger.kind == "gcs" and trigger.generation:
-        labels["trainctl-generation"] = sanitize_label_value(trigger.generation)
+        labels["trainctl_generation"] = sanitize_label_value(trigger.generation)
     return labels
 
 
@@ -144,7 +153,7 @@ def serving_container(request: TrainingJobRequest, settings: Settings) -> dict[s
             "command": SERVING_COMMAND,
             "ports": [{"containerPort": SERVING_PORT}],
         }
-    return {"imageUri": str(request.trainer.image)}
+    return {"imageUri": image_of(request, settings)}
 
 
 def evaluation_name(key_hash: str) -> str:

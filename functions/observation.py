@@ -32,10 +32,12 @@ from functions.job_outputs import (
     parse_progress,
 )
 from functions.ledger import Ledger
-from functions.lifecycle import JobSnapshot, Record, job_ref, observe, runs_builtin
+from functions.lifecycle import JobSnapshot, job_ref, observe, runs_builtin
 from functions.outbox import Outbox
 from functions.ports import Jobs, Storage
 from functions.promotion import Promotion
+from functions.quota_queue import QuotaQueue
+from functions.record import Record
 from functions.settings import Settings
 from functions.submission import Submission
 from functions.sweep import NOTHING_SEEN, Listing, Seen, Window, listings, seen_after, unchanged
@@ -61,6 +63,7 @@ class Observation:
     jobs: Jobs
     outbox: Outbox
     submission: Submission  # a claimed record whose lease ran out, or a failure worth another attempt
+    queue: QuotaQueue  # a request that has ended lets go of its GPU quota; those waiting leave in arrival order
     clock: Callable[[], datetime]
     owner: str
     promotion: Promotion  # a success with a model block: register, decide, promote
@@ -107,7 +110,7 @@ class Observation:
         record, generation = found
         with logs.request_context(record.request_id), _tagged(record.request_id):
             # First: whatever fails below (a publish, the history index), an ended request holds no GPU quota.
-            self.submission.release_quota(record)
+            self.queue.release(record)
             record, generation = self.outbox.flush_stale(record, generation)
             now = self.clock()
             if record.final:
@@ -157,7 +160,7 @@ class Observation:
             record.owner = self.owner
             record.lease_until = now + timedelta(seconds=self.settings.lease)
         generation = self.outbox.save(record, generation)
-        self.submission.release_quota(record)  # once the ended state is saved, before anything else can fail
+        self.queue.release(record)  # once the ended state is saved, before anything else can fail
         if transition.action == "cancel":
             self.jobs.cancel(job.name)
         record, generation = self.outbox.flush(record, generation, mine)
@@ -300,8 +303,8 @@ class Observation:
         outcomes: dict[str, str] = {}
         if not queued:
             return outcomes
-        for pool in self.submission.pools.names():
-            for khash in self.submission.pools.waiting(pool):
+        for line in self.queue.lines():
+            for khash in line:
                 if khash not in queued or not deadline.allows(MIN_OBSERVE_SECONDS):
                     continue
                 outcomes[khash] = self._sweep_one(khash, Listing(), None)
@@ -312,7 +315,7 @@ class Observation:
     def _forget_quota_of_ended_requests(self) -> None:
         """A handler that died between ending a request and releasing its quota left it counted: drop it."""
         try:
-            dropped = self.submission.pools.forget_inactive(lambda: set(self.ledger.active()))
+            dropped = self.queue.forget_inactive(lambda: set(self.ledger.active()))
         except Exception as exc:  # the next tick tries again; the sweep's own work is done
             logs.error(f"reconcile could not tidy the GPU quota pools: {type(exc).__name__}: {exc}")
             return

@@ -1,6 +1,6 @@
 """The outbox: events are written into the ledger record in the same compare-and-swap that changes its state,
 then published, then marked published. A handler that dies between the two leaves them for whoever reads the
-record next, so no state change is lost, and none is published twice under two ids (lifecycle.Record)."""
+record next, so no state change is lost, and none is published twice under two ids (record.Record)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from functions.errors import Transient
 from functions.gcs import Conflict
 from functions.history import FINAL_EVENT_STATES, MODEL_DECISION_KEY, MODEL_DECISION_STATES, outcome_of
 from functions.ledger import Ledger
-from functions.lifecycle import Record
 from functions.monitoring_fields import published_fields
 from functions.output_claims import OutputClaims, output_dir_of
 from functions.ports import Events
+from functions.record import Record
 
 
 def whole_outbox(record: Record) -> set[str]:

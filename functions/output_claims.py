@@ -21,8 +21,8 @@ from functions.errors import Transient
 from functions.gcs import Conflict
 from functions.keys import key_hash
 from functions.ledger import Ledger
-from functions.lifecycle import Record
 from functions.ports import Storage
+from functions.record import Record
 from schemas.rules import split_gs_uri
 
 OUTPUTS_PREFIX = "outputs/"

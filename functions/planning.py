@@ -58,15 +58,13 @@ def reduction_server_image(settings: Settings, region: str) -> str:
     current = next((prefix for prefix in _REDUCTION_SERVER_MULTIREGIONS if image.startswith(prefix)), None)
     if region == settings.region or current is None:
         return image
-    nearest = (
-        "europe" if region.startswith("europe-") else "asia" if region.startswith(("asia-", "australia-")) else "us"
-    )
-    return f"{nearest}-docker.pkg.dev/" + image.removeprefix(current)
+    return f"{catalog.nearest_multiregion(region)}-docker.pkg.dev/" + image.removeprefix(current)
 
 
 def runs_builtin_trainer(request: TrainingJobRequest) -> bool:
-    """Whether the job runs the built-in trainer (and so as its account, into runs/); any trainer.image is custom."""
-    return request.trainer.image is None
+    """Whether the job runs the built-in trainer (and so as its account, into runs/); an image or a package of the
+    request's own is custom code."""
+    return not request.trainer.is_custom_code
 
 
 def own_folder(request: TrainingJobRequest, settings: Settings) -> str:
@@ -91,7 +89,7 @@ def builtin_gradient_mb(request: TrainingJobRequest) -> float | None:
     """At least how many MB of fp32 gradients the built-in MLP all-reduces per step (None for a custom image,
     whose model the planner cannot see). Input and output widths are not known before the data is read, so
     they count as the chosen feature columns and one output: a lower bound."""
-    if request.trainer.image is not None:
+    if request.trainer.is_custom_code:
         return None
     hidden = (request.trainer.hyperparameters or TabularHyperparameters()).hidden_sizes
     widths = [len(request.dataset.features or []), *hidden, 1]
@@ -277,21 +275,32 @@ def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[st
     return args
 
 
-def _container_spec(
-    request: TrainingJobRequest, settings: Settings, reduction_server: bool, champion: str | None
+def _task_spec(
+    request: TrainingJobRequest, settings: Settings, region: str, reduction_server: bool, champion: str | None
 ) -> dict[str, Any]:
+    """The worker pools' task, keyed as WorkerPoolSpec's oneof: `container_spec` for the built-in trainer and a
+    custom image, `python_package_spec` for a package on its executor (custom_job.proto)."""
     trainer = request.trainer
     champion_args = [CHAMPION_ARG, champion] if champion else []
-    if trainer.image is None:
-        return {"image_uri": settings.trainer_image, "args": trainer_args(request, reduction_server) + champion_args}
-    spec: dict[str, Any] = {"image_uri": trainer.image}
+    if trainer.builtin is not None:
+        args = trainer_args(request, reduction_server) + champion_args
+        return {"container_spec": {"image_uri": settings.trainer_image, "args": args}}
+    if trainer.python_package is not None:
+        package = trainer.python_package
+        spec: dict[str, Any] = {
+            "executor_image_uri": catalog.executor_image(package.executor, region),
+            "package_uris": list(package.uris),
+            "python_module": package.module,
+        }
+    else:
+        spec = {"image_uri": trainer.image}
     if trainer.command:
         spec["command"] = list(trainer.command)
     if trainer.args or champion_args:
         spec["args"] = list(trainer.args or []) + champion_args
     if trainer.env:
         spec["env"] = [{"name": name, "value": value} for name, value in trainer.env.items()]
-    return spec
+    return {"python_package_spec" if trainer.python_package is not None else "container_spec": spec}
 
 
 def labels(request: TrainingJobRequest, settings: Settings, request_key: str, attempt: int) -> dict[str, str]:
@@ -331,7 +340,7 @@ def plan_custom_job(
         "accelerator_type": res.accelerator_type,
         "accelerator_count": res.accelerator_count,
     }
-    container = _container_spec(request, settings, reducers.enabled, champion)
+    task = _task_spec(request, settings, region, reducers.enabled, champion)
     disk: dict[str, Any] = {"boot_disk_size_gb": res.boot_disk.size_gb}
     disk_type = catalog.boot_disk_type_to_send(res.machine_type, res.boot_disk.type)
     if disk_type is not None:
@@ -341,7 +350,7 @@ def plan_custom_job(
         return {
             "machine_spec": machine_spec,
             "replica_count": str(replicas),
-            "container_spec": container,
+            **task,
             "disk_spec": disk,
         }
 

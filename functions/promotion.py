@@ -30,12 +30,12 @@ from functions.errors import Transient
 from functions.failures import NOT_FOUND, PERMISSION_DENIED, call_failure_reason
 from functions.gcs import Conflict, StorageError, TooLarge
 from functions.job_outputs import MAX_OUTPUT_BYTES, Unreadable, parse_metrics
-from functions.lifecycle import ModelSteps, Record
 from functions.model_decision import Figures, NoMetric, decide, figure, metric_and_goal, same_rows_figure
 from functions.model_ledger import Entry, ModelLedger, Move
 from functions.model_versions import KEY_LABEL, evaluation_body, evaluation_name, lineage, upload_body
 from functions.outbox import Outbox
 from functions.ports import Registry, Storage
+from functions.record import ModelSteps, Record
 from functions.registry import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected

@@ -1,9 +1,13 @@
 """trainctl's own count of the GPU quota its jobs hold, per (region, Vertex quota metric): one small object in the
 control bucket per pool, changed only by compare-and-swap, so concurrent admissions never together admit more
-GPUs than the limit. Requests that do not fit wait in the pool's queue, in arrival order; only the first one
-waiting may be admitted (a large request is not overtaken for ever by small ones).
+GPUs than the limit. Requests that do not fit wait in the pool's queue, in arrival order; the one fair share
+names next (functions/fair_share.py: first in, first out within a team, the team holding least per weight first)
+is the only one that may be admitted (a large request is not overtaken for ever by small ones).
 
-  quota/<region>/<metric>.json   {"holders": {key hash: GPUs}, "waiting": [key hash, …]}
+  quota/<region>/<metric>.json   {"holders": {key hash: GPUs}, "waiting": [key hash, …],
+                                  "teams": {key hash: team}, "wants": {waiting key hash: GPUs}}
+
+A pool written before teams (no "teams", no "wants") reads as one team whose waiters are asked again.
 
 A holder is released when its request ends; reconcile also drops holders and waiters whose request is no longer
 active (a handler that died between the two), so the count cannot leak.
@@ -19,8 +23,10 @@ from dataclasses import dataclass, field
 
 from functions import deadline
 from functions.errors import Transient
+from functions.fair_share import Ask, HeldBy, Shares, decide
 from functions.gcs import Conflict
 from functions.ports import Storage
+from functions.teams import NO_TEAMS, everyone_shares
 
 QUOTA_PREFIX = "quota/"
 
@@ -34,17 +40,33 @@ def pool_name(region: str, metric: str) -> str:
 class Pool:
     holders: dict[str, int] = field(default_factory=dict)
     waiting: list[str] = field(default_factory=list)
+    teams: dict[str, str] = field(default_factory=dict)  # holders' and waiters' teams
+    wants: dict[str, int] = field(default_factory=dict)  # waiters' GPUs
 
     @property
     def held(self) -> int:
         return sum(self.holders.values())
+
+    def team(self, khash: str) -> str:
+        return self.teams.get(khash, NO_TEAMS)
+
+    def held_by(self, team: str) -> int:
+        return sum(gpus for khash, gpus in self.holders.items() if self.team(khash) == team)
+
+    def forget(self, khash: str) -> None:
+        self.holders.pop(khash, None)
+        if khash in self.waiting:
+            self.waiting.remove(khash)
+        self.teams.pop(khash, None)
+        self.wants.pop(khash, None)
 
 
 @dataclass(frozen=True)
 class Admission:
     granted: bool
     held: int  # GPUs the other holders hold
-    ahead: int  # requests waiting before this one
+    ahead: int  # requests fair share admits before this one
+    held_by: HeldBy | None = None  # why it waits: its team's share, or the project's quota
 
 
 class QuotaPools:
@@ -57,10 +79,19 @@ class QuotaPools:
         if found is None:
             return Pool(), 0
         data = json.loads(found[0])
-        return Pool(dict(data.get("holders", {})), list(data.get("waiting", []))), found[1]
+        state = Pool(
+            dict(data.get("holders", {})),
+            list(data.get("waiting", [])),
+            dict(data.get("teams", {})),
+            dict(data.get("wants", {})),
+        )
+        return state, found[1]
 
     def _write(self, pool: str, state: Pool, generation: int) -> None:
-        body = json.dumps({"holders": state.holders, "waiting": state.waiting}, sort_keys=True)
+        body = json.dumps(
+            {"holders": state.holders, "waiting": state.waiting, "teams": state.teams, "wants": state.wants},
+            sort_keys=True,
+        )
         self._gcs.write(self.bucket, f"{QUOTA_PREFIX}{pool}.json", body, generation)
 
     def _change(self, pool: str, change: Callable[[Pool], tuple[Admission, bool]]) -> Admission:
@@ -78,24 +109,37 @@ class QuotaPools:
                     raise Transient(f"the GPU quota pool {pool} kept changing") from None
                 time.sleep(random.uniform(0.02, 0.2))
 
-    def acquire(self, pool: str, khash: str, gpus: int, limit: int) -> Admission:
-        """Hold `gpus` of the pool for the request if they fit under `limit` and nobody waits before it; else
-        queue it (once). Asking again is safe: a holder is granted, a waiter keeps its place."""
+    def acquire(
+        self,
+        pool: str,
+        khash: str,
+        gpus: int,
+        limit: int,
+        team: str = NO_TEAMS,
+        shares: Shares = everyone_shares,
+    ) -> Admission:
+        """Hold `gpus` of the pool for the request of `team` if they fit under `limit` and fair share names it next
+        (`shares`: each team's share of this pool's metric); else queue it (once). Asking again is safe: a holder
+        is granted, a waiter keeps its place."""
 
         def change(state: Pool) -> tuple[Admission, bool]:
-            others = state.held - state.holders.get(khash, 0)
+            holders = {k: Ask(k, state.team(k), n) for k, n in state.holders.items()}
+            # A waiter from before teams has no recorded want: counted as this ask's size until it asks again.
+            waiting = [Ask(k, state.team(k), state.wants.get(k, gpus)) for k in state.waiting]
+            verdict = decide(Ask(khash, team, gpus), holders, waiting, shares, limit)
+            admission = Admission(verdict.granted, verdict.held, verdict.ahead, verdict.held_by)
             if khash in state.holders:
-                return Admission(True, others, 0), False
-            ahead = state.waiting.index(khash) if khash in state.waiting else len(state.waiting)
-            if ahead == 0 and others + gpus <= limit:
-                state.holders[khash] = gpus
-                if khash in state.waiting:
-                    state.waiting.remove(khash)
-                return Admission(True, others, 0), True
-            if khash in state.waiting:
-                return Admission(False, others, ahead), False
-            state.waiting.append(khash)
-            return Admission(False, others, ahead), True
+                return admission, False
+            if verdict.granted:
+                state.forget(khash)
+                state.holders[khash], state.teams[khash] = gpus, team
+                return admission, True
+            if khash in state.waiting and state.wants.get(khash) == gpus and state.team(khash) == team:
+                return admission, False
+            if khash not in state.waiting:
+                state.waiting.append(khash)
+            state.teams[khash], state.wants[khash] = team, gpus
+            return admission, True
 
         return self._change(pool, change)
 
@@ -104,15 +148,15 @@ class QuotaPools:
 
         def change(state: Pool) -> tuple[Admission, bool]:
             changed = khash in state.holders or khash in state.waiting
-            state.holders.pop(khash, None)
-            if khash in state.waiting:
-                state.waiting.remove(khash)
+            state.forget(khash)
             return Admission(False, state.held, 0), changed
 
         self._change(pool, change)
 
-    def held(self, pool: str) -> int:
-        return self._read(pool)[0].held
+    def held(self, pool: str, team: str | None = None) -> int:
+        """GPUs held in the pool: by everyone, or by one team."""
+        state = self._read(pool)[0]
+        return state.held if team is None else state.held_by(team)
 
     def waiting(self, pool: str) -> list[str]:
         """The requests waiting in the pool, first in line first."""
@@ -137,9 +181,7 @@ class QuotaPools:
                 now_active = active()
                 stale = [k for k in [*state.holders, *state.waiting] if k not in now_active]
                 for khash in stale:
-                    state.holders.pop(khash, None)
-                    if khash in state.waiting:
-                        state.waiting.remove(khash)
+                    state.forget(khash)
                 return Admission(False, state.held, 0), bool(stale)
 
             self._change(pool, change)

@@ -11,6 +11,7 @@ import os
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from functions.teams import Teams, TeamsError, parse_teams
 from schemas.images import normalize_prefix, prefix_problem
 from schemas.rules import parse_duration
 
@@ -43,6 +44,10 @@ class Settings:
     # read with a trailing '/' unless written as one full image. The built-in trainer's repository never
     # counts, whatever is listed here (functions/admission.py).
     allowed_image_prefixes: tuple[str, ...] = ()
+    # Whether requests may run their own Python package on a prebuilt PyTorch container (trainer.python_package,
+    # issue 31): custom code like an allowed image, run as the custom account; off unless the operator turns it on
+    # (Terraform's allow_python_packages).
+    allow_python_packages: bool = False
     allowed_data_buckets: tuple[str, ...] = ()
     allowed_output_buckets: tuple[str, ...] = ()
     allowed_service_accounts: tuple[str, ...] = ()
@@ -77,6 +82,9 @@ class Settings:
     # waits for another delivery's live claim before asking for redelivery (functions/submission.py), and a
     # factor on every pause between the adapters' retries (functions/retry.py), so that a test of a dependency
     # that is down need not sit through the backoff meant for the cloud's.
+    # Teams (functions/teams.py; issue 32): JSON, Terraform's variable `teams` with each team's topic filled in.
+    # None: one team, which holds the whole quota, and no budgets.
+    teams: Teams | None = None
     outbox_grace: int = 8
     claim_wait: int = 20
     retry_pause_scale: float = 1.0
@@ -113,6 +121,8 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
             "claim_wait",
         ):
             return parse_duration(raw)
+        if attr == "teams":
+            return parse_teams(raw)
         if attr == "allowed_image_prefixes":
             prefixes = tuple(item.strip() for item in raw.split(",") if item.strip())
             problems = [problem for prefix in prefixes if (problem := prefix_problem(prefix))]
@@ -130,7 +140,7 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
         if isinstance(default, float):
             return float(raw)
         return raw
-    except ValueError as exc:
+    except (ValueError, TeamsError) as exc:
         raise SettingsError(f"{name}: {exc}") from None
 
 

@@ -4,7 +4,8 @@ The steps, in the order a new request takes them (each labelled below):
   0. admit: guardrails and the dataset preflight, before anything is written;
   1. claim: create the ledger record with if_generation_match=0 (CLAIMED, a lease), queue `accepted`;
   2. a record that exists: duplicate, conflict, wait for a live claim, or take over an expired one;
-  3. find-or-create the job labelled with the key and attempt (functions/vertex.py, the one place);
+  3. find-or-create the job labelled with the key and attempt (functions/vertex.py, the one place), once the rung's
+     GPUs fit the project's quota (else it waits: functions/quota_queue.py); a refusal: functions/refusals.py;
   4. record SUBMITTED and the job name (compare-and-swap), publish `submitted`.
 A crash at any point leaves a live lease (the redelivery waits) or a labelled job (adopted). Never two jobs.
 """
@@ -23,43 +24,42 @@ from typing import TYPE_CHECKING, Any
 
 from functions import deadline, logs, triggers
 from functions.admission import admission_problems, dataset_problem
+from functions.budgets import request_worst_case_usd, worst_case_usd
 from functions.data_admission import DataCheck, check_dataset
 from functions.errors import Transient
-from functions.failures import PERMISSION_DENIED, QUOTA_ADVICE, permission_advice, quota_metric
+from functions.failures import QUOTA_ADVICE
 from functions.gcs import Conflict, StorageError
 from functions.history import outcome_of
 from functions.keys import key_hash
-from functions.ladder import LadderRung, has_fallbacks, ladder_of, next_rung, skipped_outcomes
-from functions.ladder import outcome as rung_outcome
+from functions.ladder import ladder_of, skipped_outcomes
 from functions.ledger import IdTaken, Ledger
-from functions.lifecycle import ModelSteps, Record, backoff, decide_on_existing, job_ref, ladder_exhausted, resubmit
+from functions.lifecycle import decide_on_existing, job_ref
 from functions.model_versions import trainer_kind_problem
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
 from functions.output_claims import OutputClaims
 from functions.planning import Plan, plan_custom_job
 from functions.ports import Events, Quotas, Registry, Storage
-from functions.quota_pool import QuotaPools, pool_name
+from functions.quota_queue import QuotaQueue
+from functions.record import LadderRung, ModelSteps, Record
+from functions.refusals import Refusals
 from functions.settings import Settings
+from functions.teams import NO_TEAMS, label_problem
 from functions.vertex import CallRejected, LazyJobs
 from schemas.errors import FieldError
 from schemas.events import (
     Accepted,
     Artifacts,
-    Cancelled,
+    Budget,
     CostEstimate,
     Duplicate,
-    Failed,
-    JobEvent,
-    Queued,
     Rejected,
-    Retrying,
     Submitted,
     Trigger,
     cost_summary,
 )
-from schemas.request import TrainingJobRequest, rung_prefix
-from schemas.rules import format_duration, split_gs_uri
+from schemas.request import TrainingJobRequest, code_digest, rung_prefix
+from schemas.rules import split_gs_uri
 
 if TYPE_CHECKING:
     from functions.registry import ModelVersion
@@ -71,6 +71,7 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("scheduling", "max_preemptions"): 1,
     ("model",): None,
     ("model", "max_drift"): None,
+    ("trainer", "python_package"): None,
 }
 
 
@@ -112,6 +113,8 @@ class Delivery:
     trigger: Trigger
     event_id: str
     time: datetime
+    # Where it arrived decides its team (its topic, its marker template's `team`): None, the default team.
+    team: str | None = None
 
 
 @dataclass
@@ -124,8 +127,9 @@ class Submission:
     outbox: Outbox
     clock: Callable[[], datetime]
     owner: str
-    quotas: Quotas | None  # the project's GPU limits; None: no quota gating
-    pools: QuotaPools  # what trainctl's own jobs hold of them, and who waits
+    quotas: Quotas | None  # the project's GPU limits (a rung that can never fit them is skipped); None: no gating
+    queue: QuotaQueue  # trainctl's quota queue: what a rung holds of the quota, and who waits for it
+    refusals: Refusals  # what Vertex refusing the submission does to the request
     outputs: OutputClaims  # the output folders active requests hold outside the control bucket
     registry: Callable[[], Registry]  # Vertex's Model Registry, built on first use (requests with a model block)
 
@@ -139,6 +143,7 @@ class Submission:
         reason: str = "invalid",
         cost: CostEstimate | None = None,
         saved_gpu_hours: float | None = None,
+        budget: Budget | None = None,
     ) -> str:
         """Publish `rejected` for input that will never become valid; nothing is written to the ledger. `cost` and
         `saved_gpu_hours`: what the run would have cost at most, for a rejection that saved it (the data check)."""
@@ -154,6 +159,8 @@ class Submission:
             errors=errors,
             cost=cost,
             saved_gpu_hours=saved_gpu_hours,
+            budget=budget,
+            team=self.team_of(delivery) if self.settings.teams else delivery.team,
         )
         self.publisher.publish(event)
         logs.info("published rejected", **published_fields(event), rule=rejection_rule(errors))
@@ -174,12 +181,15 @@ class Submission:
             return self.reject(
                 request.request_id, key, delivery, [str(p) for p in problems], "the request breaks a guardrail"
             )
+        team = self.team_of(delivery)
+        if self.settings.teams and (forged := label_problem(request.labels, team)):
+            return self.reject(request.request_id, key, delivery, [forged], "labels.team is not where it arrived")
         digest = spec_hash(request)
         found = self.ledger.read(key_hash(key))
         if found is None:
             if (problem := self._dataset_problem(request)) is not None:
                 return self.reject(request.request_id, key, delivery, [str(problem)], "the dataset holds no data")
-            rungs = self._ladder(request)
+            rungs = self._ladder(request, team)
             start = next((index for index, rung in enumerate(rungs) if rung.skipped is None), None)
             if start is None:
                 return self.reject(
@@ -187,9 +197,12 @@ class Submission:
                     key,
                     delivery,
                     [f"{rung_prefix(index)}resources: {rung.skipped}" for index, rung in enumerate(rungs)],
-                    "no rung of the request can ever fit the project's GPU quota",
+                    "no rung of the request can ever fit the project's GPU quota"
+                    + (f" or team {team}'s share of it" if self.settings.teams else ""),
                     reason="quota",
                 )
+            if (budget := self._over_budget(request, team)) is not None:
+                return self._reject_budget(request, key, delivery, budget)
             champion = self._champion(request)
             if champion is not None and request.model is not None:
                 unfair = trainer_kind_problem(request, champion.labels, request.model.name)
@@ -218,7 +231,10 @@ class Submission:
                     ],
                     "the output_dir overlaps an active request's",
                 )
-            record = self._new_record(request, key, explicit_id, delivery, plan, digest, rungs, start, champion, data)
+            teamed = team if self.settings.teams or delivery.team else None
+            record = self._new_record(
+                request, key, explicit_id, delivery, plan, digest, rungs, start, champion, data, teamed
+            )
             try:
                 generation = self.ledger.create(record)
             except IdTaken as taken:
@@ -319,15 +335,16 @@ class Submission:
             return None
         return champion
 
-    def _ladder(self, request: TrainingJobRequest) -> list[LadderRung]:
+    def _ladder(self, request: TrainingJobRequest, team: str) -> list[LadderRung]:
         """The request's rungs, each marked skipped when it can never fit the project's GPU quota (more GPUs than
-        the limit; an unknown limit skips nothing)."""
+        the limit; an unknown limit skips nothing), or its team's share of it (nominal + what it may borrow)."""
         rungs = ladder_of(request, self.settings.region)
         if self.quotas is None:
             return rungs
         marked = []
         for rung in rungs:
             limit = self.quotas.limit(rung.quota_metric, rung.region)
+            cap = self.queue.shares(rung.quota_metric)(team).cap(limit) if limit is not None else None
             if limit is not None and rung.gpus > limit:
                 rung = rung.model_copy(
                     update={
@@ -335,8 +352,59 @@ class Submission:
                         f"the project's limit is {limit}. {QUOTA_ADVICE}"
                     }
                 )
+            elif cap is not None and rung.gpus > cap:
+                share = self.queue.shares(rung.quota_metric)(team)
+                rung = rung.model_copy(
+                    update={
+                        "skipped": f"needs {rung.gpus} GPUs of {rung.quota_metric}; team {team} may hold {cap} "
+                        f"of it ({share.nominal} its own, borrowing up to {share.borrow_limit}): ask the operator "
+                        "for a larger share (the teams setting), or choose another GPU type"
+                    }
+                )
             marked.append(rung)
         return marked
+
+    def team_of(self, delivery: Delivery) -> str:
+        """The team a delivery arrived as: its topic's or its template's; the default team (or the only one)."""
+        teams = self.settings.teams
+        return delivery.team or (teams.default_team if teams else NO_TEAMS)
+
+    def _over_budget(self, request: TrainingJobRequest, team: str) -> Budget | None:
+        """The team's budget figures when this request's worst case does not fit what is left of it this month:
+        what its requests that ended this month cost (history), plus the worst case of its active ones."""
+        teams = self.settings.teams
+        budget = teams.teams[team].monthly_budget_usd if teams and team in teams.teams else None
+        if budget is None:
+            return None
+        now = self.clock()
+        month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        spent = sum(
+            o.hourly_usd * (o.run_seconds or 0) / 3600 for o in self.ledger.outcomes(month_start) if o.team == team
+        )
+        active = sum(worst_case_usd(r) for r in self.ledger.active_records() if r.team == team and not r.final)
+        needed = request_worst_case_usd(request)
+        if spent + active + needed <= budget:
+            return None
+        return Budget(
+            team=team,
+            month=f"{month_start:%Y-%m}",
+            budget_usd=round(budget, 2),
+            spent_usd=round(spent, 2),
+            active_usd=round(active, 2),
+            request_usd=round(needed, 2),
+        )
+
+    def _reject_budget(self, request: TrainingJobRequest, key: str, delivery: Delivery, budget: Budget) -> str:
+        total = budget.spent_usd + budget.active_usd + budget.request_usd
+        error = (
+            f"budget: team {budget.team}'s budget for {budget.month} is ${budget.budget_usd:,.2f}; its requests spent "
+            f"${budget.spent_usd:,.2f}, its active ones may spend up to ${budget.active_usd:,.2f} more, and this one "
+            f"up to ${budget.request_usd:,.2f} (its costliest rung × max_attempts): ${total:,.2f} in all. Wait for "
+            "active requests to end, lower this one's GPUs, timeout or max_attempts, or ask the operator for a larger "
+            "monthly_budget_usd"
+        )
+        message = f"team {budget.team}'s monthly budget would be exceeded"
+        return self.reject(request.request_id, key, delivery, [error], message, reason="budget", budget=budget)
 
     def _new_record(
         self,
@@ -350,9 +418,11 @@ class Submission:
         start: int,
         champion: ModelVersion | None,
         data: DataCheck,
+        team: str | None,
     ) -> Record:
         now = self.clock()
         record = Record(
+            team=team,
             key=key,
             key_hash=key_hash(key),
             request_id=request.request_id,
@@ -397,7 +467,9 @@ class Submission:
             cost=plan.cost,
             skipped_rungs=skipped_outcomes(rungs) or None,
             labels=request.labels or None,
+            team=team,
             new_columns=data.new_columns or None,
+            code_digest=code_digest(record.request),
         )
         record.add_events([accepted])
         return record
@@ -471,17 +543,14 @@ class Submission:
             champion = record.model_steps.champion_uri if record.model_steps else None
             plan = plan_custom_job(request, self.settings, record.key, record.attempt, record.rung, champion)
         # Before step 3: the GPU quota this rung draws on must have room for it, else it waits in trainctl's queue.
-        queued = self._wait_for_quota(record, generation)
-        if queued is not None:
-            return queued
+        if not self.queue.hold_or_queue(record, generation):
+            return "queued"
         # Step 3: find or create the job.
         try:
             job, adopted = self.jobs.find_or_create(plan.custom_job, plan.region, legacy=not new_attempt)
         except CallRejected as exc:
-            if exc.code == PERMISSION_DENIED:
-                account = str(plan.custom_job["job_spec"].get("service_account", ""))
-                return self._refused_permission(record, generation, exc, account)
-            return self._refused_by_vertex(record, generation, exc)
+            account = str(plan.custom_job["job_spec"].get("service_account", ""))
+            return self.refusals.handle(record, generation, exc, account)
         except Transient:
             self._release(record, generation)
             raise
@@ -502,6 +571,7 @@ class Submission:
                     cost=plan.cost,
                     artifacts=record.artifacts,
                     reduction_server_replicas=plan.reduction_server.replicas,
+                    code_digest=code_digest(record.request),
                 )
             ]
         )
@@ -516,188 +586,13 @@ class Submission:
         logs.info("submitted", job=job.name, attempt=record.attempt)
         return "submitted"
 
-    def _wait_for_quota(self, record: Record, generation: int) -> str | None:
-        """Hold this rung's GPUs in trainctl's count of the project's quota, or queue the request (state
-        `queued`, a `queued` event the first time) until reconcile finds room; None when it may go on."""
-        if not record.ladder or self.quotas is None:
-            return None  # a record from before the ladder, or no quota reader
-        rung = record.ladder[record.rung]
-        limit = self.quotas.limit(rung.quota_metric, rung.region)
-        pool = pool_name(rung.region, rung.quota_metric)
-        if record.quota_pool not in (None, pool):
-            self.pools.release(record.quota_pool, record.key_hash)  # the ladder moved to another quota
-            record.quota_pool = None
-        if limit is None:
-            return None
-        admission = self.pools.acquire(pool, record.key_hash, rung.gpus, limit)
-        record.quota_pool = pool
-        if admission.granted:
-            return None
-        now = self.clock()
-        if record.state != "queued":
-            record.state, record.queued_since = "queued", now
-            record.add_events(
-                [
-                    Queued(
-                        **record.envelope(now),
-                        message=f"waiting in trainctl for GPU quota: needs {rung.gpus} of {rung.quota_metric} in "
-                        f"{rung.region}; trainctl's jobs hold {admission.held} of the limit {limit}, and "
-                        f"{admission.ahead} request(s) wait before this one",
-                        quota_metric=rung.quota_metric,
-                        region=rung.region,
-                        gpus=rung.gpus,
-                        limit=limit,
-                        held=admission.held,
-                        ahead=admission.ahead,
-                        rung=record.rung,
-                    )
-                ]
-            )
-        record.owner = record.lease_until = None
-        record, generation = self.outbox.flush(record, self.outbox.save(record, generation), whole_outbox(record))
-        logs.info("queued for GPU quota", pool=pool, held=admission.held, limit=limit, ahead=admission.ahead)
-        return "queued"
-
     def leave_queue(self, record: Record, generation: int) -> str:
-        """reconcile's visit to a request waiting in trainctl's quota queue: submit it once its quota has room;
-        past its rung's max_pending, move it down the ladder, or end it (failed with every rung's outcome when it
-        has fallbacks, cancelled for quota when it has none)."""
-        now = self.clock()
-        rung = record.ladder[record.rung]
-        waited = int((now - record.queued_since).total_seconds()) if record.queued_since else 0
-        if record.cancel_requested or waited > rung.max_pending:
-            return self._leave_queue_for_good(record, generation, now, waited)
-        limit = self.quotas.limit(rung.quota_metric, rung.region) if self.quotas else None
-        if limit is not None:
-            pool = pool_name(rung.region, rung.quota_metric)
-            if not self.pools.acquire(pool, record.key_hash, rung.gpus, limit).granted:
-                return "queued"
-        record.state = "claimed"
-        generation = self.claim(record, generation)
-        logs.info("quota has room; leaving the queue", request_key=record.key, waited=waited)
-        return self.submit(record, generation)
-
-    def _leave_queue_for_good(self, record: Record, generation: int, now: datetime, waited: int) -> str:
-        """A queued request cancelled by its requester, or waiting longer than its rung's max_pending: it moves
-        down the ladder, or ends."""
-        why = f"waited {format_duration(waited)} in trainctl's queue for GPU quota, longer than max_pending"
-        if record.quota_pool:
-            self.pools.release(record.quota_pool, record.key_hash)
-            record.quota_pool = None
-        common = record.envelope(now)
-        events: list[JobEvent] = []
-        record.failure_reason, record.queued_since = "quota", None
-        if record.cancel_requested:
-            record.state, record.failure_reason, record.message = "cancelled", None, "cancelled by request"
-            events.append(Cancelled(**common, message="cancelled by request while it waited for GPU quota"))
-        elif has_fallbacks(record) and next_rung(record) is not None:
-            text = f"attempt {record.attempt} {why}"
-            resubmit(record, events, common, "quota", text, now, left=rung_outcome(record, why))
-            record.owner, record.lease_until = self.owner, now + timedelta(seconds=self.settings.lease)
-        elif has_fallbacks(record):
-            ladder_exhausted(record, events, common, "quota", why)
-        else:
-            record.state, record.message = "cancelled", why
-            events.append(Cancelled(**common, message=f"never submitted: {why}. {QUOTA_ADVICE}", reason="quota"))
-        mine = record.add_events(events)
-        generation = self.outbox.save(record, generation)
-        self.release_quota(record)  # once the ended state is saved, before anything else can fail
-        record, generation = self.outbox.flush(record, generation, mine)
-        if record.state == "claimed":
+        """reconcile's visit to a request waiting in trainctl's quota queue: the queue decides whether it leaves
+        (functions/quota_queue.py); what leaves it for a job is submitted here."""
+        left = self.queue.leave(record, generation)
+        record, generation = left.record, left.generation
+        if left.way == "admitted":
+            return self.submit(record, self.claim(record, generation))
+        if left.way == "next_rung":
             return self.submit(record, generation, new_attempt=True)
-        self.outbox.retire_when_done(record)
-        return record.state
-
-    def release_quota(self, record: Record) -> None:
-        """A request that has ended holds no quota and waits for none."""
-        if record.final and record.quota_pool:
-            self.pools.release(record.quota_pool, record.key_hash)
-
-    def _refused_permission(self, record: Record, generation: int, exc: CallRejected, account: str) -> str:
-        """Vertex refused ListCustomJobs or CreateCustomJob with PERMISSION_DENIED. Fresh IAM grants reach Vertex
-        minutes after they are made ("typically within 2 minutes … in some cases 7 minutes or more",
-        cloud.google.com/iam/docs/access-change-propagation), and so does an API just enabled, so the refusal is
-        not taken as final: the claim is let go and reconcile tries again, for `permission_wait` after the first
-        refusal; then the request fails with reason `permission`, saying what to fix. A refused call created
-        nothing, so the request id (or the marker's generation) is not spent on a job that never ran."""
-        now = self.clock()
-        since = record.permission_denied_since or now
-        waited = int((now - since).total_seconds())
-        advice = permission_advice(exc.message, account)
-        if waited < self.settings.permission_wait:
-            record.permission_denied_since = since
-            record.message = f"Vertex AI refused the submission (PERMISSION_DENIED), trying again: {exc.message}"
-            record.owner = record.lease_until = None
-            record.not_before = now + timedelta(seconds=min(60, max(1, self.settings.permission_wait // 5)))
-            self.outbox.save(record, generation)
-            logs.warning(
-                f"Vertex AI refused the submission for lack of permission; trying again until "
-                f"{format_duration(self.settings.permission_wait)} after the first refusal. {advice}",
-                vertex_error=exc.message,
-                waited_s=waited,
-            )
-            return "waiting"
-        record.state, record.failure_reason = "failed", "permission"
-        record.message = f"{exc.message} {advice}"
-        record.add_events(
-            [
-                Failed(
-                    **record.envelope(now),
-                    message=f"Vertex AI refused the submission for {format_duration(waited)} (PERMISSION_DENIED): "
-                    f"{exc.message} {advice}",
-                    reason="permission",
-                )
-            ]
-        )
-        generation = self.outbox.save(record, generation)
-        self.release_quota(record)  # once the ended state is saved, before anything else can fail
-        record, generation = self.outbox.flush(record, generation, whole_outbox(record))
-        self.outbox.retire_when_done(record)
-        return "failed"
-
-    def _refused_by_vertex(self, record: Record, generation: int, exc: CallRejected) -> str:
-        now = self.clock()
-        common = dict(request_id=record.request_id, request_key=record.key, attempt=record.attempt, time=now)
-        events: list[JobEvent]
-        if exc.reason == "quota" and record.attempt < record.max_attempts:
-            wait = backoff(record.attempt)
-            events = [
-                Retrying(
-                    **common,
-                    message=f"Vertex AI quota exceeded; trying again in {int(wait.total_seconds())} s: {exc.message}",
-                    trigger=record.trigger,
-                    reason="quota",
-                    max_attempts=record.max_attempts,
-                    quota_metric=quota_metric(exc.message),
-                )
-            ]
-            record.attempt += 1
-            record.owner, record.lease_until, record.not_before = None, None, now + wait
-        elif exc.reason == "quota":
-            record.state = "failed"
-            events = [
-                Failed(
-                    **common,
-                    message=f"Vertex AI quota exceeded: {exc.message} {QUOTA_ADVICE}",
-                    reason="quota",
-                    quota_metric=quota_metric(exc.message),
-                )
-            ]
-        else:
-            record.state = "rejected"
-            events = [
-                Rejected(
-                    **common,
-                    message="Vertex AI refused the job",
-                    trigger=record.trigger,
-                    reason=exc.reason,
-                    errors=[f"vertex: {exc.message}"],
-                )
-            ]
-        record.failure_reason, record.message = exc.reason, exc.message
-        record.add_events(events)
-        generation = self.outbox.save(record, generation)
-        self.release_quota(record)  # once the ended state is saved, before anything else can fail
-        record, generation = self.outbox.flush(record, generation, whole_outbox(record))
-        self.outbox.retire_when_done(record)
-        return events[0].state
+        return record.state  # still `queued`, or the state it ended in

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from functions.lifecycle import VERTEX_RUNNING, VERTEX_WAITING, JobSnapshot, Record, _silence, writes_heartbeat
+from functions.lifecycle import VERTEX_RUNNING, VERTEX_WAITING, JobSnapshot, _silence, writes_heartbeat
+from functions.record import Record
 
 RELOOK_EVERY = timedelta(hours=6)
 # Jobs last seen per listing window: 2 pages at 1,000 a page, 20 at 100; and at most so many windows a region.

@@ -48,6 +48,13 @@ class Names:
     def dead_letter_subscription(self) -> str:
         return f"{self.prefix}-dead-letter-pull"
 
+    def team_requests_topic(self, team: str) -> str:
+        """A team's own request topic (terraform/teams.tf: <prefix>-requests-<team>; issue 32)."""
+        return f"{self.prefix}-requests-{team}"
+
+    def team_requests_subscription(self, team: str) -> str:
+        return f"{self.prefix}-requests-{team}-push"
+
     def service_account(self, account: str) -> str:
         """The email of Terraform's `<prefix>-<account>` service account (terraform/iam.tf: trainer, custom)."""
         return f"{self.prefix}-{account}@{self.project}.iam.gserviceaccount.com"

@@ -22,6 +22,7 @@ from typing import Any
 
 from functions.marker_policy import DEFAULT_MAY_SET, MAY_SET_KEY
 from functions.settings import env_names
+from functions.teams import with_topics
 from local.eventarc import EventarcBridge
 from local.fake_gcs import FakeGcs, create_bucket, start_fake_gcs
 from local.functions_host import FUNCTION_TIMEOUT_SECONDS, FunctionProcess, start_functions, stop_functions
@@ -67,11 +68,14 @@ class StackOptions:
     # trigger rules (a rule here replaces the default one for the same prefix).
     image_map: dict[str, list[str]] = field(default_factory=dict)
     allowed_image_prefixes: tuple[str, ...] = ()
+    allow_python_packages: bool = False  # off, as Terraform's allow_python_packages is by default
     trigger_rules: dict[str, Any] = field(default_factory=dict)
     # A claim left by a crashed function is taken over after this long; short, as nothing here is slow.
     lease: int = 60  # seconds
     # A capacity model file for the JobService (local/jobservice/capacity.py); empty: no limits.
     capacity_file: str = ""
+    # Teams, in the shape of Terraform's variable `teams` (functions/teams.py); None: no teams.
+    teams: dict[str, Any] | None = None
 
 
 def controller_settings(options: StackOptions, names: Names, jobservice_rest_url: str) -> dict[str, str]:
@@ -86,6 +90,7 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         # Only what `--allow-image-prefix` names: the trainer's repository runs only the built-in trainer, as in
         # Terraform (issue 24, point 1).
         "TRAINCTL_ALLOWED_IMAGE_PREFIXES": ",".join(options.allowed_image_prefixes),
+        "TRAINCTL_ALLOW_PYTHON_PACKAGES": "true" if options.allow_python_packages else "",
         "TRAINCTL_ALLOWED_OUTPUT_BUCKETS": names.control_bucket,
         # As Terraform names them; the local JobService runs every node as the developer, whatever the account.
         "TRAINCTL_TRAINER_SERVICE_ACCOUNT": names.service_account("trainer"),
@@ -95,6 +100,7 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_QUOTAS_ENDPOINT": jobservice_rest_url.rstrip("/"),
         "TRAINCTL_LEASE": f"{options.lease}s",
         "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
+        "TRAINCTL_TEAMS": json.dumps(with_topics(options.teams, names.team_requests_topic)) if options.teams else "",
     }
     unknown = set(values) - set(env_names())
     assert not unknown, f"not controller settings: {unknown}"
@@ -135,6 +141,8 @@ class LocalStack:
         self.pubsub = start_pubsub_emulator(project, self.run_dir / "pubsub", env=_with(marker))
         for topic in (names.requests_topic, names.events_topic, names.job_state_topic, names.dead_letter_topic):
             self.pubsub.create_topic(topic)
+        for team in self.teams:
+            self.pubsub.create_topic(names.team_requests_topic(team))
         self.storage = start_fake_gcs(self.run_dir / "fake-gcs", pubsub=self.pubsub, env=_with(marker))
         for bucket in (names.data_bucket, names.control_bucket):
             create_bucket(self.storage.url, project, bucket)
@@ -194,6 +202,20 @@ class LocalStack:
             max_delivery_attempts=REQUEST_MAX_DELIVERY_ATTEMPTS,
             retry_backoff_seconds=REQUEST_RETRY_BACKOFF_SECONDS,
         )
+        team_subscriptions = {}
+        for team in self.teams:  # as terraform/teams.tf: the push path names the team's topic, and so its team
+            topic = names.team_requests_topic(team)
+            endpoint = self.functions["on_job_request"].url + pubsub.topic_path(topic)
+            pubsub.create_subscription(
+                names.team_requests_subscription(team),
+                topic,
+                push_endpoint=endpoint,
+                ack_deadline_seconds=PUSH_ACK_DEADLINE_SECONDS,
+                dead_letter_topic=names.dead_letter_topic,
+                max_delivery_attempts=REQUEST_MAX_DELIVERY_ATTEMPTS,
+                retry_backoff_seconds=REQUEST_RETRY_BACKOFF_SECONDS,
+            )
+            team_subscriptions[names.team_requests_subscription(team)] = endpoint
         pubsub.create_subscription(names.dead_letter_subscription, names.dead_letter_topic)
         assert self.storage.notifications_topic is not None  # the stack starts fake-gcs-server with notifications
         notifications = self.storage.notifications_topic.rsplit("/", 1)[-1]
@@ -205,10 +227,15 @@ class LocalStack:
         )
         return {
             names.requests_subscription: on_request,
+            **team_subscriptions,
             names.dead_letter_subscription: "(pull)",
             storage_subscription: f"{self.bridge.url} → on_dataset_upload",
             state_subscription: on_state,
         }
+
+    @property
+    def teams(self) -> list[str]:
+        return list((self.options.teams or {}).get("teams") or {})
 
     def _processes(self) -> list[ManagedProcess]:
         pieces: list[Any] = [self.pubsub, self.storage, self.jobservice, *self.functions.values()]

@@ -36,7 +36,9 @@ State = Literal[
     "held",
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-FailureReason = Literal["quota", "capacity", "preemption", "hang", "internal", "user", "invalid", "permission", "data"]
+FailureReason = Literal[
+    "quota", "capacity", "preemption", "hang", "internal", "user", "invalid", "permission", "data", "budget"
+]
 # Where a request stands in the controller's ledger: claimed until its job exists (queued while it waits in
 # trainctl for GPU quota), then as its job goes.
 RequestState = Literal["claimed", "queued", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]
@@ -140,9 +142,29 @@ class _Event(_Strict):
         return event_id(self.request_key, self.state, self.attempt, self.delivery)  # type: ignore[attr-defined]
 
 
+class Budget(_Strict):
+    """A team's monthly budget against what its requests may spend (issue 32, point 4): all in US dollars at the
+    catalog's approximate list prices."""
+
+    team: str
+    month: str = Field(description="The calendar month (UTC), YYYY-MM.")
+    budget_usd: float
+    spent_usd: float = Field(description="What the team's requests that ended this month cost (their run times).")
+    active_usd: float = Field(description="The worst case of the team's active requests (each its whole timeout).")
+    request_usd: float = Field(description="This request's worst case: its costliest rung × max_attempts.")
+
+
+CODE_DIGEST_DESCRIPTION = (
+    "trainer.python_package: sha256:<hex> of the package archive as `trainctl submit --source` uploaded it "
+    "(content-addressed; several comma-separated in install order). Absent for other trainers and other URIs."
+)
+
+
 class Accepted(_Event):
     state: Literal["accepted"] = "accepted"
     cost: CostEstimate
+    team: str | None = Field(None, description="The team it arrived as (its topic, or its marker's template).")
+    code_digest: str | None = Field(None, description=CODE_DIGEST_DESCRIPTION)
     skipped_rungs: list[RungOutcome] | None = Field(
         None, description="Rungs of the ladder that can never fit the project's GPU quota, skipped at admission."
     )
@@ -173,6 +195,8 @@ class Rejected(_Event):
     saved_gpu_hours: float | None = Field(
         None, description="Reason `data`: the GPU-hours the run could have held at most (its GPUs × its timeout)."
     )
+    budget: Budget | None = Field(None, description="Reason `budget`: the team's budget and what its requests spend.")
+    team: str | None = Field(None, description="With teams: the team it arrived as.")
 
 
 class Queued(_Event):
@@ -185,6 +209,12 @@ class Queued(_Event):
     held: int = Field(description="GPUs trainctl's active jobs hold on it now.")
     ahead: int = Field(description="Requests queued before this one for the same quota.")
     rung: int = 0
+    team: str | None = Field(None, description="With teams: the team it waits as.")
+    held_by: Literal["team_share", "project_quota"] | None = Field(
+        None,
+        description="What holds it: its team's share (its cap, or another team's fair turn first) or the project's "
+        "quota (full, and this request next in line).",
+    )
 
 
 class Submitted(_Event):
@@ -192,6 +222,7 @@ class Submitted(_Event):
     cost: CostEstimate
     artifacts: Artifacts
     reduction_server_replicas: int = 0
+    code_digest: str | None = Field(None, description=CODE_DIGEST_DESCRIPTION)
 
 
 class Running(_Event):
@@ -263,6 +294,7 @@ class Lineage(_Strict):
     marker: str | None = Field(None, description="gs://bucket/object#generation of the marker that started it.")
     job: str | None = Field(None, description="The CustomJob that trained it.")
     image: str = Field(description="The container image that trained it (and serves it).")
+    code_digest: str | None = Field(None, description=CODE_DIGEST_DESCRIPTION)
     champion_passed: str | None = Field(
         None, description="The version the trainer was given to score on the same rows (--champion-model-dir)."
     )

@@ -147,14 +147,74 @@ class TabularHyperparameters(_Strict):
     )
 
 
+_MODULE_RE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+# Vertex: PythonPackageSpec.package_uris, "The maximum number of package URIs is 100" (custom_job.proto).
+MAX_PACKAGE_URIS = 100
+
+
+# `trainctl submit --source` names each archive it uploads by its content: …/sha256-<hex>/<name>.tar.gz.
+_PACKAGE_DIGEST_RE = re.compile(r"/sha256-([0-9a-f]{64})/[^/]+$")
+
+
+def code_digest(request: dict[str, Any]) -> str | None:
+    """The digest of a request's package code, `sha256:<hex>` (several, comma-separated, in install order), when
+    every package URI is content-addressed as `trainctl submit --source` names them; else None. Read from the
+    request as the ledger keeps it (a dict)."""
+    package = (request.get("trainer") or {}).get("python_package") or {}
+    found = [_PACKAGE_DIGEST_RE.search(uri) for uri in package.get("uris") or []]
+    if not found or not all(found):
+        return None
+    return ",".join(f"sha256:{match.group(1)}" for match in found if match)
+
+
+def _check_package_uri(value: str) -> str:
+    if value.endswith("/"):
+        raise ValueError(f"{value} is a folder; name the package file itself (gs://bucket/path/pkg-1.0.tar.gz)")
+    return value
+
+
+def _check_executor(value: str) -> str:
+    if value not in catalog.EXECUTORS:
+        raise ValueError(catalog.unknown_executor(value))
+    return value
+
+
+class PythonPackage(_Strict):
+    """Your own training code as a Python package, run on one of Vertex's prebuilt PyTorch training containers:
+    no image to build (Vertex's pythonPackageSpec). `trainctl submit --source DIR` packages a folder and fills
+    `uris`. Custom code: off unless the operator turns it on."""
+
+    uris: list[Annotated[GsUri, AfterValidator(_check_package_uri)]] = Field(
+        min_length=1,
+        max_length=MAX_PACKAGE_URIS,
+        description="gs:// URIs of the package's source distribution (and any other packages it needs that the "
+        "executor lacks), installed in order on every node.",
+        examples=[["gs://my-data-bucket/packages/sha256-…/my_pkg-1.0.tar.gz"]],
+    )
+    module: str = Field(
+        pattern=_MODULE_RE,
+        max_length=256,
+        description="The module every node runs with `python -m`.",
+        examples=["my_pkg.train"],
+    )
+    executor: Annotated[str, AfterValidator(_check_executor)] = Field(
+        description="The prebuilt PyTorch training container it runs on, by name: "
+        f"{', '.join(catalog.EXECUTORS)} (schemas/catalog.py: which GPUs and CUDA each supports).",
+        examples=["pytorch-2.4"],
+        json_schema_extra={"enum": list(catalog.EXECUTORS)},
+    )
+
+
 class Trainer(_Strict):
-    """Either the built-in tabular trainer or your own container image."""
+    """The built-in tabular trainer, your own container image, or your own Python package."""
 
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
         strict=True,
-        json_schema_extra={"oneOf": [{"required": ["builtin"]}, {"required": ["image"]}]},
+        json_schema_extra={
+            "oneOf": [{"required": ["builtin"]}, {"required": ["image"]}, {"required": ["python_package"]}]
+        },
     )
 
     builtin: Literal["tabular"] | None = Field(None, description="The built-in trainer to run.")
@@ -169,10 +229,17 @@ class Trainer(_Strict):
         "only `builtin: tabular`.",
         examples=["us-docker.pkg.dev/my-project/training/my-trainer:1.2.0"],
     )
+    python_package: PythonPackage | None = Field(
+        None,
+        description="Your own code as a Python package on a prebuilt PyTorch container (README: Your own code); the "
+        "controller must allow it (TRAINCTL_ALLOW_PYTHON_PACKAGES).",
+    )
     command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None, max_length=256, description="Overrides the image's ENTRYPOINT. Never run through a shell."
     )
-    args: list[Annotated[str, Field(max_length=4096)]] | None = Field(None, max_length=1024)
+    args: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        None, max_length=1024, description="Arguments of the image's command, or of the package's module."
+    )
     env: dict[str, Annotated[str, Field(max_length=32_768)]] | None = Field(
         None,
         description=f"Environment variables for every node; at most {MAX_ENV_VARS}, names are C identifiers. Names "
@@ -180,6 +247,11 @@ class Trainer(_Strict):
         "TRAINCTL_*) and names that change which code runs or whom the job trusts (LD_*, PYTHON*, PATH, GOOGLE_*, "
         "*_PROXY, CA bundles, NCCL plugins, TORCH* …) are refused, in any case; schemas/trainer_env.py lists them.",
     )
+
+    @property
+    def is_custom_code(self) -> bool:
+        """Whether the request's own code runs (an image or a package), as the custom account, into custom-runs/."""
+        return self.builtin is None
 
     @field_validator("env")
     @classmethod
@@ -201,12 +273,21 @@ class Trainer(_Strict):
     @model_validator(mode="after")
     def _one_kind(self) -> Trainer:
         problems: list[tuple[str, str]] = []
-        if (self.builtin is None) == (self.image is None):
-            problems.append(("", "set exactly one of `builtin: tabular` or `image: <container image URI>`"))
-        if self.image is None:
-            for name in ("command", "args", "env"):
+        kinds = [self.builtin, self.image, self.python_package]
+        if sum(kind is not None for kind in kinds) != 1:
+            problems.append(
+                (
+                    "",
+                    "set exactly one of `builtin: tabular`, `image: <container image URI>` or "
+                    "`python_package: {uris, module, executor}`",
+                )
+            )
+        if self.builtin is not None:
+            for name in ("args", "env"):
                 if getattr(self, name) is not None:
-                    problems.append((name, "only with a custom `image`"))
+                    problems.append((name, "only with a custom `image` or a `python_package`"))
+        if self.image is None and self.command is not None:
+            problems.append(("command", "only with a custom `image` (a package's command is `python -m <module>`)"))
         if self.builtin is None and self.hyperparameters is not None:
             problems.append(("hyperparameters", "only with `builtin: tabular`"))
         if problems:
@@ -577,6 +658,7 @@ class TrainingJobRequest(_Strict):
         problems: list[tuple[str, str]] = []
         for rung in self.rungs():
             problems += _rung_problems(rung, self.reduction_server, rung_prefix(rung.index))
+            problems += _executor_problems(rung, self.trainer, rung_prefix(rung.index))
         rungs = len(self.fallbacks) + 1
         if rungs > self.scheduling.max_attempts:
             problems.append(
@@ -652,6 +734,14 @@ def _rung_problems(rung: Rung, reduction_server: ReductionServer, where: str) ->
     return problems
 
 
+def _executor_problems(rung: Rung, trainer: Trainer, where: str) -> list[tuple[str, str]]:
+    """A package's executor must have kernels for the rung's GPU (schemas/catalog.py, EXECUTORS)."""
+    if trainer.python_package is None:
+        return []
+    problem = catalog.executor_gpu_problem(trainer.python_package.executor, rung.resources.accelerator_type)
+    return [(f"{where}resources.accelerator_type", problem)] if problem else []
+
+
 def _model_problems(request: TrainingJobRequest) -> list[tuple[str, str]]:
     """What makes the model block unusable with the request's trainer: a custom image must say what decides, and a
     goal may not contradict what the built-in trainer's metric means."""
@@ -659,14 +749,14 @@ def _model_problems(request: TrainingJobRequest) -> list[tuple[str, str]]:
     if block is None:
         return []
     problems: list[tuple[str, str]] = []
-    if request.trainer.image is not None:
+    if request.trainer.is_custom_code:
         for name in ("metric", "goal"):
             if getattr(block, name) is None:
                 why = "name the metrics.json entry that decides and whether higher (maximize) or lower (minimize) wins"
-                problems.append((f"model.{name}", f"required with a custom image: {why}"))
+                problems.append((f"model.{name}", f"required with your own code (image or package): {why}"))
         if block.max_drift is not None:
             problems.append(
-                ("model.max_drift", "only the built-in trainer measures drift; a custom image gets no limit")
+                ("model.max_drift", "only the built-in trainer measures drift; your own code gets no limit")
             )
     known = BUILTIN_METRIC_GOALS.get(block.metric or "")
     if block.metric is not None and known is None and block.goal is None:
@@ -678,7 +768,7 @@ def _model_problems(request: TrainingJobRequest) -> list[tuple[str, str]]:
     task = request.trainer.hyperparameters.task if request.trainer.hyperparameters else "auto"
     expected = TASK_METRICS.get(task)
     if (
-        request.trainer.image is None
+        not request.trainer.is_custom_code
         and expected
         and block.metric in TASK_METRICS.values()
         and block.metric != expected

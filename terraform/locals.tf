@@ -43,6 +43,10 @@ locals {
   # all four functions. TRAINCTL_VERTEX_ENDPOINT and TRAINCTL_QUOTAS_ENDPOINT are left out on purpose: only the
   # local stack sets them, so in the cloud the controller talks to <region>-aiplatform.googleapis.com and
   # cloudquotas.googleapis.com.
+  # Teams (teams.tf): the variable with each team's topic filled in, as the controller reads it (functions/teams.py).
+  teams         = var.teams == null ? {} : var.teams.teams
+  teams_setting = var.teams == null ? "" : jsonencode(merge(var.teams, { teams = { for name, team in local.teams : name => merge(team, { topic = "${var.name_prefix}-requests-${name}" }) } }))
+
   controller_settings = {
     TRAINCTL_PROJECT                  = var.project
     TRAINCTL_CONTROL_BUCKET           = google_storage_bucket.control.name
@@ -57,6 +61,7 @@ locals {
     TRAINCTL_ALLOWED_MACHINE_TYPES    = join(",", var.allowed_machine_types)
     TRAINCTL_ALLOWED_REGIONS          = join(",", var.allowed_regions)
     TRAINCTL_ALLOWED_IMAGE_PREFIXES   = join(",", var.extra_allowed_image_prefixes)
+    TRAINCTL_ALLOW_PYTHON_PACKAGES    = var.allow_python_packages ? "true" : ""
     TRAINCTL_ALLOWED_DATA_BUCKETS     = join(",", local.data_buckets)
     TRAINCTL_ALLOWED_OUTPUT_BUCKETS   = join(",", concat([google_storage_bucket.control.name], var.output_buckets))
     TRAINCTL_ALLOWED_SERVICE_ACCOUNTS = google_service_account.trainer.email
@@ -71,6 +76,7 @@ locals {
     TRAINCTL_RECONCILE_CONCURRENCY    = tostring(var.reconcile_concurrency)
     TRAINCTL_MAX_EVENT_AGE            = var.max_event_age
     TRAINCTL_FUNCTION_TIMEOUT         = tostring(var.function_timeout_seconds)
+    TRAINCTL_TEAMS                    = local.teams_setting
   }
   # Settings read an empty variable as unset, so empty ones (an empty allow-list) are simply not set.
   controller_env = { for name, value in local.controller_settings : name => value if value != "" }

@@ -172,6 +172,12 @@ variable "extra_allowed_image_prefixes" {
   }
 }
 
+variable "allow_python_packages" {
+  description = "Let requests run their own Python package (trainer.python_package, `trainctl submit --source`) on one of Vertex's prebuilt PyTorch training containers (TRAINCTL_ALLOW_PYTHON_PACKAGES). Custom code, like an allowed image: it runs as the custom service account, writes only custom-runs/ and the output buckets, and is installed from a data bucket. Off: only the built-in trainer and allowed images run."
+  type        = bool
+  default     = false
+}
+
 variable "max_gpus_per_job" {
   description = "Most GPUs one job may use, all nodes together."
   type        = number
@@ -568,5 +574,16 @@ variable "event_webhooks" {
   validation {
     condition     = alltrue([for name, hook in var.event_webhooks : can(regex("^[a-z][a-z0-9-]{0,29}$", name)) && startswith(hook.url, "https://") && length(hook.filter) <= 256])
     error_message = "event_webhooks: each name must be 1-30 of [a-z0-9-] starting with a letter, each url must start with https://, and each filter must be at most 256 bytes (Pub/Sub's limit)."
+  }
+}
+
+variable "teams" {
+  description = "Teams (README.md, \"Teams\"; issue 32): null for none. Else { default_team, teams = { name => { weight, quota = { metric => nominal GPUs }, borrow_limit, monthly_budget_usd, publishers, uploaders, data_prefixes } } }. Each team gets its own request topic (<name_prefix>-requests-<team>) that only its publishers may publish to, and its uploaders may write only under its data_prefixes; `trainctl local up --teams FILE` reads the same shape."
+  type        = any
+  default     = null
+
+  validation {
+    condition     = var.teams == null || try(contains(keys(var.teams.teams), var.teams.default_team) && alltrue([for name in keys(var.teams.teams) : can(regex("^[a-z][a-z0-9-]{0,29}$", name))]), false)
+    error_message = "teams must hold default_team (one of its teams) and teams, a map whose names are 1-30 of [a-z0-9-] starting with a letter."
   }
 }

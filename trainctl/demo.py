@@ -164,8 +164,8 @@ def _flow(state: Any, timeout: float, out_dir: Path, started: float) -> int:
     curve = _loss_curve(champion.artifacts.model_dir, out_dir)
     say("5/5 done\n")
     say(_summary(champion, predictions, curve, time.monotonic() - started))
-    say(f"\n$ trainctl models show {MODEL}\n" + _registry_view())
-    say("\n$ trainctl report --since 1h\n" + _short_report())
+    say(f"\n$ .venv/bin/trainctl models show {MODEL}\n" + _registry_view())
+    say("\n$ .venv/bin/trainctl report --since 1h\n" + _short_report())
     return 0
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from functions.gcs import Conflict, Gcs
 from functions.ledger import Ledger
-from functions.lifecycle import Record
+from functions.record import Record
 from schemas.events import CostEstimate, cost_summary
 from trainctl.context import cli_settings, events_subscription, trainctl_command
 from trainctl.eventstream import EXIT_CANNOT_FOLLOW, HOW_TO_WATCH, CannotFollow, EventStream, format_event

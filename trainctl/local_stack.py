@@ -63,6 +63,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "image); the trainer's own repository runs only the built-in trainer",
     )
     up.add_argument(
+        "--allow-python-packages",
+        action="store_true",
+        help="let requests run their own Python package (trainer.python_package, `submit --source`) on the local "
+        "executor, as Terraform's allow_python_packages does",
+    )
+    up.add_argument(
         "--trigger-rules",
         default="{}",
         metavar="JSON",
@@ -73,6 +79,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="a capacity model (YAML or JSON) for the local JobService: GPU quotas per region, stockouts and "
         "preemptions per machine type and strategy; also served by the Cloud Quotas stand-in (README)",
+    )
+    up.add_argument(
+        "--teams",
+        metavar="FILE",
+        help="teams (YAML or JSON), the shape of Terraform's variable `teams`: each gets its own request topic "
+        "<prefix>-requests-<team>, a share of each GPU quota, a fair-share weight and a monthly budget (README, Teams)",
     )
     up.add_argument(
         "--lease",
@@ -118,14 +130,31 @@ def _options(args: argparse.Namespace) -> Any:
             raise ValueError(f"--allow-image-prefix: {problem}")
     if args.lease is not None and args.lease < 1:
         raise ValueError(f"--lease must be at least 1 second, got {args.lease}")
+    teams = _teams(args.teams) if args.teams else None
     return StackOptions(
         capacity_file=capacity_file,
         reconcile_every=args.reconcile_every,
         image_map=image_map,
         allowed_image_prefixes=tuple(args.allow_image_prefix),
+        allow_python_packages=args.allow_python_packages,
         trigger_rules=trigger_rules,
+        teams=teams,
         **({} if args.lease is None else {"lease": args.lease}),
     )
+
+
+def _teams(path: str) -> dict[str, Any]:
+    """The --teams file, refused here with the field named rather than by every function as it starts."""
+    import yaml
+
+    from functions.teams import TeamsError, parse_teams
+
+    try:
+        teams = yaml.safe_load(Path(path).read_text())
+        parse_teams(teams)
+    except (OSError, yaml.YAMLError, TeamsError) as exc:
+        raise ValueError(f"--teams {path}: {exc}") from None
+    return dict(teams)
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -206,8 +235,12 @@ def _detach(args: argparse.Namespace) -> int:
     command += ["--image-map", args.image_map, "--trigger-rules", args.trigger_rules]
     for prefix in args.allow_image_prefix:
         command += ["--allow-image-prefix", prefix]
+    if args.allow_python_packages:
+        command.append("--allow-python-packages")
     if args.capacity:
         command += ["--capacity", str(Path(args.capacity).resolve())]
+    if args.teams:
+        command += ["--teams", str(Path(args.teams).resolve())]
     # The marker goes into the background process's own environment too, so `local down` finds it as well.
     env = {**os.environ, STACK_MARKER_VAR: uuid.uuid4().hex[:12]}
     with open(log_path, "wb") as log:

@@ -135,8 +135,8 @@ def _version(models: Models, version: ModelVersion) -> dict[str, Any]:
         "version": version.version_id,
         "aliases": list(version.aliases),
         "created": version.created.isoformat() if version.created else None,
-        "request": version.labels.get("trainctl-request"),
-        "trainctl_key": version.labels.get(KEY_LABEL),
+        "request": version.labels.get("trainctl_request") or version.labels.get("trainctl-request"),  # either spelling
+        "trainctl_key": version.labels.get(KEY_LABEL) or version.labels.get("trainctl-key"),
         "artifact_uri": version.artifact_uri,
         "metrics": metrics,
         "lineage": lineage,

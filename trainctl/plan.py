@@ -32,6 +32,7 @@ from functions.planning import (
 from functions.quota_pool import QuotaPools, pool_name
 from functions.quotas import GpuQuotas
 from functions.settings import Settings
+from schemas import catalog
 from schemas.errors import RequestInvalid
 from schemas.events import approximate_prices
 from schemas.request import TrainingJobRequest
@@ -194,13 +195,20 @@ def describe(request: TrainingJobRequest, plan: Plan) -> str:
             if "accelerator_type" in machine
             else ""
         )
-        lines.append(
-            f"  {index} {roles[index]:<8} {pool['replica_count']} × {machine['machine_type']}{gpus}  "
-            f"{pool['container_spec']['image_uri']}"
-        )
-    args = spec["worker_pool_specs"][0]["container_spec"].get("args")
+        task = pool.get("container_spec") or pool["python_package_spec"]
+        runs = task.get("image_uri") or f"{task['executor_image_uri']}: python -m {task['python_module']}"
+        lines.append(f"  {index} {roles[index]:<8} {pool['replica_count']} × {machine['machine_type']}{gpus}  {runs}")
+    first = spec["worker_pool_specs"][0]
+    args = (first.get("container_spec") or first["python_package_spec"]).get("args")
     if args:
         lines.append("trainer arguments " + shlex.join(args))
+    package = request.trainer.python_package
+    if package is not None:
+        executor = catalog.EXECUTORS[package.executor]
+        lines.append(
+            f"package           {', '.join(package.uris)} on {package.executor} (PyTorch {executor.pytorch}, CUDA "
+            f"{executor.cuda}; Google's list of prebuilt containers gives it until {executor.available_until})"
+        )
     return "\n".join(lines)
 
 

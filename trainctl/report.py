@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from functions.history import MODEL_DECISION_KEY, Outcome
+from functions.teams import Teams
 from schemas.rules import parse_duration
 
 NO_LABEL = "(none)"
@@ -146,14 +147,39 @@ def build_report(
         groups: dict[str, list[Outcome]] = defaultdict(list)
         decided: dict[str, list[Outcome]] = defaultdict(list)
         for o in outcomes:
-            groups[o.labels.get(by, NO_LABEL)].append(o)
+            groups[_group_of(o, by)].append(o)
         for d in decisions:
-            decided[d.labels.get(by, NO_LABEL)].append(d)
+            decided[_group_of(d, by)].append(d)
         report["by"] = by
         report["groups"] = {
             value: figures(groups[value]) | {"models": model_figures(decided[value])} for value in sorted(groups)
         }
     return report
+
+
+def _group_of(outcome: Outcome, by: str) -> str:
+    """`--by team` groups by the team a request arrived as (issue 32), the label only for outcomes before teams."""
+    if by == "team" and outcome.team:
+        return outcome.team
+    return outcome.labels.get(by, NO_LABEL)
+
+
+def budgets(outcomes: list[Outcome], teams: Teams, until: datetime) -> dict[str, dict[str, Any]]:
+    """Per team with a monthly budget: what its requests that ended this month (UTC) cost against it."""
+    month_start = until.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    spent: dict[str, float] = defaultdict(float)
+    for o in outcomes:
+        if o.team and o.time >= month_start:
+            spent[o.team] += o.hourly_usd * (o.run_seconds or 0) / 3600
+    return {
+        name: {
+            "month": f"{month_start:%Y-%m}",
+            "spent_usd": round(spent[name], 2),
+            "budget_usd": team.monthly_budget_usd,
+        }
+        for name, team in sorted(teams.teams.items())
+        if team.monthly_budget_usd is not None
+    }
 
 
 def _seconds(value: float | None) -> str:
@@ -194,6 +220,10 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [head, *_lines("all", report["total"])]
     for value, group in report.get("groups", {}).items():
         lines += _lines(f"{report['by']}={value}", group)
+        if (budget := report.get("budgets", {}).get(value)) is not None:
+            lines.append(
+                f"  budget {budget['month']}  spent ${budget['spent_usd']:,.2f} of ${budget['budget_usd']:,.2f}"
+            )
     return "\n".join(lines)
 
 
@@ -206,7 +236,11 @@ def report_from_ledger(since: timedelta, by: str | None = None) -> dict[str, Any
     until = datetime.now(UTC)
     start = until - since
     ledger = Ledger(Gcs(settings.project), settings.control_bucket)
-    return build_report(ledger.outcomes(start), start, until, by, ledger.outcomes(start, MODEL_DECISION_KEY))
+    report = build_report(ledger.outcomes(start), start, until, by, ledger.outcomes(start, MODEL_DECISION_KEY))
+    if by == "team" and settings.teams is not None:
+        month_start = until.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        report["budgets"] = budgets(ledger.outcomes(month_start), settings.teams, until)
+    return report
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from local.names import Names
 from schemas.errors import RequestInvalid
 from schemas.events import JobEvent
 from trainctl.context import cli_settings, events_subscription, requests_topic, trainctl_command
 from trainctl.eventstream import EXIT_CANNOT_FOLLOW, HOW_TO_WATCH, CannotFollow, EventStream, format_event
+from trainctl.source_package import SourceError, build_source_archive
 from trainctl.validate import EXIT_INVALID, load_request_file
 
 EXIT_FAILED = 1
@@ -24,6 +27,18 @@ FINAL_EXIT = {"succeeded": 0, "failed": EXIT_FAILED, "cancelled": EXIT_FAILED, "
 def register(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("submit", help="publish a job request (YAML or JSON) to the requests topic")
     cmd.add_argument("file", type=Path, metavar="FILE")
+    cmd.add_argument(
+        "--source",
+        type=Path,
+        metavar="DIR",
+        help="your own code: package DIR as a source distribution, upload it (named by its sha256, so the same code "
+        "is uploaded once) and fill the request's trainer.python_package.uris",
+    )
+    cmd.add_argument(
+        "--source-bucket",
+        metavar="BUCKET",
+        help="with --source: where the package goes (default: the first allowed data bucket, which jobs may read)",
+    )
     cmd.add_argument("--wait", action="store_true", help="follow the request's events until it ends")
     cmd.add_argument("--no-validate", action="store_true", help="send the file as it is; the server validates it")
     cmd.add_argument("--json", action="store_true", help="events as JSON lines")
@@ -39,11 +54,21 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
+    package_uris = None
+    if args.source is not None:
+        if args.no_validate:
+            print("--source fills the request before it is sent; it cannot be combined with --no-validate")
+            return EXIT_INVALID
+        try:
+            package_uris = [upload_source(args.source, args.source_bucket)]
+        except SourceError as exc:
+            print(f"{args.source}: {exc}, not submitted")
+            return EXIT_INVALID
     if args.no_validate:
         payload, request_id = args.file.read_bytes(), None
     else:
         try:
-            request = load_request_file(args.file)
+            request = load_request_file(args.file, package_uris)
         except RequestInvalid as exc:
             print(f"{args.file}: invalid, not submitted")
             for error in exc.errors:
@@ -75,6 +100,28 @@ def run_submit(args: argparse.Namespace) -> int:
     finally:
         if stream is not None:
             stream.close()
+
+
+def upload_source(folder: Path, bucket: str | None) -> str:
+    """Package `folder` and upload it where jobs can read it, unless that very archive is there already; its URI."""
+    from google.api_core.exceptions import PreconditionFailed
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    settings = cli_settings()
+    archive = build_source_archive(folder)
+    bucket = bucket or next(iter(settings.allowed_data_buckets), None) or Names(settings.project).data_bucket
+    uri = f"gs://{bucket}/{archive.object_name()}"
+    # The local stack's fake-gcs-server takes no credentials; a deployment, the user's own.
+    credentials = AnonymousCredentials() if os.environ.get("STORAGE_EMULATOR_HOST") else None
+    client = storage.Client(project=settings.project, credentials=credentials)
+    blob = client.bucket(bucket).blob(archive.object_name())
+    try:  # created only if absent: the name is the content's hash, so an object there holds these very bytes
+        blob.upload_from_string(archive.data, content_type="application/gzip", if_generation_match=0)
+        print(f"uploaded {folder} as {uri}")
+    except PreconditionFailed:
+        print(f"{folder} is unchanged: reusing {uri}")
+    return uri
 
 
 def cannot_follow(refusal: str, request_id: str | None) -> int:

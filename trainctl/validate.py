@@ -24,9 +24,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     cmd.set_defaults(run=run_schema)
 
 
-def load_request_file(path: Path) -> TrainingJobRequest:
+def load_request_file(path: Path, package_uris: list[str] | None = None) -> TrainingJobRequest:
     """Read and validate one request file; raises RequestInvalid naming every problem. A file names its own
-    request id, so the ids reserved for marker uploads are refused here as the controller would."""
+    request id, so the ids reserved for marker uploads are refused here as the controller would. `package_uris`
+    (from `submit --source`) fill the file's `trainer.python_package.uris`."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -35,6 +36,12 @@ def load_request_file(path: Path) -> TrainingJobRequest:
         document = load_document(raw, max_bytes=max(len(raw), 1))
     except DocumentInvalid as exc:
         raise RequestInvalid([FieldError("", str(exc))]) from None
+    if package_uris is not None:
+        package = (document.get("trainer") or {}).get("python_package") if isinstance(document, dict) else None
+        if not isinstance(package, dict):
+            where = "trainer.python_package"
+            raise RequestInvalid([FieldError(where, "--source needs a python_package block with module and executor")])
+        package["uris"] = package_uris
     request = parse_request(document)
     if reserved := explicit_id_problem(request.request_id):
         raise RequestInvalid([FieldError("request_id", reserved)])

@@ -43,6 +43,7 @@ from local.jobservice import vertex_retries
 from local.jobservice.capacity import ALWAYS
 from local.jobservice.faults import QUOTA_MESSAGE, STOCKOUT_MESSAGE, NewJobFaults
 from local.jobservice.nodes import Node, start_node
+from local.jobservice.packages import PackageError, install_packages
 from local.jobservice.quota_queue import QuotaQueue, region_of
 from local.jobservice.replicas import ExecutionSettings, NodePlanError, plan_nodes
 from local.jobservice.store import JobStore, ReplicaRecord, RunRecord
@@ -306,8 +307,9 @@ class JobRun:
         self.record.master_port = free_port()
         try:
             homes = self.store.job_dir(self.name) / "homes" / f"attempt-{self.record.attempt}"
-            plan = plan_nodes(job, self.executor.settings, self.record.master_port, homes)
-        except NodePlanError as error:
+            packages = self._install_packages(job)
+            plan = plan_nodes(job, self.executor.settings, self.record.master_port, homes, packages)
+        except (NodePlanError, PackageError) as error:
             return Outcome(JobState.JOB_STATE_FAILED, code_pb2.INVALID_ARGUMENT, str(error))
         for pool, count in plan.unstarted_pools.items():
             self.executor.service_log(
@@ -325,6 +327,22 @@ class JobRun:
             with contextlib.suppress(TransitionRefused):
                 self.executor.transition(self.name, JobState.JOB_STATE_RUNNING, only_from={JobState.JOB_STATE_PENDING})
         return None
+
+    def _install_packages(self, job: CustomJob) -> dict[int, Path]:
+        """Each pythonPackageSpec pool's packages, installed once per job (pools with the same URIs share a folder),
+        as Vertex installs them on every node before it runs the module."""
+        folders: dict[tuple[str, ...], Path] = {}
+        installed: dict[int, Path] = {}
+        for index, pool in enumerate(job.job_spec.worker_pool_specs):
+            if "python_package_spec" not in pool:
+                continue
+            uris = tuple(pool.python_package_spec.package_uris)
+            if uris not in folders:
+                target = self.store.job_dir(self.name) / "packages" / f"set-{len(folders)}"
+                self.executor.service_log(self.name, f"installing {', '.join(uris)} for workerpool{index}")
+                folders[uris] = install_packages(list(uris), target, self.executor.settings.storage_emulator_host)
+            installed[index] = folders[uris]
+        return installed
 
     def _adopt(self) -> None:
         self.nodes = [Node(r.name, r.pid, Path(r.exit_file)) for r in self.record.replicas]

@@ -86,6 +86,11 @@ def _label_comparison(field: str, operator: str, value: str) -> Callable[[Model]
     if field.startswith("labels."):
         key = field.removeprefix("labels.")
         key = key[1:-1] if len(key) >= 2 and key[0] == key[-1] == '"' else key
+        if "-" in key:
+            raise FilterError(
+                f"{field}: the local Model Registry refuses a '-' in a label key, as Vertex documents label filters "
+                "only as labels.myKey=\"myValue\" and AIP-160 reads '-' as NOT; name labels with underscores"
+            )
         if operator == ":" and value == "*":
             return lambda model: key in model.labels
         if operator in ("=", ":"):

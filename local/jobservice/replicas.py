@@ -28,6 +28,7 @@ from pathlib import Path
 from google.cloud.aiplatform_v1.types import CustomJob, CustomJobSpec
 from google.protobuf import json_format
 
+from local.jobservice.packages import EXECUTOR_IMAGE_PREFIXES, is_local_executor
 from local.jobservice.validation import is_empty_pool
 from local.names import LOCAL_TRAINER_IMAGE
 from local.processes import PROCESS_MARKER_VARS, free_port
@@ -74,8 +75,11 @@ class JobPlan:
     unstarted_pools: dict[str, int]  # "workerpool2" → replica count, for the log line that says so
 
 
-def plan_nodes(job: CustomJob, settings: ExecutionSettings, master_port: int, homes: Path) -> JobPlan:
-    """Commands and environments for every node of `job`, each with a home folder `homes/<node>`; raises
+def plan_nodes(
+    job: CustomJob, settings: ExecutionSettings, master_port: int, homes: Path, packages: Mapping[int, Path] = {}
+) -> JobPlan:
+    """Commands and environments for every node of `job`, each with a home folder `homes/<node>`; `packages`: the
+    folder each pythonPackageSpec pool's packages were installed into (packages.py), by pool index. Raises
     NodePlanError when one cannot run."""
     spec = job.job_spec
     pools = [(index, pool) for index, pool in enumerate(spec.worker_pool_specs) if not is_empty_pool(pool)]
@@ -106,10 +110,15 @@ def plan_nodes(job: CustomJob, settings: ExecutionSettings, master_port: int, ho
                 "CLOUD_ML_JOB_ID": job_id,
                 **_output_dirs(spec.base_output_directory.output_uri_prefix),
             }
-            declared = _request_env(pool.container_spec.env, vertex_env)
-            command = _command(pool.container_spec, settings.image_map, {**declared, **vertex_env})
+            package = pool.python_package_spec if "python_package_spec" in pool else None
+            declared = _request_env((package or pool.container_spec).env, vertex_env)
+            variables = {**declared, **vertex_env}
+            if package is not None:
+                command = _package_command(package, variables)
+            else:
+                command = _command(pool.container_spec, settings.image_map, variables)
             name, home = f"workerpool{index}-{replica}", homes / f"workerpool{index}-{replica}"
-            env = _node_env(settings, pool, declared, vertex_env, home)
+            env = _node_env(settings, pool, declared, vertex_env, home, packages.get(index))
             nodes.append(NodePlan(name, int(vertex_env["RANK"]), command, env, home))
     unstarted = {f"workerpool{index}": pool.replica_count for index, pool in pools if index not in NODE_POOLS}
     return JobPlan(nodes, unstarted)
@@ -150,6 +159,17 @@ def _command(container, image_map: Mapping[str, tuple[str, ...]], variables: Map
     return command
 
 
+def _package_command(package, variables: Mapping[str, str]) -> list[str]:
+    """What Vertex runs for a pythonPackageSpec: the executor's Python on the installed module, with the args
+    (expanded like a container's: ContainerSpec and PythonPackageSpec share the EnvVar rules, custom_job.proto)."""
+    if not is_local_executor(package.executor_image_uri):
+        raise NodePlanError(
+            f"Executor {package.executor_image_uri!r} is not one of Vertex's prebuilt PyTorch training containers "
+            f"this JobService runs (images under {', '.join(EXECUTOR_IMAGE_PREFIXES)})."
+        )
+    return [sys.executable, "-m", package.python_module, *(_expand(arg, variables) for arg in package.args)]
+
+
 def _mapped_entrypoint(image: str, image_map: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
     # The longest matching prefix wins, so "registry/repo/trainer" maps every tag of that image.
     matches = [prefix for prefix in image_map if image.startswith(prefix)]
@@ -163,12 +183,18 @@ def _mapped_entrypoint(image: str, image_map: Mapping[str, tuple[str, ...]]) -> 
 
 
 def _node_env(
-    settings: ExecutionSettings, pool, declared: dict[str, str], vertex_env: dict[str, str], home: Path
+    settings: ExecutionSettings,
+    pool,
+    declared: dict[str, str],
+    vertex_env: dict[str, str],
+    home: Path,
+    package_dir: Path | None = None,
 ) -> dict[str, str]:
     """What the image gives, which the request's `declared` variables may override; then the machine's
-    stand-ins and the platform's variables, which they may not (Vertex applies its own last)."""
+    stand-ins and the platform's variables, which they may not (Vertex applies its own last). A package's node finds
+    its installed code first, then the executor's own (this Python's site-packages)."""
     host = os.environ if settings.host_env is None else settings.host_env
-    env = _image_env(host, settings.workdir, home)
+    env = _image_env(host, package_dir or settings.workdir, home)
     env.update(declared)
     if settings.storage_emulator_host:  # gs:// reaches Cloud Storage from a Vertex node; here, fake-gcs-server
         env["STORAGE_EMULATOR_HOST"] = settings.storage_emulator_host

@@ -18,6 +18,7 @@ from schemas.rules import gs_uri_problem, labels_problems
 Problem = tuple[str, str]
 
 MAX_ENV_VARS = 100
+MAX_PACKAGE_URIS = 100
 PARENT_RE = re.compile(r"projects/[^/]+/locations/[^/]+")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -77,18 +78,35 @@ def _pool_problems(path: str, pool: WorkerPoolSpec) -> list[Problem]:
         problems.append((f"{path}.replica_count", "must be at least 1 in a worker pool that is not empty"))
     problems += _machine_problems(f"{path}.machine_spec", pool.machine_spec)
     if "python_package_spec" in pool:
-        problems.append((f"{path}.python_package_spec", "the local JobService runs container_spec pools only"))
+        package = pool.python_package_spec
+        where = f"{path}.python_package_spec"
+        # PythonPackageSpec (custom_job.proto): executor_image_uri, package_uris ("maximum number of package URIs is
+        # 100") and python_module are required.
+        if not package.executor_image_uri:
+            problems.append((f"{where}.executor_image_uri", "is required"))
+        if not package.package_uris:
+            problems.append((f"{where}.package_uris", "is required"))
+        elif len(package.package_uris) > MAX_PACKAGE_URIS:
+            problems.append(
+                (f"{where}.package_uris", f"at most {MAX_PACKAGE_URIS} URIs, got {len(package.package_uris)}")
+            )
+        if not package.python_module:
+            problems.append((f"{where}.python_module", "is required"))
+        problems += _env_problems(where, list(package.env))
     elif "container_spec" not in pool or not pool.container_spec.image_uri:
         problems.append((f"{path}.container_spec.image_uri", "is required"))
     else:
-        env = list(pool.container_spec.env)
-        if len(env) > MAX_ENV_VARS:
-            problems.append((f"{path}.container_spec.env", f"at most {MAX_ENV_VARS} variables, got {len(env)}"))
-        for position, variable in enumerate(env):
-            if not _ENV_NAME_RE.fullmatch(variable.name):
-                problems.append(
-                    (f"{path}.container_spec.env[{position}].name", f"{variable.name!r} is not a valid C identifier")
-                )
+        problems += _env_problems(f"{path}.container_spec", list(pool.container_spec.env))
+    return problems
+
+
+def _env_problems(where: str, env: list) -> list[Problem]:
+    problems: list[Problem] = []
+    if len(env) > MAX_ENV_VARS:
+        problems.append((f"{where}.env", f"at most {MAX_ENV_VARS} variables, got {len(env)}"))
+    for position, variable in enumerate(env):
+        if not _ENV_NAME_RE.fullmatch(variable.name):
+            problems.append((f"{where}.env[{position}].name", f"{variable.name!r} is not a valid C identifier"))
     return problems
 
 

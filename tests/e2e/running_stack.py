@@ -57,6 +57,7 @@ def up_args(data_bucket: str) -> list[str]:
         "--reconcile-every", "2",
         "--image-map", TEST_IMAGE_MAP,
         "--allow-image-prefix", FAKE_NODE_IMAGE.rsplit("/", 1)[0] + "/",
+        "--allow-python-packages",  # issue 31: tests/e2e/test_own_code_on_the_local_stack.py
         "--trigger-rules", json.dumps({f"gs://{data_bucket}/fake/": FAKE_NODE_TEMPLATE}),
     ]  # fmt: skip
 

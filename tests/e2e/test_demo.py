@@ -37,10 +37,10 @@ def test_the_demo_trains_three_partitions_promotes_the_better_model_and_cleans_u
     assert float(accuracy) > float(baseline) + 0.2
     assert "(loaded; " in out
     assert (tmp_path / "out" / "loss-curve.png").stat().st_size > 1000
-    registry = out[out.index("$ trainctl models show demo-breast-cancer") :]
+    registry = out[out.index("$ .venv/bin/trainctl models show demo-breast-cancer") :]
     assert "champion -> version 2 (earlier: 1)" in registry, registry
     # Guards issue 15 item 6: the demo ends with the report of what it ran, from the ledger.
-    report = out[out.index("$ trainctl report --since 1h") :]
+    report = out[out.index("$ .venv/bin/trainctl report --since 1h") :]
     assert "all: 4 requests  (succeeded 3  failed 0  cancelled 0  rejected 1)" in report, report
     assert "data rejections  1, saving up to " in report
     assert "model demo-breast-cancer promoted 2, held 1" in report

@@ -199,8 +199,9 @@ class Deployment:
             time.sleep(0.5)
         return status
 
-    def request(self, document: dict[str, Any], message_id: str | None = None) -> int:
-        topic_path = f"projects/{LOCAL_PROJECT}/topics/it-requests"
+    def request(self, document: dict[str, Any], message_id: str | None = None, topic: str = "it-requests") -> int:
+        """Publish a request on `topic` (a team's topic, say), as its push subscription delivers it."""
+        topic_path = f"projects/{LOCAL_PROJECT}/topics/{topic}"
         return self.deliver("on_job_request", self.push_body(json.dumps(document).encode(), message_id), topic_path)
 
     def reconcile(self) -> dict[str, int]:
@@ -214,6 +215,12 @@ class Deployment:
     def record(self, request_key: str) -> dict[str, Any] | None:
         blob = self.storage().bucket(self.control_bucket).blob(f"ledger/{key_hash(request_key)}.json")
         return json.loads(blob.download_as_bytes()) if blob.exists() else None
+
+    def requests_held(self) -> set[str]:
+        """The names of every request record and active entry in the ledger (a rejection files neither: only its
+        outcome, under history/)."""
+        bucket = self.storage().bucket(self.control_bucket)
+        return {blob.name for prefix in ("ledger/", "active/") for blob in bucket.list_blobs(prefix=prefix)}
 
 
 @contextlib.contextmanager

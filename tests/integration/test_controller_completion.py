@@ -72,8 +72,13 @@ def test_a_log_line_about_a_job_trainctl_does_not_know_is_ignored(deployment):
         "resource": {"type": "ml_job", "labels": {"job_id": "999999999"}},
         "labels": {"ml.googleapis.com/job_state": "SUCCEEDED"},
     }
+    """Issue 29 (tests that assert too little): a log line naming a job trainctl does not know, and one that is no
+    log entry at all, are acknowledged (2xx, never redelivered) and change nothing: no event, no ledger write."""
+    events, held = deployment.events(), deployment.requests_held()
     assert deployment.post("on_job_state", deployment.push_body(json.dumps(entry).encode())) == 200
     assert deployment.post("on_job_state", deployment.push_body(b"not a log entry")) == 200
+    assert events.drain() == []
+    assert deployment.requests_held() == held
 
 
 @pytest.mark.parametrize(

@@ -15,10 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.deployment import fake_node_request
+from tests.integration.deployment import EventLog, fake_node_request
 from tests.unit.test_request_schema import json_values
 
 REQUEST_PATH = "projects/trainctl-local/topics/it-requests"
+
+
+@pytest.fixture(scope="module")
+def event_log(deployment) -> EventLog:
+    """One subscription for the generated cases (a new one per example costs more than the example)."""
+    return deployment.events()
 
 
 def ce_headers(**overrides: str) -> dict[str, str]:
@@ -50,24 +56,34 @@ def storage_body(deployment, name: str, **fields) -> bytes:
     ],
 )
 def test_malformed_storage_events_never_earn_a_5xx(deployment, label, headers, body):
+    """Issue 29 (tests that assert too little): refused or ignored, never a 5xx, and nothing happens: no event, no
+    ledger record."""
+    events = deployment.events()
     assert deployment.post("on_dataset_upload", (headers, body)) < 500, label
+    assert events.drain() == [] and deployment.requests_held() == set()
 
 
 @pytest.mark.parametrize(
-    ("label", "name", "fields"),
+    ("label", "name", "fields", "rejected"),
     [
-        ("NUL in a shard name", "churn/x/part\x00.csv", {}),
-        ("newline in a shard name", 'churn/x/part\n{"severity": "ERROR"}.csv', {}),
-        ("unicode shard name", "churn/x/données-☃.csv", {}),
-        ("size is not a number", "churn/x/_SUCCESS", {"size": "lots", "generation": "nope"}),
-        ("generation is a list", "churn/x/part.csv", {"generation": [1]}),
-        ("name is a number", 12, {}),
-        ("a marker outside every rule", "elsewhere/_SUCCESS", {}),
+        ("NUL in a shard name", "churn/x/part\x00.csv", {}, None),
+        ("newline in a shard name", 'churn/x/part\n{"severity": "ERROR"}.csv', {}, None),
+        ("unicode shard name", "churn/x/données-☃.csv", {}, None),
+        ("size is not a number", "churn/x/_SUCCESS", {"size": "lots", "generation": "nope"}, "dataset.uri:"),
+        ("generation is a list", "churn/x/part.csv", {"generation": [1]}, None),
+        ("name is a number", 12, {}, None),
+        ("a marker outside every rule", "elsewhere/_SUCCESS", {}, None),
     ],
 )
-def test_strange_object_names_are_ignored_or_rejected_cleanly(deployment, label, name, fields):
+def test_strange_object_names_are_ignored_or_rejected_cleanly(deployment, label, name, fields, rejected):
+    """Issue 29 (tests that assert too little): a data shard or an object no rule watches is ignored (no event); a
+    marker whose fields are junk is rejected naming the field; none reaches the ledger."""
+    events = deployment.events()
     body = storage_body(deployment, name, **fields)
     assert deployment.post("on_dataset_upload", (ce_headers(), body)) == 200, label
+    published = [(e.state, e.errors[0].split(" ")[0]) for e, _ in events.drain()]
+    assert published == ([("rejected", rejected)] if rejected else []), label
+    assert deployment.requests_held() == set()
 
 
 def test_a_marker_whose_folder_climbs_out_is_rejected_naming_the_rule(deployment):
@@ -113,7 +129,7 @@ def test_hostile_requests_are_rejected_with_2xx_and_never_reach_the_ledger(deplo
     assert deployment.post("on_job_request", deployment.push_body(data, message_id), REQUEST_PATH) == 200
     (rejected,) = [e for e, _ in events.drain() if e.state == "rejected" and e.trigger.message_id == message_id]
     assert any(named in error for error in rejected.errors), rejected.errors
-    assert deployment.record("request:hostile-ok") is None
+    assert deployment.requests_held() == set()
 
 
 def test_data_that_is_not_base64_is_rejected(deployment):
@@ -129,8 +145,11 @@ def test_data_that_is_not_base64_is_rejected(deployment):
 
 
 def test_a_push_without_data_is_refused_by_the_framework_not_crashed_on(deployment):
+    """Issue 29 (tests that assert too little): and nothing happens: no event, no ledger record."""
+    events = deployment.events()
     body = {"message": {"attributes": {"a": "b"}, "messageId": "no-data"}}
     assert deployment.post("on_job_request", ({"content-type": "application/json"}, json.dumps(body).encode())) < 500
+    assert events.drain() == [] and deployment.requests_held() == set()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -140,13 +159,20 @@ def test_a_push_without_data_is_refused_by_the_framework_not_crashed_on(deployme
         {"api_version": st.just("trainctl/v1")}, optional={"request_id": st.text(max_size=10), "resources": json_values}
     )
 )
-def test_generated_requests_never_crash_the_request_function(deployment, document):
+def test_generated_requests_never_crash_the_request_function(deployment, event_log, document):
+    """None is a valid request (no dataset): each is answered 2xx with `rejected` and none reaches the ledger."""
+    seen = len(event_log.drain())
     data = json.dumps(document).encode()
     assert deployment.post("on_job_request", deployment.push_body(data), REQUEST_PATH) == 200
+    assert [e.state for e, _ in event_log.drain()[seen:]] == ["rejected"]
+    assert deployment.requests_held() == set()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fields=st.dictionaries(st.sampled_from(["bucket", "name", "generation", "size", "metageneration"]), json_values))
-def test_generated_storage_events_never_crash_the_upload_function(deployment, fields):
+def test_generated_storage_events_never_crash_the_upload_function(deployment, event_log, fields):
+    """No generated event names a watched bucket: each is ignored, with no event and no ledger record."""
+    seen = len(event_log.drain())
     body = json.dumps(fields).encode()
     assert deployment.post("on_dataset_upload", (ce_headers(), body)) < 500
+    assert event_log.drain()[seen:] == [] and deployment.requests_held() == set()

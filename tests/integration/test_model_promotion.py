@@ -108,9 +108,9 @@ def test_the_first_success_registers_a_version_and_makes_it_the_champion(deploym
     assert set(version.version_aliases) == {"champion", "default"}
     record = deployment.record("request:first-1")
     assert version.artifact_uri == record["artifacts"]["model_dir"] == registered.artifact_uri
-    assert version.labels["trainctl-key"] == key_hash("request:first-1")
-    assert version.labels["trainctl-request"] == "first-1"
-    assert version.labels["trainctl-job"] == record["job_name"].rsplit("/", 1)[-1]
+    assert version.labels["trainctl_key"] == key_hash("request:first-1")
+    assert version.labels["trainctl_request"] == "first-1"
+    assert version.labels["trainctl_job"] == record["job_name"].rsplit("/", 1)[-1]
     assert list(version.container_spec.command) == ["python", "-m", "trainer.serve"]
     assert registered.lineage.dataset_uri in version.version_description
     [evaluation] = registry.list_model_evaluations(parent=f"{PARENT}/models/{model}@1")
@@ -163,11 +163,11 @@ def test_a_worse_run_is_held_and_the_champion_stays(deployment, registry):
 def test_a_custom_image_cannot_feed_a_model_the_built_in_trainer_feeds(deployment, registry, job_client):
     """Issue 26, trust: a custom image reports its own metrics, champion figures included, so an allowed image could
     promote itself over a model the built-in trainer feeds. A model's versions come from one kind of trainer (the
-    `trainctl-trainer` label): the custom image's request is rejected at intake, naming `model.name`, and starts
+    `trainctl_trainer` label): the custom image's request is rejected at intake, naming `model.name`, and starts
     nothing."""
     model = new_model()
     run(deployment, "kind-builtin-1", model, accuracy(0.70), "promoted")
-    assert champion(registry, model).labels["trainctl-trainer"] == "builtin"
+    assert champion(registry, model).labels["trainctl_trainer"] == "builtin"
     events = deployment.events()
     custom = fake_node_request(
         "kind-custom-1",

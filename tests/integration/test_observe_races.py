@@ -8,7 +8,7 @@ from functions.controller import Controller
 from functions.gcs import Gcs
 from functions.keys import key_hash
 from functions.ledger import Ledger
-from functions.lifecycle import Record
+from functions.record import Record
 from functions.settings import Settings
 from local.jobservice.client import wait_for_state
 from tests.integration.deployment import fake_node_request

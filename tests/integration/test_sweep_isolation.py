@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import time
 
+from google.cloud.aiplatform_v1.types import JobState
+
 from functions.keys import key_hash
 from functions.settings import Settings
 from functions.vertex import VertexJobs
@@ -41,12 +43,18 @@ def test_a_corrupt_record_is_counted_and_every_other_record_is_reconciled(deploy
     hold.touch()  # let corrupt-1's job end
 
 
-def test_cancelling_a_job_that_has_already_ended_is_not_an_error(deployment, job_client):
-    """Guards issue 12 point 1: Vertex answers FAILED_PRECONDITION to cancelling an ended job."""
+def test_cancelling_a_job_that_has_already_ended_is_not_an_error(deployment, job_client, jobservice_control):
+    """Guards issue 12 point 1: Vertex answers FAILED_PRECONDITION to cancelling an ended job. Issue 29: the cancel
+    does reach the JobService (one CancelCustomJob, refused there), and the job stays as it ended."""
     assert deployment.request(fake_node_request("ended-1", "--sleep", "0.2")) == 200
     [job] = _wait_until_ended(job_client, "request:ended-1")
     settings = Settings.from_env(deployment.settings_env())
+    cancels = jobservice_control.call_counts().get("CancelCustomJob", 0)
+
     VertexJobs(settings.project, settings.region, settings.vertex_endpoint).cancel(job.name)  # no CallRejected
+
+    assert jobservice_control.call_counts().get("CancelCustomJob", 0) == cancels + 1
+    assert job_client.get_custom_job(name=job.name).state == job.state == JobState.JOB_STATE_SUCCEEDED
 
 
 def _wait_until_ended(job_client, request_key: str) -> list:

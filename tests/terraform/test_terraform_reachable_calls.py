@@ -41,6 +41,7 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (QUOTAS, "__init__"): frozenset(),  # the session is built on first use
     # quotaInfos.get needs cloudquotas.quotas.get on the quota's name (Cloud Quotas REST reference).
     (QUOTAS, "limit"): frozenset({"cloudquotas.quotas.get"}),
+    (QUOTAS, "limit_in_words"): frozenset({"cloudquotas.quotas.get"}),  # trainctl plan --quota, as `limit`
     # The ModelService (functions/registry.py), each method's permission from its REST reference page
     # (cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.models…, "IAM Permissions"). Not stated
     # there: ListModelVersions (models.list assumed; models.get is granted as well) and GetOperation of an upload

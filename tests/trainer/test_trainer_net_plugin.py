@@ -33,7 +33,7 @@ def job_env(machine_type: str, reducers: int = 0, task: str = "workerpool0", **e
     ("machine_type", "reducers", "expected", "reduction_server", "gpudirect"),
     [
         ("n1-highmem-96", 16, net_plugin.REDUCTION_SERVER_PLUGIN, True, None),
-        ("a2-highgpu-8g", 13, net_plugin.REDUCTION_SERVER_PLUGIN, True, None),
+        ("a2-highgpu-8g", 2, net_plugin.REDUCTION_SERVER_PLUGIN, True, None),
         ("g2-standard-96", 4, net_plugin.REDUCTION_SERVER_PLUGIN, True, None),
         ("a2-highgpu-8g", 0, "none needed (NCCL's own sockets)", False, None),
         ("a3-highgpu-8g", 0, "Vertex's GPUDirect-TCPX plugin", False, "GPUDirect-TCPX"),
@@ -93,7 +93,7 @@ def events(capsys) -> list[dict]:
 
 def test_reduction_server_without_its_plugin_warns_loudly_and_does_not_stop(tmp_path, capsys):
     """Guards issue 17 item 6: reducers in the job but no plugin in the image is a loud warning, not a failure."""
-    decided = net_plugin.check_before_launch(job_env("a2-highgpu-8g", reducers=13), [str(tmp_path / "nothing")])
+    decided = net_plugin.check_before_launch(job_env("a2-highgpu-8g", reducers=2), [str(tmp_path / "nothing")])
 
     assert decided.reduction_server
     [warning] = events(capsys)
@@ -105,7 +105,7 @@ def test_reduction_server_without_its_plugin_warns_loudly_and_does_not_stop(tmp_
 def test_reduction_server_with_its_plugin_says_which_library(tmp_path, capsys):
     """Guards issue 17 item 6: the plugin found is logged with its path."""
     library = plugin(tmp_path / "usr-lib")
-    net_plugin.check_before_launch(job_env("a2-highgpu-8g", reducers=13), [str(library.parent)])
+    net_plugin.check_before_launch(job_env("a2-highgpu-8g", reducers=2), [str(library.parent)])
 
     [line] = events(capsys)
     assert (line["severity"], line["message"]) == ("INFO", "NCCL NET plugin expected")
@@ -136,12 +136,12 @@ def test_the_plugin_nccl_loaded_is_read_from_the_process_maps(tmp_path, capsys):
         "7f20-7f30 r-xp 00000000 08:01 2 /usr/local/lib/libnccl-net.so\n"
         "7f30-7f40 r--p 00001000 08:01 2 /usr/local/lib/libnccl-net.so\n"
     )
-    net_plugin.report_loaded(job_env("a2-highgpu-8g", reducers=13), maps)
+    net_plugin.report_loaded(job_env("a2-highgpu-8g", reducers=2), maps)
     [loaded] = events(capsys)
     assert loaded["message"] == "NCCL NET plugin loaded" and loaded["loaded"] == ["/usr/local/lib/libnccl-net.so"]
 
     maps.write_text("7f00-7f10 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libnccl.so.2\n")
-    net_plugin.report_loaded(job_env("a2-highgpu-8g", reducers=13), maps)
+    net_plugin.report_loaded(job_env("a2-highgpu-8g", reducers=2), maps)
     [missing] = events(capsys)
     assert missing["severity"] == "WARNING"
     assert missing["message"] == "NCCL loaded no NET plugin; it uses its own sockets"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from functions.lifecycle import Record
+from functions.record import Record
 from functions.settings import Settings
 from functions.submission import artifacts
 from schemas.errors import parse_request

@@ -9,7 +9,6 @@ import pytest
 from functions.admission import admission_problems, dataset_problem
 from functions.planning import plan_custom_job
 from schemas import catalog
-from schemas.errors import RequestInvalid
 from tests.unit.conftest import make_request
 
 
@@ -59,15 +58,6 @@ def test_a_blackwell_rung_of_the_ladder_is_refused_for_the_built_in_trainer_too(
                      scheduling={"max_attempts": 2})  # fmt: skip
     assert [p.split(":")[0] for p in found] == ["fallbacks[0].resources.accelerator_type"], found
     assert "Blackwell" in found[0]
-
-
-def test_a4x_and_its_gb200_cannot_be_asked_for(settings):
-    """Guards issue 17 item 3: A4X is arm64 and the image amd64; the catalog offers neither the machine nor its
-    GPU, so such a request is invalid before admission."""
-    with pytest.raises(RequestInvalid) as caught:
-        make_request(resources={"machine_type": "a4x-highgpu-4g", "accelerator_type": "NVIDIA_GB200"})
-    assert "unknown machine type 'a4x-highgpu-4g'" in str(caught.value.errors[0])
-    assert "NVIDIA_GB200" not in catalog.ACCELERATORS
 
 
 def test_machine_type_allow_list(settings):

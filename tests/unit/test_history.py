@@ -18,9 +18,9 @@ from functions.errors import Transient
 from functions.gcs import StorageError
 from functions.history import Outcome, history_entry
 from functions.ledger import ACTIVE_PREFIX, Ledger
-from functions.lifecycle import Record
 from functions.outbox import Outbox
 from functions.output_claims import OutputClaims
+from functions.record import Record
 from schemas.events import Succeeded
 from schemas.rules import MAX_LABELS
 from tests.unit.conftest import make_record

@@ -10,8 +10,9 @@ import pytest
 
 from functions.admission import admission_problems
 from functions.ladder import ladder_of
-from functions.lifecycle import JobSnapshot, Record, job_ref, observe
+from functions.lifecycle import JobSnapshot, job_ref, observe
 from functions.planning import plan_custom_job
+from functions.record import Record
 from functions.submission import spec_hash
 from schemas.errors import RequestInvalid, parse_request
 from schemas.events import Failed, Retrying
@@ -81,6 +82,7 @@ def test_a_rung_over_the_cost_ceiling_is_refused_at_admission(settings):
     found = [str(p) for p in admission_problems(request, s, plan_custom_job(request, s, "k").output_dir)]
     assert len(found) == 1
     assert found[0].startswith("fallbacks[0].resources: guardrail max_cost_usd: this job can cost about $")
+    assert found[0].endswith("the limit is $300.00. Shorten scheduling.timeout or use fewer GPUs")
 
 
 def test_what_all_attempts_may_spend_is_limited_by_max_request_cost_usd(settings):

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from functions.marker_policy import template_policy
+from functions.model_versions import LEGACY_TRAINER_LABEL, trainer_kind, trainer_kind_problem, version_labels
 from functions.planning import CHAMPION_ARG, plan_custom_job
 from functions.submission import spec_hash
 from schemas.errors import RequestInvalid
-from tests.unit.conftest import make_request
+from tests.unit.conftest import make_record, make_request
 
 CUSTOM = {"image": "us-docker.pkg.dev/proj/team/trainer:1", "args": ["--epochs", "3"]}
 
@@ -154,3 +155,14 @@ def test_max_drift_is_the_built_in_trainers_and_reaches_it_as_an_argument(settin
     assert "--max-drift" not in plain.custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]["args"]
     [problem] = problems(trainer=CUSTOM, model=_CUSTOM_MODEL | {"max_drift": 0.25})
     assert problem.startswith("model.max_drift: only the built-in trainer measures drift")
+
+
+def test_version_labels_are_spelled_with_underscores_and_an_old_champions_trainer_label_still_counts():
+    """Issue 25, point 3, for model versions: every key trainctl sets is found by the documented filter form (no
+    hyphen), and a champion registered with the earlier `trainctl-trainer` label keeps issue 26's trust rule."""
+    record = make_record(request=make_request(model={"name": "churn"}).model_dump(mode="json"))
+    keys = [k for k in version_labels(record, "img") if k != "managed-by"]
+    assert keys and all("-" not in key for key in keys)
+    custom = make_request(trainer={"image": "us-docker.pkg.dev/p/r/img:1"}, model=_CUSTOM_MODEL)
+    assert trainer_kind_problem(custom, {"trainctl-trainer": "builtin"}, "churn") is not None
+    assert trainer_kind_problem(custom, {LEGACY_TRAINER_LABEL: trainer_kind(custom)}, "churn") is None

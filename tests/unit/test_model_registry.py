@@ -270,6 +270,17 @@ def test_list_versions_names_each_version_by_its_id_and_filters_by_labels(regist
     assert refused.violations[0][0] == "filter"
 
 
+def test_a_hyphenated_label_key_in_a_filter_is_refused_as_whether_vertex_reads_it_is_not_documented(
+    registry: ModelRegistry,
+):
+    """Issue 25, point 3, for the Model Registry: ListModelVersions documents `labels.myKey="myValue"` only, and AIP-160
+    reads '-' as NOT, so the local registry refuses a hyphenated key — what passes here cannot fail there for it —
+    and trainctl's version labels are spelled with underscores."""
+    upload(registry, labels={"trainctl-key": "a"})
+    refused = refusal(registry.list_versions, ListModelVersionsRequest(name=CHURN, filter='labels.trainctl-key="a"'))
+    assert refused.violations[0][0] == "filter" and "underscores" in refused.violations[0][1]
+
+
 def test_list_models_reads_each_default_version_filters_and_pages(registry: ModelRegistry):
     """Issue 26, the local stack: ListModels lists a model as its default version (GetModel without @) and filters
     on `model`, `display_name` and labels."""

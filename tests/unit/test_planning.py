@@ -9,6 +9,7 @@ from google.cloud.aiplatform_v1 import CustomJob
 
 from functions.keys import key_hash
 from functions.planning import REDUCTION_SERVER_BUCKET_CAP_MB, plan_custom_job
+from schemas import catalog
 from tests.unit.conftest import make_request
 
 KEY = "request:churn-1"
@@ -104,7 +105,7 @@ def test_no_reducers_and_the_reason_in_words(settings, sections, reason):
 
 
 def test_the_built_in_trainers_small_gradient_gets_no_reducers_and_says_why(settings):
-    """Guards issue 17 item 7: `auto` no longer adds 13 reducers to a few-MB MLP; the reason names the volume."""
+    """Guards issue 17 item 7: `auto` no longer adds reducers to a few-MB MLP; the reason names the volume."""
     request = make_request(resources={"machine_type": "a2-highgpu-8g", "replica_count": 4})  # hidden 256, 128
     plan = plan_custom_job(request, settings, KEY)
     assert not plan.reduction_server.enabled
@@ -118,10 +119,11 @@ def test_reducers_for_a_large_built_in_model_and_by_bandwidth_for_custom_images(
     """Guards issue 17 item 7: above the threshold the bandwidth rule sizes the pool; a custom image, whose
     model the planner cannot see, keeps the bandwidth rule; `on` forces reducers for a small model."""
     resources = {"machine_type": "a2-highgpu-8g", "replica_count": 4}
+    by_bandwidth = catalog.reducers_needed(4 * catalog.node_egress_gbps("a2-highgpu-8g"))  # test_catalog pins it
     large = plan_custom_job(make_request(resources=resources, trainer=LARGE_MLP), settings, KEY).reduction_server
-    assert large.enabled and large.replicas == 13 and "about 160 MB per step" in large.reason
+    assert large.enabled and large.replicas == by_bandwidth and "about 160 MB per step" in large.reason
     custom = make_request(resources=resources, trainer={"image": "us-docker.pkg.dev/p/r/t:1"})
-    assert plan_custom_job(custom, settings, KEY).reduction_server.replicas == 13
+    assert plan_custom_job(custom, settings, KEY).reduction_server.replicas == by_bandwidth
     forced = make_request(resources=resources, reduction_server={"mode": "on"})
     assert plan_custom_job(forced, settings, KEY).reduction_server.enabled
 
@@ -147,10 +149,11 @@ def test_cost_covers_nodes_reducers_and_the_timeout(settings):
     request = make_request(
         resources={"machine_type": "a2-highgpu-8g", "replica_count": 4}, scheduling={"timeout": "2h"}, trainer=LARGE_MLP
     )
-    cost = plan_custom_job(request, settings, KEY).cost
-    assert cost.hourly_usd == pytest.approx(4 * 35.26 + 13 * 0.6544, abs=0.01)
+    plan = plan_custom_job(request, settings, KEY)
+    cost, reducers = plan.cost, plan.reduction_server.replicas  # how many: test_catalog's reducers_needed
+    assert cost.hourly_usd == pytest.approx(4 * 35.26 + reducers * 0.6544, abs=0.01)
     assert cost.max_usd == pytest.approx(cost.hourly_usd * 2, abs=0.02)
-    assert (cost.gpus, cost.nodes, cost.reducers) == (32, 4, 13)
+    assert (cost.gpus, cost.nodes, cost.reducers) == (32, 4, reducers) and reducers > 0
 
 
 def test_spot_is_priced_as_spot(settings):

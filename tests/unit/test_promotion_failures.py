@@ -14,7 +14,8 @@ from functions import promotion
 from functions.controller import Controller
 from functions.errors import Transient
 from functions.ledger import ACTIVE_PREFIX, Ledger
-from functions.lifecycle import JobSnapshot, ModelSteps
+from functions.lifecycle import JobSnapshot
+from functions.record import ModelSteps
 from functions.registry import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected

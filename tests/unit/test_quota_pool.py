@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from functions.fair_share import Ask, Share, next_to_admit
 from functions.gcs import Conflict
 from functions.quota_pool import QUOTA_PREFIX, QuotaPools
 from trainctl.replay import MemoryGcs
@@ -70,21 +71,24 @@ class WatchedGcs(MemoryGcs):
                 self.broken.append(f"{khash} admitted while {old['waiting'][0]} waited")
 
 
-def run_requests(pools: QuotaPools, gpus: dict[str, int], hold_for: float) -> list[BaseException]:
+def run_requests(
+    pools: QuotaPools, gpus: dict[str, int], hold_for: float, teams: dict[str, Share] | None = None
+) -> list[BaseException]:
     """Each request asks for its GPUs at once, and again until granted (as reconcile visits a queued one), holds
     them briefly, releases them; the errors any thread met. Nobody releases before everyone has asked once, so
-    the line forms whatever the threads' timing."""
+    the line forms whatever the threads' timing. With `teams`, a request's team is its key's first letter."""
     errors: list[BaseException] = []
     start, everyone_asked = threading.Barrier(len(gpus)), threading.Barrier(len(gpus))
 
     def request(khash: str) -> None:
+        team = {"team": khash[0], "shares": teams.__getitem__} if teams else {}
         try:
             start.wait()
-            granted = pools.acquire(POOL, khash, gpus[khash], LIMIT).granted
+            granted = pools.acquire(POOL, khash, gpus[khash], LIMIT, **team).granted  # type: ignore[arg-type]
             everyone_asked.wait(timeout=60)
             while not granted:
                 time.sleep(0.001)
-                granted = pools.acquire(POOL, khash, gpus[khash], LIMIT).granted
+                granted = pools.acquire(POOL, khash, gpus[khash], LIMIT, **team).granted  # type: ignore[arg-type]
             time.sleep(hold_for)
             pools.release(POOL, khash)
         except BaseException as exc:  # reported to the test, which fails on it
@@ -157,3 +161,61 @@ def test_asking_again_keeps_the_place_in_line_and_does_not_hold_twice(asked_agai
         assert pools.acquire(POOL, "a", 5, LIMIT).granted
         assert not pools.acquire(POOL, "b", 5, LIMIT).granted
     assert pools.held(POOL) == 5 and pools.waiting(POOL) == ["b"]
+
+
+TEAM_SHARES = {"a": Share(nominal=2, borrow_limit=4, weight=1.0), "b": Share(nominal=6, borrow_limit=0, weight=1.0)}
+
+
+@dataclass
+class TeamWatchedGcs(WatchedGcs):
+    """…and, with teams, checks each admission against fair share's choice on the state it replaced, and each
+    team's hold against its cap (issue 32)."""
+
+    def _check(self, old: dict, new: dict) -> None:  # type: ignore[type-arg]
+        if sum(new["holders"].values()) > LIMIT:
+            self.broken.append(f"{sum(new['holders'].values())} GPUs held, over the limit {LIMIT}")
+        for team, share in TEAM_SHARES.items():
+            held = sum(n for k, n in new["holders"].items() if new["teams"][k] == team)
+            if held > share.cap(LIMIT):
+                self.broken.append(f"team {team} holds {held}, over its cap {share.cap(LIMIT)}")
+        teams, wants = old.get("teams", {}), old.get("wants", {})
+        for khash in set(new["holders"]) - set(old["holders"]):
+            line = [Ask(k, teams[k], wants[k]) for k in old["waiting"]]
+            if khash not in old["waiting"]:
+                line.append(Ask(khash, new["teams"][khash], new["holders"][khash]))
+            held: dict[str, int] = {}
+            for k, n in old["holders"].items():
+                held[teams[k]] = held.get(teams[k], 0) + n
+            first = next_to_admit(line, held, TEAM_SHARES.__getitem__, LIMIT)
+            if first is None or first.key != khash:
+                self.broken.append(f"{khash} admitted where fair share named {first}")
+            elif khash in old["waiting"]:
+                self.admitted_from_line.append(khash)
+
+
+def test_concurrent_admissions_of_two_teams_keep_the_quota_the_caps_and_the_fair_order():
+    """Issue 32, points 2 and 3 (and issue 29, point 1's invariants): sixteen requests of two teams ask for an 8-GPU
+    pool at once; every write keeps the quota and each team's cap, and admits only whom fair share names."""
+    random.seed(32)
+    gcs = TeamWatchedGcs(race_first_reads=True)
+    pools = QuotaPools(gcs, "control")
+    asks = {f"{'ab'[i % 2]}{i:02d}": 1 + i % 2 for i in range(16)}
+
+    errors = run_requests(pools, asks, hold_for=0.01, teams=TEAM_SHARES)
+
+    assert errors == [] and gcs.broken == []
+    assert gcs.conflicts > 0 and gcs.admitted_from_line
+    assert pools.held(POOL) == 0 and pools.waiting(POOL) == []
+
+
+def test_a_team_over_its_share_waits_while_the_other_is_admitted_and_the_admission_says_why():
+    """Issue 32, points 2 and 5: team a at its cap (2 nominal + 4 borrowed) waits on its share though GPUs are
+    free; team b is admitted; once b's owner share is wanted, a's borrowing waits on b."""
+    pools = QuotaPools(WatchedGcs(), "control")
+    shares = TEAM_SHARES.__getitem__
+    assert pools.acquire(POOL, "a1", 6, LIMIT, "a", shares).granted
+    over = pools.acquire(POOL, "a2", 1, LIMIT, "a", shares)
+    assert (over.granted, over.held_by) == (False, "team_share")
+    assert pools.acquire(POOL, "b1", 2, LIMIT, "b", shares).granted
+    assert pools.held(POOL, "a") == 6 and pools.held(POOL, "b") == 2
+    assert pools.waiting(POOL) == ["a2"]

@@ -64,11 +64,11 @@ def test_a_request_whose_job_ended_releases_its_quota_even_when_what_follows_fai
     )
     ctl.ledger.create(record)
     ctl.ledger.mark_active("abc")
-    assert ctl.submission.pools.acquire(POOL, "abc", 2, 2).granted
+    assert ctl.quota_queue.pools.acquire(POOL, "abc", 2, 2).granted
 
     with pytest.raises(Transient, match="Pub/Sub is unavailable"):
         ctl.observe_record("abc")
-    assert ctl.submission.pools.held(POOL) == 0, "released although the `succeeded` event is not out yet"
+    assert ctl.quota_queue.pools.held(POOL) == 0, "released although the `succeeded` event is not out yet"
 
     publisher.down, now[0] = False, NOW + timedelta(minutes=1)  # a later sweep publishes it, once, and retires it
     assert ctl.observe_record("abc") == "succeeded"

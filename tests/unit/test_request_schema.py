@@ -284,8 +284,7 @@ def test_ordinary_trainer_env_names_stay_allowed(name):
     assert env_errors({name: "1"}) == []
 
 
-def test_the_invalid_table_has_30_cases_each_built_on_a_valid_request():
-    assert len(INVALID) >= 30
+def test_the_invalid_cases_are_each_built_on_a_valid_request():
     parse_request(VALID)  # each case is VALID with one change, so the change is what gets rejected
 
 

@@ -1,0 +1,179 @@
+"""Observation's branches on in-memory Cloud Storage with an injected clock (issue 29, points 5 and 6): a job deleted
+from Vertex, compare-and-swap conflicts with another handler, the outbox giving up, metrics.json that is no object,
+and records written before max_pending and max_silence were kept. The controller through its public calls
+(tests/unit/controller_harness.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.errors import Transient
+from functions.keys import key_hash
+from functions.ledger import LEDGER_PREFIX
+from schemas.events import Failed, Stuck
+from tests.unit.controller_harness import InterferingGcs, harness
+
+RECORD = f"{LEDGER_PREFIX}{key_hash('request:r1')}.json"
+
+
+@pytest.mark.parametrize("attempts", [1, 2])
+def test_a_job_deleted_from_vertex_does_not_leave_its_request_active_for_ever(attempts):
+    """Issue 29, point 5: GetCustomJob answers 404 for the request's job (someone deleted it). The request is not
+    left active waiting for a job that will never end: with an attempt left it is submitted again, else it fails
+    (internal) saying the job is gone and leaves the active index."""
+    h = harness()
+    assert h.submit(scheduling={"max_attempts": attempts}) == "submitted"
+    del h.vertex.jobs[h.vertex.last()]
+    h.clock.advance(minutes=5)
+
+    h.ctl.reconcile()
+
+    record = h.record()
+    if attempts == 2:
+        assert (record.state, record.attempt, len(h.vertex.created)) == ("submitted", 2, 2)
+        assert h.publisher.states == ["accepted", "submitted", "retrying", "submitted"]
+        assert h.events_of("retrying")[0].reason == "internal"
+    else:
+        assert (record.state, record.failure_reason) == ("failed", "internal")
+        (failed,) = h.events_of("failed")
+        assert isinstance(failed, Failed) and "the job no longer exists in Vertex AI" in failed.message
+        assert h.active() == []
+
+
+def running(h) -> str:
+    """The request's job, running."""
+    assert h.submit() == "submitted"
+    job = h.vertex.last()
+    h.vertex.set_state(job, "JOB_STATE_RUNNING", start_time=h.clock())
+    h.clock.advance(minutes=1)
+    return job
+
+
+def test_a_record_changed_by_another_handler_while_it_is_observed_is_read_again_and_published_once():
+    """Issue 29, point 6: between observation's read of the record and its compare-and-swap, another handler writes
+    it (on_job_state and reconcile look at the same jobs). The swap fails before anything is published; the record is
+    read again and the change made on it: `running` published once (without the second reading, the Conflict
+    escapes: the log line's delivery is retried and the sweep counts an error)."""
+    gcs = InterferingGcs(contested=RECORD)
+    h = harness(gcs=gcs)
+    running(h)
+    gcs.interruptions = 1
+
+    assert h.ctl.observe_record(key_hash("request:r1")) == "running"
+
+    assert gcs.interruptions == 0, "the other handler did not get in"
+    assert h.publisher.states == ["accepted", "submitted", "running"]
+    assert h.record().state == "running" and h.record().outbox == []
+
+
+def test_a_record_that_keeps_changing_is_given_up_as_transient_with_nothing_published():
+    """Issue 29, point 6: a record another writer changes before every swap is given up after five readings, as
+    Transient (the delivery is retried later), having published nothing."""
+    gcs = InterferingGcs(contested=RECORD)
+    h = harness(gcs=gcs)
+    running(h)
+    gcs.interruptions = 100
+
+    with pytest.raises(Transient, match="kept changing while it was observed"):
+        h.ctl.observe_record(key_hash("request:r1"))
+
+    assert gcs.interruptions == 95, "read and tried five times"
+    assert h.publisher.states == ["accepted", "submitted"]
+    assert h.record().state == "submitted"
+
+
+def test_the_outbox_gives_up_recording_what_it_published_after_five_conflicts_and_the_event_stays_queued():
+    """Issue 29, point 6: `running` is saved in the outbox and published, but every swap that would mark it
+    published meets another writer: after five the outbox gives up (Transient) rather than loop; the event stays
+    in the record's outbox, so the next handler publishes it again under the same ce-id (consumers dedupe)."""
+    gcs = InterferingGcs(contested=RECORD)
+    h = harness(gcs=gcs)
+    running(h)
+
+    def another_writer_from_now_on() -> None:
+        gcs.interruptions = 100
+
+    h.publisher.then = another_writer_from_now_on
+
+    with pytest.raises(Transient, match="could not record the published events of request:r1"):
+        h.ctl.observe_record(key_hash("request:r1"))
+
+    assert gcs.interruptions == 95, "tried five times"
+    assert h.publisher.states == ["accepted", "submitted", "running"]
+    record = h.record()
+    assert record.state == "running"
+    assert [e["state"] for e in record.outbox] == ["running"], "the published event is still queued"
+
+    gcs.interruptions, h.publisher.then = 0, None  # the next handler, past the outbox's grace
+    h.clock.advance(seconds=h.ctl.settings.outbox_grace + 1)
+    h.ctl.observe_record(key_hash("request:r1"))
+    assert h.publisher.events[-1].ce_id == h.publisher.events[-2].ce_id and h.record().outbox == []
+
+
+def test_metrics_json_that_is_not_an_object_gives_a_success_without_metrics_saying_why():
+    """Issue 29, point 6: the job succeeded and its metrics.json holds a JSON array. `succeeded` is published with
+    no metrics and a message saying why, and the request ends (never a crash that keeps it active)."""
+    h = harness()
+    job = running(h)
+    h.gcs.write("control", "runs/r1/model/metrics.json", "[0.9, 0.8]", 0)
+    h.vertex.set_state(job, "JOB_STATE_SUCCEEDED", end_time=h.clock())
+
+    assert h.ctl.observe_record(key_hash("request:r1")) == "succeeded"
+
+    (succeeded,) = h.events_of("succeeded")
+    assert succeeded.metrics == {}
+    assert succeeded.message.endswith(
+        "its metrics.json could not be read, so no metrics are reported: it holds a JSON array, not an object"
+    )
+    assert h.active() == []
+
+
+def test_a_record_from_before_max_pending_and_max_silence_were_kept_takes_them_from_its_request():
+    """Issue 29, point 6: a record written before the record kept max_pending and max_silence has neither; its
+    request's scheduling gives them (here max_pending 10m): the job waiting 11 minutes is stuck and cancelled."""
+    h = harness()
+    assert h.submit(scheduling={"max_pending": "10m"}) == "submitted"
+    job = h.vertex.last()
+    found = h.ctl.ledger.read(key_hash("request:r1"))
+    assert found is not None
+    old, generation = found
+    old.max_pending = old.max_silence = None
+    h.ctl.ledger.replace(old, generation)
+
+    h.clock.advance(minutes=9)
+    h.ctl.reconcile()
+    assert h.events_of("stuck") == [] and h.vertex.cancelled == []
+    h.clock.advance(minutes=2)
+    h.ctl.reconcile()
+
+    (stuck,) = h.events_of("stuck")
+    assert isinstance(stuck, Stuck) and (stuck.max_pending_seconds, stuck.pending_seconds) == (600, 660)
+    assert h.vertex.cancelled == [job]
+    assert h.record().max_pending is None, "the record is not rewritten with limits it never had"
+
+
+def test_a_final_event_left_in_the_outbox_is_left_to_its_handler_within_the_grace_and_published_once_after():
+    """Issue 29 (test_faults' unasserted "within the grace" reconcile, here with a clock instead of a restart that
+    may outlast the grace): the job succeeded but Pub/Sub was down, so `succeeded` stays in the outbox. A sweep
+    within the outbox's grace leaves it to its handler (which may still publish it) and keeps the request active, so
+    that a later sweep comes back; past the grace that sweep publishes it, once, and retires the request."""
+    h = harness()
+    job = running(h)
+    h.vertex.set_state(job, "JOB_STATE_SUCCEEDED", end_time=h.clock())
+    h.publisher.down = True
+    with pytest.raises(Transient, match="Pub/Sub is unavailable"):
+        h.ctl.observe_record(key_hash("request:r1"))
+    assert [e["state"] for e in h.record().outbox] == ["running", "succeeded"]
+    h.publisher.down = False
+
+    h.clock.advance(seconds=h.ctl.settings.outbox_grace - 1)
+    h.ctl.reconcile()
+    assert h.publisher.states == ["accepted", "submitted"], "published within the grace"
+    assert [e["state"] for e in h.record().outbox] == ["running", "succeeded"]
+    assert h.active() == [f"active/{key_hash('request:r1')}"], "retired with its final event unpublished"
+
+    h.clock.advance(seconds=2)
+    h.ctl.reconcile()
+    h.ctl.reconcile()
+    assert h.publisher.states == ["accepted", "submitted", "running", "succeeded"]
+    assert h.record().outbox == [] and h.active() == []

@@ -8,6 +8,7 @@ request the Vertex adapter sends, and `trainctl plan` can print it as it is.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +155,80 @@ def estimate_cost(request: TrainingJobRequest, reducers: ReductionServerPlan) ->
         nodes=res.replica_count,
         reducers=reducers.replicas,
         prices_as_of=catalog.PRICES_TAKEN,
+    )
+
+
+# The built-in trainer's own rule for streaming (trainer/data_budget.py; a test keeps the two equal): a rank streams
+# its share when the share's estimated peak in memory exceeds MEMORY_BUDGET_FRACTION of the node's memory divided
+# by the node's ranks. The peak is estimated from the bytes stored: about 2.5 × the float32 rows in memory
+# (bench/trainer_memory.py), and a Parquet float stored in at most its own size, a CSV one in about two or more.
+MEMORY_BUDGET_FRACTION = 0.5
+PEAK_PER_STORED_BYTE = {"parquet": 3.0, "csv": 1.5}
+_DATA_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """What one rank of the built-in trainer will hold, from the sizes of the dataset's files."""
+
+    dataset_bytes: int
+    files: int
+    ranks: int
+    sharded: bool  # at least as many files as ranks: each rank reads only its own files
+    rank_share_bytes: int  # stored bytes the busiest rank reads
+    rank_peak_bytes: int  # its estimated peak in memory, loaded whole
+    rank_budget_bytes: int  # MEMORY_BUDGET_FRACTION of the node's memory over its ranks
+
+    @property
+    def streams(self) -> bool:
+        return self.rank_peak_bytes > self.rank_budget_bytes
+
+    def words(self) -> str:
+        share = "its own files" if self.sharded else "the whole dataset (fewer files than ranks)"
+        decision = (
+            "it will stream its share (shards read in turn, bounded shuffle buffer)"
+            if self.streams
+            else "it loads its share into memory"
+        )
+        return (
+            f"{_gb(self.dataset_bytes)} in {self.files} file(s); each of {self.ranks} ranks reads {share}, "
+            f"{_gb(self.rank_share_bytes)} stored → about {_gb(self.rank_peak_bytes)} in memory against a budget "
+            f"of {_gb(self.rank_budget_bytes)} per rank: {decision}"
+        )
+
+
+def _gb(size: float) -> str:
+    return f"{size / 1e9:,.2f} GB"
+
+
+def estimate_rank_memory(
+    request: TrainingJobRequest, objects: Iterable[tuple[str, int]], marker_names: tuple[str, ...] = ()
+) -> MemoryEstimate:
+    """Each rank's memory from the dataset's listing (name, size) — the listing admission already makes — and the
+    machine's memory (catalog), by the trainer's own rule; see MEMORY_BUDGET_FRACTION."""
+    res = request.resources
+    files = []
+    for name, size in objects:
+        basename = name.rsplit("/", 1)[-1]
+        suffix = "." + basename.rsplit(".", 1)[-1].lower() if "." in basename else ""
+        file_format = request.dataset.format if request.dataset.format != "auto" else _DATA_SUFFIXES.get(suffix)
+        if file_format and not basename.startswith(("_", ".")) and basename not in marker_names:
+            files.append((name, size, file_format))
+    files.sort()
+    local_ranks = max(res.accelerator_count or 1, 1)
+    ranks = res.replica_count * local_ranks
+    sharded = len(files) >= ranks
+    shares = [files[rank::ranks] for rank in range(ranks)] if sharded else [files]
+    busiest = max(shares, key=lambda share: sum(size for _, size, _ in share)) if files else []
+    machine = catalog.machine(res.machine_type)
+    return MemoryEstimate(
+        dataset_bytes=sum(size for _, size, _ in files),
+        files=len(files),
+        ranks=ranks,
+        sharded=sharded,
+        rank_share_bytes=sum(size for _, size, _ in busiest),
+        rank_peak_bytes=round(sum(size * PEAK_PER_STORED_BYTE[f] for _, size, f in busiest)),
+        rank_budget_bytes=round((machine.memory_gb if machine else 0) * 1e9 * MEMORY_BUDGET_FRACTION / local_ranks),
     )
 
 

@@ -105,6 +105,7 @@ class Machine:
     egress_gbps: int
     builtin_accelerator: str | None = None
     builtin_count: int = 0
+    memory_gb: float = 0.0  # the node's memory (Compute Engine machine types); what the trainer's budget divides
 
     @property
     def family(self) -> str:
@@ -137,14 +138,29 @@ ACCELERATORS: dict[str, Accelerator] = {
 def _n1(name: str, vcpus: int, per_vcpu: float) -> Machine:
     # N1 egress without GPUs: 2 Gbps per vCPU, at most 32 Gbps.
     price = round(vcpus * per_vcpu, 4)
-    return Machine(name, vcpus, price, round(price * 0.3, 4), min(2 * vcpus, 32))
+    memory = vcpus * _N1_MEMORY_PER_VCPU[name.split("-")[1]]
+    return Machine(name, vcpus, price, round(price * 0.3, 4), min(2 * vcpus, 32), memory_gb=memory)
 
 
 def _gpu(name: str, vcpus: int, price: float, spot: float, gbps: int, accel: str, count: int) -> Machine:
-    return Machine(name, vcpus, price, spot, gbps, accel, count)
+    return Machine(name, vcpus, price, spot, gbps, accel, count, memory_gb=_GPU_MACHINE_MEMORY_GB[name])
 
 
 _N1_STANDARD, _N1_HIGHMEM, _N1_HIGHCPU = 0.0547, 0.0681, 0.0409
+# Memory per vCPU (GB) of N1 machines, and of each accelerator-optimized machine (Compute Engine "Machine types"
+# and "Accelerator-optimized machine family"; see local/FIDELITY.md for which figures were confirmed there).
+_N1_MEMORY_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
+_GPU_MACHINE_MEMORY_GB = {
+    **{f"a2-highgpu-{n}g": 85 * n for n in (1, 2, 4, 8)},
+    "a2-megagpu-16g": 1360,
+    **{f"a2-ultragpu-{n}g": 170 * n for n in (1, 2, 4, 8)},
+    **{f"g2-standard-{v}": 4 * v for v in (4, 8, 12, 16, 24, 32, 48, 96)},
+    **{f"g4-standard-{v}": 3.75 * v for v in (48, 96, 192, 384)},
+    **{f"a3-highgpu-{n}g": 234 * n for n in (1, 2, 4, 8)},
+    "a3-megagpu-8g": 1872,
+    "a3-ultragpu-8g": 2944,
+    "a4-highgpu-8g": 3968,
+}
 
 MACHINES: dict[str, Machine] = {
     m.name: m

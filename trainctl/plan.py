@@ -1,6 +1,7 @@
 """`trainctl plan FILE [--json | --gcloud DIR]`: the exact CustomJob a request becomes, offline.
 
-Shows the worker pools, the Reduction Server decision in words and the cost estimate. `--gcloud` writes the
+Shows the worker pools, the Reduction Server decision in words and the cost estimate; with `--memory`, each
+rank's memory estimated from the dataset's listing and whether the built-in trainer will stream. `--gcloud` writes the
 config.yaml that `gcloud ai custom-jobs create --config` accepts and prints the command that submits it, so a
 team used to that path can compare the two and move over.
 """
@@ -10,16 +11,24 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
 from functions.gcs import Gcs
 from functions.keys import request_key
 from functions.ladder import ladder_of
-from functions.planning import Plan, estimate_cost, plan_custom_job, plan_reduction_server
+from functions.planning import (
+    MemoryEstimate,
+    Plan,
+    estimate_cost,
+    estimate_rank_memory,
+    plan_custom_job,
+    plan_reduction_server,
+)
 from functions.quota_pool import QuotaPools, pool_name
 from functions.quotas import GpuQuotas
 from functions.settings import Settings
@@ -27,7 +36,7 @@ from schemas import catalog
 from schemas.errors import RequestInvalid
 from schemas.events import approximate_prices
 from schemas.request import TrainingJobRequest
-from schemas.rules import format_duration
+from schemas.rules import format_duration, split_gs_uri
 from trainctl.context import cli_settings
 from trainctl.validate import EXIT_INVALID, load_request_file
 
@@ -46,6 +55,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="also show each rung's GPU quota headroom: the project's limit (Cloud Quotas) less what trainctl's "
         "active jobs hold (the ledger)",
     )
+    cmd.add_argument(
+        "--memory",
+        action="store_true",
+        help="also estimate each rank's memory from the sizes of the dataset's files (lists the dataset's URI, "
+        "as admission does) and the machine's memory, and say whether the built-in trainer will stream its share",
+    )
     cmd.set_defaults(run=run_plan)
 
 
@@ -57,19 +72,38 @@ def run_plan(args: argparse.Namespace) -> int:
         for error in exc.errors:
             print(f"  {error}")
         return EXIT_INVALID
-    settings = cli_settings(offline=not args.quota)  # only the quota needs the deployment
+    # Only the quota and the dataset's listing need the deployment (or the local stack).
+    settings = cli_settings(offline=not (args.quota or args.memory))
     plan = plan_custom_job(request, settings, request_key(request.request_id))
     rungs = ladder_lines(request, settings, quota_headroom(settings) if args.quota else None)
+    memory = memory_estimate(request, Gcs(settings.project), settings.marker_names) if args.memory else None
     if args.json:
-        print(json.dumps(plan_json(plan) | {"ladder": [rung for rung, _ in rungs]}, indent=2))
+        extra = {"memory": memory_json(memory)} if memory else {}
+        print(json.dumps(plan_json(plan) | {"ladder": [rung for rung, _ in rungs]} | extra, indent=2))
     elif args.gcloud:
         print(write_gcloud_config(plan, args.gcloud, settings.region, settings.project))
     else:
         print(describe(request, plan))
+        if memory is not None:
+            print(f"memory per rank   {memory.words()}")
         if request.fallbacks or args.quota:
             print("capacity ladder   (each move is a new attempt into the same outputs; the trainer resumes)")
             print("\n".join(f"  {line}" for _, line in rungs))
     return 0
+
+
+class Listing(Protocol):
+    def objects_under(self, bucket: str, prefix: str) -> Iterable[tuple[str, int]]: ...
+
+
+def memory_estimate(request: TrainingJobRequest, storage: Listing, marker_names: tuple[str, ...]) -> MemoryEstimate:
+    """Each rank's memory from the dataset's listing, the one admission makes (issue 30, point 4)."""
+    bucket, prefix = split_gs_uri(request.dataset.uri)
+    return estimate_rank_memory(request, storage.objects_under(bucket, prefix), marker_names)
+
+
+def memory_json(memory: MemoryEstimate) -> dict[str, Any]:
+    return {**asdict(memory), "streams": memory.streams, "in_words": memory.words()}
 
 
 Headroom = Callable[[str, str], tuple[int | None, str, int]]

@@ -43,15 +43,23 @@ class Shard:
 class RankData:
     """The rows this rank holds, already split."""
 
-    train: pa.Table
+    train_parts: list[pa.Table]  # one per shard, so each can be released once converted
     validation: pa.Table
     sharded: bool  # True: each rank holds different rows; False: every rank holds the whole table
     data_format: str = "csv"  # csv | parquet: the first file's (a folder may mix them; that is rare)
 
     @property
+    def train(self) -> pa.Table:
+        return concat_tables(self.train_parts)
+
+    @property
     def rows(self) -> pa.Table:
         """Every row this rank holds, both splits: what the dataset's statistics are taken over."""
-        return pa.concat_tables([self.train, self.validation], promote_options="permissive")
+        return concat_tables([*self.train_parts, self.validation])
+
+
+def concat_tables(tables: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def _format_of(name: str, requested: str) -> str | None:
@@ -128,23 +136,24 @@ def load_rank_data(uri: str, data_format: str, seed: int, validation_fraction: f
     rank, world = dist.get_rank(), dist.get_world_size()
     shards = list_shards(uri, data_format)
     sharded = len(shards) >= world
+    # Each shard is split as soon as it is read, so only one shard's unsplit table is held at a time.
     if sharded:
         mine = list(enumerate(shards))[rank::world]
-        tables = [(i, read_table(read_uri(s.uri), s.format)) for i, s in mine]
+        parts = [_split(read_table(read_uri(s.uri), s.format), i, seed, validation_fraction) for i, s in mine]
     else:
         local = _fetch_once_per_node(shards)
-        tables = [(i, read_table(s.uri, s.format)) for i, s in enumerate(local)]
+        parts = [_split(read_table(s.uri, s.format), i, seed, validation_fraction) for i, s in enumerate(local)]
         if local is not shards:
             _remove_node_copy(local)
-    parts = [_split(t, i, seed, validation_fraction) for i, t in tables]
-    train = pa.concat_tables([p[0] for p in parts], promote_options="permissive")
-    validation = pa.concat_tables([p[1] for p in parts], promote_options="permissive")
+    train_parts = [p[0] for p in parts]
+    validation = concat_tables([p[1] for p in parts])
     logs.log(
         "dataset loaded",
         uri=uri,
         shards=len(shards),
         mode="sharded" if sharded else "replicated",
-        train_rows=train.num_rows,
+        train_rows=sum(p.num_rows for p in train_parts),
         validation_rows=validation.num_rows,
     )
-    return RankData(train=train, validation=validation, sharded=sharded, data_format=shards[0].format)
+    del parts
+    return RankData(train_parts=train_parts, validation=validation, sharded=sharded, data_format=shards[0].format)

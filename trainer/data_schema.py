@@ -113,9 +113,23 @@ def describe(
     """The description of the whole dataset, identical on every rank; `table` is the rows this rank holds. Two
     gathers when ranks hold different rows: the column types first, then the summaries of each column."""
     seen = combine.gather((table.num_rows, table.schema))
-    rows = sum(n for n, _ in seen)
     types = merge_types([schema for _, schema in seen])
-    summaries = combine.gather(local_summaries(table, types, seed))
+    return description_of(sum(n for n, _ in seen), types, local_summaries(table, types, seed), target, features,
+                          data_format, combine)  # fmt: skip
+
+
+def description_of(
+    rows: int,
+    types: dict[str, ColumnType],
+    summary: dict[str, dict],
+    target: str,
+    features: list[str] | None,
+    data_format: str,
+    combine: Combine,
+) -> DataDescription:
+    """The description from this rank's summary of each column (`local_summaries`, or `fold_summaries` of a
+    streamed rank's blocks), merged with every other rank's."""
+    summaries = combine.gather(summary)
     columns = []
     for name, column_type in types.items():
         role = "target" if name == target else "feature" if not features or name in features else "unused"
@@ -163,6 +177,43 @@ def local_summaries(table: pa.Table, types: dict[str, ColumnType], seed: int) ->
             present = len(column) - column.null_count
             summaries[name] = {"present": present, "counts": dict(counts.most_common(SENT_CATEGORIES))}
     return summaries
+
+
+def fold_summaries(types: dict[str, ColumnType], parts: list[dict[str, dict]]) -> dict[str, dict]:
+    """One rank's summary of each column from the summaries of its blocks (data streamed block by block): counts,
+    means and variances exactly (Chan's update), the quantile sketch re-drawn as SKETCH_POINTS evenly spaced points
+    of the blocks' weighted sketches, and each block's most frequent categories summed."""
+    folded = {}
+    for name, column_type in types.items():
+        mine = [p[name] for p in parts]
+        if column_type.type != "number":
+            counts: Counter[str] = Counter()
+            for part in mine:
+                counts.update(part["counts"])
+            present = sum(p["present"] for p in mine)
+            folded[name] = {"present": present, "counts": dict(counts.most_common(SENT_CATEGORIES))}
+            continue
+        mine = [p for p in mine if p["present"]]
+        if not mine:
+            folded[name] = {"present": 0}
+            continue
+        present = sum(p["present"] for p in mine)
+        mean = sum(p["present"] * p["mean"] for p in mine) / present
+        m2 = sum(p["m2"] + p["present"] * (p["mean"] - mean) ** 2 for p in mine)
+        folded[name] = {"present": present, "mean": mean, "m2": m2, "min": min(p["min"] for p in mine),
+                        "max": max(p["max"] for p in mine), "sketch": _redrawn_sketch(mine)}  # fmt: skip
+    return folded
+
+
+def _redrawn_sketch(parts: list[dict]) -> np.ndarray:
+    points = np.concatenate([p["sketch"] for p in parts])
+    if len(points) <= SKETCH_POINTS and all(len(p["sketch"]) == p["present"] for p in parts):
+        return np.sort(points)  # every value is there: still exact
+    weights = np.concatenate([np.full(len(p["sketch"]), p["present"] / len(p["sketch"])) for p in parts])
+    order = np.argsort(points, kind="stable")
+    points, cumulative = points[order], np.cumsum(weights[order])
+    wanted = (np.arange(SKETCH_POINTS) + 0.5) / SKETCH_POINTS * cumulative[-1]
+    return points[np.minimum(np.searchsorted(cumulative, wanted, side="left"), len(points) - 1)]
 
 
 def _number_summary(values: np.ndarray, rng: np.random.Generator) -> dict:

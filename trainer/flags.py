@@ -40,6 +40,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated feature columns (default: every column but the target)",
     )
     p.add_argument("--validation-fraction", type=float, default=DATASET["validation_fraction"])
+    p.add_argument(
+        "--memory-budget-mb",
+        type=float,
+        default=None,
+        help="memory a rank may fill with its share of the data; a larger share is streamed (shards read in turn, "
+        "shuffled in a bounded buffer). Default: half the node's memory over its ranks",
+    )
     p.add_argument("--epochs", type=int, default=HP["epochs"])
     p.add_argument("--batch-size", type=int, default=HP["batch_size"], help="rows per micro-batch per process")
     p.add_argument(
@@ -122,6 +129,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("epochs", "batch_size", "grad_accum_steps", "log_every_steps"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.memory_budget_mb is not None and not (math.isfinite(args.memory_budget_mb) and args.memory_budget_mb > 0):
+        p.error("--memory-budget-mb must be a number above 0")
     if not 0 < args.validation_fraction < 1:
         p.error("--validation-fraction must be between 0 and 1")
     if args.max_drift is not None and not (math.isfinite(args.max_drift) and args.max_drift > 0):

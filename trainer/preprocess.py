@@ -48,7 +48,7 @@ def _is_numeric(arrow_type: pa.DataType) -> bool:
 
 
 def _as_float(column: pa.ChunkedArray) -> np.ndarray:
-    return column.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    return column.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
 
 
 def _as_keys(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -75,6 +75,8 @@ def keep_columns(table: pa.Table, target: str, features: list[str] | None) -> pa
 def drop_unlabelled(table: pa.Table, target: str) -> pa.Table:
     if target not in table.column_names:
         raise ValueError(f"--target {target!r} is not a column of the data; columns are {table.column_names}")
+    if table[target].null_count == 0:
+        return table  # nothing to drop: no copy of the whole table
     return table.filter(pc.is_valid(table[target]))
 
 
@@ -128,7 +130,7 @@ class Preprocessor:
         numeric = [c for c in feature_columns if all(k[c] in ("numeric", "null") for k in all_kinds)]
         strings = [c for c in feature_columns if c not in numeric]
 
-        means, stds = _standardisation([_as_float(train[c]) for c in numeric], combine)
+        means, stds = _standardisation([train[c] for c in numeric], combine)
         categories = {c: _vocabulary(train[c], combine) for c in strings}
 
         prep = cls(target=target, task=task, target_type=str(train[target].type))
@@ -137,9 +139,7 @@ class Preprocessor:
         return prep
 
     def _fit_target(self, column: pa.ChunkedArray, combine: Combine) -> None:
-        keys = _as_keys(column)
-        distinct = pc.unique(keys).to_pylist()
-        seen = combine.gather(distinct if len(distinct) <= MAX_CLASSES else None)
+        seen = combine.gather(_few_distinct(column))
         all_distinct = (
             None if any(s is None for s in seen) else sorted({k for s in seen for k in s}, key=_natural_order)
         )
@@ -152,30 +152,62 @@ class Preprocessor:
                     "classification; use --task regression"
                 )
             self.classes = all_distinct
-            counts = Counter(keys.to_pylist())
+            counts = Counter(_as_keys(column).to_pylist())
             self.class_counts = combine.sum(np.array([counts[k] for k in self.classes], dtype=np.float64)).tolist()
         else:
             if not _is_numeric(column.type):
                 raise ValueError(f"--target {self.target!r} holds {column.type} values; regression needs numbers")
-            (mean,), (std,) = _standardisation([_as_float(column)], combine)
+            (mean,), (std,) = _standardisation([column], combine)
             self.target_mean, self.target_std = mean, std
 
     def features(self, table: pa.Table) -> torch.Tensor:
+        """The model inputs of `table`'s rows: one float32 array filled column by column, so memory stays near
+        the result's own size (one float64 column of scratch, no stacked or one-hot temporaries)."""
+        out = self._empty_features(table.num_rows)
+        self._fill_features(out, table)
+        return torch.from_numpy(out)
+
+    def tensors_of_parts(self, parts: list[pa.Table]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets of the rows of `parts` in order, as `features`/`targets` of their concatenation give
+        them. The list is emptied as it goes: each part is released once converted, so a rank holds its Arrow rows
+        and their tensors together only one part at a time (the output's pages are touched only as they fill)."""
+        rows = sum(p.num_rows for p in parts)
+        inputs = self._empty_features(rows)
+        targets = np.empty(rows, dtype=np.int64 if self.task == "classification" else np.float32)
+        start = 0
+        while parts:
+            part = parts.pop(0)
+            stop = start + part.num_rows
+            self._fill_features(inputs[start:stop], part)
+            targets[start:stop] = self.targets(part).numpy()
+            start = stop
+            del part
+        return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+    def _empty_features(self, rows: int) -> np.ndarray:
+        # np.zeros maps untouched pages lazily: the one-hot blocks cost only what is written into them.
+        return np.zeros((rows, self.num_features), dtype=np.float32)
+
+    def _fill_features(self, out: np.ndarray, table: pa.Table) -> None:
         missing = [c for c in [*self.numeric, *self.categories] if c not in table.column_names]
         if missing:
             raise ValueError(f"the data lacks feature columns {missing} that the model was trained on")
-        parts = []
-        if self.numeric:
-            values = np.stack([_as_float(table[c]) for c in self.numeric], axis=1)
-            values = (values - np.array(self.means)) / np.array(self.stds)
-            parts.append(np.nan_to_num(values, nan=0.0))  # a missing number becomes the training mean
+        rows = table.num_rows
+        scratch = np.empty(rows, dtype=np.float64)
+        for j, (column, mean, std) in enumerate(zip(self.numeric, self.means, self.stds, strict=True)):
+            # The same float64 arithmetic as a whole-table computation, one column at a time: identical values.
+            np.subtract(_as_float(table[column]), mean, out=scratch)
+            np.divide(scratch, std, out=scratch)
+            np.nan_to_num(scratch, copy=False, nan=0.0)  # a missing number becomes the training mean
+            out[:, j] = scratch
+        del scratch
+        offset = len(self.numeric)
+        every_row = np.arange(rows)
         for column, vocabulary in self.categories.items():
             index = pc.index_in(_as_keys(table[column]), value_set=pa.array(vocabulary, pa.string()))
             index = pc.fill_null(index, len(vocabulary)).to_numpy(zero_copy_only=False)
-            parts.append(np.eye(len(vocabulary) + 1)[index])
-        if not parts:
-            return torch.zeros((table.num_rows, 0))
-        return torch.from_numpy(np.concatenate(parts, axis=1).astype(np.float32))
+            out[every_row, offset + index] = 1.0
+            offset += len(vocabulary) + 1
 
     def targets(self, table: pa.Table) -> torch.Tensor:
         column = table[self.target]
@@ -184,8 +216,9 @@ class Preprocessor:
             if index.null_count:
                 unknown = pc.filter(_as_keys(column), pc.is_null(index)).unique().to_pylist()[:5]
                 raise ValueError(f"target values {unknown} were not seen when the classes were fitted")
-            return torch.from_numpy(index.to_numpy(zero_copy_only=False).astype(np.int64))
-        values = (_as_float(column) - self.target_mean) / self.target_std
+            return torch.from_numpy(index.to_numpy(zero_copy_only=False).astype(np.int64, copy=False))
+        values = np.subtract(_as_float(column), self.target_mean)
+        np.divide(values, self.target_std, out=values)
         return torch.from_numpy(values.astype(np.float32))
 
     def decode(self, outputs: torch.Tensor) -> pa.Array:
@@ -227,6 +260,18 @@ def _check_fitted(prep: Preprocessor) -> None:
         raise ValueError(f"its preprocessing is not one this trainer writes: {', '.join(problems)}")
 
 
+def _few_distinct(column: pa.ChunkedArray, slice_rows: int = 65_536) -> list[str | None] | None:
+    """The column's distinct values as text when there are at most MAX_CLASSES of them, else None. Read a slice
+    at a time and given up at the first slice past the limit: a continuous target's million distinct values are
+    never hashed or made text all at once."""
+    distinct: set[str | None] = set()
+    for start in range(0, len(column), slice_rows):
+        distinct.update(_as_keys(pc.unique(column.slice(start, slice_rows))).to_pylist())
+        if len(distinct) > MAX_CLASSES:
+            return None
+    return list(distinct)
+
+
 def _decide_task(arrow_type: pa.DataType, distinct: list[str] | None) -> str:
     if not _is_numeric(arrow_type) or pa.types.is_boolean(arrow_type):
         return "classification"
@@ -235,15 +280,23 @@ def _decide_task(arrow_type: pa.DataType, distinct: list[str] | None) -> str:
     return "regression"
 
 
-def _standardisation(columns: list[np.ndarray], combine: Combine) -> tuple[list[float], list[float]]:
-    """Mean and standard deviation of each column over the non-missing values; two passes for precision."""
+def _standardisation(columns: list[pa.ChunkedArray], combine: Combine) -> tuple[list[float], list[float]]:
+    """Mean and standard deviation of each column over the non-missing values; two passes for precision. One
+    column is converted to float64 at a time (a whole table of them would be twice the table's float32 size)."""
     if not columns:
         return [], []
-    present = [~np.isnan(c) for c in columns]
-    counts = combine.sum(np.array([p.sum() for p in present], dtype=np.float64))
-    sums = combine.sum(np.array([c[p].sum() for c, p in zip(columns, present, strict=True)]))
+    counts, sums = np.zeros(len(columns)), np.zeros(len(columns))
+    for i, column in enumerate(columns):
+        values = _as_float(column)
+        present = ~np.isnan(values)
+        counts[i], sums[i] = present.sum(), values[present].sum()
+    counts, sums = combine.sum(counts), combine.sum(sums)
     means = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
-    squares = combine.sum(np.array([((c[p] - m) ** 2).sum() for c, p, m in zip(columns, present, means, strict=True)]))
+    squares = np.zeros(len(columns))
+    for i, (column, mean) in enumerate(zip(columns, means, strict=True)):
+        values = _as_float(column)
+        squares[i] = ((values[~np.isnan(values)] - mean) ** 2).sum()
+    squares = combine.sum(squares)
     variances = np.divide(squares, counts, out=np.zeros_like(squares), where=counts > 0)
     # A constant column would divide by zero; leave it centred and unscaled.
     stds = [math.sqrt(v) if v > 0 else 1.0 for v in variances]
@@ -257,3 +310,108 @@ def _vocabulary(column: pa.ChunkedArray, combine: Combine) -> list[str]:
         total.update(counts)
     most_frequent = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CATEGORIES]
     return sorted(k for k, _ in most_frequent)
+
+
+class FitAccumulator:
+    """`Preprocessor.fit`'s statistics gathered block by block, for data streamed rather than held: counts, means
+    and squared deviations merged with Chan et al.'s pairwise update (the same figures as fit's two passes up to
+    floating-point rounding), category and class counts exactly. `kinds` says which feature columns are numbers,
+    decided from every rank's schemas as fit decides it from every rank's tables."""
+
+    def __init__(self, target: str, features: list[str], numeric: list[str], target_type: pa.DataType):
+        self.target, self.target_type = target, target_type
+        self.numeric = numeric
+        self.strings = [c for c in features if c not in numeric]
+        self.moments = np.zeros((len(numeric) + 1, 3))  # (count, mean, m2) per numeric column, then the target
+        self.vocabularies: dict[str, Counter[str]] = {c: Counter() for c in self.strings}
+        self.classes: Counter[str] | None = Counter()  # None once there are too many values to be classes
+
+    def add(self, table: pa.Table) -> None:
+        """Take in a block of labelled training rows."""
+        for i, column in enumerate(self.numeric):
+            _merge_moments(self.moments[i], _as_float(table[column]) if column in table.column_names else None)
+        for column, counts in self.vocabularies.items():
+            if column in table.column_names:
+                counts.update(_counts(_as_keys(table[column])))
+        target = table[self.target]
+        if _is_numeric(self.target_type):
+            _merge_moments(self.moments[-1], _as_float(target))
+        if self.classes is not None:
+            self.classes.update(_counts(_as_keys(target)))
+            if len(self.classes) > MAX_CLASSES:
+                self.classes = None
+
+    def finish(self, task: str, combine: Combine) -> Preprocessor:
+        """The Preprocessor, the same on every rank."""
+        moments = _merged_moments(combine.gather(self.moments))
+        means = [float(m) for m in moments[:-1, 1]]
+        stds = [math.sqrt(m2 / n) if n > 0 and m2 > 0 else 1.0 for n, _, m2 in moments[:-1]]
+        categories = {}
+        for column, local in self.vocabularies.items():
+            total: Counter[str] = Counter()
+            for counts in combine.gather(dict(local)):
+                total.update(counts)
+            most_frequent = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CATEGORIES]
+            categories[column] = sorted(k for k, _ in most_frequent)
+        prep = Preprocessor(target=self.target, task=task, target_type=str(self.target_type))
+        prep.numeric, prep.means, prep.stds, prep.categories = self.numeric, means, stds, categories
+        seen = combine.gather(dict(self.classes) if self.classes is not None else None)
+        all_classes: Counter[str] | None = Counter()
+        for counts in seen:
+            if counts is None or all_classes is None:
+                all_classes = None
+            else:
+                all_classes.update(counts)
+        if all_classes is not None and len(all_classes) > MAX_CLASSES:
+            all_classes = None
+        distinct = None if all_classes is None else sorted(all_classes, key=_natural_order)
+        if prep.task == "auto":
+            prep.task = _decide_task(self.target_type, distinct)
+        if prep.task == "classification":
+            if distinct is None:
+                raise ValueError(
+                    f"--target {self.target!r} has more than {MAX_CLASSES} distinct values, too many for "
+                    "classification; use --task regression"
+                )
+            assert all_classes is not None
+            prep.classes, prep.class_counts = distinct, [float(all_classes[k]) for k in distinct]
+        else:
+            if not _is_numeric(self.target_type):
+                raise ValueError(f"--target {self.target!r} holds {self.target_type} values; regression needs numbers")
+            n, mean, m2 = moments[-1]
+            prep.target_mean, prep.target_std = float(mean), math.sqrt(m2 / n) if n > 0 and m2 > 0 else 1.0
+        return prep
+
+
+def _counts(keys: pa.ChunkedArray) -> Counter[str]:
+    counted = pc.value_counts(keys)
+    pairs = zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(), strict=True)
+    return Counter({v: c for v, c in pairs if v is not None})
+
+
+def _merge_summary(row: np.ndarray, n: float, mean: float, m2: float) -> None:
+    """Chan et al.'s pairwise update of (count, mean, m2) in `row` with another part's."""
+    if n == 0:
+        return
+    total = row[0] + n
+    delta = mean - row[1]
+    row[2] += m2 + delta * delta * row[0] * n / total
+    row[1] += delta * n / total
+    row[0] = total
+
+
+def _merge_moments(row: np.ndarray, values: np.ndarray | None) -> None:
+    if values is None:
+        return
+    values = values[~np.isnan(values)]
+    if len(values):
+        mean = float(values.mean())
+        _merge_summary(row, len(values), mean, float(((values - mean) ** 2).sum()))
+
+
+def _merged_moments(parts: list[np.ndarray]) -> np.ndarray:
+    merged = np.zeros_like(parts[0])
+    for part in parts:
+        for row, theirs in zip(merged, part, strict=True):
+            _merge_summary(row, *theirs)
+    return merged

@@ -186,3 +186,18 @@ def read_uri(uri: str) -> bytes:
 def write_uri(uri: str, data: bytes) -> None:
     parent, _, name = uri.rstrip("/").rpartition("/")
     open_folder(parent or ".").write_bytes(name, data)
+
+
+def size_of(uri: str) -> int:
+    """The stored size of one file or object, in bytes (what the memory budget is estimated from)."""
+    if is_gcs(uri):
+        bucket, key = split_gcs_uri(uri)
+        blob = gcs_client().bucket(bucket).get_blob(key)
+        return int(blob.size) if blob is not None and blob.size is not None else 0
+    return Path(uri).stat().st_size
+
+
+def download_to(uri: str, path: Path) -> None:
+    """Copy an object to a node-local file without holding it in memory (streamed data)."""
+    bucket, key = split_gcs_uri(uri)
+    gcs_client().bucket(bucket).blob(key).download_to_filename(str(path))

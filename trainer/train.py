@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import math
 import os
+import resource
 import sys
 import time
 from collections.abc import Callable
@@ -24,21 +25,23 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import collectives, gpu_feeding, logs, net_plugin
+from trainer import collectives, data_budget, gpu_feeding, logs, net_plugin, streaming
 from trainer.batches import EpochBatches
 from trainer.champion import score_champion
 from trainer.checkpoint import Checkpoints
-from trainer.data import load_rank_data
-from trainer.data_schema import DataDescription, describe, schema_bytes
+from trainer.data import Shard, concat_tables, list_shards, load_rank_data
+from trainer.data_schema import DataDescription, describe, description_of, merge_types, schema_bytes
 from trainer.distributed import PREEMPTED_EXIT_CODE, Coordination, StopSignal, process_group, stop_when_launcher_dies
 from trainer.drift import drift_against_champion, refused_by_earlier_attempt
 from trainer.flags import model_spec, parse_args, wants_determinism
 from trainer.model import BUILTIN_MLP, build_model
 from trainer.objective import Objective
 from trainer.outputs import RunRefused, report_failure, write_history, write_outputs
-from trainer.preprocess import Combine, Preprocessor, drop_unlabelled, keep_columns
+from trainer.preprocess import Combine, FitAccumulator, Preprocessor, drop_unlabelled, keep_columns
 from trainer.progress import ProgressRecord
 from trainer.state import TrainState
+from trainer.storage import size_of
+from trainer.streaming import WindowedStream, numeric_columns
 from trainer.tensorboard import DiscardedScalars, ScalarWriter
 from trainer.throughput import Throughput
 
@@ -58,6 +61,11 @@ class Tables:
     description: DataDescription  # what the data look like: schema.json
     drift: dict  # the drift entries of metrics.json ({} without a champion)
     champion_rows: pa.Table | None = None  # the rows of val_inputs with every column, to score a champion on
+    stream: WindowedStream | None = None  # training rows streamed (inputs and targets then empty)
+
+    @property
+    def train_rows(self) -> int:
+        return self.stream.rows if self.stream is not None else len(self.inputs)
 
 
 @dataclass
@@ -90,10 +98,23 @@ class Run:
         return self.args.batch_size * self.args.grad_accum_steps * dist.get_world_size()
 
 
-def load_tables(args: argparse.Namespace) -> Tables:
-    """This rank's rows, described (schema.json) and, with a champion, compared with its data — before anything
-    else is done with them, so drifted data stop the run (DataDrift, on every rank) before the first epoch."""
+def memory_budget_bytes(args: argparse.Namespace) -> int:
+    if args.memory_budget_mb is not None:
+        return int(args.memory_budget_mb * 2**20)
+    return data_budget.default_budget_bytes(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
+def load_tables(args: argparse.Namespace, device: torch.device) -> Tables:
+    """This rank's rows — held in memory, or streamed when the rank's share does not fit its memory budget (every
+    rank streams when one must) — described (schema.json) and, with a champion, compared with its data before
+    anything else is done with them, so drifted data stop the run (DataDrift, on every rank) before the first
+    epoch."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
+    shards = list_shards(args.data, args.format)
+    mine = shards[rank::world_size] if len(shards) >= world_size else shards
+    budget = memory_budget_bytes(args)
+    if collectives.max_across_ranks(int(data_budget.must_stream([(size_of(s.uri), s.format) for s in mine], budget))):
+        return load_streamed(args, shards, budget, device)
     data = load_rank_data(args.data, args.format, args.seed, args.validation_fraction)
     combine = Combine(across_ranks=data.sharded)
     rows = data.rows
@@ -102,20 +123,71 @@ def load_tables(args: argparse.Namespace) -> Tables:
     if args.champion_model_dir:
         drift = drift_against_champion(args.champion_model_dir, rows, description, combine, args.max_drift)
     del rows
-    train_rows = keep_columns(drop_unlabelled(data.train, args.target), args.target, args.features)
     labelled_validation = drop_unlabelled(data.validation, args.target)
     validation_rows = keep_columns(labelled_validation, args.target, args.features)
-    prep = Preprocessor.fit(train_rows, args.target, args.task, combine)
+    train_parts = [keep_columns(drop_unlabelled(p, args.target), args.target, args.features) for p in data.train_parts]
+    data.train_parts, data.validation = [], pa.table({})  # the Arrow rows live on only in these lists
+    prep = Preprocessor.fit(concat_tables(train_parts), args.target, args.task, combine)
     val_inputs, val_targets = prep.features(validation_rows), prep.targets(validation_rows)
+    del validation_rows
     # A champion reads the same rows through its own preprocessing, so it gets them with every column: it may
     # need a column this run's --features leaves out.
     champion_rows = labelled_validation if args.champion_model_dir else None
+    del labelled_validation
     if not data.sharded:  # every rank holds all validation rows: each evaluates its own slice
         val_inputs, val_targets = val_inputs[rank::world_size], val_targets[rank::world_size]
         if champion_rows is not None:
             champion_rows = champion_rows.take(np.arange(rank, champion_rows.num_rows, world_size))
-    return Tables(prep.features(train_rows), prep.targets(train_rows), val_inputs, val_targets, prep, data.sharded,
-                  description, drift, champion_rows)  # fmt: skip
+    # Converted part by part, each part's Arrow rows released as soon as its tensors are filled.
+    inputs, targets = prep.tensors_of_parts(train_parts)
+    return Tables(inputs, targets, val_inputs, val_targets, prep, data.sharded, description, drift, champion_rows)
+
+
+def load_streamed(args: argparse.Namespace, shards: list[Shard], budget: int, device: torch.device) -> Tables:
+    """The streamed path (trainer/streaming.py): one statistics pass over the rank's blocks, validation rows kept,
+    training rows read window by window while training."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    sharded = len(shards) >= world_size
+    files = streaming.open_files(list(enumerate(shards))[rank::world_size] if sharded else list(enumerate(shards)),
+                                 streaming.default_cache())  # fmt: skip
+    for file in files:
+        file.validation = streaming.validation_mask(file.rows, file.shard, args.seed, args.validation_fraction)
+    blocks = [b for f in files for b in f.blocks]
+    mine = set(blocks if sharded else blocks[rank::world_size])
+    combine = Combine(across_ranks=True)  # ranks read different blocks
+    seen = combine.gather(([f.schema for f in files], sum(b.rows for b in mine)))
+    schemas = [schema for rank_schemas, _ in seen for schema in rank_schemas]
+    types = merge_types(schemas)
+    if args.target not in types:
+        raise ValueError(f"--target {args.target!r} is not a column of the data; columns are {list(types)}")
+    features = [c for c in (args.features or types) if c != args.target]
+    missing = [c for c in features if c not in types]
+    if missing:
+        raise ValueError(f"--features {missing} are not columns of the data; columns are {list(types)}")
+    with_target = [s for s in schemas if args.target in s.names]
+    target_type = pa.unify_schemas([pa.schema([s.field(args.target)]) for s in with_target],
+                                   promote_options="permissive").field(args.target).type  # fmt: skip
+    accumulator = FitAccumulator(args.target, features, numeric_columns(types, schemas, features), target_type)
+    streaming.log_layout(files, mine, 0, budget)
+    found = streaming.statistics_pass(files, mine, types, accumulator, args.target, args.features, args.seed)
+    description = description_of(sum(n for _, n in seen), types, found.summaries, args.target, args.features,
+                                 files[0].format, combine)  # fmt: skip
+    labelled_validation = concat_tables(found.validation)
+    drift = {}
+    if args.champion_model_dir:  # measured on the validation rows: a seeded sample of every row
+        drift = drift_against_champion(args.champion_model_dir, labelled_validation, description, combine,
+                                       args.max_drift)  # fmt: skip
+    prep = accumulator.finish(args.task, combine)
+    validation_rows = keep_columns(labelled_validation, args.target, args.features)
+    val_inputs, val_targets = prep.features(validation_rows), prep.targets(validation_rows)
+    window_rows = max(streaming.window_rows_for(budget, prep), args.batch_size * args.grad_accum_steps)
+    stream = streaming.WindowedStream(files, found.train_rows, prep, args.target, args.features, window_rows,
+                                      args.seed, rank, device)  # fmt: skip
+    if rank == 0:
+        logs.log("training rows streamed", window_rows=window_rows, train_rows=stream.rows)
+    empty = torch.zeros(0)
+    champion_rows = labelled_validation if args.champion_model_dir else None
+    return Tables(empty, empty, val_inputs, val_targets, prep, True, description, drift, champion_rows, stream)
 
 
 def set_up(args: argparse.Namespace, device: torch.device) -> Run:
@@ -134,10 +206,10 @@ def set_up(args: argparse.Namespace, device: torch.device) -> Run:
         refused = refused_by_earlier_attempt(args.model_dir)
         if refused is not None:
             raise refused
-    tables = load_tables(args)
+    tables = load_tables(args, device)
     # The tables go to the device once; batches are then gathered there, not copied over every step.
     tables.inputs, tables.targets = tables.inputs.to(device), tables.targets.to(device)
-    rows = len(tables.inputs)
+    rows = tables.train_rows
     largest_rank_rows = collectives.max_across_ranks(rows) if tables.sharded else math.ceil(rows / world_size)
     batches = EpochBatches(rows, args.batch_size, args.grad_accum_steps, args.seed, rank, world_size,
                            tables.sharded, largest_rank_rows)  # fmt: skip
@@ -189,7 +261,7 @@ def wait_for_checkpoint(run: Run) -> None:
     collectives.wait_for_all()
 
 
-def train_step(run: Run, order: torch.Tensor, step_in_epoch: int) -> tuple[torch.Tensor, float]:
+def train_step(run: Run, order: torch.Tensor | None, step_in_epoch: int, epoch: int) -> tuple[torch.Tensor, float]:
     """One optimizer step over `grad_accum_steps` micro-batches; gradients are all-reduced only on the last.
     Returns the step's mean loss (a tensor, so reading it does not wait for the device) and the seconds spent
     fetching batches."""
@@ -198,8 +270,12 @@ def train_step(run: Run, order: torch.Tensor, step_in_epoch: int) -> tuple[torch
     for micro in range(args.grad_accum_steps):
         started = time.perf_counter()
         start = (step_in_epoch * args.grad_accum_steps + micro) * args.batch_size
-        rows = order[start : start + args.batch_size]
-        x, y = tables.inputs[rows], tables.targets[rows]
+        if order is None:  # streamed: the rows at these positions of the epoch's stream
+            assert tables.stream is not None
+            x, y = tables.stream.micro_batch(epoch, start, args.batch_size)
+        else:
+            rows = order[start : start + args.batch_size]
+            x, y = tables.inputs[rows], tables.targets[rows]
         data_seconds += time.perf_counter() - started
         last = micro == args.grad_accum_steps - 1
         with contextlib.nullcontext() if last else run.ddp.no_sync():
@@ -247,7 +323,8 @@ def train(run: Run, stop: StopSignal) -> int:
     log_losses: list[torch.Tensor] = []
     if run.is_main:
         logs.log("training loop starts", step=state.step, total_steps=total_steps, steps_per_epoch=steps_per_epoch,
-                 global_batch_size=run.samples_per_step, train_rows=len(run.tables.inputs))  # fmt: skip
+                 global_batch_size=run.samples_per_step, train_rows=run.tables.train_rows,
+                 peak_rss_mb=peak_rss_mb())  # fmt: skip
     progress.write(state.step, state.epoch, state="starting", force=True)
     if coordination.agree(state.step, stop.requested, False, None)[0]:
         logs.warning("stopping before the first step (SIGTERM)", step=state.step)
@@ -256,10 +333,10 @@ def train(run: Run, stop: StopSignal) -> int:
     for epoch in range(state.epoch, args.epochs):
         if stopping_early(run):
             break
-        order = run.batches.order(epoch).to(run.device)
+        order = run.batches.order(epoch).to(run.device) if run.tables.stream is None else None
         for step_in_epoch in range(state.step % steps_per_epoch, steps_per_epoch):
             step_started, step_cpu_started = time.perf_counter(), time.thread_time()
-            loss, data_seconds = train_step(run, order, step_in_epoch)
+            loss, data_seconds = train_step(run, order, step_in_epoch, epoch)
             state.step += 1
             state.epoch_losses.append(loss)
             log_losses.append(loss)
@@ -309,6 +386,11 @@ def train(run: Run, stop: StopSignal) -> int:
     return 0
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (Linux reports kilobytes)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def stopping_early(run: Run) -> bool:
     """--early-stopping-patience epochs have passed without a better validation metric."""
     patience = run.args.early_stopping_patience
@@ -319,7 +401,7 @@ def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | Discard
     """The final metrics (with the champion's, scored on the same validation rows, when there is one), and on
     rank 0 the model and metrics files (`_SUCCESS` last)."""
     args, state, tables = run.args, run.state, run.tables
-    rows = len(tables.inputs)
+    rows = tables.train_rows
     if run.is_main and stopping_early(run) and state.best_record is not None:
         logs.log("stopped early", epoch=state.history[-1]["epoch"], best_epoch=state.best_record["epoch"],
                  patience=args.early_stopping_patience)  # fmt: skip
@@ -340,6 +422,7 @@ def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | Discard
         "validation_rows": collectives.sum_across_ranks(len(tables.val_inputs)),
         "seed": args.seed,
         "elapsed_seconds": round(time.monotonic() - run.started, 3),
+        "peak_rss_mb": peak_rss_mb(),  # rank 0's: how near its share came to the node's memory
         **tables.drift,
     }
     if tables.champion_rows is not None:  # --champion-model-dir; every rank takes part

@@ -90,3 +90,56 @@ def test_too_many_values_for_classification_is_refused_with_advice():
     table = pa.table({"x": [0.0] * 40, "t": [f"c{i}" for i in range(40)]})
     with pytest.raises(ValueError, match="use --task regression"):
         Preprocessor.fit(table, "t", "classification", LOCAL)
+
+
+def test_features_are_filled_in_place_near_the_size_of_the_result():
+    """Issue 30, point 1: converting rows to model inputs needs about the result's own memory (float32) and one
+    float64 column of scratch — not a float64 stack, full-size temporaries per step, or a dense np.eye one-hot."""
+    import tracemalloc
+
+    rows = 20_000
+    rng = np.random.default_rng(0)
+    columns = {f"x{i}": rng.normal(size=rows) for i in range(10)}
+    columns["colour"] = rng.choice([f"c{i}" for i in range(MAX_CATEGORIES)], size=rows)
+    table = pa.table(columns | {"y": rng.normal(size=rows)})
+    prep = Preprocessor.fit(table, "y", "regression", LOCAL)
+    result_bytes = rows * prep.num_features * 4
+
+    tracemalloc.start()
+    try:
+        features = prep.features(table)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert features.dtype == torch.float32 and features.shape == (rows, 10 + MAX_CATEGORIES + 1)
+    # The result, a float64 column of scratch, the row numbers and one column of category indices (int64 each).
+    assert peak <= result_bytes + 3 * rows * 8 + (1 << 16)
+
+
+def test_filling_in_place_gives_the_values_of_a_whole_table_computation():
+    """Issue 30, point 1: the column-by-column fill is bitwise the float64 arithmetic it replaces."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(1000, 3)) * 1e3
+    x[::7, 1] = np.nan
+    table = pa.table({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "s": rng.choice(["p", "q"], 1000), "y": x[:, 0]})
+    prep = Preprocessor.fit(table, "y", "regression", LOCAL)
+    numbers = np.nan_to_num((x - np.array(prep.means)) / np.array(prep.stds), nan=0.0)
+    one_hot = np.eye(3)[np.where(table["s"].to_numpy(zero_copy_only=False) == "p", 0, 1)]
+    expected = np.concatenate([numbers, one_hot], axis=1).astype(np.float32)
+    assert torch.equal(prep.features(table), torch.from_numpy(expected))
+
+
+def test_parts_converted_one_by_one_equal_the_whole_table_and_are_released():
+    """Issue 30, point 1: a rank's shards are converted one at a time into one array, each part's Arrow rows let
+    go once converted; the tensors are exactly those of the concatenated table."""
+    rng = np.random.default_rng(2)
+    parts = [
+        pa.table({"x": rng.normal(size=n), "s": rng.choice(["a", "b", "c"], n), "y": rng.choice(["u", "v"], n)})
+        for n in (5, 0, 17, 9)
+    ]
+    whole = pa.concat_tables(parts)
+    prep = Preprocessor.fit(whole, "y", "auto", LOCAL)
+    queue = list(parts)
+    inputs, targets = prep.tensors_of_parts(queue)
+    assert queue == []
+    assert torch.equal(inputs, prep.features(whole)) and torch.equal(targets, prep.targets(whole))

@@ -46,8 +46,8 @@ def test_a_corrupt_record_is_counted_and_every_other_record_is_reconciled(deploy
 def test_cancelling_a_job_that_has_already_ended_is_not_an_error(deployment, job_client, jobservice_control):
     """Guards issue 12 point 1: Vertex answers FAILED_PRECONDITION to cancelling an ended job. Issue 29: the cancel
     does reach the JobService (one CancelCustomJob, refused there), and the job stays as it ended."""
-    assert deployment.request(fake_node_request("ended-1", "--sleep", "0.2")) == 200
-    [job] = _wait_until_ended(job_client, "request:ended-1")
+    assert deployment.request(fake_node_request("sweep-ended-1", "--sleep", "0.2")) == 200
+    [job] = _wait_until_ended(job_client, "request:sweep-ended-1")
     settings = Settings.from_env(deployment.settings_env())
     cancels = jobservice_control.call_counts().get("CancelCustomJob", 0)
 

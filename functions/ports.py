@@ -4,7 +4,7 @@ quotas.py) and trainctl replay's in-memory stand-ins are checked against the sam
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -96,7 +96,7 @@ class Registry(Protocol):
 
     def find_version(self, model_id: str, label: str, value: str) -> ModelVersion | None: ...
 
-    def upload(self, body: dict[str, Any], look_up: Callable[[], ModelVersion | None]) -> Upload | ModelVersion: ...
+    def upload(self, body: dict[str, Any]) -> Upload: ...
 
     def operation(self, name: str) -> Upload | None: ...
 

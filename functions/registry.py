@@ -12,13 +12,13 @@ under https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locatio
   MergeVersionAliases  POST /v1/{name=projects/*/locations/*/models/*}:mergeVersionAliases
   ImportModelEvaluation POST /v1/{parent=projects/*/locations/*/models/*}/evaluations:import
   ListModelEvaluations GET  /v1/{parent=projects/*/locations/*/models/*}/evaluations
-UploadModel is not idempotent: before it is retried after an error, the version is looked for by its labels.
+UploadModel is not idempotent and its version is not listed while it runs: it is tried once (see `upload`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -135,11 +135,13 @@ class ModelRegistry(VertexApi):
             if not token:
                 return
 
-    def upload(self, body: dict[str, Any], look_up: Callable[[], ModelVersion | None]) -> Upload | ModelVersion:
-        """Start UploadModel with `body` (the REST UploadModelRequest less its parent): its operation, or the version
-        `look_up` finds before a retry (the failed attempt took effect after all)."""
-        found = self._call("UploadModel", "POST", f"{self.parent}/models:upload", before_retry=look_up, json=body)
-        return found if isinstance(found, ModelVersion) else upload_of(found)
+    def upload(self, body: dict[str, Any]) -> Upload:
+        """Start UploadModel with `body` (the REST UploadModelRequest less its parent): its operation. Tried once:
+        an attempt that failed may have started an upload, and its version is not listed until that is done, so
+        no look-up can tell whether another attempt would make a second version (functions/promotion.py waits
+        out its claim instead)."""
+        once = replace(self._policy, attempts=1)
+        return upload_of(self._call("UploadModel", "POST", f"{self.parent}/models:upload", policy=once, json=body))
 
     def operation(self, name: str) -> Upload | None:
         """Where an upload's operation stands; None when Vertex no longer knows it."""

@@ -172,7 +172,7 @@ class PrintingRegistry:
     def find_version(self, model_id: str, label: str, value: str) -> None:
         return None
 
-    def upload(self, body: dict[str, Any], look_up: Any) -> Any:
+    def upload(self, body: dict[str, Any]) -> Upload:
         logs.info("dry run: would upload a model version", body=body)
         return Upload(operation=f"{self.parent}/operations/dry-run", done=False)
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from functions.lifecycle import JobSnapshot
+from functions.registry_types import ModelVersion, Upload
 from schemas.events import JobEvent
-
-if TYPE_CHECKING:  # functions/registry.py builds on functions/vertex.py, which needs this module
-    from functions.registry import ModelVersion, Upload
 
 
 class Storage(Protocol):

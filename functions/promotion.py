@@ -39,7 +39,7 @@ from functions.model_versions import KEY_LABEL, evaluation_body, evaluation_name
 from functions.outbox import Outbox
 from functions.ports import Registry, Storage
 from functions.record import ModelSteps, Record
-from functions.registry import ModelVersion, Upload
+from functions.registry_types import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected
 from schemas.events import Held, JobEvent, Promoted, Registered

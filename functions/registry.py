@@ -18,37 +18,15 @@ UploadModel is not idempotent and its version is not listed while it runs: it is
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
 from functions.failures import NOT_FOUND
+from functions.registry_types import ModelVersion, Upload
 from functions.retry import RetryPolicy
 from functions.vertex import POLICY, CallRejected, VertexApi, _time
 
 PAGE_SIZE = 100
-
-
-@dataclass(frozen=True)
-class ModelVersion:
-    """What the controller keeps of one version of a Model Registry model (its REST `Model`)."""
-
-    model: str  # projects/P/locations/L/models/M, without @
-    version_id: str
-    aliases: tuple[str, ...] = ()
-    artifact_uri: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
-    created: datetime | None = None
-    description: str = ""
-
-    @property
-    def name(self) -> str:
-        """The version's own resource name, projects/P/locations/L/models/M@VERSION."""
-        return f"{self.model}@{self.version_id}"
-
-    @property
-    def model_id(self) -> str:
-        return self.model.rsplit("/", 1)[-1]
 
 
 def version_of(body: dict[str, Any]) -> ModelVersion:
@@ -61,17 +39,6 @@ def version_of(body: dict[str, Any]) -> ModelVersion:
         created=_time(body.get("versionCreateTime") or body.get("createTime")),
         description=str(body.get("versionDescription", "")),
     )
-
-
-@dataclass(frozen=True)
-class Upload:
-    """Where an UploadModel operation stands: done with the new version's id, done with an error, or running."""
-
-    operation: str
-    done: bool
-    version_id: str | None = None
-    error_code: int = 0
-    error_message: str = ""
 
 
 def upload_of(operation: dict[str, Any]) -> Upload:

@@ -25,7 +25,7 @@ from functions import handlers, logs
 from functions.controller import Controller
 from functions.gcs import Conflict, TooLarge
 from functions.lifecycle import JobSnapshot
-from functions.registry import ModelVersion, Upload
+from functions.registry_types import ModelVersion, Upload
 from trainctl.context import cli_settings
 
 STORAGE_TYPE = "google.cloud.storage.object.v1.finalized"

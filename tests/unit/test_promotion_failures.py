@@ -16,7 +16,7 @@ from functions.errors import Transient
 from functions.ledger import ACTIVE_PREFIX, Ledger
 from functions.lifecycle import JobSnapshot
 from functions.record import ModelSteps
-from functions.registry import ModelVersion, Upload
+from functions.registry_types import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected
 from tests.unit.conftest import make_record, make_request

@@ -44,8 +44,10 @@ class Outcome(BaseModel):
     accepted: datetime | None = Field(None, description="When the request was accepted (its record was created).")
     started: datetime | None = Field(None, description="When the last attempt's job started running (Vertex).")
     ended: datetime | None = Field(None, description="When it ended (Vertex).")
-    gpus: int = 0
-    hourly_usd: float = 0.0
+    gpus: int = Field(0, description="The last attempt's GPUs.")
+    hourly_usd: float = Field(0.0, description="… and its rung's estimated price an hour.")
+    earlier_gpu_hours: float = Field(0.0, description="What the attempts before the last one ran, in GPU-hours.")
+    earlier_cost_usd: float = Field(0.0, description="… and their estimated cost.")
     attempt: int = 1
     labels: dict[str, str] = Field(default_factory=dict)
     team: str | None = Field(None, description="The team it arrived as (issue 32), for budgets and the report.")
@@ -58,6 +60,16 @@ class Outcome(BaseModel):
     @property
     def run_seconds(self) -> float | None:
         return (self.ended - self.started).total_seconds() if self.started and self.ended else None
+
+    @property
+    def gpu_hours(self) -> float:
+        """What every attempt of the request ran, in GPU-hours (each from its job's start to its end)."""
+        return self.earlier_gpu_hours + self.gpus * (self.run_seconds or 0) / 3600
+
+    @property
+    def cost_usd(self) -> float:
+        """The estimated cost of every attempt, each at its rung's price."""
+        return self.earlier_cost_usd + self.hourly_usd * (self.run_seconds or 0) / 3600
 
     @property
     def start_seconds(self) -> float | None:
@@ -76,8 +88,10 @@ def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
         accepted=record.created if record else None,
         started=stamps.started if stamps else None,
         ended=stamps.ended if stamps else None,
-        gpus=record.cost.gpus if record else 0,
-        hourly_usd=record.cost.hourly_usd if record else 0.0,
+        gpus=record.attempt_price[0] if record else 0,
+        hourly_usd=record.attempt_price[1] if record else 0.0,
+        earlier_gpu_hours=record.earlier_gpu_hours if record else 0.0,
+        earlier_cost_usd=record.earlier_cost_usd if record else 0.0,
         attempt=event.attempt,
         labels=(record.request.get("labels") or {}) if record else {},
         team=record.team if record else getattr(event, "team", None),

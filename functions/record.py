@@ -41,6 +41,7 @@ class LadderRung(BaseModel):
     max_pending: int
     max_preemptions: int
     skipped: str | None = None  # why admission skipped it (it can never fit the GPU quota)
+    hourly_usd: float | None = None  # the rung's estimated price an hour (None in records from before it was kept)
 
 
 class ModelSteps(BaseModel):
@@ -107,6 +108,8 @@ class Record(BaseModel):
         None, description="When Vertex first refused this attempt's submission with PERMISSION_DENIED."
     )
     model_steps: ModelSteps | None = Field(None, description="With a model block: the steps after `succeeded`.")
+    earlier_gpu_hours: float = Field(0.0, description="What the attempts before the current one ran, in GPU-hours.")
+    earlier_cost_usd: float = Field(0.0, description="… and their estimated cost, each at its own rung's price.")
 
     @property
     def final(self) -> bool:
@@ -116,6 +119,21 @@ class Record(BaseModel):
     def model_steps_pending(self) -> bool:
         """A succeeded request whose model steps are not done: it stays active (reconcile visits it) until they are."""
         return self.state == "succeeded" and self.model_steps is not None and not self.model_steps.done
+
+    @property
+    def attempt_price(self) -> tuple[int, float]:
+        """The current attempt's GPUs and estimated price an hour: its rung's (the request's first rung, or a record
+        from before rungs kept their price: the cost estimated at admission)."""
+        rung = self.ladder[self.rung] if self.rung < len(self.ladder) else None
+        if rung is None or rung.hourly_usd is None:
+            return self.cost.gpus, self.cost.hourly_usd
+        return rung.gpus, rung.hourly_usd
+
+    def add_run(self, hours: float) -> None:
+        """Count an attempt that ran `hours` and will not run again, at its rung's GPUs and price."""
+        gpus, hourly = self.attempt_price
+        self.earlier_gpu_hours += gpus * hours
+        self.earlier_cost_usd += hourly * hours
 
     def lease_live(self, now: datetime) -> bool:
         return self.lease_until is not None and self.lease_until > now

@@ -376,9 +376,7 @@ class Submission:
             return None
         now = self.clock()
         month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        spent = sum(
-            o.hourly_usd * (o.run_seconds or 0) / 3600 for o in self.ledger.outcomes(month_start) if o.team == team
-        )
+        spent = sum(o.cost_usd for o in self.ledger.outcomes(month_start) if o.team == team)
         active = sum(worst_case_usd(r) for r in self.ledger.active_records() if r.team == team and not r.final)
         needed = request_worst_case_usd(request)
         if spent + active + needed <= budget:

@@ -22,6 +22,8 @@ from schemas.events import (
     JobEvent,
     RequestState,
     RungOutcome,
+    Spend,
+    Timestamps,
     Trigger,
 )
 
@@ -135,6 +137,16 @@ class Record(BaseModel):
         self.earlier_gpu_hours += gpus * hours
         self.earlier_cost_usd += hourly * hours
 
+    def spent(self, last_attempt: Timestamps | None) -> Spend:
+        """What every attempt ran: the earlier ones, and the current one from its job's start to its end."""
+        started, ended = (last_attempt.started, last_attempt.ended) if last_attempt else (None, None)
+        hours = (ended - started).total_seconds() / 3600 if started and ended else 0.0
+        gpus, hourly = self.attempt_price
+        return Spend(
+            gpu_hours=round(self.earlier_gpu_hours + gpus * hours, 4),
+            estimated_cost_usd=round(self.earlier_cost_usd + hourly * hours, 2),
+        )
+
     def lease_live(self, now: datetime) -> bool:
         return self.lease_until is not None and self.lease_until > now
 
@@ -155,9 +167,10 @@ class Record(BaseModel):
         fresh = [e for e in events if e.ce_id not in known]
         for event in fresh:
             self.sequence += 1
-            self.outbox.append(
-                event.model_copy(update={"sequence": self.sequence}).model_dump(mode="json", exclude_none=True)
-            )
+            update: dict[str, Any] = {"sequence": self.sequence}
+            if "spent" in type(event).model_fields:  # a final event says what the whole request ran
+                update["spent"] = self.spent(event.timestamps)
+            self.outbox.append(event.model_copy(update=update).model_dump(mode="json", exclude_none=True))
         return {e.ce_id for e in fresh}
 
     def outbox_events(self) -> list[JobEvent]:

@@ -11,7 +11,7 @@ from functions.errors import Transient
 from functions.history import Outcome
 from functions.keys import key_hash
 from functions.ledger import HISTORY_PREFIX, LEDGER_PREFIX
-from schemas.events import Failed, Stuck
+from schemas.events import Failed, Spend, Stuck
 from tests.unit.controller_harness import STOCKOUT, InterferingGcs, harness
 from trainctl.report import figures
 
@@ -182,8 +182,9 @@ def test_a_final_event_left_in_the_outbox_is_left_to_its_handler_within_the_grac
 
 
 def test_every_attempt_a_request_ran_is_counted_in_its_outcome_at_its_rungs_price():
-    """A request's outcome counts what each of its attempts ran, not only the last: `trainctl report`'s GPU-hours and
-    cost, and each team's monthly spend against its budget, read it. Here attempt 1 runs an hour on 2 A100s and
+    """A request's final event and its outcome count what each of its attempts ran, not only the last: `trainctl
+    report`'s GPU-hours and cost, each team's monthly spend against its budget and the BigQuery view
+    gpu_hours_by_label read it. Here attempt 1 runs an hour on 2 A100s and
     stocks out; attempt 2 runs two hours on the L4 rung and succeeds. Before, the outcome held the last attempt's run
     at the first rung's price: 4 GPU-hours at the A100 price instead of 6 GPU-hours at each rung's own."""
     h = harness()
@@ -206,6 +207,7 @@ def test_every_attempt_a_request_ran_is_counted_in_its_outcome_at_its_rungs_pric
     [filed] = h.gcs.names("control", HISTORY_PREFIX)  # the outcome as the history index files it
     outcome = Outcome.model_validate_json(h.gcs.read("control", filed)[0])
     assert (outcome.state, outcome.attempt) == ("succeeded", 2)
-    assert outcome.gpu_hours == pytest.approx(2 * 1 + 2 * 2)
-    assert outcome.cost_usd == pytest.approx(a100 * 1 + l4 * 2)
+    assert (outcome.gpu_hours, outcome.cost_usd) == (2 * 1 + 2 * 2, round(a100 * 1 + l4 * 2, 2))
     assert figures([outcome])["estimated_cost_usd"] == round(a100 + 2 * l4, 2)
+    [succeeded] = h.events_of("succeeded")
+    assert succeeded.spent == Spend(gpu_hours=6, estimated_cost_usd=round(a100 + 2 * l4, 2))

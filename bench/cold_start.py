@@ -283,7 +283,7 @@ def register_champion(deployment: Any, endpoint: str) -> None:
                              json.dumps(CHAMPION_SCHEMA).encode(), None)  # fmt: skip
     registry = ModelRegistry(LOCAL_PROJECT, LOCAL_REGION, endpoint)
     model = {"displayName": COLD_MODEL, "artifactUri": folder, "containerSpec": {"imageUri": "localhost/cold:1"}}
-    upload = registry.upload({"modelId": COLD_MODEL, "model": model}, lambda: None)
+    upload = registry.upload({"modelId": COLD_MODEL, "model": model})
     for _ in range(100):
         if isinstance(upload, Upload) and not upload.done:
             time.sleep(0.1)

@@ -275,7 +275,8 @@ def quota_read_figures(stack: Stack, endpoint: str, runs: int) -> list[Figure]:
 def register_champion(deployment: Any, endpoint: str) -> None:
     """Path (d)'s model in the local registry, its `champion` a version whose folder holds CHAMPION_SCHEMA."""
     from functions.gcs import Gcs
-    from functions.registry import ModelRegistry, Upload
+    from functions.registry import ModelRegistry
+    from functions.registry_types import Upload
 
     folder = f"gs://{deployment.control_bucket}/cold-start-champion/model/"
     Gcs(LOCAL_PROJECT).write(deployment.control_bucket, "cold-start-champion/model/schema.json",

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from functions.gcs import metadata_problems
 from functions.record import Record
-from schemas.events import JobEvent, Rejected
+from schemas.events import JobEvent, Rejected, Spend
 from schemas.request import code_digest
 
 FINAL_EVENT_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
@@ -44,8 +44,9 @@ class Outcome(BaseModel):
     accepted: datetime | None = Field(None, description="When the request was accepted (its record was created).")
     started: datetime | None = Field(None, description="When the last attempt's job started running (Vertex).")
     ended: datetime | None = Field(None, description="When it ended (Vertex).")
-    gpus: int = 0
-    hourly_usd: float = 0.0
+    gpus: int = Field(0, description="The last attempt's GPUs.")
+    hourly_usd: float = Field(0.0, description="… and its rung's estimated price an hour.")
+    spent: Spend | None = Field(None, description="What every attempt ran (the final event's; None before it was).")
     attempt: int = 1
     labels: dict[str, str] = Field(default_factory=dict)
     team: str | None = Field(None, description="The team it arrived as (issue 32), for budgets and the report.")
@@ -58,6 +59,16 @@ class Outcome(BaseModel):
     @property
     def run_seconds(self) -> float | None:
         return (self.ended - self.started).total_seconds() if self.started and self.ended else None
+
+    @property
+    def gpu_hours(self) -> float:
+        """What every attempt of the request ran, in GPU-hours; an outcome from before: its last attempt's."""
+        return self.spent.gpu_hours if self.spent else self.gpus * (self.run_seconds or 0) / 3600
+
+    @property
+    def cost_usd(self) -> float:
+        """The estimated cost of every attempt, each at its rung's price; an outcome from before: its last attempt's."""
+        return self.spent.estimated_cost_usd if self.spent else self.hourly_usd * (self.run_seconds or 0) / 3600
 
     @property
     def start_seconds(self) -> float | None:
@@ -76,8 +87,9 @@ def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
         accepted=record.created if record else None,
         started=stamps.started if stamps else None,
         ended=stamps.ended if stamps else None,
-        gpus=record.cost.gpus if record else 0,
-        hourly_usd=record.cost.hourly_usd if record else 0.0,
+        gpus=record.attempt_price[0] if record else 0,
+        hourly_usd=record.attempt_price[1] if record else 0.0,
+        spent=getattr(event, "spent", None),
         attempt=event.attempt,
         labels=(record.request.get("labels") or {}) if record else {},
         team=record.team if record else getattr(event, "team", None),

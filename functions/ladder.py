@@ -8,6 +8,7 @@ Each move is a new attempt into the same output directory, so the trainer resume
 
 from __future__ import annotations
 
+from functions import planning
 from functions.record import LadderRung, Record
 from schemas.catalog import quota_metric
 from schemas.events import RungOutcome
@@ -24,8 +25,10 @@ def ladder_of(request: TrainingJobRequest, default_region: str) -> list[LadderRu
             gpus=rung.resources.total_gpus,
             max_pending=rung.max_pending,
             max_preemptions=rung.max_preemptions,
+            hourly_usd=planning.estimate_cost(at, planning.plan_reduction_server(at)).hourly_usd,
         )
         for rung in request.rungs()
+        for at in [request.at_rung(rung.index)]
     ]
 
 

@@ -297,9 +297,9 @@ def _failed(record: Record, seen: _Observed) -> Transition:
     if ladder.has_fallbacks(record) and ladder.leaves_rung(record, reason, stocked_out):
         if ladder.next_rung(record) is not None:
             left = ladder.left_because(record, reason, stocked_out)
-            return resubmit(record, events, seen.common, reason, text, seen.now, left=left)
+            return resubmit(record, events, seen.common, reason, text, seen.now, left=left, job=job)
     elif reason in RESUBMITTABLE and record.attempt < record.max_attempts:
-        return resubmit(record, events, seen.common, reason, text, seen.now)
+        return resubmit(record, events, seen.common, reason, text, seen.now, job=job)
     record.state = "failed"
     advice = f" {QUOTA_ADVICE}" if reason == "quota" else ""
     events.append(
@@ -340,7 +340,7 @@ def _cancelled_hung(record: Record, seen: _Observed) -> Transition:
     _running_if_missed(record, seen, events)
     text = f"attempt {record.attempt} hung and was cancelled"
     if record.attempt < record.max_attempts:
-        return resubmit(record, events, seen.common, "hang", text, seen.now)
+        return resubmit(record, events, seen.common, "hang", text, seen.now, job=seen.job)
     record.state, record.message = "failed", text
     events.append(
         Failed(
@@ -361,7 +361,8 @@ def _cancelled_waiting_on_a_ladder(record: Record, seen: _Observed, reason: Lite
     why = f"waited longer than max_pending ({reason})"
     if ladder.next_rung(record) is not None:
         text = f"attempt {record.attempt} {why} and was cancelled"
-        return resubmit(record, events, seen.common, reason, text, seen.now, left=ladder.outcome(record, why))
+        left = ladder.outcome(record, why)
+        return resubmit(record, events, seen.common, reason, text, seen.now, left=left, job=seen.job)
     return ladder_exhausted(record, events, seen.common, reason, why, seen.job)
 
 
@@ -388,9 +389,13 @@ def resubmit(
     text: str,
     now: datetime,
     left: RungOutcome | None = None,
+    job: JobSnapshot | None = None,
 ) -> Transition:
     """A new attempt of the request, into the same output directory (the trainer resumes from its checkpoint);
-    `left`: the rung the ladder moves down from (to the next one it did not skip)."""
+    `left`: the rung the ladder moves down from (to the next one it did not skip); `job`: the attempt's job, whose
+    run (start to end) the record counts at the rung's price before it moves."""
+    if job is not None and job.start_time is not None:
+        record.add_run(((job.end_time or now) - job.start_time).total_seconds() / 3600)
     ladder_fields: dict[str, Any] = {}
     if left is not None:
         ladder.move_down(record, left.outcome)

@@ -4,15 +4,13 @@ quotas.py) and trainctl replay's in-memory stand-ins are checked against the sam
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from functions.lifecycle import JobSnapshot
+from functions.registry_types import ModelVersion, Upload
 from schemas.events import JobEvent
-
-if TYPE_CHECKING:  # functions/registry.py builds on functions/vertex.py, which needs this module
-    from functions.registry import ModelVersion, Upload
 
 
 class Storage(Protocol):
@@ -96,7 +94,7 @@ class Registry(Protocol):
 
     def find_version(self, model_id: str, label: str, value: str) -> ModelVersion | None: ...
 
-    def upload(self, body: dict[str, Any], look_up: Callable[[], ModelVersion | None]) -> Upload | ModelVersion: ...
+    def upload(self, body: dict[str, Any]) -> Upload: ...
 
     def operation(self, name: str) -> Upload | None: ...
 

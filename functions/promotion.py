@@ -8,8 +8,11 @@ a transient failure is tried again at the next visit, for at most GIVE_UP_AFTER,
 
 Exactly once, step by step:
   register  look for the version labelled with the request's key hash first (ListModelVersions); else claim the
-            upload on the record (compare-and-swap), then UploadModel (a new model with `model_id` when there is
-            none yet), keeping its operation on the record until it is done;
+            upload on the record (compare-and-swap), then UploadModel once (a new model with `model_id` when there
+            is none yet), keeping its operation on the record until it is done. A version is not listed while its
+            upload runs, so a claim holds off every other upload until it expires: one that failed without an
+            answer may have been made, and only a visit after the claim has expired, finding no version, uploads
+            again;
   evaluate  look for the run's evaluation by its display name first; else ImportModelEvaluation;
   decide    under the model's record (functions/model_ledger.py): one decision at a time per model and alias,
             against the version under the alias at that moment; a promotion is recorded before the alias moves.
@@ -36,7 +39,7 @@ from functions.model_versions import KEY_LABEL, evaluation_body, evaluation_name
 from functions.outbox import Outbox
 from functions.ports import Registry, Storage
 from functions.record import ModelSteps, Record
-from functions.registry import ModelVersion, Upload
+from functions.registry_types import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected
 from schemas.events import Held, JobEvent, Promoted, Registered
@@ -102,11 +105,7 @@ class Promotion:
         registry = self.registry()
         steps = record.model_steps
         assert steps is not None
-
-        def look_up() -> ModelVersion | None:
-            return registry.find_version(block.name, KEY_LABEL, record.key_hash)
-
-        found = look_up()
+        found = registry.find_version(block.name, KEY_LABEL, record.key_hash)
         if found is None and steps.operation:
             upload = self._wait_for(steps.operation)
             if upload is not None and not upload.done:
@@ -115,27 +114,24 @@ class Promotion:
             if found is None:
                 return record, self._forget_upload(record, generation)  # the next visit uploads again
         if found is None:
-            if steps.upload_started and steps.upload_owner != self.owner and not self._expired(steps.upload_started):
-                return record, generation  # another handler is uploading it right now
+            if steps.upload_started and not self._expired(steps.upload_started):
+                # Claimed and not yet listed: an upload is running (this instance's handlers share its owner id,
+                # so any claim counts) or failed without an answer and may still have been made.
+                return record, generation
             steps.upload_started, steps.upload_owner = self.clock(), self.owner
             generation = self.outbox.save(record, generation)  # the claim: no other handler uploads meanwhile
-            started = self._upload(record, generation, block, look_up)
-            if isinstance(started, ModelVersion):
-                found = started
-            else:
-                steps.operation = started.operation
-                generation = self.outbox.save(record, generation)
-                upload = started if started.done else self._wait_for(started.operation)
-                if upload is None or not upload.done:
-                    return record, generation
-                found = self._made_by(upload, block)
-                if found is None:
-                    return record, self._forget_upload(record, generation)
+            started = self._upload(record, generation, block)
+            steps.operation = started.operation
+            generation = self.outbox.save(record, generation)
+            upload = started if started.done else self._wait_for(started.operation)
+            if upload is None or not upload.done:
+                return record, generation
+            found = self._made_by(upload, block)
+            if found is None:
+                return record, self._forget_upload(record, generation)
         return self._registered(record, generation, block, found)
 
-    def _upload(
-        self, record: Record, generation: int, block: ModelBlock, look_up: Callable[[], ModelVersion | None]
-    ) -> Upload | ModelVersion:
+    def _upload(self, record: Record, generation: int, block: ModelBlock) -> Upload:
         """UploadModel: a new model when there is none yet, else a version of it. Two first successes may race
         to create the model: the one refused ALREADY_EXISTS uploads as a version of the other's, once that is
         readable."""
@@ -143,12 +139,12 @@ class Promotion:
         name = registry.model_name(block.name)
         new_model = registry.get(name) is None
         try:
-            return registry.upload(upload_body(record, block, self.settings, name, new_model), look_up)
+            return registry.upload(upload_body(record, block, self.settings, name, new_model))
         except CallRejected as exc:
             if not new_model or exc.code != ALREADY_EXISTS:
                 raise
         try:
-            return registry.upload(upload_body(record, block, self.settings, name, False), look_up)
+            return registry.upload(upload_body(record, block, self.settings, name, False))
         except CallRejected as exc:
             if exc.code != NOT_FOUND:
                 raise

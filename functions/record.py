@@ -22,6 +22,8 @@ from schemas.events import (
     JobEvent,
     RequestState,
     RungOutcome,
+    Spend,
+    Timestamps,
     Trigger,
 )
 
@@ -41,6 +43,7 @@ class LadderRung(BaseModel):
     max_pending: int
     max_preemptions: int
     skipped: str | None = None  # why admission skipped it (it can never fit the GPU quota)
+    hourly_usd: float | None = None  # the rung's estimated price an hour (None in records from before it was kept)
 
 
 class ModelSteps(BaseModel):
@@ -107,6 +110,8 @@ class Record(BaseModel):
         None, description="When Vertex first refused this attempt's submission with PERMISSION_DENIED."
     )
     model_steps: ModelSteps | None = Field(None, description="With a model block: the steps after `succeeded`.")
+    earlier_gpu_hours: float = Field(0.0, description="What the attempts before the current one ran, in GPU-hours.")
+    earlier_cost_usd: float = Field(0.0, description="… and their estimated cost, each at its own rung's price.")
 
     @property
     def final(self) -> bool:
@@ -116,6 +121,31 @@ class Record(BaseModel):
     def model_steps_pending(self) -> bool:
         """A succeeded request whose model steps are not done: it stays active (reconcile visits it) until they are."""
         return self.state == "succeeded" and self.model_steps is not None and not self.model_steps.done
+
+    @property
+    def attempt_price(self) -> tuple[int, float]:
+        """The current attempt's GPUs and estimated price an hour: its rung's (the request's first rung, or a record
+        from before rungs kept their price: the cost estimated at admission)."""
+        rung = self.ladder[self.rung] if self.rung < len(self.ladder) else None
+        if rung is None or rung.hourly_usd is None:
+            return self.cost.gpus, self.cost.hourly_usd
+        return rung.gpus, rung.hourly_usd
+
+    def add_run(self, hours: float) -> None:
+        """Count an attempt that ran `hours` and will not run again, at its rung's GPUs and price."""
+        gpus, hourly = self.attempt_price
+        self.earlier_gpu_hours += gpus * hours
+        self.earlier_cost_usd += hourly * hours
+
+    def spent(self, last_attempt: Timestamps | None) -> Spend:
+        """What every attempt ran: the earlier ones, and the current one from its job's start to its end."""
+        started, ended = (last_attempt.started, last_attempt.ended) if last_attempt else (None, None)
+        hours = (ended - started).total_seconds() / 3600 if started and ended else 0.0
+        gpus, hourly = self.attempt_price
+        return Spend(
+            gpu_hours=round(self.earlier_gpu_hours + gpus * hours, 4),
+            estimated_cost_usd=round(self.earlier_cost_usd + hourly * hours, 2),
+        )
 
     def lease_live(self, now: datetime) -> bool:
         return self.lease_until is not None and self.lease_until > now
@@ -137,9 +167,10 @@ class Record(BaseModel):
         fresh = [e for e in events if e.ce_id not in known]
         for event in fresh:
             self.sequence += 1
-            self.outbox.append(
-                event.model_copy(update={"sequence": self.sequence}).model_dump(mode="json", exclude_none=True)
-            )
+            update: dict[str, Any] = {"sequence": self.sequence}
+            if "spent" in type(event).model_fields:  # a final event says what the whole request ran
+                update["spent"] = self.spent(event.timestamps)
+            self.outbox.append(event.model_copy(update=update).model_dump(mode="json", exclude_none=True))
         return {e.ce_id for e in fresh}
 
     def outbox_events(self) -> list[JobEvent]:

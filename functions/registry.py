@@ -12,43 +12,21 @@ under https://cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locatio
   MergeVersionAliases  POST /v1/{name=projects/*/locations/*/models/*}:mergeVersionAliases
   ImportModelEvaluation POST /v1/{parent=projects/*/locations/*/models/*}/evaluations:import
   ListModelEvaluations GET  /v1/{parent=projects/*/locations/*/models/*}/evaluations
-UploadModel is not idempotent: before it is retried after an error, the version is looked for by its labels.
+UploadModel is not idempotent and its version is not listed while it runs: it is tried once (see `upload`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from functions.failures import NOT_FOUND
+from functions.registry_types import ModelVersion, Upload
 from functions.retry import RetryPolicy
 from functions.vertex import POLICY, CallRejected, VertexApi, _time
 
 PAGE_SIZE = 100
-
-
-@dataclass(frozen=True)
-class ModelVersion:
-    """What the controller keeps of one version of a Model Registry model (its REST `Model`)."""
-
-    model: str  # projects/P/locations/L/models/M, without @
-    version_id: str
-    aliases: tuple[str, ...] = ()
-    artifact_uri: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
-    created: datetime | None = None
-    description: str = ""
-
-    @property
-    def name(self) -> str:
-        """The version's own resource name, projects/P/locations/L/models/M@VERSION."""
-        return f"{self.model}@{self.version_id}"
-
-    @property
-    def model_id(self) -> str:
-        return self.model.rsplit("/", 1)[-1]
 
 
 def version_of(body: dict[str, Any]) -> ModelVersion:
@@ -61,17 +39,6 @@ def version_of(body: dict[str, Any]) -> ModelVersion:
         created=_time(body.get("versionCreateTime") or body.get("createTime")),
         description=str(body.get("versionDescription", "")),
     )
-
-
-@dataclass(frozen=True)
-class Upload:
-    """Where an UploadModel operation stands: done with the new version's id, done with an error, or running."""
-
-    operation: str
-    done: bool
-    version_id: str | None = None
-    error_code: int = 0
-    error_message: str = ""
 
 
 def upload_of(operation: dict[str, Any]) -> Upload:
@@ -135,11 +102,13 @@ class ModelRegistry(VertexApi):
             if not token:
                 return
 
-    def upload(self, body: dict[str, Any], look_up: Callable[[], ModelVersion | None]) -> Upload | ModelVersion:
-        """Start UploadModel with `body` (the REST UploadModelRequest less its parent): its operation, or the version
-        `look_up` finds before a retry (the failed attempt took effect after all)."""
-        found = self._call("UploadModel", "POST", f"{self.parent}/models:upload", before_retry=look_up, json=body)
-        return found if isinstance(found, ModelVersion) else upload_of(found)
+    def upload(self, body: dict[str, Any]) -> Upload:
+        """Start UploadModel with `body` (the REST UploadModelRequest less its parent): its operation. Tried once:
+        an attempt that failed may have started an upload, and its version is not listed until that is done, so
+        no look-up can tell whether another attempt would make a second version (functions/promotion.py waits
+        out its claim instead)."""
+        once = replace(self._policy, attempts=1)
+        return upload_of(self._call("UploadModel", "POST", f"{self.parent}/models:upload", policy=once, json=body))
 
     def operation(self, name: str) -> Upload | None:
         """Where an upload's operation stands; None when Vertex no longer knows it."""

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from functions import deadline, logs, triggers
 from functions.admission import admission_problems, dataset_problem
@@ -43,6 +43,7 @@ from functions.ports import Events, Quotas, Registry, Storage
 from functions.quota_queue import QuotaQueue
 from functions.record import LadderRung, ModelSteps, Record
 from functions.refusals import Refusals
+from functions.registry_types import ModelVersion
 from functions.settings import Settings
 from functions.teams import NO_TEAMS, label_problem
 from functions.vertex import CallRejected, LazyJobs
@@ -60,9 +61,6 @@ from schemas.events import (
 )
 from schemas.request import TrainingJobRequest, code_digest, rung_prefix
 from schemas.rules import split_gs_uri
-
-if TYPE_CHECKING:
-    from functions.registry import ModelVersion
 
 # Fields added after requests were first hashed, left out while at their defaults: a request redelivered across
 # the deploy that added them keeps its hash (a new hash under an explicit request_id would read as a conflict).
@@ -378,9 +376,7 @@ class Submission:
             return None
         now = self.clock()
         month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        spent = sum(
-            o.hourly_usd * (o.run_seconds or 0) / 3600 for o in self.ledger.outcomes(month_start) if o.team == team
-        )
+        spent = sum(o.cost_usd for o in self.ledger.outcomes(month_start) if o.team == team)
         active = sum(worst_case_usd(r) for r in self.ledger.active_records() if r.team == team and not r.final)
         needed = request_worst_case_usd(request)
         if spent + active + needed <= budget:

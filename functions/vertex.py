@@ -127,10 +127,11 @@ class VertexApi:
         method: str,
         path: str,
         before_retry: Callable[[], Any] | None = None,
+        policy: RetryPolicy | None = None,
         **kwargs: Any,
     ) -> Any:
-        """The JSON answer of `method /v1/{path}`, with the retry policy; CallRejected on a permanent code,
-        Transient when the retries run out."""
+        """The JSON answer of `method /v1/{path}`, with the retry policy (the service's, or `policy`); CallRejected
+        on a permanent code, Transient when the retries run out."""
         url = f"{self._base_for(path)}/v1/{path}"
 
         def attempt(timeout: float) -> Any:
@@ -149,7 +150,7 @@ class VertexApi:
                 raise Retryable(f"{what} {response.status_code} (code {code}): {message}")
             raise CallRejected(code, call_failure_reason(code), message)
 
-        return self._policy.call(what, attempt, before_retry)
+        return (policy or self._policy).call(what, attempt, before_retry)
 
 
 class VertexJobs(VertexApi):

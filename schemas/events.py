@@ -103,6 +103,14 @@ class Timestamps(_Strict):
     ended: datetime | None = None
 
 
+class Spend(_Strict):
+    """What every attempt of a request ran (a preempted, failed or moved-down one too), each from its job's start to its
+    end, at its own rung's GPUs and approximate list price."""
+
+    gpu_hours: float
+    estimated_cost_usd: float
+
+
 class RungOutcome(_Strict):
     """What became of one rung of a request's capacity ladder (scheduling and `fallbacks`)."""
 
@@ -263,6 +271,7 @@ class Succeeded(_Event):
     metrics: dict[str, Any] = Field(default_factory=dict, description="From the model dir's metrics.json.")
     duration_seconds: float | None = None
     cost: CostEstimate | None = None
+    spent: Spend | None = Field(None, description="What every attempt ran: GPU-hours and estimated cost.")
 
 
 class Failed(_Event):
@@ -276,6 +285,7 @@ class Failed(_Event):
     artifacts: Artifacts | None = None
     duration_seconds: float | None = None
     rungs: list[RungOutcome] | None = Field(None, description="With fallbacks: what became of every rung.")
+    spent: Spend | None = Field(None, description="What every attempt ran: GPU-hours and estimated cost.")
 
 
 class Cancelled(_Event):
@@ -284,6 +294,7 @@ class Cancelled(_Event):
         None, description="Set when trainctl cancelled the job for waiting longer than max_pending: why it waited."
     )
     duration_seconds: float | None = None
+    spent: Spend | None = Field(None, description="What every attempt ran: GPU-hours and estimated cost.")
 
 
 class Lineage(_Strict):

@@ -44,6 +44,7 @@ SELECT
   SAFE_CAST(JSON_VALUE(data, '$.max_silence_seconds') AS INT64) AS `max_silence_seconds`,
   JSON_QUERY(data, '$.metrics') AS `metrics`,
   SAFE_CAST(JSON_VALUE(data, '$.duration_seconds') AS FLOAT64) AS `duration_seconds`,
+  IF(JSON_TYPE(JSON_QUERY(data, '$.spent')) = 'object', STRUCT(SAFE_CAST(JSON_VALUE(data, '$.spent.gpu_hours') AS FLOAT64) AS `gpu_hours`, SAFE_CAST(JSON_VALUE(data, '$.spent.estimated_cost_usd') AS FLOAT64) AS `estimated_cost_usd`), NULL) AS `spent`,
   ARRAY(SELECT AS STRUCT SAFE_CAST(JSON_VALUE(item1, '$.rung') AS INT64) AS `rung`, JSON_VALUE(item1, '$.resources') AS `resources`, SAFE_CAST(JSON_VALUE(item1, '$.attempts') AS INT64) AS `attempts`, JSON_VALUE(item1, '$.outcome') AS `outcome` FROM UNNEST(JSON_QUERY_ARRAY(data, '$.rungs')) AS item1 WITH OFFSET AS position1 ORDER BY position1) AS `rungs`,
   JSON_VALUE(data, '$.model') AS `model`,
   JSON_VALUE(data, '$.model_resource') AS `model_resource`,

@@ -162,15 +162,18 @@ resource "google_bigquery_table" "gpu_hours_by_label" {
   labels              = local.labels
   deletion_protection = false
 
-  # The accepted event carries the request's labels and its cost basis; the final one its run time.
+  # The accepted event carries the request's labels; the final one what every attempt ran (`spent`), or for events
+  # from before it did, the last attempt's run time, priced at the accepted event's cost basis.
   view {
     use_legacy_sql = false
     query          = <<-SQL
       SELECT DATE(ended.time) AS day,
         JSON_VALUE(accepted.labels, '$."${var.history_cost_label}"') AS ${replace(var.history_cost_label, "-", "_")},
         COUNT(*) AS requests,
-        SUM(accepted.cost.gpus * IFNULL(ended.duration_seconds, 0) / 3600) AS gpu_hours,
-        SUM(accepted.cost.hourly_usd * IFNULL(ended.duration_seconds, 0) / 3600) AS estimated_cost_usd
+        SUM(IFNULL(ended.spent.gpu_hours, accepted.cost.gpus * IFNULL(ended.duration_seconds, 0) / 3600)) AS gpu_hours,
+        SUM(IFNULL(
+          ended.spent.estimated_cost_usd, accepted.cost.hourly_usd * IFNULL(ended.duration_seconds, 0) / 3600
+        )) AS estimated_cost_usd
       FROM `${local.unique_events}` AS accepted
       JOIN `${local.unique_events}` AS ended USING (request_key)
       WHERE accepted.state = 'accepted' AND ended.state IN ('succeeded', 'failed', 'cancelled')

@@ -19,7 +19,8 @@ from functions.model_decision import figure
 from functions.model_ledger import Entry, ModelLedger
 from functions.model_versions import KEY_LABEL, drift_of, evaluation_name
 from functions.publisher import EventPublisher
-from functions.registry import ModelRegistry, ModelVersion
+from functions.registry import ModelRegistry
+from functions.registry_types import ModelVersion
 from functions.settings import Settings
 from schemas.events import Lineage, Promoted, Trigger
 from schemas.rules import split_gs_uri

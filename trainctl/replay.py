@@ -25,7 +25,7 @@ from functions import handlers, logs
 from functions.controller import Controller
 from functions.gcs import Conflict, TooLarge
 from functions.lifecycle import JobSnapshot
-from functions.registry import ModelVersion, Upload
+from functions.registry_types import ModelVersion, Upload
 from trainctl.context import cli_settings
 
 STORAGE_TYPE = "google.cloud.storage.object.v1.finalized"
@@ -172,7 +172,7 @@ class PrintingRegistry:
     def find_version(self, model_id: str, label: str, value: str) -> None:
         return None
 
-    def upload(self, body: dict[str, Any], look_up: Any) -> Any:
+    def upload(self, body: dict[str, Any]) -> Upload:
         logs.info("dry run: would upload a model version", body=body)
         return Upload(operation=f"{self.parent}/operations/dry-run", done=False)
 

@@ -65,8 +65,8 @@ def figures(outcomes: list[Outcome]) -> dict[str, Any]:
         "success_rate": round(states["succeeded"] / got_a_job, 4) if got_a_job else None,
         "time_to_start_seconds": {"p50": percentile(start, 50), "p95": percentile(start, 95)},
         "run_time_seconds": {"p50": percentile(run, 50), "p95": percentile(run, 95)},
-        "gpu_hours": round(sum(o.gpus * (o.run_seconds or 0) for o in outcomes) / 3600, 4),
-        "estimated_cost_usd": round(sum(o.hourly_usd * (o.run_seconds or 0) for o in outcomes) / 3600, 2),
+        "gpu_hours": round(sum(o.gpu_hours for o in outcomes), 4),
+        "estimated_cost_usd": round(sum(o.cost_usd for o in outcomes), 2),
         "data_rejections": data_rejections(outcomes),
     }
 
@@ -88,7 +88,7 @@ def per_day(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
     for o in outcomes:
         day = days[f"{o.time.astimezone(UTC):%Y-%m-%d}"]
         day["by_state"][o.state] += 1
-        day["gpu_hours"] += o.gpus * (o.run_seconds or 0) / 3600
+        day["gpu_hours"] += o.gpu_hours
     return {d: days[d] | {"gpu_hours": round(days[d]["gpu_hours"], 4)} for d in sorted(days)}
 
 
@@ -109,8 +109,8 @@ def timeline(outcomes: list[Outcome], since: datetime, until: datetime) -> dict[
     for o in outcomes:
         slot = bins[min(count - 1, max(0, int((o.time - first) / step)))]
         slot["by_state"][o.state] += 1
-        slot["gpu_hours"] += o.gpus * (o.run_seconds or 0) / 3600
-        slot["estimated_cost_usd"] += o.hourly_usd * (o.run_seconds or 0) / 3600
+        slot["gpu_hours"] += o.gpu_hours
+        slot["estimated_cost_usd"] += o.cost_usd
         if o.start_seconds is not None:
             slot["time_to_start_seconds"].append(round(o.start_seconds, 1))
     for slot in bins:
@@ -170,7 +170,7 @@ def budgets(outcomes: list[Outcome], teams: Teams, until: datetime) -> dict[str,
     spent: dict[str, float] = defaultdict(float)
     for o in outcomes:
         if o.team and o.time >= month_start:
-            spent[o.team] += o.hourly_usd * (o.run_seconds or 0) / 3600
+            spent[o.team] += o.cost_usd
     return {
         name: {
             "month": f"{month_start:%Y-%m}",

@@ -10,6 +10,9 @@ is the client:
     control.fail_next_creates("UNAVAILABLE", after_create=True)   # job created, response "lost"
     control.fail_next_creates("UNKNOWN", after_create=True)       # job created, stream broke: "Stream removed"
     control.delay_next_creates(seconds=10)                        # job created, answer late
+    # UploadModel (the ModelService, on the REST port)
+    control.fail_next_creates("UNAVAILABLE", after_create=True, method="UploadModel")  # started, answer "lost"
+    control.slow_next_uploads(seconds=5)                          # the version exists 5 s later (else 0.5 s)
     # GetCustomJob / ListCustomJobs / CancelCustomJob
     control.rate_limit_next_calls(3)                              # RESOURCE_EXHAUSTED, the request-rate text
     control.rate_limit_next_calls(1, methods=("CancelCustomJob",))
@@ -84,21 +87,29 @@ class JobServiceControl:
         self._channel = grpc.insecure_channel(address)
         self._timeout = timeout
 
-    def _call(self, method: str, **request: Any) -> dict:
-        stub = self._channel.unary_unary(
-            f"/{SERVICE}/{method}", request_serializer=_encode, response_deserializer=_decode
-        )
+    def _call(self, rpc: str, /, **request: Any) -> dict:
+        stub = self._channel.unary_unary(f"/{SERVICE}/{rpc}", request_serializer=_encode, response_deserializer=_decode)
         return stub(request, timeout=self._timeout)
 
     def fail_next_creates(
-        self, code: str = "UNAVAILABLE", count: int = 1, message: str | None = None, after_create: bool = False
+        self,
+        code: str = "UNAVAILABLE",
+        count: int = 1,
+        message: str | None = None,
+        after_create: bool = False,
+        method: str = "CreateCustomJob",
     ) -> None:
-        """The next `count` CreateCustomJob calls fail with gRPC status `code` (a grpc.StatusCode name)."""
-        self._call("FailNextCreates", code=code, count=count, message=message, after_create=after_create)
+        """The next `count` calls of `method` (CreateCustomJob or UploadModel) fail with gRPC status `code` (a
+        grpc.StatusCode name); with `after_create`, after the job was created (the upload started)."""
+        self._call("FailNextCreates", code=code, count=count, message=message, after_create=after_create, method=method)
 
     def delay_next_creates(self, seconds: float, count: int = 1) -> None:
         """The next `count` CreateCustomJob calls create the job, then answer only after `seconds`."""
         self._call("DelayNextCreates", seconds=seconds, count=count)
+
+    def slow_next_uploads(self, seconds: float, count: int = 1) -> None:
+        """The next `count` UploadModel operations run `seconds` before their version exists (0.5 s otherwise)."""
+        self._call("SlowNextUploads", seconds=seconds, count=count)
 
     def hold_next_in_queue(self, seconds: float, count: int = 1) -> None:
         """The next `count` created jobs stay in JOB_STATE_QUEUED for `seconds`."""

@@ -1,13 +1,15 @@
 """Faults the local JobService can be told to produce, for tests of the controller's error handling.
 
-- fail the next N CreateCustomJob calls with a gRPC code and Vertex's wording for it (optionally
-  after the job was created anyway, as when a response is lost on the way back: UNKNOWN "Stream removed");
+- fail the next N CreateCustomJob (or UploadModel) calls with a gRPC code and Vertex's wording for it (optionally
+  after the job was created, or the upload started, anyway, as when a response is lost on the way back: UNKNOWN
+  "Stream removed");
 - rate-limit the next N Get/List/Cancel calls (RESOURCE_EXHAUSTED, Vertex's request-rate text);
 - refuse the next N Create/List/Get/Cancel calls with PERMISSION_DENIED (IAM's text), as while fresh grants
   propagate;
 - for the next created jobs: hold them in JOB_STATE_QUEUED (quota wait) or JOB_STATE_PENDING
   (provisioning wait), fail them with code 8 and the quota text, or make their provisioning meet
   stockouts (see vertex_retries.py for what Vertex does then);
+- make the next uploads run longer before their version exists (a real one takes minutes, 0.5 s here);
 - preempt a running job (see vertex_retries.py);
 - read a hyphenated label key in a list filter (`labels.a-b=…`) instead of refusing it (filters.py), as Vertex
   may: whether it does is not documented, so both are tested;
@@ -62,11 +64,14 @@ DEFAULT_MESSAGES = {
 }
 
 
+CREATE_METHODS = ("CreateCustomJob", "UploadModel")  # the calls that create something, and may fail after it
+
+
 @dataclass(frozen=True)
 class CreateFailure:
     code: grpc.StatusCode
     message: str
-    after_create: bool  # the job is created, and the caller still gets the error
+    after_create: bool  # the job is created (the upload started), and the caller still gets the error
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,9 @@ class NewJobFaults:
 class FaultPlan:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._create_failures: list[CreateFailure] = []
+        self._create_failures: dict[str, list[CreateFailure]] = {method: [] for method in CREATE_METHODS}
         self._create_delays: list[float] = []
+        self._upload_durations: list[float] = []
         self._rate_limits: list[frozenset[str]] = []
         self._denials: list[frozenset[str]] = []
         self._queue_holds: list[float] = []
@@ -94,15 +100,23 @@ class FaultPlan:
         self.max_page_size: int | None = None
 
     def fail_next_creates(
-        self, code: grpc.StatusCode, count: int = 1, message: str | None = None, after_create: bool = False
+        self,
+        code: grpc.StatusCode,
+        count: int = 1,
+        message: str | None = None,
+        after_create: bool = False,
+        method: str = "CreateCustomJob",
     ) -> None:
+        if method not in CREATE_METHODS:
+            raise ValueError(f"method: {method!r} is not one of {CREATE_METHODS}")
         failure = CreateFailure(code, message or DEFAULT_MESSAGES.get(code, code.name), after_create)
         with self._lock:
-            self._create_failures += [failure] * count
+            self._create_failures[method] += [failure] * count
 
-    def next_create_failure(self) -> CreateFailure | None:
+    def next_create_failure(self, method: str = "CreateCustomJob") -> CreateFailure | None:
         with self._lock:
-            return self._create_failures.pop(0) if self._create_failures else None
+            failures = self._create_failures[method]
+            return failures.pop(0) if failures else None
 
     def delay_next_creates(self, seconds: float, count: int = 1) -> None:
         with self._lock:
@@ -111,6 +125,15 @@ class FaultPlan:
     def next_create_delay(self) -> float:
         with self._lock:
             return self._create_delays.pop(0) if self._create_delays else 0.0
+
+    def slow_next_uploads(self, seconds: float, count: int = 1) -> None:
+        with self._lock:
+            self._upload_durations += [seconds] * count
+
+    def next_upload_seconds(self) -> float | None:
+        """How long the upload starting now runs; None for the registry's usual time."""
+        with self._lock:
+            return self._upload_durations.pop(0) if self._upload_durations else None
 
     def rate_limit_next_calls(self, count: int, methods: tuple[str, ...] = RATE_LIMITED_METHODS) -> None:
         self._plan_refusals(self._rate_limits, count, methods, RATE_LIMITED_METHODS, "rate-limited")
@@ -175,8 +198,10 @@ class FaultPlan:
 
     def clear(self) -> None:
         with self._lock:
-            self._create_failures.clear()
+            for failures in self._create_failures.values():
+                failures.clear()
             self._create_delays.clear()
+            self._upload_durations.clear()
             self._rate_limits.clear()
             self._denials.clear()
             self._queue_holds.clear()

@@ -116,7 +116,8 @@ class ModelRegistry:
 
     # --- UploadModel and its operation
 
-    def upload(self, request: UploadModelRequest) -> operations_pb2.Operation:
+    def upload(self, request: UploadModelRequest, seconds: float | None = None) -> operations_pb2.Operation:
+        """Start the upload: its operation, done `seconds` (else `upload_seconds`) from now."""
         refuse_invalid(upload_problems(request))
         with self._lock:
             now = self._settle()
@@ -140,7 +141,7 @@ class ModelRegistry:
             version = VersionRecord(
                 model,
                 f"{record.name}/operations/{self._new_id()}",
-                now + self._upload_time,
+                now + (self._upload_time if seconds is None else dt.timedelta(seconds=seconds)),
                 requested_aliases=list(request.model.version_aliases),
             )
             record.versions[version.version_id] = version

@@ -14,7 +14,8 @@ local JobService's REST port, each route calling one ModelRegistry method:
     GET    /v1/{parent=…/models/*}/evaluations           ListModelEvaluationsResponse
     GET    /v1/{name=…/models/*/evaluations/*}           ModelEvaluation
 
-Bodies and refusals as rest.py gives them for the JobService.
+Bodies and refusals as rest.py gives them for the JobService; UploadModel fails as the fault plan says
+(faults.py), as CreateCustomJob does on the gRPC port.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from google.cloud.aiplatform_v1.types import (
     MergeVersionAliasesRequest,
     UploadModelRequest,
 )
+from google.longrunning import operations_pb2
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2
 
+from local.jobservice.faults import FaultPlan
 from local.jobservice.model_registry import ModelRegistry
 from local.jobservice.model_rules import RegistryError
 from local.jobservice.rest import RestAbort, RestRequest, RestResponse, Route, message_json, parse_message
@@ -43,11 +46,20 @@ _LOCATION = r"projects/[^/]+/locations/[^/]+"
 _MODEL = rf"{_LOCATION}/models/[^/:]+"
 
 
-def model_service_routes(registry: ModelRegistry) -> list[Route]:
+def model_service_routes(registry: ModelRegistry, faults: FaultPlan) -> list[Route]:
     def upload(request: RestRequest, match: re.Match[str]) -> RestResponse:
         upload_request = parse_message(request.json_body(), UploadModelRequest, "upload_model_request")
         upload_request.parent = match["parent"]
-        return _answer(request, lambda: registry.upload(upload_request))
+
+        def upload_with_faults() -> operations_pb2.Operation:
+            failure, seconds = faults.next_create_failure("UploadModel"), faults.next_upload_seconds()
+            if failure is None:
+                return registry.upload(upload_request, seconds)
+            if failure.after_create:
+                registry.upload(upload_request, seconds)  # started, and the answer is lost on the way back
+            raise RegistryError(failure.code, failure.message)
+
+        return _answer(request, upload_with_faults)
 
     def get_operation(request: RestRequest, match: re.Match[str]) -> RestResponse:
         return _answer(request, lambda: registry.get_operation(match["name"]))

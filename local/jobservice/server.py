@@ -101,7 +101,8 @@ class LocalJobService:
         self.port = bound
         # One HTTP port for the REST APIs: their paths (/v1/projects/P/locations/L/customJobs…, …/models…,
         # /v1/projects/P/locations/global/services/S/quotaInfos…, /v2/entries:list) never meet.
-        routes = rest_routes(servicer) + model_service_routes(self.registry) + logging_routes(JobLogs(self.store))
+        routes = rest_routes(servicer) + model_service_routes(self.registry, self.faults)
+        routes += logging_routes(JobLogs(self.store))
         routes += cloud_quotas_routes(lambda: self.executor.quota.model, self.quota_reads)
         self._rest = RestServer(routes, self.host, self.rest_port)
         self.rest_port = self._rest.port
@@ -128,12 +129,20 @@ class LocalJobService:
                 code = grpc.StatusCode[request.get("code", "UNAVAILABLE")]
             except KeyError:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown gRPC status code {request.get('code')!r}")
-            count = int(request.get("count", 1))
-            self.faults.fail_next_creates(code, count, request.get("message"), bool(request.get("after_create")))
+            count, after_create = int(request.get("count", 1)), bool(request.get("after_create"))
+            try:
+                method = request.get("method", "CreateCustomJob")
+                self.faults.fail_next_creates(code, count, request.get("message"), after_create, method)
+            except ValueError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             return {}
 
         def delay_next_creates(request: dict, context: grpc.ServicerContext) -> dict:
             self.faults.delay_next_creates(float(request["seconds"]), int(request.get("count", 1)))
+            return {}
+
+        def slow_next_uploads(request: dict, context: grpc.ServicerContext) -> dict:
+            self.faults.slow_next_uploads(float(request["seconds"]), int(request.get("count", 1)))
             return {}
 
         def hold_next_in_queue(request: dict, context: grpc.ServicerContext) -> dict:
@@ -241,6 +250,7 @@ class LocalJobService:
 
         return {
             "FailNextCreates": fail_next_creates,
+            "SlowNextUploads": slow_next_uploads,
             "HoldNextInQueue": hold_next_in_queue,
             "HoldNextInPending": hold_next_in_pending,
             "RateLimitNextCalls": refusals(self.faults.rate_limit_next_calls, RATE_LIMITED_METHODS),

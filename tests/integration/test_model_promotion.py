@@ -333,3 +333,20 @@ def test_rollback_moves_the_alias_back_with_an_event_from_the_command_line(deplo
     assert status["model"] == {"name": model, "champion_given": "1", "version": "2", "decision": "promoted"}
     assert trainctl(["report", "--since", "1h", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["total"]["models"][model] == {"promoted": 2, "held": 0}
+
+
+def test_an_upload_whose_answer_was_lost_while_it_ran_registers_one_version(deployment, registry, jobservice_control):
+    """A second version's UploadModel started the upload and its answer was lost (UNAVAILABLE), and the version is
+    not listed while the upload runs (2 s here; minutes on Vertex): the controller does not upload again, it looks
+    for the version at each visit and registers it once it is listed. Before, UploadModel was retried in the call
+    after a look-up that could not see the running upload, and made a second version (the CI failure of
+    2026-11-24)."""
+    model = new_model()
+    run(deployment, "lost-upload-1", model, accuracy(0.8), "promoted")
+    jobservice_control.slow_next_uploads(2.0)
+    jobservice_control.fail_next_creates("UNAVAILABLE", after_create=True, method="UploadModel")
+
+    promoted = run(deployment, "lost-upload-2", model, accuracy(0.9, champion=0.8), "promoted")
+
+    assert [v.version_id for v in versions(registry, model)] == ["1", "2"]
+    assert promoted.version == "2"

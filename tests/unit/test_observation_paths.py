@@ -8,10 +8,12 @@ from __future__ import annotations
 import pytest
 
 from functions.errors import Transient
+from functions.history import Outcome
 from functions.keys import key_hash
-from functions.ledger import LEDGER_PREFIX
-from schemas.events import Failed, Stuck
-from tests.unit.controller_harness import InterferingGcs, harness
+from functions.ledger import HISTORY_PREFIX, LEDGER_PREFIX
+from schemas.events import Failed, Spend, Stuck
+from tests.unit.controller_harness import STOCKOUT, InterferingGcs, harness
+from trainctl.report import figures
 
 RECORD = f"{LEDGER_PREFIX}{key_hash('request:r1')}.json"
 
@@ -177,3 +179,35 @@ def test_a_final_event_left_in_the_outbox_is_left_to_its_handler_within_the_grac
     h.ctl.reconcile()
     assert h.publisher.states == ["accepted", "submitted", "running", "succeeded"]
     assert h.record().outbox == [] and h.active() == []
+
+
+def test_every_attempt_a_request_ran_is_counted_in_its_outcome_at_its_rungs_price():
+    """A request's final event and its outcome count what each of its attempts ran, not only the last: `trainctl
+    report`'s GPU-hours and cost, each team's monthly spend against its budget and the BigQuery view
+    gpu_hours_by_label read it. Here attempt 1 runs an hour on 2 A100s and
+    stocks out; attempt 2 runs two hours on the L4 rung and succeeds. Before, the outcome held the last attempt's run
+    at the first rung's price: 4 GPU-hours at the A100 price instead of 6 GPU-hours at each rung's own."""
+    h = harness()
+    assert h.submit(fallbacks=[{"resources": {"machine_type": "g2-standard-24"}}], scheduling={"max_attempts": 2})
+    a100, l4 = (rung.hourly_usd for rung in h.record().ladder)
+    assert a100 is not None and l4 is not None and a100 != l4
+
+    first = h.vertex.last()
+    h.vertex.set_state(first, "JOB_STATE_RUNNING", start_time=h.clock())
+    h.clock.advance(hours=1)
+    h.vertex.set_state(first, "JOB_STATE_FAILED", end_time=h.clock(), error_code=8, error_message=STOCKOUT)
+    h.ctl.reconcile()
+    second = h.vertex.last()
+    assert second != first and h.record().rung == 1
+    h.vertex.set_state(second, "JOB_STATE_RUNNING", start_time=h.clock())
+    h.clock.advance(hours=2)
+    h.vertex.set_state(second, "JOB_STATE_SUCCEEDED", end_time=h.clock())
+    h.ctl.reconcile()
+
+    [filed] = h.gcs.names("control", HISTORY_PREFIX)  # the outcome as the history index files it
+    outcome = Outcome.model_validate_json(h.gcs.read("control", filed)[0])
+    assert (outcome.state, outcome.attempt) == ("succeeded", 2)
+    assert (outcome.gpu_hours, outcome.cost_usd) == (2 * 1 + 2 * 2, round(a100 * 1 + l4 * 2, 2))
+    assert figures([outcome])["estimated_cost_usd"] == round(a100 + 2 * l4, 2)
+    [succeeded] = h.events_of("succeeded")
+    assert succeeded.spent == Spend(gpu_hours=6, estimated_cost_usd=round(a100 + 2 * l4, 2))

@@ -16,7 +16,7 @@ from functions.errors import Transient
 from functions.ledger import ACTIVE_PREFIX, Ledger
 from functions.lifecycle import JobSnapshot
 from functions.record import ModelSteps
-from functions.registry import ModelVersion, Upload
+from functions.registry_types import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected
 from tests.unit.conftest import make_record, make_request
@@ -84,6 +84,16 @@ def controller(registry: Any, now: list[datetime]) -> tuple[Controller, Publishe
     return ctl, publisher, gcs
 
 
+def visit_at(ctl: Controller, now: list[datetime], *minutes: int) -> None:
+    """Visit the record at each of these minutes after NOW; a visit that raises Transient leaves it for the next."""
+    for minute in minutes:
+        now[0] = NOW + timedelta(minutes=minute)
+        try:
+            ctl.observe_record("abc")
+        except Transient:
+            pass
+
+
 def test_a_refusal_from_the_registry_ends_the_steps_with_held_saying_why():
     """Issue 26, step 3: a permanent refusal (here PERMISSION_DENIED on UploadModel) is `held` with the reason and
     what to grant; the request then leaves the active index instead of being tried every tick."""
@@ -108,12 +118,7 @@ def test_a_registry_that_is_down_is_tried_again_and_given_up_after_a_day():
     registry, now = FailingRegistry(Transient("Vertex AI is unavailable")), [NOW]
     ctl, publisher, gcs = controller(registry, now)
 
-    for minutes in (0, 1, 2):
-        now[0] = NOW + timedelta(minutes=minutes)
-        try:
-            ctl.observe_record("abc")
-        except Transient:
-            pass
+    visit_at(ctl, now, 0, 1, 2)
     assert [e.state for e in publisher.published] == ["succeeded"]
     assert gcs.names("control", ACTIVE_PREFIX) == ["active/abc"]
     assert len(registry.calls) == 3, "every visit tries the registry again"
@@ -143,7 +148,7 @@ class SlowUploadRegistry:
     def get(self, name: str) -> ModelVersion | None:
         return ModelVersion(self.model_name("churn"), "1") if name.endswith("@1") and self.finished else None
 
-    def upload(self, body: dict[str, Any], look_up: Any) -> Upload:
+    def upload(self, body: dict[str, Any]) -> Upload:
         self.uploads += 1
         return Upload(operation=f"{self.model_name('churn')}/operations/9", done=False)
 
@@ -178,3 +183,71 @@ def test_an_upload_still_running_keeps_the_request_active_until_a_later_visit_re
     assert [e.state for e in publisher.published] == ["succeeded", "registered", "promoted"]
     assert registry.uploads == 1 and registry.aliases == ["champion", "default"]
     assert gcs.names("control", ACTIVE_PREFIX) == []
+
+
+@dataclass
+class VisitedDuringUpload(SlowUploadRegistry):
+    """A registry during whose UploadModel call `visit` runs: a second handler of the same instance (a redelivered
+    push, a reconcile tick) reading the record while the first has claimed the upload and not yet saved its
+    operation. The version is not listed while its upload runs, as on Vertex."""
+
+    visit: Any = None
+
+    def upload(self, body: dict[str, Any]) -> Upload:
+        if self.visit is not None:
+            visit, self.visit = self.visit, None
+            visit()
+        return super().upload(body)
+
+
+def test_a_second_visit_of_the_same_instance_during_the_upload_uploads_nothing(monkeypatch):
+    """The claim on the record holds off every other upload while it is fresh, one of the instance that made it
+    too: handlers of one instance share its owner id, and the version is not listed until the upload is done."""
+    monkeypatch.setattr(promotion, "WAIT_SECONDS", 0.0)
+    registry = VisitedDuringUpload()
+    ctl, publisher, _ = controller(registry, [NOW])
+    registry.visit = lambda: ctl.observe_record("abc")
+
+    assert ctl.observe_record("abc") == "succeeded"
+    registry.finished = True
+    assert ctl.observe_record("abc") == "succeeded"
+
+    assert registry.uploads == 1
+    assert [e.state for e in publisher.published] == ["succeeded", "registered", "promoted"]
+
+
+@dataclass
+class UploadLostOnTheWay(SlowUploadRegistry):
+    """A registry whose UploadModel call fails with no answer (the connection dropped, a timeout) after Vertex had
+    started the upload: its version is listed once the upload is done."""
+
+    made: ModelVersion | None = None
+
+    def find_version(self, model_id: str, label: str, value: str) -> ModelVersion | None:
+        return self.made if self.finished else None
+
+    def upload(self, body: dict[str, Any]) -> Upload:
+        self.uploads += 1
+        self.made = ModelVersion(self.model_name("churn"), str(self.uploads))
+        raise Transient("UploadModel failed 1 times; the last: cannot reach Vertex AI: read timed out")
+
+
+def test_an_upload_whose_answer_was_lost_is_looked_for_until_its_claim_expires_and_not_made_again(monkeypatch):
+    """An upload that failed without an answer may have been made: its claim stays, so visits while it is fresh
+    upload nothing; the version, listed once its upload is done, is registered. Only once the claim has expired
+    with no version found is the run uploaded again."""
+    monkeypatch.setattr(promotion, "WAIT_SECONDS", 0.0)
+    registry, now = UploadLostOnTheWay(), [NOW]
+    ctl, publisher, _ = controller(registry, now)
+
+    visit_at(ctl, now, 0, 1, 5)
+    assert registry.uploads == 1, "a fresh claim holds off a second upload"
+
+    visit_at(ctl, now, 11)  # past the claim (settings.lease, 600 s): no version was found
+    assert registry.uploads == 2
+
+    registry.finished = True
+    assert ctl.observe_record("abc") == "succeeded"
+    assert registry.uploads == 2
+    assert [e.state for e in publisher.published] == ["succeeded", "registered", "promoted"]
+    assert ctl.ledger.read("abc")[0].model_steps.version == "2"

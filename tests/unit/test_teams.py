@@ -1,5 +1,5 @@
 """The teams setting (functions/teams.py; issue 32, point 1): parsed with errors that name the field, and a
-request's team taken from where it arrived, never from its labels."""
+request's team taken from where it arrived, never from its labels; what an active request counts against a budget."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from functions.budgets import costliest_attempt_usd, worst_case_usd
 from functions.settings import Settings, SettingsError
 from functions.teams import label_problem, parse_teams
+from tests.unit.conftest import make_record, make_request
 
 TEAMS = {
     "default_team": "shared",
@@ -112,3 +114,11 @@ def test_a_markers_team_is_its_templates_and_a_template_naming_no_team_is_the_de
     assert _template_team(controller, {"dataset": {"target": "y"}}, "gs://d/x/")[1] == "shared"
     with pytest.raises(DocumentInvalid, match="the template of rule gs://d/x/: team 'visoin' must be one of"):
         _template_team(controller, {"team": "visoin"}, "gs://d/x/")
+
+
+def test_an_active_requests_budget_figure_counts_what_its_ended_attempts_ran():
+    """Issue 32, point 4: an active request on its second of three attempts counts what its first attempt ran (it is
+    not in the history yet: the request has not ended) and, at worst, its two attempts left."""
+    request = make_request(scheduling={"max_attempts": 3})
+    record = make_record(request=request.model_dump(mode="json"), attempt=2, max_attempts=3, earlier_cost_usd=12.5)
+    assert worst_case_usd(record) == pytest.approx(12.5 + 2 * costliest_attempt_usd(request))

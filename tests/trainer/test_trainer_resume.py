@@ -236,24 +236,31 @@ def test_workers_checkpoint_and_stop_when_the_launcher_is_killed_outright(tmp_pa
     assert latest is not None and latest[0] == stops[0]["step"] and latest[1]["step"] == stops[0]["step"]
 
 
-def test_a_checkpoint_resumes_under_another_world_size_with_a_warning(tmp_path, data, env, interrupted):
-    stopped_at = interrupted.copy_to(tmp_path)
-    alone = run("trainer.train", training_args(data, tmp_path), env, tmp_path / "alone.log")  # a world of one
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory, data, env, interrupted) -> tuple[Path, int, Finished]:
+    """One process (a world of one) resuming a copy of the stopped two-process run, checkpointing by the clock
+    alone (no step cadence): one run that two tests read, each for its own claim. Returns the run's folder, the
+    step the stopped run was resumed from, and what the run printed."""
+    out = tmp_path_factory.mktemp("alone")
+    stopped_at = interrupted.copy_to(out)
+    # argparse keeps the last --checkpoint-every-steps: none, only every 0.3 s.
+    args = [*training_args(data, out), "--checkpoint-every-steps", "0", "--checkpoint-every-seconds", "0.3"]
+    finished = run("trainer.train", args, env, out / "alone.log")  # ~370 steps of at least 10 ms each
+    assert finished.returncode == 0, finished.output[-4000:]
+    return out, stopped_at, finished
 
-    assert alone.returncode == 0, alone.output[-4000:]
-    [warning] = alone.messages(
+
+def test_a_checkpoint_resumes_under_another_world_size_with_a_warning(alone):
+    out, stopped_at, finished = alone
+    [warning] = finished.messages(
         "checkpoint was written with another world size or batch size; resuming, but not bit-for-bit"
     )
     assert warning["checkpoint_world_size"] == 2 and warning["world_size"] == 1
-    metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    metrics = json.loads((out / "model" / "metrics.json").read_text())
     assert metrics["resumed_from_step"] == stopped_at and metrics["world_size"] == 1
 
 
-def test_time_based_checkpoints_are_taken_without_a_step_cadence(tmp_path, data, env):
-    args = [*training_args(data, tmp_path), "--checkpoint-every-steps", "0", "--checkpoint-every-seconds", "0.3"]
-
-    finished = run("trainer.train", args, env, tmp_path / "run.log")  # 400 steps of at least 10 ms each
-
-    assert finished.returncode == 0, finished.output[-4000:]
+def test_time_based_checkpoints_are_taken_without_a_step_cadence(alone):
+    _, _, finished = alone
     steps = [e["step"] for e in finished.messages("checkpoint committed")]
     assert steps[-1] == 400 and len(steps) >= 3, steps  # some by the clock, then the last step's

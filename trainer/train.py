@@ -39,7 +39,7 @@ from trainer.objective import Objective
 from trainer.outputs import RunRefused, report_failure, write_history, write_outputs
 from trainer.preprocess import Combine, FitAccumulator, Preprocessor, drop_unlabelled, keep_columns
 from trainer.progress import ProgressRecord
-from trainer.state import TrainState
+from trainer.state import StepLosses, TrainState
 from trainer.storage import size_of
 from trainer.streaming import WindowedStream, numeric_columns
 from trainer.tensorboard import DiscardedScalars, ScalarWriter
@@ -294,14 +294,14 @@ def evaluate(run: Run, epoch: int, tensorboard: ScalarWriter | DiscardedScalars)
     is kept when its validation metric is the best so far. Every rank sees the same all-reduced numbers, so every
     rank keeps the same epoch and agrees on stopping early."""
     state = run.state
-    epoch_loss = collectives.all_reduce(torch.stack(state.epoch_losses).sum())
+    epoch_loss = collectives.all_reduce(state.epoch_losses.tensor().sum())
     record = {
         "epoch": epoch + 1,
         "step": state.step,
         "train_loss": epoch_loss.item() / state.steps_per_epoch / dist.get_world_size(),
         **run.objective.evaluate(run.ddp.module, run.tables.val_inputs, run.tables.val_targets, run.device),
     }
-    state.epoch_losses = []
+    state.epoch_losses.clear()
     state.history.append(record)
     state.keep_if_best(record, run.objective.better)
     if run.is_main:
@@ -320,7 +320,7 @@ def train(run: Run, stop: StopSignal) -> int:
     coordination = Coordination(COORDINATE_EVERY_SECONDS, first_step=state.step)
     first_step_of_this_process = state.step + 1
     last_checkpoint = last_log = time.monotonic()
-    log_losses: list[torch.Tensor] = []
+    log_losses = StepLosses(args.log_every_steps)
     if run.is_main:
         logs.log("training loop starts", step=state.step, total_steps=total_steps, steps_per_epoch=steps_per_epoch,
                  global_batch_size=run.samples_per_step, train_rows=run.tables.train_rows,
@@ -339,7 +339,8 @@ def train(run: Run, stop: StopSignal) -> int:
             loss, data_seconds = train_step(run, order, step_in_epoch, epoch)
             state.step += 1
             state.epoch_losses.append(loss)
-            log_losses.append(loss)
+            if run.is_main:  # only rank 0 logs them (and empties it when it does)
+                log_losses.append(loss)
             if state.step == first_step_of_this_process:
                 collectives.shorten_timeout(args.collective_timeout_seconds)
                 if run.device.type == "cuda" and os.environ.get("LOCAL_RANK", "0") == "0":
@@ -355,12 +356,13 @@ def train(run: Run, stop: StopSignal) -> int:
             if run.is_main and state.step % args.log_every_steps == 0:
                 now = time.monotonic()
                 rate = len(log_losses) * run.samples_per_step / (now - last_log)
-                mean_loss = torch.stack(log_losses).mean().item()
+                mean_loss = log_losses.tensor().mean().item()
                 logs.log("progress", step=state.step, total_steps=total_steps, epoch=epoch + 1,
                          loss=round(mean_loss, 6), samples_per_second=round(rate, 1),
                          eta_seconds=round((total_steps - state.step) * run.samples_per_step / rate, 1))  # fmt: skip
                 tensorboard.add_scalars(state.step, {"train/loss": mean_loss, "train/samples_per_second": rate})
-                last_log, log_losses = now, []
+                last_log = now
+                log_losses.clear()
             throughput.add(run.samples_per_step, time.perf_counter() - step_started,
                            time.thread_time() - step_cpu_started, data_seconds)  # fmt: skip
 

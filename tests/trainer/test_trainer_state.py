@@ -23,7 +23,8 @@ def test_a_train_state_round_trips_through_its_state_dict():
     state.optimizer.step()
     state.step, state.history = 25, [{"epoch": 1, "val_accuracy": 0.5}, {"epoch": 2, "val_accuracy": 0.7}]
     state.keep_if_best(state.history[1], lambda record, best: best is None)
-    state.epoch_losses = [torch.tensor(1.25), torch.tensor(0.5)]
+    state.epoch_losses.append(torch.tensor(1.25))
+    state.epoch_losses.append(torch.tensor(0.5))
     torch.manual_seed(99)
     mine = state.rank_state(torch.device("cpu"))
     other = state.rank_state(torch.device("cpu"))
@@ -37,6 +38,6 @@ def test_a_train_state_round_trips_through_its_state_dict():
     assert restored.history == state.history and restored.best_record == state.best_record
     assert all(torch.equal(restored.model.state_dict()[k], v) for k, v in state.model.state_dict().items())
     assert restored.optimizer.state_dict()["state"][0]["step"] == state.optimizer.state_dict()["state"][0]["step"]
-    assert [float(t) for t in restored.epoch_losses] == [1.75]
+    assert restored.epoch_losses.tensor().tolist() == [1.75]
     assert torch.equal(torch.rand(3), expected_draw)  # this rank's RNG stream continues where it stopped
     assert saved["step_in_epoch"] == 5 and saved["steps_per_epoch"] == 10 and saved["world_size"] == 2

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from trainer import collectives, logs
-from trainer.storage import is_file, is_gcs, open_folder, read_uri
+from trainer.storage import download_to, is_file, is_gcs, open_folder, read_uri
 
 FORMATS = ("auto", "csv", "parquet")
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -97,6 +97,18 @@ def read_table(source: bytes | str, file_format: str) -> pa.Table:
     return pa_csv.read_csv(stream)
 
 
+def _read_shard(shard: Shard) -> pa.Table:
+    """One shard's table, read from a file so that the file's bytes are never held beside the table they decode
+    into (a Parquet file of float columns is as large as its table: held, it raised a rank's loading peak by a
+    shard's size). An object in Cloud Storage is downloaded to a temporary file first."""
+    if not is_gcs(shard.uri):
+        return read_table(shard.uri, shard.format)
+    with tempfile.TemporaryDirectory(prefix="trainctl-shard-") as folder:
+        local = Path(folder) / Path(shard.uri).name
+        download_to(shard.uri, local)
+        return read_table(str(local), shard.format)
+
+
 def _is_remote(uri: str) -> bool:
     return is_gcs(uri) or uri.startswith("/gcs/")
 
@@ -139,7 +151,7 @@ def load_rank_data(uri: str, data_format: str, seed: int, validation_fraction: f
     # Each shard is split as soon as it is read, so only one shard's unsplit table is held at a time.
     if sharded:
         mine = list(enumerate(shards))[rank::world]
-        parts = [_split(read_table(read_uri(s.uri), s.format), i, seed, validation_fraction) for i, s in mine]
+        parts = [_split(_read_shard(s), i, seed, validation_fraction) for i, s in mine]
     else:
         local = _fetch_once_per_node(shards)
         parts = [_split(read_table(s.uri, s.format), i, seed, validation_fraction) for i, s in enumerate(local)]

@@ -142,9 +142,11 @@ class Record(BaseModel):
         started, ended = (last_attempt.started, last_attempt.ended) if last_attempt else (None, None)
         hours = (ended - started).total_seconds() / 3600 if started and ended else 0.0
         gpus, hourly = self.attempt_price
+        # Finer than a report shows (4 places, cents): a report sums many requests, and the sum of figures each
+        # rounded that coarsely drifts from the true total by up to half a unit per request.
         return Spend(
-            gpu_hours=round(self.earlier_gpu_hours + gpus * hours, 4),
-            estimated_cost_usd=round(self.earlier_cost_usd + hourly * hours, 2),
+            gpu_hours=round(self.earlier_gpu_hours + gpus * hours, 6),
+            estimated_cost_usd=round(self.earlier_cost_usd + hourly * hours, 4),
         )
 
     def lease_live(self, now: datetime) -> bool:

@@ -211,3 +211,21 @@ def test_every_attempt_a_request_ran_is_counted_in_its_outcome_at_its_rungs_pric
     assert figures([outcome])["estimated_cost_usd"] == round(a100 + 2 * l4, 2)
     [succeeded] = h.events_of("succeeded")
     assert succeeded.spent == Spend(gpu_hours=6, estimated_cost_usd=round(a100 + 2 * l4, 2))
+
+
+def test_a_runs_spend_is_kept_finer_than_a_report_rounds_its_totals():
+    """`trainctl report` sums the `spent` of many requests and rounds the total to 4 places of GPU-hours and to
+    cents. Each request's own figure must be finer, or the total drifts by up to half a unit per request (a report
+    of three seconds-long fake-node jobs was 0.0011 GPU-hours against the events' 0.0012)."""
+    h = harness()
+    assert h.submit()
+    job = h.vertex.last()
+    h.vertex.set_state(job, "JOB_STATE_RUNNING", start_time=h.clock())
+    h.clock.advance(seconds=1.5)
+    h.vertex.set_state(job, "JOB_STATE_SUCCEEDED", end_time=h.clock())
+    h.ctl.reconcile()
+    [succeeded] = h.events_of("succeeded")
+    gpus, hourly = h.record().attempt_price
+    assert succeeded.spent is not None
+    assert succeeded.spent.gpu_hours == pytest.approx(gpus * 1.5 / 3600, abs=1e-6)
+    assert succeeded.spent.estimated_cost_usd == pytest.approx(hourly * 1.5 / 3600, abs=1e-4)

@@ -122,6 +122,13 @@ class RunningStack:
             watch.stop()
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """In the child before it runs: SIGINT at its default, as a command in the foreground of a terminal has it.
+    A test run started in the background (`cmd &`, nohup, a CI runner's job) has SIGINT ignored, an ignored signal
+    stays ignored across exec, and a `trainctl watch` stopped with Ctrl-C would sit out stop()'s 30 s wait."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Watch:
     """`trainctl watch --json` in the background: every event it prints, as dicts."""
 
@@ -134,6 +141,7 @@ class Watch:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            preexec_fn=_sigint_as_in_a_terminal,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -179,7 +187,8 @@ class Watch:
         return [event["state"] for event in self.events if event["request_id"] == request_id]
 
     def stop(self) -> None:
-        """Ctrl-C, as a person stops it; it deletes its subscription on the way out."""
+        """Ctrl-C, as a person stops it; it deletes its subscription on the way out. A watch that Ctrl-C does not
+        stop is killed and fails the test: a person would be left waiting too."""
         if self._process.poll() is None:
             self._process.send_signal(signal.SIGINT)
             try:
@@ -187,6 +196,7 @@ class Watch:
             except subprocess.TimeoutExpired:
                 os.killpg(self._process.pid, signal.SIGKILL)
                 self._process.wait()
+                raise AssertionError(f"Ctrl-C did not stop trainctl watch within 30 s:\n{self.transcript}") from None
 
 
 def marker_processes(stack_id: str) -> list[Any]:

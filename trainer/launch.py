@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainer import accelerators, finished_watch, logs, nccl_env, net_plugin, shared_memory
+from trainer import accelerators, collector, finished_watch, logs, nccl_env, net_plugin, shared_memory
 from trainer.accelerators import LOCAL_PROCS_ENV
 
 DEFAULT_MASTER_PORT = 29500
@@ -147,10 +147,11 @@ def main(argv: list[str] | None = None) -> int:
 
             report_failure(os.environ["AIP_MODEL_DIR"], RuntimeError(refusal))
         return 1
-    import torch
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import main as torchrun
+    with collector.paused():
+        import torch
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.run import main as torchrun
 
     # torchrun shares its rendezvous store with the workers by default, and a restarted worker group can then
     # read the previous attempt's keys and hang in init_process_group (pytorch/pytorch#135712). Opt out.

@@ -9,6 +9,10 @@ never stopped. Flags: `trainer/flags.py`; what a checkpoint holds: `trainer/stat
 
 from __future__ import annotations
 
+import gc
+
+gc.disable()  # over the imports, on again below them: trainer/collector.py says why
+
 import argparse
 import contextlib
 import math
@@ -25,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import collectives, data_budget, gpu_feeding, logs, net_plugin, streaming
+from trainer import collectives, collector, data_budget, gpu_feeding, logs, net_plugin, streaming
 from trainer.batches import EpochBatches
 from trainer.champion import score_champion
 from trainer.checkpoint import Checkpoints
@@ -44,6 +48,8 @@ from trainer.storage import size_of
 from trainer.streaming import WindowedStream, numeric_columns
 from trainer.tensorboard import DiscardedScalars, ScalarWriter
 from trainer.throughput import Throughput
+
+gc.enable()
 
 COORDINATE_EVERY_SECONDS = 0.5  # how often ranks agree on stopping and on a time-based checkpoint
 
@@ -446,7 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     stop_when_launcher_dies()
     with process_group(args.init_timeout_seconds) as device:
         try:
-            return train(set_up(args, device), stop)
+            with collector.paused():
+                run = set_up(args, device)
+            return train(run, stop)
         except RunRefused as e:  # every rank stops here together: one log line, one note
             if dist.get_rank() == 0:
                 logs.error(f"training refused: {e}", reason=e.reason)

@@ -32,6 +32,9 @@ from trainer.distributed import PREEMPTED_EXIT_CODE
 pytestmark = pytest.mark.slow
 
 CHECKPOINT_EVERY_STEPS = 20  # 50 steps per epoch, 4 epochs: 200 steps of at least 10 ms each
+# The pace gives a test time to aim a signal at a step and a background upload time to commit before a crash;
+# a run nothing is aimed at goes at full speed (the pace only sleeps: the weights are the same).
+UNPACED = {"seconds_per_batch": 0}
 
 
 def training_args(data: Path, out: Path, **model_kwargs) -> list[str]:
@@ -67,7 +70,7 @@ def data(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, data, env) -> dict:
     out = tmp_path_factory.mktemp("uninterrupted")
-    finished = run("trainer.launch", launch_args(data, out, max_restarts=0), env, out / "run.log")
+    finished = run("trainer.launch", launch_args(data, out, max_restarts=0, **UNPACED), env, out / "run.log")
     assert finished.returncode == 0, finished.output[-4000:]
     return model_weights(out / "model")
 
@@ -131,7 +134,7 @@ def test_resume_after_sigterm_skips_junk_checkpoints_and_matches_uninterrupted_r
     shutil.copytree(good, corrupt)
     (corrupt / "state.pt").write_bytes(state[:-100])
 
-    second = run("trainer.launch", launch_args(data, tmp_path, max_restarts=0), env, tmp_path / "2.log")
+    second = run("trainer.launch", launch_args(data, tmp_path, max_restarts=0, **UNPACED), env, tmp_path / "2.log")
 
     assert second.returncode == 0, second.output[-4000:]
     assert [e["step"] for e in second.messages("skipping uncommitted checkpoint (no commit marker)")] == [
@@ -244,8 +247,9 @@ def alone(tmp_path_factory, data, env, interrupted) -> tuple[Path, int, Finished
     out = tmp_path_factory.mktemp("alone")
     stopped_at = interrupted.copy_to(out)
     # argparse keeps the last --checkpoint-every-steps: none, only every 0.3 s.
-    args = [*training_args(data, out), "--checkpoint-every-steps", "0", "--checkpoint-every-seconds", "0.3"]
-    finished = run("trainer.train", args, env, out / "alone.log")  # ~370 steps of at least 10 ms each
+    args = [*training_args(data, out, seconds_per_batch=0.004), "--checkpoint-every-steps", "0",
+            "--checkpoint-every-seconds", "0.3"]  # fmt: skip
+    finished = run("trainer.train", args, env, out / "alone.log")  # ~370 steps of at least 4 ms each
     assert finished.returncode == 0, finished.output[-4000:]
     return out, stopped_at, finished
 

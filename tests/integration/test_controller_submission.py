@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,8 +18,21 @@ from functions.keys import key_hash
 from functions.settings import Settings
 from functions.vertex import VertexJobs
 from local.jobservice.client import wait_for_state
-from tests.integration.deployment import fake_node_request
+from tests.integration.deployment import Deployment, fake_node_request, serving
 from tests.integration.test_controller_intake import jobs_with_key
+
+# TRAINCTL_RETRY_PAUSE_SCALE: the functions retry Vertex's refusals with the same attempts, with a tenth of the pauses
+# between them (three rate-limited reads sat out 3.5-7 s of backoff at 1).
+RETRY_PAUSE_SCALE = 0.1
+# The lease of the claim a delivery takes before it dies (the functions' is 3 s): it runs out after 1 s.
+DEAD_LEASE = 1
+
+
+@pytest.fixture(scope="module")
+def deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -> Iterator[Deployment]:
+    log_dir = tmp_path_factory.mktemp("functions")
+    with serving(jobservice, log_dir, TRAINCTL_RETRY_PAUSE_SCALE=str(RETRY_PAUSE_SCALE)) as deployed:
+        yield deployed
 
 
 def test_create_failing_twice_with_unavailable_is_retried_and_submits_once(deployment, jobservice_control, job_client):
@@ -91,7 +105,7 @@ def test_a_crash_after_create_is_adopted_by_the_redelivery(deployment, job_clien
     """The first delivery dies right after CreateCustomJob, before the ledger says so; once its lease has
     expired, the redelivered event finds the labelled job and adopts it."""
     events = deployment.events()
-    settings = Settings.from_env(deployment.settings_env())
+    settings = Settings.from_env(deployment.settings_env(TRAINCTL_LEASE=f"{DEAD_LEASE}s"))
     vertex = VertexJobs(settings.project, settings.region, settings.vertex_endpoint)
 
     class Crash(BaseException):

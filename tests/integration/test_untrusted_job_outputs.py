@@ -26,6 +26,9 @@ CAPACITY = {"regions": {"us-central1": {"quotas": {"custom_model_training_nvidia
 # 2,000 deep: past Python's recursion limit, within the 4,096 characters a request's argument may have.
 DEEP = '{"val_accuracy": ' + "[" * 2000 + "]" * 2000 + "}"
 TEN_MB = 10_000_000
+# A tick that reads a running job with max_silence (1 s in these tests) looks at it again at most max_silence + 1 s
+# later (functions/sweep.py, seen_after).
+NEXT_LOOK_WITHIN = 2.5
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +36,20 @@ def deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -> Itera
     log_dir = tmp_path_factory.mktemp("functions")
     with serving(jobservice, log_dir, CAPACITY, TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN) as deployed:
         yield deployed
+
+
+def tick_past_the_next_look(deployment: Deployment) -> None:
+    """Reconcile until a tick has begun NEXT_LOOK_WITHIN seconds from now (three ticks at least): whichever tick
+    last read a running job did so before now, so one of these has read it again since, and judged what it wrote.
+    (Ticking to a bound on the job's start instead passed without judging anything when the tick that saw the job
+    running came late.)"""
+    after, ticks = time.time() + NEXT_LOOK_WITHIN, 0
+    while True:
+        began = time.time()
+        deployment.reconcile()
+        ticks += 1
+        if began > after and ticks >= 3:
+            return
 
 
 def artifacts(deployment: Deployment, request_id: str) -> dict[str, str]:
@@ -143,9 +160,7 @@ def test_a_progress_time_from_before_the_job_started_is_no_evidence_of_a_hang(de
     forged = {"step": 7, "total_steps": 100, "epoch": 0, "time": start - 3600, "attempt": 0, "state": "training"}
     write(deployment, artifacts(deployment, "forged-old")["checkpoint_dir"] + "progress.json", json.dumps(forged))
 
-    sweeps = [deployment.reconcile()]
-    while time.time() < start + 3 or len(sweeps) < 3:  # well past max_silence since the job started
-        sweeps.append(deployment.reconcile())
+    tick_past_the_next_look(deployment)  # well past max_silence since the job started
     assert "stuck" not in events.states("forged-old")
     assert job_client.get_custom_job(name=job).state == JobState.JOB_STATE_RUNNING
     release.touch()
@@ -164,9 +179,7 @@ def test_a_custom_images_progress_record_is_never_judged(deployment, job_client,
     still = {"step": 7, "total_steps": 100, "epoch": 0, "time": start, "attempt": 0, "state": "training"}
     write(deployment, artifacts(deployment, "custom-silent")["checkpoint_dir"] + "progress.json", json.dumps(still))
 
-    sweeps = [deployment.reconcile()]
-    while time.time() < start + 3 or len(sweeps) < 3:  # a built-in job would be hung by now (the next test)
-        sweeps.append(deployment.reconcile())
+    tick_past_the_next_look(deployment)  # a built-in job would be hung by now (the next test)
     assert "stuck" not in events.states("custom-silent")
     assert job_client.get_custom_job(name=job).state == JobState.JOB_STATE_RUNNING
     release.touch()
@@ -199,9 +212,7 @@ def test_a_builtin_job_whose_progress_stands_still_is_cancelled_as_hung_and_resu
         assert time.monotonic() < deadline, "the second attempt was never submitted"
         deployment.reconcile()
     wait_for_state(job_client, second_job, [JobState.JOB_STATE_RUNNING])
-    _, second_start = started(job_client, deployment, "hung-1")
-    while time.time() < second_start + 3:  # the second attempt runs past max_silence: not judged hung
-        deployment.reconcile()
+    tick_past_the_next_look(deployment)  # the second attempt runs past max_silence: not judged hung
     release.touch()
     succeeded = events.wait_for("hung-1", "succeeded", act=deployment.reconcile)
     assert succeeded.attempt == 2 and events.states("hung-1").count("stuck") == 1

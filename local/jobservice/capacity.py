@@ -15,7 +15,7 @@ The file (YAML or JSON; `trainctl local up --capacity FILE`, or `JobServiceContr
           - machine_type: g2-standard-24
             strategy: spot            # standard | spot | flex_start
             stockouts: 4              # each new job meets N stockouts while provisioned; "always": every attempt
-            preempt_after: 20s        # a RUNNING job is preempted this long after each start
+            preempt_after: 20s        # a RUNNING job is preempted this long after each start (or seconds: 0.5)
 
 A metric without a limit (in its region or in default_quotas), and a machine not listed, is unlimited and
 always available.
@@ -184,7 +184,10 @@ def _machine(where: str, spec: Any) -> MachineRule:
         raise CapacityError(f'{where}.stockouts: must be a whole number ≥ 0 or "always", got {stockouts!r}')
     preempt_after = spec.get("preempt_after")
     try:
-        seconds = 0.0 if preempt_after is None else float(parse_duration(preempt_after))
+        if isinstance(preempt_after, int | float) and not isinstance(preempt_after, bool):
+            seconds = float(preempt_after)  # a number of seconds may have a fraction (tests preempt fast)
+        else:
+            seconds = 0.0 if preempt_after is None else float(parse_duration(preempt_after))
     except (TypeError, ValueError) as error:
         raise CapacityError(f"{where}.preempt_after: must be seconds or a duration like 20s or 5m ({error})") from None
     if preempt_after is not None and seconds <= 0:

@@ -123,7 +123,7 @@ def test_a_spot_machine_preempted_after_each_start_fails_once_vertex_stops_resta
 ):
     """Guards issue 14 item 4: preempt_after preempts every attempt; a Spot job is restarted 6 times (Vertex's
     rule, vertex_retries.after_preemption) and then fails with the stockout text."""
-    rule = {"machine_type": "g2-standard-96", "strategy": "spot", "preempt_after": 1}
+    rule = {"machine_type": "g2-standard-96", "strategy": "spot", "preempt_after": 0.3}  # 7 attempts
     capacity.set_capacity({"regions": {"us-central1": {"machines": [rule]}}})
     job = job_client.create_custom_job(parent=PARENT, custom_job=custom_job(eight_l4("--sleep", "60"), strategy="SPOT"))
 

@@ -29,9 +29,9 @@ from tests.integration.test_controller_intake import jobs_with_key
 
 METRICS = '{"val_accuracy": 0.5}'
 OUTBOX_GRACE = 2  # seconds (TRAINCTL_OUTBOX_GRACE; 8 s deployed): the tests wait it out instead of 9 s
-# TRAINCTL_RETRY_PAUSE_SCALE: a call to a component that is down fails after the same attempts, with a tenth of
-# the pauses between them (Vertex's policy alone pauses ~11 s before giving up).
-RETRY_PAUSE_SCALE = 0.1
+# TRAINCTL_RETRY_PAUSE_SCALE: a call to a component that is down fails after the same attempts, with a fiftieth
+# of the pauses between them (Vertex's policy alone pauses ~11 s before giving up; a sweep here waited ~2 s at 0.1).
+RETRY_PAUSE_SCALE = 0.02
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -65,35 +66,45 @@ def test_gcloud_runs_the_planned_two_node_job_then_describes_lists_streams_and_c
     assert wait_for_state(client, name, timeout=120).state.name == "JOB_STATE_SUCCEEDED"
 
     region = '--region="$TRAINCTL_REGION"'
-    described = stack.shell(f"gcloud ai custom-jobs describe {job_id} {region} --format=json")
-    assert described.returncode == 0, described.stderr
-    job = json.loads(described.stdout)
-    assert job["state"] == "JOB_STATE_SUCCEEDED"
-    assert [pool.get("replicaCount") for pool in job["jobSpec"]["workerPoolSpecs"][:2]] == ["1", "1"]
-    assert job["labels"]["trainctl_request"] == request_id
-    listed = stack.shell(
-        f"gcloud ai custom-jobs list {region} --filter='labels.trainctl_request={request_id}' --format='value(name)'"
-    )
-    assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.split() == [name]
+    # gcloud's stream-logs reads the job once as it starts, then decides whether to go on every 10 s, the first
+    # time that can stop it being at 10 s (command_lib/ai/log_util._CONTINUE_INTERVAL, api_lib/ai/custom_jobs/
+    # client.CheckJobComplete): ~10 s even for an ended job. Started once the job has ended (else it would not
+    # stop), it streams while the other commands run.
+    with ThreadPoolExecutor(max_workers=1) as background:
+        streaming = background.submit(
+            stack.shell, f"gcloud ai custom-jobs stream-logs {job_id} {region} --polling-interval=1", timeout=120
+        )
 
-    streamed = stack.shell(f"gcloud ai custom-jobs stream-logs {job_id} {region} --polling-interval=1", timeout=120)
+        described = stack.shell(f"gcloud ai custom-jobs describe {job_id} {region} --format=json")
+        assert described.returncode == 0, described.stderr
+        job = json.loads(described.stdout)
+        assert job["state"] == "JOB_STATE_SUCCEEDED"
+        assert [pool.get("replicaCount") for pool in job["jobSpec"]["workerPoolSpecs"][:2]] == ["1", "1"]
+        assert job["labels"]["trainctl_request"] == request_id
+        listed = stack.shell(
+            f"gcloud ai custom-jobs list {region} --filter='labels.trainctl_request={request_id}' "
+            "--format='value(name)'"
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.split() == [name]
+
+        second = stack.shell(foreign_job_command("to-cancel", "--sleep", "120"))
+        assert second.returncode == 0, second.stdout + second.stderr
+        second_name, second_id = created_job(second.stderr)
+        cancelled = stack.shell(f"gcloud ai custom-jobs cancel {second_id} {region}")
+        assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+        assert wait_for_state(client, second_name, timeout=60).state.name == "JOB_STATE_CANCELLED"
+        again = stack.shell(f"gcloud ai custom-jobs cancel {second_id} {region}")
+        assert again.returncode != 0
+        assert "FAILED_PRECONDITION" in again.stderr
+
+        streamed = streaming.result()
     assert streamed.returncode == 0, streamed.stderr
     rows = [line.split("\t") for line in streamed.stdout.splitlines()]
     printed = {(row[2], row[3]) for row in rows if len(row) == 4}
     for node in ("workerpool0-0", "workerpool1-0"):
         assert any(task == node and message.startswith(f"fake node {node} started") for task, message in printed), rows
     assert ("service", "JOB_STATE_SUCCEEDED") in printed
-
-    second = stack.shell(foreign_job_command("to-cancel", "--sleep", "120"))
-    assert second.returncode == 0, second.stdout + second.stderr
-    second_name, second_id = created_job(second.stderr)
-    cancelled = stack.shell(f"gcloud ai custom-jobs cancel {second_id} {region}")
-    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
-    assert wait_for_state(client, second_name, timeout=60).state.name == "JOB_STATE_CANCELLED"
-    again = stack.shell(f"gcloud ai custom-jobs cancel {second_id} {region}")
-    assert again.returncode != 0
-    assert "FAILED_PRECONDITION" in again.stderr
 
 
 def test_a_job_gcloud_starts_without_trainctl_labels_runs_and_the_controller_leaves_it_alone(stack: RunningStack):

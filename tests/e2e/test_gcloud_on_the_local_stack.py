@@ -95,7 +95,12 @@ def test_data_files_then_a_marker_uploaded_with_gcloud_start_exactly_one_job(sta
         shards[-1].write_text(f"x,y\n{index},1\n")
     marker = tmp_path / "_SUCCESS"
     marker.write_text("")
-    copies = [f'gcloud storage cp {path} "gs://$TRAINCTL_DATA_BUCKET/{folder}/{path.name}"' for path in shards]
+    # The data files side by side (each gcloud spends most of its second starting up), all of them before the marker.
+    copies = ["pids=()"]
+    copies += [
+        f'gcloud storage cp {path} "gs://$TRAINCTL_DATA_BUCKET/{folder}/{path.name}" & pids+=($!)' for path in shards
+    ]
+    copies.append('for pid in "${pids[@]}"; do wait "$pid"; done')  # a failed copy fails the script (set -e)
     copies.append(f'gcloud storage cp {marker} "gs://$TRAINCTL_DATA_BUCKET/{folder}/_SUCCESS"')
 
     with stack.watch() as watch:

@@ -32,6 +32,9 @@ FAKE_NODE_IMAGE = "localhost/tests/fake-node"
 # A built-in trainer image under the test image's prefix, so the session's JobService runs fake_node.py for it: a
 # deployment serving with TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN runs built-in requests without torch.
 TRAINER_STAND_IN = f"{FAKE_NODE_IMAGE}/trainer:1"
+# The lease of a claim whose delivery a test kills (a deployment's own is TRAINCTL_LEASE, 3 s): its redelivery
+# waits out at most 1 s of it.
+DEAD_CLAIM_LEASE = "1s"
 # The dataset of fake-node requests: shared by the deployments of a worker's stack, made by the first one
 # (admission refuses a dataset with no data in it).
 SHARED_DATA_BUCKET = "it-data"

@@ -18,14 +18,12 @@ from functions.keys import key_hash
 from functions.settings import Settings
 from functions.vertex import VertexJobs
 from local.jobservice.client import wait_for_state
-from tests.integration.deployment import Deployment, fake_node_request, serving
+from tests.integration.deployment import DEAD_CLAIM_LEASE, Deployment, fake_node_request, serving
 from tests.integration.test_controller_intake import jobs_with_key
 
 # TRAINCTL_RETRY_PAUSE_SCALE: the functions retry Vertex's refusals with the same attempts, with a tenth of the pauses
 # between them (three rate-limited reads sat out 3.5-7 s of backoff at 1).
 RETRY_PAUSE_SCALE = 0.1
-# The lease of the claim a delivery takes before it dies (the functions' is 3 s): it runs out after 1 s.
-DEAD_LEASE = 1
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +103,7 @@ def test_a_crash_after_create_is_adopted_by_the_redelivery(deployment, job_clien
     """The first delivery dies right after CreateCustomJob, before the ledger says so; once its lease has
     expired, the redelivered event finds the labelled job and adopts it."""
     events = deployment.events()
-    settings = Settings.from_env(deployment.settings_env(TRAINCTL_LEASE=f"{DEAD_LEASE}s"))
+    settings = Settings.from_env(deployment.settings_env(TRAINCTL_LEASE=DEAD_CLAIM_LEASE))
     vertex = VertexJobs(settings.project, settings.region, settings.vertex_endpoint)
 
     class Crash(BaseException):

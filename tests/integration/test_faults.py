@@ -24,7 +24,7 @@ from local.jobservice.client import wait_for_state
 from local.names import LOCAL_PROJECT
 from local.processes import wait_until
 from local.pubsub_emulator import start_pubsub_emulator
-from tests.integration.deployment import Deployment, fake_node_request
+from tests.integration.deployment import DEAD_CLAIM_LEASE, Deployment, fake_node_request
 from tests.integration.test_controller_intake import jobs_with_key
 
 METRICS = '{"val_accuracy": 0.5}'
@@ -166,7 +166,7 @@ def test_a_function_killed_mid_submission_leaves_one_job_after_redelivery(
 ):
     """Guards claim + label adoption: SIGKILL between CreateCustomJob and the ledger update, then the
     redelivered message (after the lease) adopts the job instead of creating a second one."""
-    deployment = own_deployment(TRAINCTL_LEASE="1s")  # the redelivery waits out at most 1 s of it, not 3
+    deployment = own_deployment(TRAINCTL_LEASE=DEAD_CLAIM_LEASE)
     events = deployment.events()
     jobservice_control.delay_next_creates(seconds=30)
     push = deployment.push_body(_json(fake_node_request("killed-1")), "msg-killed-1")

@@ -19,13 +19,11 @@ from functions.settings import Settings
 from functions.vertex import VertexJobs, json_names
 from local.jobservice.client import wait_for_state
 from local.names import LOCAL_PROJECT, LOCAL_REGION
-from tests.integration.deployment import Deployment, fake_node_request
+from tests.integration.deployment import DEAD_CLAIM_LEASE, Deployment, fake_node_request
 from tests.integration.test_controller_intake import jobs_with_key
 
 PARENT = f"projects/{LOCAL_PROJECT}/locations/{LOCAL_REGION}"
 NEW_KEYS = ("trainctl_key", "trainctl_attempt", "trainctl_request", "trainctl_deployment")
-# The lease of the claim the earlier version takes before it dies (the functions' is 3 s): it runs out after 1 s.
-DEAD_LEASE = 1
 
 
 class Crash(BaseException):
@@ -46,7 +44,7 @@ def labels_before_issue_25(labels: dict[str, str]) -> dict[str, str]:
 def die_mid_submission(deployment: Deployment, request: dict[str, Any], create: bool) -> tuple[dict, bytes]:
     """An earlier version of trainctl takes the request's claim and dies in step 3, after creating its job with the
     old labels (`create`) or before; returns the push delivery, to deliver again once the claim's lease has run out."""
-    settings = Settings.from_env(deployment.settings_env(TRAINCTL_LEASE=f"{DEAD_LEASE}s"))
+    settings = Settings.from_env(deployment.settings_env(TRAINCTL_LEASE=DEAD_CLAIM_LEASE))
     vertex = VertexJobs(settings.project, settings.region, settings.vertex_endpoint)
 
     class EarlierVersion(VertexJobs):

@@ -134,6 +134,13 @@ def _request_problems(request: TrainingJobRequest, settings: Settings, output_di
             "allowed_data_buckets",
             f"bucket {data_bucket} is not allowed; allowed: {', '.join(settings.allowed_data_buckets)}",
         )
+    reference = request.model.reference if request.model else None
+    if reference and not _allowed(split_gs_uri(reference)[0], settings.allowed_data_buckets):
+        refuse(
+            "model.reference",
+            "allowed_data_buckets",
+            f"bucket {split_gs_uri(reference)[0]} is not allowed; allowed: {', '.join(settings.allowed_data_buckets)}",
+        )
     problems += _output_problems(request, settings, output_dir)
     problems += _service_account_problems(request, settings)
     return problems

@@ -27,7 +27,8 @@ def finish_move(
     clear it by compare-and-swap (gcs.Conflict when the record changed meanwhile)."""
     move = record.moving
     assert move is not None
-    registry.merge_aliases(f"{registry.model_name(record.model_id)}@{move.to_version}", [record.alias, DEFAULT_ALIAS])
+    aliases = move.aliases or [record.alias, DEFAULT_ALIAS]  # a move recorded before rules said whether default follows
+    registry.merge_aliases(f"{registry.model_name(record.model_id)}@{move.to_version}", aliases)
     record.moving = None
     return record, models.write(record, generation)
 

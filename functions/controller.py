@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from functions.ledger import Ledger
-from functions.model_ledger import ModelLedger
+from functions.model_intake import ModelIntake
+from functions.model_ledger import ModelCharters, ModelLedger
 from functions.observation import Observation
 from functions.outbox import Outbox
 from functions.output_claims import OutputClaims
@@ -53,6 +54,7 @@ class Controller:
         self.jobs = LazyJobs(self.vertex_factory)
         s = self.settings
         self.registry = functools.cache(self.registry_factory or functools.partial(default_registry, s))
+        self.charters = ModelCharters(self.gcs, self.ledger.bucket)
         # A handler lives at most the function's timeout; a claim left longer than the lease is taken over anyway.
         claim_window = timedelta(seconds=max(s.lease, s.function_timeout))
         self.outputs = OutputClaims(
@@ -75,10 +77,17 @@ class Controller:
             self.quota_queue,
             Refusals(s, self.outbox, self.clock, self.quota_queue),
             self.outputs,
-            self.registry,
+            ModelIntake(s, self.gcs, self.registry, self.charters, self.clock),
         )
         self.promotion = Promotion(
-            s, self.gcs, self.registry, ModelLedger(self.gcs, self.ledger.bucket), self.outbox, self.clock, self.owner
+            s,
+            self.gcs,
+            self.registry,
+            ModelLedger(self.gcs, self.ledger.bucket),
+            self.charters,
+            self.outbox,
+            self.clock,
+            self.owner,
         )
         self.observation = Observation(
             s,

@@ -175,6 +175,21 @@ class Gcs:
         )
         return int(response.json()["generation"])
 
+    def copy(self, bucket: str, name: str, to_bucket: str, to_name: str) -> int | None:
+        """A server-side copy (objects.rewrite, called again with its rewriteToken until `done`, as
+        cloud.google.com/storage/docs/json_api/v1/objects/rewrite says large or cross-location copies need); the
+        new object's generation, or None when the source does not exist. Replaces what is at `to_name`."""
+        url = f"{self._object_url(bucket, name)}/rewriteTo/b/{quote(to_bucket, safe='')}/o/{quote(to_name, safe='')}"
+        params: dict[str, Any] = {}
+        while True:
+            response = self._call("POST", url, missing_ok=True, params=params, json={})
+            if response is None:
+                return None
+            progress = response.json()
+            if progress.get("done"):
+                return int(progress["resource"]["generation"])
+            params["rewriteToken"] = progress["rewriteToken"]
+
     def delete(self, bucket: str, name: str) -> None:
         self._call("DELETE", self._object_url(bucket, name), missing_ok=True)
 

@@ -1,4 +1,7 @@
-"""One record per model and alias in the control bucket, changed only by compare-and-swap: it serialises promotions
+"""The control bucket's records of models: one per model and alias, and each model's charter (ModelCharters,
+functions/model_charter.py).
+
+One record per model and alias in the control bucket, changed only by compare-and-swap: it serialises promotions
 (two runs finishing together: one decision at a time, each against the champion of its moment), keeps the
 champions the alias held (so `trainctl models rollback` knows the version it left) and every decision, with who
 made it and why. Like functions/quota_pool.py's pools.
@@ -17,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.model_charter import ARTIFACTS_PREFIX, CHARTERS_PREFIX, REFERENCES_PREFIX, Charter
 from functions.ports import Storage
 from schemas.events import Decision
 
@@ -33,6 +37,9 @@ class Move(BaseModel):
     to_version: str
     owner: str = Field(description="The key hash of the request promoting, or cli:<id> for a person's command.")
     since: datetime
+    aliases: list[str] | None = Field(
+        None, description="What the move sets: the model's alias, and `default` when its rule says so (None: both)."
+    )
 
     def expired(self, now: datetime, window: timedelta) -> bool:
         return now - self.since > window
@@ -112,3 +119,32 @@ class ModelLedger:
             model_id, _, alias = name.removeprefix(MODELS_PREFIX).removesuffix(".json").partition("/")
             found.append((model_id, alias))
         return found
+
+
+class ModelCharters:
+    def __init__(self, gcs: Storage, bucket: str):
+        self._gcs = gcs
+        self.bucket = bucket
+
+    @staticmethod
+    def object_name(model_id: str) -> str:
+        return f"{CHARTERS_PREFIX}{model_id}.json"
+
+    def read(self, model_id: str) -> tuple[Charter | None, int]:
+        """The charter and its generation; (None, 0) for a model without one."""
+        found = self._gcs.read(self.bucket, self.object_name(model_id))
+        if found is None:
+            return None, 0
+        return Charter.model_validate_json(found[0]), found[1]
+
+    def write(self, charter: Charter, generation: int) -> int:
+        """Compare-and-swap (gcs.Conflict when it changed since `generation`; 0 creates it); the new generation."""
+        body = charter.model_dump_json(exclude_none=True)
+        return self._gcs.write(self.bucket, self.object_name(charter.model_id), body, generation)
+
+    def artifacts_uri(self, model_id: str, key_hash: str) -> str:
+        """Where the controller keeps the model folder of the run with this key hash."""
+        return f"gs://{self.bucket}/{ARTIFACTS_PREFIX}{model_id}/{key_hash}/"
+
+    def reference_uri(self, model_id: str, ref_id: str) -> str:
+        return f"gs://{self.bucket}/{REFERENCES_PREFIX}{model_id}/{ref_id}/"

@@ -15,6 +15,7 @@ from functions.model_decision import figure
 from functions.planning import runs_builtin_trainer
 from functions.record import Record
 from functions.settings import Settings
+from functions.teams import NO_TEAMS
 from schemas import catalog
 from schemas.events import Lineage
 from schemas.images import repository_of
@@ -44,6 +45,7 @@ MAX_DESCRIPTION = 2000
 TRAINER_LABEL = "trainctl_trainer"
 LEGACY_TRAINER_LABEL = "trainctl-trainer"  # versions registered before the labels took underscores
 BUILTIN_TRAINER = "builtin"
+TEAM_LABEL = "trainctl_team"
 
 
 def trainer_kind(request: TrainingJobRequest) -> str:
@@ -57,23 +59,10 @@ def trainer_kind(request: TrainingJobRequest) -> str:
     return label_of(repository_of(image) or image)
 
 
-def trainer_kind_problem(request: TrainingJobRequest, champion_labels: dict[str, str], model: str) -> str | None:
-    """Why a run of this request may not become a version of `model`, whose champion carries `champion_labels`: its
-    versions come from another kind of trainer. A custom image reports its own metrics (champion figures included),
-    so one allowed image must not be able to promote itself over a model the built-in trainer feeds, or over
-    another image's. A champion registered before the label existed counts as the built-in trainer's."""
-    theirs = champion_labels.get(TRAINER_LABEL) or champion_labels.get(LEGACY_TRAINER_LABEL, BUILTIN_TRAINER)
-    mine = trainer_kind(request)
-    if theirs == mine:
-        return None
-
-    def said(kind: str) -> str:
-        return "the built-in trainer" if kind == BUILTIN_TRAINER else f"custom images of one repository ({kind})"
-
-    return (
-        f"the versions of model {model!r} come from {said(theirs)}; this request's runs come from {said(mine)}, "
-        "whose metrics could not be compared fairly with theirs: name another model"
-    )
+def kind_of_version(labels: dict[str, str]) -> str:
+    """The kind of trainer a registered version came from, by its label; a version registered before the label
+    existed came from the built-in trainer (issue 26's trust rule)."""
+    return labels.get(TRAINER_LABEL) or labels.get(LEGACY_TRAINER_LABEL, BUILTIN_TRAINER)
 
 
 def image_of(request: TrainingJobRequest, settings: Settings) -> str:
@@ -108,7 +97,7 @@ def upload_body(
     request = TrainingJobRequest.model_validate(record.request)
     model = {
         "displayName": block.name,
-        "artifactUri": record.artifacts.model_dir,
+        "artifactUri": registered_artifacts(record),
         "containerSpec": serving_container(request, settings),
         "labels": version_labels(record, image_of(request, settings)),
         "versionDescription": lineage(record, settings).model_dump_json(exclude_none=True)[:MAX_DESCRIPTION],
@@ -116,6 +105,13 @@ def upload_body(
     if new_model:
         return {"modelId": block.name, "model": model | {"description": "Trained and registered by trainctl."}}
     return {"parentModel": model_name, "model": model}
+
+
+def registered_artifacts(record: Record) -> str:
+    """What the version is registered from: the controller's copy of the run's model folder (functions/
+    model_artifacts.py), made before the upload."""
+    steps = record.model_steps
+    return steps.artifact_uri if steps and steps.artifact_uri else record.artifacts.model_dir
 
 
 def label_of(text: str) -> str:
@@ -134,6 +130,7 @@ def version_labels(record: Record, image: str) -> dict[str, str]:
         "trainctl_dataset": label_of(str(record.request["dataset"]["uri"])),
         "trainctl_image": label_of(image),
         TRAINER_LABEL: trainer_kind(TrainingJobRequest.model_validate(record.request)),
+        TEAM_LABEL: record.team or NO_TEAMS,  # the team whose request made it (the model's owner is its charter's)
         "managed-by": MANAGED_BY,
     }
     if record.job_name:

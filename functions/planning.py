@@ -252,6 +252,40 @@ def hyperparameter_args(hp: TabularHyperparameters) -> list[str]:
 # The argument that gives a run the champion's model folder, to score it on the run's own validation rows (issue 26):
 # the built-in trainer and a custom image alike get it when the request's model has a version under its alias.
 CHAMPION_ARG = "--champion-model-dir"
+# The evidence the challenger does not choose (issue 38): the model's reference set, which champion and challenger
+# are both scored on, and the level of the paired interval of the improvement there; the built-in trainer's label
+# check before training (trainer/README.md).
+REFERENCE_ARG = "--reference-data"
+CONFIDENCE_ARG = "--confidence"
+MIN_CHAMPION_SKILL_ARG = "--min-champion-skill"
+MAX_TARGET_DRIFT_ARG = "--max-target-drift"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a run of a model's request is given to be judged by: the champion's folder (None: the model has none
+    yet), the model's reference set (None: it has none yet; the built-in trainer then writes reference.parquet),
+    and the model's rule for the check and the interval."""
+
+    champion_uri: str | None
+    reference_uri: str | None
+    confidence: float
+    min_champion_skill: float
+    max_target_drift: float | None
+
+    def args(self, builtin: bool) -> list[str]:
+        """The trainer's arguments. Your own code gets the champion, and the reference set only when its model has
+        one (an owner named `model.reference`): it must accept them (README "Your own code")."""
+        args = [CHAMPION_ARG, self.champion_uri] if self.champion_uri else []
+        if self.reference_uri:
+            args += [REFERENCE_ARG, self.reference_uri, CONFIDENCE_ARG, str(self.confidence)]
+        if builtin and self.champion_uri:
+            args += [MIN_CHAMPION_SKILL_ARG, str(self.min_champion_skill)]
+            if self.max_target_drift is not None:
+                args += [MAX_TARGET_DRIFT_ARG, str(self.max_target_drift)]
+        return args
+
+
 # The built-in trainer's limit on drift against the champion's data (issue 27, point 3; model.max_drift).
 MAX_DRIFT_ARG = "--max-drift"
 
@@ -276,12 +310,12 @@ def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[st
 
 
 def _task_spec(
-    request: TrainingJobRequest, settings: Settings, region: str, reduction_server: bool, champion: str | None
+    request: TrainingJobRequest, settings: Settings, region: str, reduction_server: bool, evidence: Evidence | None
 ) -> dict[str, Any]:
     """The worker pools' task, keyed as WorkerPoolSpec's oneof: `container_spec` for the built-in trainer and a
     custom image, `python_package_spec` for a package on its executor (custom_job.proto)."""
     trainer = request.trainer
-    champion_args = [CHAMPION_ARG, champion] if champion else []
+    champion_args = evidence.args(builtin=trainer.builtin is not None) if evidence else []
     if trainer.builtin is not None:
         args = trainer_args(request, reduction_server) + champion_args
         return {"container_spec": {"image_uri": settings.trainer_image, "args": args}}
@@ -327,10 +361,10 @@ def plan_custom_job(
     request_key: str,
     attempt: int = 1,
     rung: int = 0,
-    champion: str | None = None,
+    evidence: Evidence | None = None,
 ) -> Plan:
     """The CustomJob for `attempt` of the request, on rung `rung` of its capacity ladder (0: its own resources);
-    `champion`: the artifact URI of the model's version under the alias, which the controller looked up."""
+    `evidence`: what the controller gives a model's run to be judged by (the champion, the reference set)."""
     region = request.rungs()[rung].region or settings.region
     request = request.at_rung(rung)
     res, sched = request.resources, request.scheduling
@@ -340,7 +374,7 @@ def plan_custom_job(
         "accelerator_type": res.accelerator_type,
         "accelerator_count": res.accelerator_count,
     }
-    task = _task_spec(request, settings, region, reducers.enabled, champion)
+    task = _task_spec(request, settings, region, reducers.enabled, evidence)
     disk: dict[str, Any] = {"boot_disk_size_gb": res.boot_disk.size_gb}
     disk_type = catalog.boot_disk_type_to_send(res.machine_type, res.boot_disk.type)
     if disk_type is not None:

@@ -7,6 +7,8 @@ are done. A refusal from the registry (INVALID_ARGUMENT, PERMISSION_DENIED, …)
 a transient failure is tried again at the next visit, for at most GIVE_UP_AFTER, then `held` too.
 
 Exactly once, step by step:
+  copy      the run's model folder into the controller's own prefix (functions/model_artifacts.py), which the
+            version is registered from: no job can rewrite it, the lifecycle rule does not delete it;
   register  look for the version labelled with the request's key hash first (ListModelVersions); else claim the
             upload on the record (compare-and-swap), then UploadModel once (a new model with `model_id` when there
             is none yet), keeping its operation on the record until it is done. A version is not listed while its
@@ -14,8 +16,11 @@ Exactly once, step by step:
             answer may have been made, and only a visit after the claim has expired, finding no version, uploads
             again;
   evaluate  look for the run's evaluation by its display name first; else ImportModelEvaluation;
-  decide    under the model's record (functions/model_ledger.py): one decision at a time per model and alias,
-            against the version under the alias at that moment; a promotion is recorded before the alias moves.
+  decide    by the model's rule (its charter, functions/model_charter.py, never the request's block), on the
+            model's reference set (functions/model_decision.py), under the model's record (functions/model_ledger.py):
+            one decision at a time per model and alias, against the version under the alias at that moment; a
+            promotion is recorded before the alias moves. The first version's validation rows become the model's
+            reference set when its owner named none.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from functions.errors import Transient
 from functions.failures import NOT_FOUND, PERMISSION_DENIED, call_failure_reason
 from functions.gcs import Conflict, StorageError, TooLarge
 from functions.job_outputs import MAX_OUTPUT_BYTES, Unreadable, parse_metrics
-from functions.model_decision import Figures, NoMetric, decide, figure, metric_and_goal, same_rows_figure
-from functions.model_ledger import Entry, ModelLedger, Move
+from functions.model_artifacts import NothingToCopy, copy_model_folder, reference_from_version
+from functions.model_charter import Charter, Rule, judged_by
+from functions.model_decision import NoMetric, confidence_problem, decide, figures_of, metric_and_goal
+from functions.model_ledger import Entry, ModelCharters, ModelLedger, Move
 from functions.model_versions import KEY_LABEL, evaluation_body, evaluation_name, lineage, upload_body
 from functions.outbox import Outbox
 from functions.ports import Registry, Storage
@@ -59,6 +66,7 @@ class Promotion:
     gcs: Storage
     registry: Callable[[], Registry]  # built on first use: only model requests ever need it
     models: ModelLedger
+    charters: ModelCharters
     outbox: Outbox
     clock: Callable[[], datetime]
     owner: str
@@ -75,8 +83,23 @@ class Promotion:
         if steps.since is None:
             steps.since = now
             generation = self.outbox.save(record, generation)
-        step = "registering the run as a new version"
+        charter, _ = self.charters.read(block.name)
+        if charter is not None:
+            block = block.model_copy(update={"alias": charter.rule.alias})  # the events name the rule's alias
+        else:
+            why = (
+                f"model {block.name} has no charter (it was registered before models had owners): its owner adopts it "
+                f"(`trainctl models adopt {block.name} --team TEAM`), then the next run is judged"
+            )
+            return self._hold(record, generation, block, why)
+        step = "copying the run's model folder"
         try:
+            if steps.artifact_uri is None:
+                uri = self.charters.artifacts_uri(block.name, record.key_hash)
+                copy_model_folder(self.gcs, record.artifacts.model_dir, uri)
+                steps.artifact_uri = uri
+                generation = self.outbox.save(record, generation)
+            step = "registering the run as a new version"
             if steps.version is None:
                 record, generation = self._register(record, generation, block)
                 steps = record.model_steps
@@ -86,7 +109,9 @@ class Promotion:
             step = f"deciding on version {steps.version}"
             if not steps.evaluated:
                 record, generation = self._evaluate(record, generation)
-            return self._decide(record, generation, block)
+            return self._decide(record, generation, block, charter.rule)
+        except NothingToCopy as exc:
+            return self._hold(record, generation, block, f"nothing was registered: {exc}")
         except CallRejected as exc:
             why = f"the Model Registry refused a call while {step} ({exc.reason}, code {exc.code}): {exc.message}"
             if exc.code == PERMISSION_DENIED:
@@ -196,7 +221,7 @@ class Promotion:
             model=block.name,
             model_resource=version.model,
             version=version.version_id,
-            artifact_uri=record.artifacts.model_dir,
+            artifact_uri=steps.artifact_uri or record.artifacts.model_dir,
             lineage=lineage(record, self.settings),
         )
         return self._save_with(record, generation, [event])
@@ -234,18 +259,18 @@ class Promotion:
 
     # ---- decide and promote ------------------------------------------------------------------------------
 
-    def _decide(self, record: Record, generation: int, block: ModelBlock) -> tuple[Record, int]:
+    def _decide(self, record: Record, generation: int, block: ModelBlock, rule: Rule) -> tuple[Record, int]:
         steps = record.model_steps
         registry = self.registry()
-        assert steps is not None and steps.version is not None
+        assert steps is not None and steps.version is not None and steps.artifact_uri is not None
         metrics, note = self._metrics(record)
         try:
-            metric, goal = metric_and_goal(block, metrics)
+            metric, goal = metric_and_goal(rule, metrics)
         except NoMetric as exc:
             return self._hold(record, generation, block, f"version {steps.version} cannot be compared: {exc}")
         waited_until = time.monotonic() + WAIT_SECONDS
         for _ in range(20):
-            models, model_generation = self.models.read(block.name, block.alias)
+            models, model_generation = self.models.read(block.name, rule.alias)
             if models.moving is not None:
                 mine = models.moving.owner == record.key_hash
                 if not mine and not self._expired(models.moving.since):
@@ -259,17 +284,30 @@ class Promotion:
                     continue
             entry = models.decided(record.key_hash)
             if entry is None:
-                champion = registry.get(f"{registry.model_name(block.name)}@{block.alias}")
-                figures = self._figures(metrics, metric, goal, block, steps, champion)
-                promote, decision = decide(figures)
+                charter, charter_generation = self.charters.read(block.name)
+                assert charter is not None  # charters are never deleted
+                champion = registry.get(f"{registry.model_name(block.name)}@{rule.alias}")
+                held_by = champion.version_id if champion else None
+                blocked = self._blocked(steps, charter, held_by, metrics) if champion else ""
+                promote, decision = decide(figures_of(metrics, metric, goal, charter.rule, held_by, blocked))
                 if champion is not None and champion.version_id == steps.version:
-                    promote, reason = True, f"version {steps.version} already holds `{block.alias}` (moved by hand)"
+                    promote, reason = True, f"version {steps.version} already holds `{rule.alias}` (moved by hand)"
                     decision = decision.model_copy(
                         update={"reason": reason, "champion": None, "champion_version": None}
                     )
                     champion = None
                 if note:
                     decision = decision.model_copy(update={"reason": f"{decision.reason}; {note}"})
+                updated = charter if charter.rule.metric else charter.with_metric(metric, goal, self.clock())
+                if promote and champion is None and charter.reference is None and charter.reference_from_first_version:
+                    updated = reference_from_version(
+                        self.gcs, self.charters, updated, steps.artifact_uri, steps.version, self.clock()
+                    )
+                if updated is not charter:
+                    try:
+                        self.charters.write(updated, charter_generation)
+                    except Conflict:
+                        continue
                 previous = champion.version_id if champion else None
                 entry = Entry(
                     time=self.clock(),
@@ -285,7 +323,9 @@ class Promotion:
                 models.record(entry)
                 if promote:
                     models.push_champion(steps.version, previous)
-                    models.moving = Move(to_version=steps.version, owner=record.key_hash, since=self.clock())
+                    models.moving = Move(
+                        to_version=steps.version, owner=record.key_hash, since=self.clock(), aliases=rule.aliases()
+                    )
                 try:
                     model_generation = self.models.write(models, model_generation)
                 except Conflict:
@@ -295,39 +335,23 @@ class Promotion:
             return self._decided(record, generation, block, entry)
         raise Transient(f"the record of model {block.name} kept changing")
 
-    def _figures(
-        self,
-        metrics: dict[str, Any],
-        metric: str,
-        goal: Any,
-        block: ModelBlock,
-        steps: ModelSteps,
-        champion: ModelVersion | None,
-    ) -> Figures:
-        """The figures to compare: the champion's on this run's rows when the trainer scored the version that is
-        champion now; else its recorded figure (its own evaluation, on the data it was trained with)."""
-        challenger = figure(metrics, metric)
-        if champion is None:
-            return Figures(metric, goal, challenger, None, None, False, block.min_improvement)
-        note = ""
-        if champion.version_id == steps.champion_version:
-            value, note = same_rows_figure(metrics, metric)
-            if value is not None:
-                return Figures(metric, goal, challenger, value, champion.version_id, True, block.min_improvement)
-        elif steps.champion_version is not None:
-            note = f"the trainer scored version {steps.champion_version}, which is no longer the champion"
-        recorded = self._recorded_figure(champion, metric)
-        return Figures(metric, goal, challenger, recorded, champion.version_id, False, block.min_improvement, note)
-
-    def _recorded_figure(self, champion: ModelVersion, metric: str) -> float | None:
-        """The champion's own figure, from its evaluations (trainctl's first)."""
-        evaluations = self.registry().evaluations(champion.name)
-        evaluations.sort(key=lambda e: not str(e.get("displayName", "")).startswith("trainctl-"))
-        for evaluation in evaluations:
-            value = figure(evaluation.get("metrics") or {}, metric)
-            if value is not None:
-                return value
-        return None
+    @staticmethod
+    def _blocked(steps: ModelSteps, charter: Charter, champion: str | None, metrics: dict[str, Any]) -> str:
+        """Why the run's evidence cannot judge it against the champion of this moment; "" when it can. A run is
+        judged only on what it was given: this champion, this reference set, this rule."""
+        if steps.rule is not None and not judged_by(steps.rule, charter.rule):
+            return f"the model's rule changed while this run trained (now: {charter.rule.describe()})"
+        if charter.reference is None:
+            return (
+                f"model {charter.model_id} has no reference set to judge on: its owner sets one "
+                f"(`trainctl models rule {charter.model_id} --reference URI`)"
+            )
+        if steps.reference_id != charter.reference.id:
+            return "the model's reference set changed while this run trained"
+        if steps.champion_version != champion:
+            given = f"version {steps.champion_version}" if steps.champion_version else "no champion"
+            return f"the champion is version {champion}, but this run was given {given} to score"
+        return confidence_problem(metrics, charter.rule)
 
     def _decided(self, record: Record, generation: int, block: ModelBlock, entry: Entry) -> tuple[Record, int]:
         steps = record.model_steps

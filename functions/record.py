@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.model_charter import Rule
 from schemas.events import (
     EVENT_ADAPTER,
     FINAL_REQUEST_STATES,
@@ -54,6 +55,10 @@ class ModelSteps(BaseModel):
 
     champion_version: str | None = Field(None, description="The version the trainer was given to score.")
     champion_uri: str | None = Field(None, description="Its artifact URI (--champion-model-dir).")
+    rule: Rule | None = Field(None, description="The model's rule when the request was admitted (issue 38).")
+    reference_id: str | None = Field(None, description="The model's reference set the trainer was given.")
+    reference_uri: str | None = Field(None, description="Its URI (--reference-data).")
+    artifact_uri: str | None = Field(None, description="The controller's copy of the run's model folder, once made.")
     since: datetime | None = Field(None, description="When the steps began (the first visit after `succeeded`).")
     upload_started: datetime | None = Field(None, description="When an UploadModel was claimed (by `upload_owner`).")
     upload_owner: str | None = None

@@ -34,14 +34,14 @@ from functions.keys import key_hash
 from functions.ladder import ladder_of, skipped_outcomes
 from functions.ledger import IdTaken, Ledger
 from functions.lifecycle import decide_on_existing, job_ref
-from functions.model_versions import trainer_kind_problem
+from functions.model_intake import ModelAdmission, ModelIntake, ModelRefused, evidence_of
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
 from functions.output_claims import OutputClaims
 from functions.planning import Plan, plan_custom_job
-from functions.ports import Events, Quotas, Registry, Storage
+from functions.ports import Events, Quotas, Storage
 from functions.quota_queue import QuotaQueue
-from functions.record import LadderRung, ModelSteps, Record
+from functions.record import LadderRung, Record
 from functions.refusals import Refusals
 from functions.registry_types import ModelVersion
 from functions.settings import Settings
@@ -69,6 +69,11 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("scheduling", "max_preemptions"): 1,
     ("model",): None,
     ("model", "max_drift"): None,
+    ("model", "moves_default"): True,
+    ("model", "confidence"): 0.95,
+    ("model", "min_champion_skill"): -0.1,
+    ("model", "max_target_drift"): 1.0,
+    ("model", "reference"): None,
     ("trainer", "python_package"): None,
 }
 
@@ -129,7 +134,7 @@ class Submission:
     queue: QuotaQueue  # trainctl's quota queue: what a rung holds of the quota, and who waits for it
     refusals: Refusals  # what Vertex refusing the submission does to the request
     outputs: OutputClaims  # the output folders active requests hold outside the control bucket
-    registry: Callable[[], Registry]  # Vertex's Model Registry, built on first use (requests with a model block)
+    models: ModelIntake  # whether the request may add a version to its model, and what its run is judged by
 
     def reject(
         self,
@@ -201,15 +206,13 @@ class Submission:
                 )
             if (budget := self._over_budget(request, team)) is not None:
                 return self._reject_budget(request, key, delivery, budget)
-            champion = self._champion(request)
-            if champion is not None and request.model is not None:
-                unfair = trainer_kind_problem(request, champion.labels, request.model.name)
-                if unfair:
-                    errors = [f"model.name: {unfair}"]
-                    return self.reject(request.request_id, key, delivery, errors, "the model is fed by another trainer")
-            if start != 0 or champion is not None:
-                uri = champion.artifact_uri if champion else None
-                plan = plan_custom_job(request, self.settings, key, 1, start, uri)
+            try:
+                model = self.models.admit(request, team)
+            except ModelRefused as refused:
+                return self.reject(request.request_id, key, delivery, refused.errors, refused.message)
+            champion = model.champion if model else None
+            if start != 0 or model is not None:
+                plan = plan_custom_job(request, self.settings, key, 1, start, model.evidence() if model else None)
             data = self._data_check(request, champion)
             if data.errors:
                 return self._reject_data(request, key, delivery, data, plan.cost, start)
@@ -231,7 +234,7 @@ class Submission:
                 )
             teamed = team if self.settings.teams or delivery.team else None
             record = self._new_record(
-                request, key, explicit_id, delivery, plan, digest, rungs, start, champion, data, teamed
+                request, key, explicit_id, delivery, plan, digest, rungs, start, model, data, teamed
             )
             try:
                 generation = self.ledger.create(record)
@@ -315,24 +318,6 @@ class Submission:
             saved_gpu_hours=round(hours, 4),
         )
 
-    def _champion(self, request: TrainingJobRequest) -> ModelVersion | None:
-        """The model's version under the request's alias, for the trainer to score on
-        the run's own validation rows (issue 26 step 1); None without a model block, before the model's first
-        success, or when the registry refuses the read (the decision then uses the champion's recorded figure). A
-        transient failure is raised: the delivery is tried again."""
-        if request.model is None:
-            return None
-        registry = self.registry()
-        name = f"{registry.model_name(request.model.name)}@{request.model.alias}"
-        try:
-            champion = registry.get(name)
-        except CallRejected as exc:
-            logs.warning(f"the Model Registry refused to read {name}; the run is not given its champion: {exc.message}")
-            return None
-        if champion is None or not champion.artifact_uri:
-            return None
-        return champion
-
     def _ladder(self, request: TrainingJobRequest, team: str) -> list[LadderRung]:
         """The request's rungs, each marked skipped when it can never fit the project's GPU quota (more GPUs than
         the limit; an unknown limit skips nothing), or its team's share of it (nominal + what it may borrow)."""
@@ -412,7 +397,7 @@ class Submission:
         digest: str,
         rungs: list[LadderRung],
         start: int,
-        champion: ModelVersion | None,
+        model: ModelAdmission | None,
         data: DataCheck,
         team: str | None,
     ) -> Record:
@@ -438,12 +423,7 @@ class Submission:
             ladder=rungs,
             rung=start,
             rung_history=skipped_outcomes(rungs),
-            model_steps=ModelSteps(
-                champion_version=champion.version_id if champion else None,
-                champion_uri=champion.artifact_uri if champion else None,
-            )
-            if request.model
-            else None,
+            model_steps=model.steps() if model else None,
         )
         resources = request.at_rung(start).resources
         accepted = Accepted(
@@ -536,8 +516,8 @@ class Submission:
         earlier holder of its claim, of this version of trainctl or an earlier one, can have created its job."""
         if plan is None:
             request = TrainingJobRequest.model_validate(record.request)
-            champion = record.model_steps.champion_uri if record.model_steps else None
-            plan = plan_custom_job(request, self.settings, record.key, record.attempt, record.rung, champion)
+            evidence = evidence_of(record.model_steps)
+            plan = plan_custom_job(request, self.settings, record.key, record.attempt, record.rung, evidence)
         # Before step 3: the GPU quota this rung draws on must have room for it, else it waits in trainctl's queue.
         if not self.queue.hold_or_queue(record, generation):
             return "queued"

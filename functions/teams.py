@@ -64,11 +64,25 @@ class Team(BaseModel):
         return self
 
 
+class ModelOwner(BaseModel):
+    """The operator's word on who owns a model (issue 38): it outranks what the model's charter recorded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    owner: str = Field(description="The team whose requests may add versions and whose rule judges them.")
+    grants: list[str] = Field(default_factory=list, description="Other teams whose requests may add versions.")
+
+
 class Teams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     default_team: str = Field(description="The team of requests on the shared topic and of templates naming none.")
     teams: dict[str, Team]
+    models: dict[str, ModelOwner] = Field(
+        default_factory=dict,
+        description="Model Registry model ids and their owners; a model not named belongs to the team whose request "
+        "created it.",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> Teams:
@@ -79,6 +93,12 @@ class Teams(BaseModel):
             raise ValueError(f"team names must match {TEAM_NAME_RE} (topic and label rules): {', '.join(bad)}")
         if self.default_team not in self.teams:
             raise ValueError(f"default_team {self.default_team!r} is not one of the teams ({', '.join(self.teams)})")
+        for model, declared in self.models.items():
+            unknown = [t for t in [declared.owner, *declared.grants] if t not in self.teams]
+            if unknown:
+                raise ValueError(
+                    f"models.{model}: {', '.join(unknown)} is not one of the teams ({', '.join(self.teams)})"
+                )
         return self
 
     def team_of_topic(self, topic: str | None) -> str:

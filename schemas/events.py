@@ -312,18 +312,32 @@ class Lineage(_Strict):
 
 
 class Decision(_Strict):
-    """Why a version was promoted or held: the figures compared and the rule applied."""
+    """Why a version was promoted or held: the figures compared and the rule applied (the model's own, issue 38)."""
 
     metric: str
     goal: Literal["maximize", "minimize"]
-    challenger: float | None = Field(None, description="The new version's figure (None: metrics.json has none).")
-    champion: float | None = Field(None, description="The champion's figure compared against (None: no champion).")
+    challenger: float | None = Field(
+        None, description="The new version's figure on the model's reference set (None: metrics.json has none)."
+    )
+    champion: float | None = Field(
+        None, description="The champion's figure on the same reference rows (None: no champion, or none measured)."
+    )
     champion_version: str | None = Field(None, description="The version under the alias at promotion time.")
     same_rows: bool = Field(
-        description="Both figures were measured on this run's own validation rows (the trainer scored the champion); "
-        "false: the champion's figure was recorded on the data it was trained with."
+        description="Both figures were measured on the same rows, the model's reference set, in this run."
     )
     min_improvement: float = Field(description="The margin the challenger had to beat the champion by.")
+    interval: list[float] | None = Field(
+        None,
+        description="[low, high]: the paired bootstrap interval of the improvement on the reference set (positive: "
+        "the challenger is better); promoted only when low exceeds min_improvement.",
+    )
+    confidence: float | None = Field(None, description="The interval's level (the model's rule).")
+    reference_rows: int | None = Field(None, description="The rows of the reference set both were scored on.")
+    run_challenger: float | None = Field(
+        None, description="Reported beside, not decided on: the new version's figure on its own run's validation rows."
+    )
+    run_champion: float | None = Field(None, description="The champion's figure on those rows.")
     reason: str = Field(description="The decision in words.")
 
 

@@ -527,30 +527,68 @@ _check_metric_name = _matching(
 
 class ModelBlock(_Strict):
     """The Vertex AI Model Registry model each successful run becomes a new version of. The version is promoted
-    (the alias, and `default`, moved to it) when it beats the version under the alias by more than
-    min_improvement on the metric; else it is held."""
+    (the alias moved to it, and `default` with it) when it beats the version under the alias on the model's
+    reference set by more than min_improvement, at the model's confidence; else it is held.
+
+    The first request naming a model creates it for its team (its owner) and fixes its rule: metric, goal,
+    min_improvement, alias, moves_default, confidence, min_champion_skill, max_target_drift and reference. A later
+    request may leave them out (the model's rule applies) or repeat them; one that says otherwise is rejected."""
 
     name: Annotated[str, AfterValidator(_check_model_id)] = Field(
         description="The model's id in the Model Registry; the first success creates it.", examples=["churn"]
     )
     metric: Annotated[str, AfterValidator(_check_metric_name)] | None = Field(
         None,
-        description="The metrics.json entry that decides. Default for the built-in trainer: val_accuracy for "
-        "classification, val_rmse for regression (from the run's own task). A custom image must name it.",
+        description="The metrics.json entry that decides. The built-in trainer's models decide only on its "
+        f"evaluation metrics ({', '.join(BUILTIN_METRIC_GOALS)}); default: val_accuracy for classification, val_rmse "
+        "for regression (from the run's own task). Your own code must name it.",
     )
     goal: Literal["maximize", "minimize"] | None = Field(
         None,
         description="Which way is better. Needed only for a metric the built-in trainer does not define "
-        f"({', '.join(BUILTIN_METRIC_GOALS)} are known); a custom image must name it.",
+        f"({', '.join(BUILTIN_METRIC_GOALS)} are known); your own code must name it.",
     )
     min_improvement: float = Field(
         0.0,
         ge=0.0,
         allow_inf_nan=False,
-        description="The challenger must beat the champion by more than this (in the metric's units).",
+        description="The challenger must beat the champion by more than this (in the metric's units), at the "
+        "model's confidence, on its reference set.",
     )
     alias: Annotated[str, AfterValidator(_not_default), AfterValidator(_check_alias)] = Field(
-        "champion", description="The version alias promotion moves; `default` follows it."
+        "champion", description="The version alias promotion moves."
+    )
+    moves_default: bool = Field(True, description="`default` follows the alias when promotion moves it.")
+    confidence: float = Field(
+        0.95,
+        gt=0.5,
+        lt=1.0,
+        allow_inf_nan=False,
+        description="How sure the improvement on the reference set must be: the lower end of its paired bootstrap "
+        "interval at this level must exceed min_improvement.",
+    )
+    min_champion_skill: float = Field(
+        -0.1,
+        ge=-100.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="Built-in trainer, the label check before training: the champion's skill on the new rows (1 "
+        "perfect, 0 no better than predicting the most frequent class or the mean) below this, while it has skill "
+        "on its reference set, fails the run with reason `data`: the labels or their meaning changed.",
+    )
+    max_target_drift: float | None = Field(
+        1.0,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Built-in trainer: the most the target's distribution may drift from the champion's data (PSI) "
+        "before the run fails with reason `data`; null: reported only.",
+    )
+    reference: GsUri | None = Field(
+        None,
+        description="The model's reference set: a folder or file of rows (CSV or Parquet, every column) that "
+        "champion and challenger are both scored on. Copied when the model is created; default: the first "
+        "version's validation rows.",
+        examples=["gs://my-data-bucket/churn/reference/"],
     )
     max_drift: float | None = Field(
         None,
@@ -758,8 +796,20 @@ def _model_problems(request: TrainingJobRequest) -> list[tuple[str, str]]:
             problems.append(
                 ("model.max_drift", "only the built-in trainer measures drift; your own code gets no limit")
             )
+        for name in ("min_champion_skill", "max_target_drift"):
+            if name in block.model_fields_set:
+                problems.append((f"model.{name}", "only the built-in trainer checks the labels before training"))
     known = BUILTIN_METRIC_GOALS.get(block.metric or "")
-    if block.metric is not None and known is None and block.goal is None:
+    if not request.trainer.is_custom_code and block.metric is not None and known is None:
+        problems.append(
+            (
+                "model.metric",
+                f"the built-in trainer's models decide only on its evaluation metrics "
+                f"({', '.join(BUILTIN_METRIC_GOALS)}), never on {block.metric}: bookkeeping such as seed or "
+                "train_rows says nothing of the model",
+            )
+        )
+    elif block.metric is not None and known is None and block.goal is None:
         why = f"{block.metric} is not one the built-in trainer defines; say maximize or minimize"
         problems.append(("model.goal", f"required for this metric: {why}"))
     if known is not None and block.goal is not None and block.goal != known:

@@ -107,6 +107,14 @@ class MemoryGcs:
         logs.info("dry run: would write", object=f"gs://{bucket}/{name}", generation=self.generation)
         return self.generation
 
+    def copy(self, bucket: str, name: str, to_bucket: str, to_name: str) -> int | None:
+        found = self.objects.get((bucket, name))
+        if found is None:
+            return None
+        self.generation += 1
+        self.objects[(to_bucket, to_name)] = (found[0], self.generation)
+        return self.generation
+
     def delete(self, bucket: str, name: str) -> None:
         self.objects.pop((bucket, name), None)
 
@@ -120,7 +128,12 @@ class MemoryGcs:
         return bool(self.names(bucket, prefix))
 
     def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
-        """The dry run cannot see the user's data: the dataset preflight is skipped, and says so."""
+        """What the dry run wrote under `prefix`; elsewhere it cannot see the user's data: the dataset preflight is
+        skipped, and says so."""
+        written = sorted(n for b, n in self.objects if b == bucket and n.startswith(prefix))
+        if written:
+            yield from ((n, len(self.objects[(bucket, n)][0])) for n in written)
+            return
         logs.info("dry run: the dataset is not checked; assumed to hold data", dataset=f"gs://{bucket}/{prefix}")
         yield f"{prefix}assumed-data", 1
 

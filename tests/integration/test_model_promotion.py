@@ -23,7 +23,14 @@ from google.cloud.storage import Client
 from functions.keys import key_hash
 from local.names import LOCAL_PROJECT, LOCAL_REGION
 from schemas.events import Held, Promoted, Registered
-from tests.integration.deployment import TRAINER_STAND_IN, Deployment, builtin_request, fake_node_request, serving
+from tests.integration.deployment import (
+    FAKE_NODE_IMAGE,
+    TRAINER_STAND_IN,
+    Deployment,
+    builtin_request,
+    fake_node_request,
+    serving,
+)
 from tests.integration.test_controller_intake import jobs_with_key
 from trainctl.cli import main as trainctl
 
@@ -40,11 +47,17 @@ def new_model() -> str:
     return f"m-{uuid.uuid4().hex[:10]}"
 
 
-def accuracy(value: float, champion: float | None = None) -> dict[str, Any]:
-    """The metrics.json of a classification run; with `champion`, the trainer scored the champion on its rows."""
+def accuracy(value: float, champion: float | None = None, spread: float = 0.01) -> dict[str, Any]:
+    """The metrics.json of a classification run, its figure the same on its own rows and on the model's reference
+    set; with `champion`, the trainer scored the champion on both, and the paired interval of the improvement on the
+    reference set is ± `spread` around it (trainer/README.md, issue 38)."""
     metrics: dict[str, Any] = {"task": "classification", "metric": "accuracy", "val_accuracy": value}
+    metrics |= {"reference_val_accuracy": value, "reference_rows": 200, "reference_confidence": 0.95}
     if champion is not None:
+        gain = round(value - champion, 6)
         metrics |= {"champion_val_accuracy": champion, "champion_scored_on_same_rows": True}
+        metrics |= {"champion_reference_val_accuracy": champion}
+        metrics["reference_improvement_val_accuracy"] = {"point": gain, "low": gain - spread, "high": gain + spread}
     return metrics
 
 
@@ -107,7 +120,9 @@ def test_the_first_success_registers_a_version_and_makes_it_the_champion(deploym
     assert version.version_id == registered.version == promoted.version == "1"
     assert set(version.version_aliases) == {"champion", "default"}
     record = deployment.record("request:first-1")
-    assert version.artifact_uri == record["artifacts"]["model_dir"] == registered.artifact_uri
+    copy = f"gs://{deployment.control_bucket}/model-artifacts/{model}/{key_hash('request:first-1')}/"
+    assert version.artifact_uri == copy == registered.artifact_uri, "registered from the controller's copy"
+    assert record["artifacts"]["model_dir"] != copy
     assert version.labels["trainctl_key"] == key_hash("request:first-1")
     assert version.labels["trainctl_request"] == "first-1"
     assert version.labels["trainctl_job"] == record["job_name"].rsplit("/", 1)[-1]
@@ -132,6 +147,9 @@ def test_a_better_run_is_promoted_on_figures_from_the_same_rows(deployment, regi
 
     args = job_args(job_client, deployment, "better-2")
     assert args[args.index("--champion-model-dir") + 1] == first.artifact_uri
+    reference = args[args.index("--reference-data") + 1]
+    assert reference.startswith(f"gs://{deployment.control_bucket}/model-references/{model}/"), "the first's rows"
+    assert args[args.index("--confidence") + 1] == "0.95"
     assert isinstance(promoted, Promoted) and promoted.decision is not None
     assert (promoted.version, promoted.previous_version) == ("2", "1")
     decision = promoted.decision
@@ -141,7 +159,8 @@ def test_a_better_run_is_promoted_on_figures_from_the_same_rows(deployment, regi
         "1",
         True,
     )
-    assert decision.reason.startswith("better by 0.08, more than min_improvement 0: val_accuracy 0.86 against")
+    assert decision.interval == [0.07, 0.09] and decision.reference_rows == 200
+    assert decision.reason.startswith("better, surely by more than min_improvement 0: on the model's reference set")
     assert champion(registry, model).version_id == "2"
     assert registry.get_model(name=f"{PARENT}/models/{model}@default").version_id == "2"
     assert deployment.record("request:better-2")["model_steps"]["champion_version"] == "1"
@@ -151,11 +170,11 @@ def test_a_worse_run_is_held_and_the_champion_stays(deployment, registry):
     """Issue 26, step 3: a run that does not beat the champion by more than min_improvement is registered and
     held, saying why; a regression is never promoted."""
     model = new_model()
-    run(deployment, "worse-1", model, accuracy(0.80), "promoted")
-    held = run(deployment, "worse-2", model, accuracy(0.83, champion=0.82), "held", min_improvement=0.05)
+    run(deployment, "worse-1", model, accuracy(0.80), "promoted", min_improvement=0.05)
+    held = run(deployment, "worse-2", model, accuracy(0.83, champion=0.82), "held")
     assert isinstance(held, Held) and held.decision is not None
     assert held.version == "2" and held.decision.challenger == 0.83
-    assert held.decision.reason.startswith("better by only 0.01, not better by more than min_improvement 0.05")
+    assert held.decision.reason.startswith("not better by more than min_improvement 0.05: on the model's reference")
     assert champion(registry, model).version_id == "1"
     assert [v.version_id for v in versions(registry, model)] == ["1", "2"]
 
@@ -175,6 +194,7 @@ def test_a_custom_image_cannot_feed_a_model_the_built_in_trainer_feeds(deploymen
         json.dumps(accuracy(0.99)),
         model={"name": model, "metric": "val_accuracy", "goal": "maximize"},
     )
+    custom["trainer"]["image"] = f"{FAKE_NODE_IMAGE}@sha256:{'0' * 64}"
     assert deployment.request(custom) == 200
     (rejected,) = events.of("kind-custom-1", "rejected")
     assert len(rejected.errors) == 1 and rejected.errors[0].startswith(f"model.name: the versions of model '{model}'")
@@ -222,10 +242,11 @@ def test_a_redelivered_success_and_a_crash_between_steps_register_once(deploymen
     assert deployment.record("request:again-1")["model_steps"]["decision"] == "promoted"
 
 
-def test_two_runs_finishing_together_leave_only_the_better_champion(deployment, registry, tmp_path):
-    """Issue 26, step 3: two runs that both beat the champion they were given (version 1), on their own rows,
-    finish at once. Decisions are made one at a time against the champion of their moment: whichever order the
-    sweep takes them in, the better ends as champion and no two promotions are made against the same champion."""
+def test_two_runs_finishing_together_are_decided_one_at_a_time(deployment, registry, tmp_path):
+    """Issue 26, step 3: two runs that both beat the champion they were given (version 1) finish at once. Decisions
+    are made one at a time against the champion of their moment: no two promotions are made against the same
+    champion, and the one decided second, whose evidence is against version 1, is held (issue 38: a run is judged
+    only against the champion it scored)."""
     model = new_model()
     run(deployment, "pair-0", model, accuracy(0.80), "promoted")
     events = deployment.events()
@@ -242,21 +263,18 @@ def test_two_runs_finishing_together_leave_only_the_better_champion(deployment, 
             if found:
                 decided[request_id] = found[0]
 
-    better = decided["pair-b"]
-    assert isinstance(better, Promoted)
-    assert champion(registry, model).version_id == better.version
-    against = [e.decision.champion_version for e in decided.values() if isinstance(e, Promoted) and e.decision]
-    assert len(against) == len(set(against)), f"two promotions against one champion: {decided}"
-    worse = decided["pair-a"]
-    if isinstance(worse, Held):  # the better was decided first: the worse is compared with it, not with version 1
-        assert worse.decision is not None and worse.decision.champion_version == better.version
-        assert worse.decision.same_rows is False and worse.decision.champion == 0.90
+    [first] = [e for e in decided.values() if isinstance(e, Promoted)]
+    [second] = [e for e in decided.values() if isinstance(e, Held)]
+    assert champion(registry, model).version_id == first.version
+    assert second.decision is not None and second.decision.champion_version == first.version
+    assert second.decision.same_rows is False
+    assert f"the champion is version {first.version}, but this run was given version 1" in second.decision.reason
 
 
 def test_a_run_is_compared_with_the_champion_at_promotion_time_not_the_one_it_scored(deployment, registry, tmp_path):
-    """Issue 26, step 3: both runs were given version 1 to score; the better one is promoted first, so the other,
-    though better than version 1 on its own rows, is compared with the new champion's recorded figure — and held,
-    saying the figures came from other rows."""
+    """Issue 26, step 3, as issue 38 made it: both runs were given version 1 to score; the better one is promoted
+    first, so the other, though better than version 1 on the reference set, has no paired evidence against the new
+    champion — and is held, saying so."""
     model = new_model()
     run(deployment, "stale-0", model, accuracy(0.80), "promoted")
     events = deployment.events()
@@ -275,8 +293,8 @@ def test_a_run_is_compared_with_the_champion_at_promotion_time_not_the_one_it_sc
     held = events.wait_for("stale-a", "held", act=deployment.reconcile, timeout=60)
 
     assert isinstance(held, Held) and held.decision is not None
-    assert (held.decision.champion_version, held.decision.champion, held.decision.same_rows) == ("2", 0.90, False)
-    assert "the trainer scored version 1, which is no longer the champion" in held.decision.reason
+    assert (held.decision.champion_version, held.decision.same_rows) == ("2", False)
+    assert held.decision.reason.startswith("the champion is version 2, but this run was given version 1 to score")
     assert champion(registry, model).version_id == "2"
 
 

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
+from functions.model_charter import Charter, rule_of
 from functions.record import Record
 from functions.settings import Settings
 from functions.submission import artifacts
 from schemas.errors import parse_request
 from schemas.events import CostEstimate
-from schemas.request import TrainingJobRequest
+from schemas.request import ModelBlock, TrainingJobRequest
 
 RECORD_TIME = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 RECORD_JOB = "projects/p/locations/us-central1/customJobs/123"
@@ -64,3 +65,18 @@ def settings() -> Settings:
         custom_service_account="custom@proj.iam.gserviceaccount.com",
         trigger_rules={"gs://data-bucket/churn/": {"dataset": {"target": "churned"}}},
     )
+
+
+def make_charter(model: str = "churn", owner: str = "default", **fields: Any) -> Charter:
+    """A model's charter as the first request naming it would create it (issue 38), with `fields` replaced."""
+    block = ModelBlock(name=model)
+    charter = Charter(
+        model_id=model,
+        owner=owner,
+        kind="builtin",
+        rule=rule_of(block),
+        reference_from_first_version=True,
+        created=datetime(2026, 11, 1, tzinfo=UTC),
+        created_by="first",
+    )
+    return charter.model_copy(update=fields)

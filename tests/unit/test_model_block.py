@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from functions.marker_policy import template_policy
-from functions.model_versions import LEGACY_TRAINER_LABEL, trainer_kind, trainer_kind_problem, version_labels
-from functions.planning import CHAMPION_ARG, plan_custom_job
+from functions.model_versions import LEGACY_TRAINER_LABEL, kind_of_version, trainer_kind, version_labels
+from functions.planning import CHAMPION_ARG, REFERENCE_ARG, Evidence, plan_custom_job
 from functions.submission import spec_hash
 from schemas.errors import RequestInvalid
 from tests.unit.conftest import make_record, make_request
@@ -64,10 +64,20 @@ def test_a_goal_that_contradicts_a_known_metric_is_refused():
     assert problem == "model.goal: val_rmse is better when lower: goal minimize, or omit it"
 
 
-def test_a_metric_the_trainer_does_not_define_needs_a_goal():
-    [problem] = problems(model={"name": "churn", "metric": "auc"})
-    assert problem.startswith("model.goal: required for this metric: auc is not one the built-in trainer defines")
-    assert make_request(model={"name": "churn", "metric": "auc", "goal": "maximize"}).model.goal == "maximize"
+@pytest.mark.parametrize("metric", ["seed", "train_rows", "auc", "champion_val_accuracy"])
+def test_the_built_in_trainers_models_decide_only_on_its_evaluation_metrics(metric):
+    """Issue 38, attack 1: `metric: seed, goal: maximize` with seed 2147483647 promoted a model "better by 2.14748e+09";
+    bookkeeping is never a figure of merit, whatever goal the request names."""
+    [problem] = problems(model={"name": "churn", "metric": metric, "goal": "maximize"})
+    assert problem.startswith("model.metric: the built-in trainer's models decide only on its evaluation metrics")
+    assert f"never on {metric}" in problem
+
+
+def test_a_metric_your_own_code_defines_needs_a_goal():
+    found = problems(trainer=CUSTOM, model={"name": "churn", "metric": "auc"})
+    assert any(p.startswith("model.goal: required for this metric: auc is not one the built") for p in found)
+    custom = make_request(trainer=CUSTOM, model={"name": "churn", "metric": "auc", "goal": "maximize"})
+    assert custom.model.goal == "maximize"
 
 
 def test_a_custom_image_must_name_metric_and_goal():
@@ -114,14 +124,36 @@ def test_a_marker_may_not_set_the_model_block_unless_its_template_says_so():
 
 
 def test_the_champion_is_passed_to_the_builtin_trainer_and_to_a_custom_image(settings):
-    """Issue 26, step 2: the champion's artifacts travel as --champion-model-dir, after the trainer's own arguments."""
-    uri = "gs://proj-trainctl-control/runs/churn-0/model/"
-    for request in (make_request(model={"name": "churn"}), make_request(trainer=CUSTOM, model=_CUSTOM_MODEL)):
-        plan = plan_custom_job(request, settings, "request:churn-1", champion=uri)
-        for pool in plan.custom_job["job_spec"]["worker_pool_specs"][:2]:
-            assert pool["container_spec"]["args"][-2:] == [CHAMPION_ARG, uri]
+    """Issue 26, step 2: the champion's artifacts travel as --champion-model-dir, after the trainer's own arguments;
+    the built-in trainer also gets the rule's label check (issue 38), your own code only the champion."""
+    uri = "gs://proj-trainctl-control/model-artifacts/churn/k/"
+    evidence = Evidence(uri, None, 0.95, -0.1, 1.0)
+    builtin = plan_custom_job(make_request(model={"name": "churn"}), settings, "request:churn-1", evidence=evidence)
+    for pool in builtin.custom_job["job_spec"]["worker_pool_specs"][:2]:
+        args = pool["container_spec"]["args"]
+        assert args[-6:] == [CHAMPION_ARG, uri, "--min-champion-skill", "-0.1", "--max-target-drift", "1.0"]
+    custom = make_request(trainer=CUSTOM, model=_CUSTOM_MODEL)
+    plan = plan_custom_job(custom, settings, "request:churn-1", evidence=evidence)
+    for pool in plan.custom_job["job_spec"]["worker_pool_specs"][:2]:
+        assert pool["container_spec"]["args"][-2:] == [CHAMPION_ARG, uri]
+    for request in (make_request(model={"name": "churn"}), custom):
         without = plan_custom_job(request, settings, "request:churn-1").custom_job["job_spec"]["worker_pool_specs"]
         assert CHAMPION_ARG not in without[0]["container_spec"].get("args", [])
+
+
+def test_the_reference_set_is_passed_with_the_rules_confidence(settings):
+    """Issue 38, point 3: the model's reference set (the controller's copy) and the level of the interval reach the
+    trainer; a model without one yet gets neither, and the built-in trainer then writes its own sample."""
+    reference = "gs://proj-trainctl-control/model-references/churn/r/"
+    request = make_request(model={"name": "churn"})
+    plan = plan_custom_job(request, settings, "k", evidence=Evidence(None, reference, 0.9, -0.1, None))
+    args = plan.custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]["args"]
+    assert args[args.index(REFERENCE_ARG) : args.index(REFERENCE_ARG) + 4] == [
+        REFERENCE_ARG, reference, "--confidence", "0.9"
+    ]  # fmt: skip
+    assert "--min-champion-skill" not in args, "no champion: nothing to check the labels with"
+    plain = plan_custom_job(request, settings, "k", evidence=Evidence(None, None, 0.9, -0.1, None))
+    assert REFERENCE_ARG not in plain.custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]["args"]
 
 
 _CUSTOM_MODEL = {"name": "churn", "metric": "f1", "goal": "maximize"}
@@ -164,5 +196,6 @@ def test_version_labels_are_spelled_with_underscores_and_an_old_champions_traine
     keys = [k for k in version_labels(record, "img") if k != "managed-by"]
     assert keys and all("-" not in key for key in keys)
     custom = make_request(trainer={"image": "us-docker.pkg.dev/p/r/img:1"}, model=_CUSTOM_MODEL)
-    assert trainer_kind_problem(custom, {"trainctl-trainer": "builtin"}, "churn") is not None
-    assert trainer_kind_problem(custom, {LEGACY_TRAINER_LABEL: trainer_kind(custom)}, "churn") is None
+    assert kind_of_version({"trainctl-trainer": "builtin"}) != trainer_kind(custom)
+    assert kind_of_version({LEGACY_TRAINER_LABEL: trainer_kind(custom)}) == trainer_kind(custom)
+    assert kind_of_version({}) == "builtin", "a version from before the label came from the built-in trainer"

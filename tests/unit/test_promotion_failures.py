@@ -19,7 +19,7 @@ from functions.record import ModelSteps
 from functions.registry_types import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected
-from tests.unit.conftest import make_record, make_request
+from tests.unit.conftest import make_charter, make_record, make_request
 from trainctl.replay import MemoryGcs
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -79,6 +79,7 @@ def controller(registry: Any, now: list[datetime]) -> tuple[Controller, Publishe
     record = make_record(request=request, state="running", job_name=JOB, max_pending=3600, model_steps=ModelSteps())
     ctl.ledger.create(record)
     ctl.ledger.mark_active("abc")
+    ctl.charters.write(make_charter(), 0)  # the request's intake created it
     metrics = {"task": "classification", "metric": "accuracy", "val_accuracy": 0.9}
     gcs.write("c", "runs/r1/model/metrics.json", json.dumps(metrics), 0)  # make_record's artifacts
     return ctl, publisher, gcs

@@ -6,7 +6,9 @@ python fake_node.py [--record-env DIR] [--pid-dir DIR] [--ignore-sigterm] [--sle
 
 It also stands in for the built-in trainer (tests/integration/test_untrusted_job_outputs.py maps the controller's
 trainer image onto it): given the trainer's command line, it takes `--data gs://BUCKET/FOLDER/` and reads its own
-arguments from the object FOLDER/fake-node-args, one a line; the trainer's other flags are ignored.
+arguments from the object FOLDER/fake-node-args, one a line; the trainer's other flags are ignored, but for
+`--reference-data`: without it, the primary writes a stand-in reference.parquet beside its metrics, as the built-in
+trainer writes a sample of its validation rows (issue 38).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ def main() -> int:
     parser.add_argument("--data", help="standing in for the built-in trainer: read arguments from DATA/fake-node-args")
     parser.add_argument("--champion-model-dir", help="the model's champion, which trainctl passes; not read here")
     args, trainer_flags = parser.parse_known_args()
+    standing_in = bool(args.data)
+    # Like the built-in trainer, a run given no reference set writes its own sample beside its metrics (issue 38).
+    writes_reference = standing_in and "--reference-data" not in trainer_flags
     if args.data:
         args = parser.parse_args(stand_in_args(args.data))
     elif trainer_flags:
@@ -66,7 +71,7 @@ def main() -> int:
     while args.until_file and not args.until_file.exists():
         time.sleep(0.05)
     if args.metrics and node_name() == "workerpool0-0":
-        write_metrics(args.metrics)
+        write_metrics(args.metrics, writes_reference)
     if args.runs_file:
         with open(args.runs_file, "a") as runs:
             runs.write("run\n")
@@ -87,13 +92,15 @@ def stand_in_args(data: str) -> list[str]:
     return client.bucket(bucket).blob(folder + "fake-node-args").download_as_text().splitlines()
 
 
-def write_metrics(metrics: str) -> None:
+def write_metrics(metrics: str, reference: bool) -> None:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
     bucket, _, prefix = os.environ["AIP_MODEL_DIR"].removeprefix("gs://").partition("/")
-    client = storage.Client(project="local", credentials=AnonymousCredentials())
-    client.bucket(bucket).blob(prefix.rstrip("/") + "/metrics.json").upload_from_string(metrics)
+    folder = storage.Client(project="local", credentials=AnonymousCredentials()).bucket(bucket)
+    if reference:
+        folder.blob(prefix.rstrip("/") + "/reference.parquet").upload_from_string(b"stand-in validation rows")
+    folder.blob(prefix.rstrip("/") + "/metrics.json").upload_from_string(metrics)
 
 
 if __name__ == "__main__":

@@ -43,9 +43,11 @@ def move_by_hand(
     owner: str,
     clock: Callable[[], datetime],
     stale_after: timedelta,
+    aliases: list[str] | None = None,
 ) -> Entry:
     """`trainctl models promote` (to `version`) or `rollback` (to the version the alias held before): the move,
-    recorded in the model's history with trigger `cli`. MoveRefused for a move that cannot be made."""
+    recorded in the model's history with trigger `cli`; `aliases`: what it sets (the model's rule: the alias, and
+    `default` when the rule says so). MoveRefused for a move that cannot be made."""
     for _ in range(10):
         record, generation = models.read(model_id, alias)
         if record.moving is not None:
@@ -88,7 +90,7 @@ def move_by_hand(
             message=f"`{alias}` moved from version {held or 'none'} to {target} by `trainctl models {action}`",
         )
         record.record(entry)
-        record.moving = Move(to_version=target, owner=owner, since=clock())
+        record.moving = Move(to_version=target, owner=owner, since=clock(), aliases=aliases)
         try:
             generation = models.write(record, generation)
         except Conflict:

@@ -34,6 +34,7 @@ State = Literal[
     "registered",
     "promoted",
     "held",
+    "rule_changed",
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 FailureReason = Literal[
@@ -368,6 +369,18 @@ class Held(_ModelEvent):
     )
 
 
+class RuleChanged(_ModelEvent):
+    """A model's charter changed (issue 38): adopted, its rule or reference set changed, or its owner — by the
+    operator, through `trainctl models` (trigger `cli`), or by the controller (the first version's rows)."""
+
+    state: Literal["rule_changed"] = "rule_changed"
+    action: Literal["adopted", "rule", "reference", "owner"]
+    owner: str = Field(description="The team that owns the model after the change.")
+    rule: str = Field(description="The model's rule after the change, in words.")
+    reference: str | None = Field(None, description="Where the model's reference set came from, after the change.")
+    changes: list[str] = Field(default_factory=list, description="One `field: before -> after` line per change.")
+
+
 JobEvent = Annotated[
     Accepted
     | Duplicate
@@ -382,7 +395,8 @@ JobEvent = Annotated[
     | Cancelled
     | Registered
     | Promoted
-    | Held,
+    | Held
+    | RuleChanged,
     Field(discriminator="state"),
 ]
 EVENT_ADAPTER: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)

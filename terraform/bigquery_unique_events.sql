@@ -54,6 +54,11 @@ SELECT
   JSON_VALUE(data, '$.alias') AS `alias`,
   JSON_VALUE(data, '$.previous_version') AS `previous_version`,
   IF(JSON_TYPE(JSON_QUERY(data, '$.decision')) = 'object', STRUCT(JSON_VALUE(data, '$.decision.metric') AS `metric`, JSON_VALUE(data, '$.decision.goal') AS `goal`, SAFE_CAST(JSON_VALUE(data, '$.decision.challenger') AS FLOAT64) AS `challenger`, SAFE_CAST(JSON_VALUE(data, '$.decision.champion') AS FLOAT64) AS `champion`, JSON_VALUE(data, '$.decision.champion_version') AS `champion_version`, SAFE_CAST(JSON_VALUE(data, '$.decision.same_rows') AS BOOL) AS `same_rows`, SAFE_CAST(JSON_VALUE(data, '$.decision.min_improvement') AS FLOAT64) AS `min_improvement`, ARRAY(SELECT SAFE_CAST(JSON_VALUE(item1, '$') AS FLOAT64) FROM UNNEST(JSON_QUERY_ARRAY(data, '$.decision.interval')) AS item1 WITH OFFSET AS position1 ORDER BY position1) AS `interval`, SAFE_CAST(JSON_VALUE(data, '$.decision.confidence') AS FLOAT64) AS `confidence`, SAFE_CAST(JSON_VALUE(data, '$.decision.reference_rows') AS INT64) AS `reference_rows`, SAFE_CAST(JSON_VALUE(data, '$.decision.run_challenger') AS FLOAT64) AS `run_challenger`, SAFE_CAST(JSON_VALUE(data, '$.decision.run_champion') AS FLOAT64) AS `run_champion`, JSON_VALUE(data, '$.decision.reason') AS `reason`), NULL) AS `decision`,
+  JSON_VALUE(data, '$.action') AS `action`,
+  JSON_VALUE(data, '$.owner') AS `owner`,
+  JSON_VALUE(data, '$.rule') AS `rule`,
+  JSON_VALUE(data, '$.reference') AS `reference`,
+  ARRAY(SELECT JSON_VALUE(item1, '$') FROM UNNEST(JSON_QUERY_ARRAY(data, '$.changes')) AS item1 WITH OFFSET AS position1 ORDER BY position1) AS `changes`,
   subscription_name, message_id, publish_time, data, attributes
 FROM `${events_table}`
 WHERE TRUE

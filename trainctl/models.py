@@ -1,6 +1,10 @@
 """`trainctl models list | show NAME | promote NAME VERSION | rollback NAME`: the models trainctl registers, from the
-Model Registry (versions, aliases, metrics, lineage) and from each model's record in the control bucket (who
-promoted what and why), and moving a model's alias by hand, with an event whose trigger is the command line."""
+Model Registry (versions, aliases, metrics, lineage) and from each model's records in the control bucket (its
+charter: owner, rule, reference set; who promoted what and why), and moving a model's alias by hand, with an event
+whose trigger is the command line. `adopt` and `rule` (the charter's changes) are in trainctl/model_rules.py.
+
+The command line cannot know who types it: it acts with the person's own credentials, so a move or a charter
+change is made by whoever may write the control bucket's model records (the operator, by IAM)."""
 
 from __future__ import annotations
 
@@ -15,14 +19,16 @@ from functions.alias_moves import MoveRefused, move_by_hand
 from functions.data_contract import MAX_SCHEMA_BYTES, SCHEMA_FILE, parse_schema
 from functions.gcs import Gcs, StorageError, TooLarge
 from functions.job_outputs import Unreadable
+from functions.model_charter import Charter
 from functions.model_decision import figure
-from functions.model_ledger import Entry, ModelLedger
+from functions.model_ledger import Entry, ModelCharters, ModelLedger
 from functions.model_versions import KEY_LABEL, drift_of, evaluation_name
 from functions.publisher import EventPublisher
 from functions.registry import ModelRegistry
 from functions.registry_types import ModelVersion
 from functions.settings import Settings
 from schemas.events import Lineage, Promoted, Trigger
+from schemas.request import DEFAULT_ALIAS
 from schemas.rules import split_gs_uri
 from trainctl.context import cli_settings
 from trainctl.eventstream import headline_metrics
@@ -49,16 +55,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     show.add_argument("--json", action="store_true")
     show.set_defaults(run=run_show)
 
-    promote = verbs.add_parser("promote", help="move the alias (and `default`) to a version")
+    promote = verbs.add_parser("promote", help="move the alias (and `default`, as the model's rule says) to a version")
     promote.add_argument("name", metavar="NAME")
     promote.add_argument("version", metavar="VERSION")
-    promote.add_argument("--alias", default=DEFAULT_ALIAS_NAME, help="default: champion")
+    promote.add_argument("--alias", help="default: the model's own (its rule's), else champion")
     promote.set_defaults(run=run_move, action="promote")
 
     rollback = verbs.add_parser("rollback", help="move the alias back to the version it left")
     rollback.add_argument("name", metavar="NAME")
-    rollback.add_argument("--alias", default=DEFAULT_ALIAS_NAME, help="default: champion")
+    rollback.add_argument("--alias", help="default: the model's own (its rule's), else champion")
     rollback.set_defaults(run=run_move, action="rollback", version=None)
+
+    from trainctl import model_rules  # it builds on this module's Models
+
+    model_rules.register(verbs)
 
 
 @dataclass
@@ -67,13 +77,15 @@ class Models:
     registry: ModelRegistry
     ledger: ModelLedger
     gcs: Gcs  # each version's schema.json, beside its model
+    charters: ModelCharters
 
     @classmethod
     def of_deployment(cls) -> Models:
         settings = cli_settings()
         registry = ModelRegistry(settings.project, settings.region, settings.vertex_endpoint)
         gcs = Gcs(settings.project)
-        return cls(settings, registry, ModelLedger(gcs, settings.control_bucket), gcs)
+        bucket = settings.control_bucket
+        return cls(settings, registry, ModelLedger(gcs, bucket), gcs, ModelCharters(gcs, bucket))
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -111,11 +123,26 @@ def describe(models: Models, name: str) -> dict[str, Any] | None:
         return None
     records = [models.ledger.read(name, alias)[0] for model_id, alias in models.ledger.names() if model_id == name]
     decisions = sorted((e for r in records for e in r.history), key=lambda e: e.time)
+    charter, _ = models.charters.read(name)
     return {
         "model": models.registry.model_name(name),
+        "charter": _charter(charter) if charter else None,
         "versions": [_version(models, v) for v in sorted(versions, key=lambda v: int(v.version_id or 0))],
         "aliases": {r.alias: {"version": r.champion, "held_before": r.champions[:-1][-5:]} for r in records},
         "decisions": [_decision(e) for e in decisions],
+    }
+
+
+def _charter(charter: Charter) -> dict[str, Any]:
+    """Who owns the model and how its versions are judged (issue 38)."""
+    return {
+        "owner": charter.owner,
+        "grants": charter.grants,
+        "kind": charter.kind,
+        "rule": charter.rule.model_dump(),
+        "rule_in_words": charter.rule.describe(),
+        "reference": charter.reference.model_dump(mode="json") if charter.reference else None,
+        "changes": [c.model_dump(mode="json", exclude_none=True) for c in charter.changes[-10:]],
     }
 
 
@@ -194,6 +221,15 @@ def run_show(args: argparse.Namespace) -> int:
         print(json.dumps(found, indent=2))
         return 0
     print(f"model {found['model']}")
+    charter = found["charter"]
+    if charter:
+        grants = f" (and {', '.join(charter['grants'])})" if charter["grants"] else ""
+        reference = charter["reference"]["source"] if charter["reference"] else "none yet"
+        print(f"  owner: team {charter['owner']}{grants}; fed by {charter['kind']}")
+        print(f"  rule: {charter['rule_in_words']}")
+        print(f"  reference set: {reference}")
+    else:
+        print(f"  no charter: registered before models had owners (`trainctl models adopt {args.name} --team T`)")
     for alias, held in found["aliases"].items():
         earlier = ", ".join(held["held_before"]) or "none"
         print(f"  {alias} -> version {held['version']} (earlier: {earlier})")
@@ -223,24 +259,31 @@ def run_show(args: argparse.Namespace) -> int:
 def run_move(args: argparse.Namespace) -> int:
     models = Models.of_deployment()
     owner = f"cli:{uuid.uuid4().hex[:12]}"
+    charter, _ = models.charters.read(args.name)
+    alias = args.alias or (charter.rule.alias if charter else DEFAULT_ALIAS_NAME)
+    if alias == DEFAULT_ALIAS:
+        print(f"model {args.name}: `default` moves with the model's alias; name that alias instead")
+        return EXIT_REFUSED
+    aliases = charter.rule.aliases() if charter and alias == charter.rule.alias else None
     try:
         entry = move_by_hand(
             models.registry,
             models.ledger,
             args.name,
-            args.alias,
+            alias,
             args.action,
             args.version,
             owner,
             lambda: datetime.now(UTC),
             STALE_MOVE,
+            aliases,
         )
     except MoveRefused as exc:
         print(str(exc))
         return EXIT_REFUSED
     print(f"model {args.name}: {entry.message}")
     try:
-        publish_move(models.settings, models.registry.model_name(args.name), args.name, args.alias, entry, owner)
+        publish_move(models.settings, models.registry.model_name(args.name), args.name, alias, entry, owner)
     except Exception as exc:  # the move is made and recorded; only its announcement is missing
         print(f"the move is made, but its event could not be published: {exc}")
         return 1

@@ -38,6 +38,7 @@ from functions.model_versions import trainer_kind_problem
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
 from functions.output_claims import OutputClaims
+from functions.package_check import check_packages
 from functions.planning import Plan, plan_custom_job
 from functions.ports import Events, Quotas, Registry, Storage
 from functions.quota_queue import QuotaQueue
@@ -52,6 +53,7 @@ from schemas.events import (
     Accepted,
     Artifacts,
     Budget,
+    CodeObject,
     CostEstimate,
     Duplicate,
     Rejected,
@@ -187,6 +189,9 @@ class Submission:
         if found is None:
             if (problem := self._dataset_problem(request)) is not None:
                 return self.reject(request.request_id, key, delivery, [str(problem)], "the dataset holds no data")
+            if (packages := check_packages(self.gcs, request)).errors:
+                message = "a package is not what its name says"
+                return self.reject(request.request_id, key, delivery, packages.errors, message)
             rungs = self._ladder(request, team)
             start = next((index for index, rung in enumerate(rungs) if rung.skipped is None), None)
             if start is None:
@@ -231,8 +236,9 @@ class Submission:
                 )
             teamed = team if self.settings.teams or delivery.team else None
             record = self._new_record(
-                request, key, explicit_id, delivery, plan, digest, rungs, start, champion, data, teamed
-            )
+                request, key, explicit_id, delivery, plan, digest, rungs, start, champion, data, teamed,
+                packages.objects or None,
+            )  # fmt: skip
             try:
                 generation = self.ledger.create(record)
             except IdTaken as taken:
@@ -415,6 +421,7 @@ class Submission:
         champion: ModelVersion | None,
         data: DataCheck,
         team: str | None,
+        code_objects: list[CodeObject] | None = None,
     ) -> Record:
         now = self.clock()
         record = Record(
@@ -444,6 +451,7 @@ class Submission:
             )
             if request.model
             else None,
+            code_objects=code_objects,
         )
         resources = request.at_rung(start).resources
         accepted = Accepted(
@@ -466,6 +474,7 @@ class Submission:
             team=team,
             new_columns=data.new_columns or None,
             code_digest=code_digest(record.request),
+            code_objects=code_objects,
         )
         record.add_events([accepted])
         return record

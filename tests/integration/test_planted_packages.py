@@ -6,7 +6,9 @@ says is accepted with the very object read (generation, CRC32C) in `accepted` an
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from functions.errors import Transient
 from functions.gcs import Gcs, TooLarge
 from local.names import LOCAL_PROJECT
 from schemas.events import Accepted, Rejected
@@ -88,6 +91,34 @@ def test_the_storage_adapter_hashes_an_object_as_stored_with_its_generation_and_
     assert gcs.digest(packages.data_bucket, "hashed/missing.tar.gz", 10) is None
     with pytest.raises(TooLarge):
         gcs.digest(packages.data_bucket, "hashed/sample.tar.gz", len(data) - 1)
+
+
+class _BreaksOff(http.server.BaseHTTPRequestHandler):
+    """Answers a media download with 1,000 bytes promised and 10 sent, then hangs up."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-length", "1000")
+        self.send_header("x-goog-generation", "7")
+        self.end_headers()
+        self.wfile.write(b"0123456789")
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_download_that_breaks_off_is_transient_so_the_delivery_is_tried_again(monkeypatch):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _BreaksOff)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_address[1]}")
+        with pytest.raises(Transient, match=r"the download of gs://b/packages/x\.tar\.gz broke off"):
+            Gcs(LOCAL_PROJECT).digest("b", "packages/x.tar.gz", 10_000)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # --- the controller at intake ---------------------------------------------------------------------------------------

@@ -11,13 +11,18 @@ precondition.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import urllib3
+
+from functions.errors import Transient
 from functions.rest import rest_session
 from functions.retry import Retryable, RetryPolicy
 
@@ -45,6 +50,17 @@ class TooLarge(Exception):
         stated = f"{size} bytes" if size is not None else "larger than that"
         super().__init__(f"{uri} is {stated}; the limit is {limit} bytes")
         self.uri, self.limit, self.size = uri, limit, size
+
+
+@dataclass(frozen=True)
+class ObjectDigest:
+    """One generation of an object, as read whole: the sha256 of its bytes, and what Cloud Storage states of it."""
+
+    sha256: str  # hex, of the bytes received
+    size: int
+    generation: int
+    crc32c: str | None  # base64, from the download's x-goog-hash; Cloud Storage computes it for every object
+    md5: str | None  # base64; composite objects have none
 
 
 class StorageError(Exception):
@@ -104,6 +120,34 @@ class Gcs:
             return response.content, found_generation
         with response:
             return _bounded_body(response, f"gs://{bucket}/{name}", max_bytes), found_generation
+
+    def digest(self, bucket: str, name: str, max_bytes: int) -> ObjectDigest | None:
+        """The sha256 of the object's bytes, with its generation and stated hashes, or None when it does not exist:
+        one media download, hashed as it streams (never held whole), so the generation and hashes are those of the
+        very bytes hashed. TooLarge past `max_bytes`; Transient when the download breaks off."""
+        uri = f"gs://{bucket}/{name}"
+        response = self._call("GET", self._object_url(bucket, name), missing_ok=True, params={"alt": "media"},
+                              stream=True)  # fmt: skip
+        if response is None:
+            return None
+        with response:
+            stated = response.headers.get("x-goog-stored-content-length") or response.headers.get("content-length")
+            if stated is not None and stated.isdigit() and int(stated) > max_bytes:
+                raise TooLarge(uri, max_bytes, int(stated))
+            sha256, size = hashlib.sha256(), 0
+            try:  # the bytes as stored: an object uploaded with Content-Encoding gzip is hashed undecoded
+                for chunk in response.raw.stream(256 * 1024, decode_content=False):
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise TooLarge(uri, max_bytes)
+                    sha256.update(chunk)
+            except (OSError, urllib3.exceptions.HTTPError) as exc:
+                raise Transient(f"the download of {uri} broke off: {exc}") from None
+            hashes = _stated_hashes(response.headers.get("x-goog-hash", ""))
+            return ObjectDigest(
+                sha256.hexdigest(), size, int(response.headers["x-goog-generation"]), hashes.get("crc32c"),
+                hashes.get("md5"),
+            )  # fmt: skip
 
     def read_range(self, bucket: str, name: str, start: int, length: int) -> bytes | None:
         """At most `length` bytes of the object from byte `start` (fewer at its end), or None when it does not
@@ -262,6 +306,12 @@ def metadata_problems(metadata: dict[str, str]) -> list[str]:
     if total > MAX_METADATA_TOTAL_BYTES:
         problems.append(f"keys and values total {total} bytes, over {MAX_METADATA_TOTAL_BYTES}")
     return problems
+
+
+def _stated_hashes(header: str) -> dict[str, str]:
+    """x-goog-hash (`crc32c=<base64>,md5=<base64>`, md5 absent for composite objects) as {"crc32c": …, "md5": …}."""
+    pairs = (item.strip().split("=", 1) for item in header.split(",") if "=" in item)
+    return {key: value for key, value in pairs}
 
 
 def _bounded_body(response: Any, uri: str, max_bytes: int) -> bytes:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
+from functions.gcs import ObjectDigest
 from functions.lifecycle import JobSnapshot
 from functions.registry_types import ModelVersion, Upload
 from schemas.events import JobEvent
@@ -18,6 +19,11 @@ class Storage(Protocol):
         self, bucket: str, name: str, generation: int | None = None, max_bytes: int | None = None
     ) -> tuple[bytes, int] | None:
         """(content, generation) or None; with `max_bytes`, gcs.TooLarge for a larger object (never read whole)."""
+        ...
+
+    def digest(self, bucket: str, name: str, max_bytes: int) -> ObjectDigest | None:
+        """The sha256 of the object's bytes (streamed, never held whole), its generation and stated hashes; None when
+        it does not exist; gcs.TooLarge past `max_bytes`."""
         ...
 
     def read_range(self, bucket: str, name: str, start: int, length: int) -> bytes | None:

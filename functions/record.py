@@ -19,6 +19,7 @@ from schemas.events import (
     EVENT_ADAPTER,
     FINAL_REQUEST_STATES,
     Artifacts,
+    CodeObject,
     CostEstimate,
     JobEvent,
     RequestState,
@@ -117,6 +118,9 @@ class Record(BaseModel):
     model_steps: ModelSteps | None = Field(None, description="With a model block: the steps after `succeeded`.")
     earlier_gpu_hours: float = Field(0.0, description="What the attempts before the current one ran, in GPU-hours.")
     earlier_cost_usd: float = Field(0.0, description="… and their estimated cost, each at its own rung's price.")
+    code_objects: list[CodeObject] | None = Field(
+        None, description="The content-addressed packages verified at intake: generation and CRC32C (issue 38)."
+    )
 
     @property
     def final(self) -> bool:

@@ -38,6 +38,7 @@ from functions.model_intake import ModelAdmission, ModelIntake, ModelRefused, ev
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
 from functions.output_claims import OutputClaims
+from functions.package_check import check_packages
 from functions.planning import Plan, plan_custom_job
 from functions.ports import Events, Quotas, Storage
 from functions.quota_queue import QuotaQueue
@@ -52,6 +53,7 @@ from schemas.events import (
     Accepted,
     Artifacts,
     Budget,
+    CodeObject,
     CostEstimate,
     Duplicate,
     Rejected,
@@ -192,6 +194,9 @@ class Submission:
         if found is None:
             if (problem := self._dataset_problem(request)) is not None:
                 return self.reject(request.request_id, key, delivery, [str(problem)], "the dataset holds no data")
+            if (packages := check_packages(self.gcs, request)).errors:
+                message = "a package is not what its name says"
+                return self.reject(request.request_id, key, delivery, packages.errors, message)
             rungs = self._ladder(request, team)
             start = next((index for index, rung in enumerate(rungs) if rung.skipped is None), None)
             if start is None:
@@ -234,8 +239,9 @@ class Submission:
                 )
             teamed = team if self.settings.teams or delivery.team else None
             record = self._new_record(
-                request, key, explicit_id, delivery, plan, digest, rungs, start, model, data, teamed
-            )
+                request, key, explicit_id, delivery, plan, digest, rungs, start, model, data, teamed,
+                packages.objects or None,
+            )  # fmt: skip
             try:
                 generation = self.ledger.create(record)
             except IdTaken as taken:
@@ -400,6 +406,7 @@ class Submission:
         model: ModelAdmission | None,
         data: DataCheck,
         team: str | None,
+        code_objects: list[CodeObject] | None = None,
     ) -> Record:
         now = self.clock()
         record = Record(
@@ -424,6 +431,7 @@ class Submission:
             rung=start,
             rung_history=skipped_outcomes(rungs),
             model_steps=model.steps() if model else None,
+            code_objects=code_objects,
         )
         resources = request.at_rung(start).resources
         accepted = Accepted(
@@ -446,6 +454,7 @@ class Submission:
             team=team,
             new_columns=data.new_columns or None,
             code_digest=code_digest(record.request),
+            code_objects=code_objects,
         )
         record.add_events([accepted])
         return record

@@ -165,8 +165,19 @@ class Budget(_Strict):
 
 CODE_DIGEST_DESCRIPTION = (
     "trainer.python_package: sha256:<hex> of the package archive as `trainctl submit --source` uploaded it "
-    "(content-addressed; several comma-separated in install order). Absent for other trainers and other URIs."
+    "(content-addressed; several comma-separated in install order), each checked against the object's bytes at "
+    "intake. Absent for other trainers and when any URI is not content-addressed (then unverified)."
 )
+
+
+class CodeObject(_Strict):
+    """A content-addressed package as the controller read it at intake, its sha256 equal to its name's (issue 38):
+    exactly which object of that name was verified."""
+
+    uri: str
+    generation: str = Field(description="The object's generation when it was read (Cloud Storage's int64, as text).")
+    crc32c: str | None = Field(None, description="Its CRC32C as Cloud Storage states it (base64, big-endian).")
+    size: int = Field(description="Its size in bytes.")
 
 
 class Accepted(_Event):
@@ -174,6 +185,11 @@ class Accepted(_Event):
     cost: CostEstimate
     team: str | None = Field(None, description="The team it arrived as (its topic, or its marker's template).")
     code_digest: str | None = Field(None, description=CODE_DIGEST_DESCRIPTION)
+    code_objects: list[CodeObject] | None = Field(
+        None,
+        description="trainer.python_package: each content-addressed package read and verified at intake (its sha256 "
+        "equals its name's), with the generation and CRC32C read. A URI that is not content-addressed is not read.",
+    )
     skipped_rungs: list[RungOutcome] | None = Field(
         None, description="Rungs of the ladder that can never fit the project's GPU quota, skipped at admission."
     )

@@ -152,19 +152,27 @@ _MODULE_RE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 MAX_PACKAGE_URIS = 100
 
 
-# `trainctl submit --source` names each archive it uploads by its content: …/sha256-<hex>/<name>.tar.gz.
+# `trainctl submit --source` names each archive it uploads by its content: …/sha256-<hex>/<name>.tar.gz (under
+# packages/<team>/ when the CLI knows its team, else packages/).
 _PACKAGE_DIGEST_RE = re.compile(r"/sha256-([0-9a-f]{64})/[^/]+$")
+
+
+def package_digest(uri: str) -> str | None:
+    """The sha256 (hex) a content-addressed package URI names, or None for any other URI. The controller reads the
+    object and compares before the digest is written anywhere (functions/package_check.py)."""
+    match = _PACKAGE_DIGEST_RE.search(uri)
+    return match.group(1) if match else None
 
 
 def code_digest(request: dict[str, Any]) -> str | None:
     """The digest of a request's package code, `sha256:<hex>` (several, comma-separated, in install order), when
     every package URI is content-addressed as `trainctl submit --source` names them; else None. Read from the
-    request as the ledger keeps it (a dict)."""
+    request as the ledger keeps it (a dict); verified at intake against each object's bytes."""
     package = (request.get("trainer") or {}).get("python_package") or {}
-    found = [_PACKAGE_DIGEST_RE.search(uri) for uri in package.get("uris") or []]
+    found = [package_digest(uri) for uri in package.get("uris") or []]
     if not found or not all(found):
         return None
-    return ",".join(f"sha256:{match.group(1)}" for match in found if match)
+    return ",".join(f"sha256:{digest}" for digest in found)
 
 
 def _check_package_uri(value: str) -> str:

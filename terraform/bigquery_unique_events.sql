@@ -16,6 +16,7 @@ SELECT
   IF(JSON_TYPE(JSON_QUERY(data, '$.cost')) = 'object', STRUCT(SAFE_CAST(JSON_VALUE(data, '$.cost.hourly_usd') AS FLOAT64) AS `hourly_usd`, SAFE_CAST(JSON_VALUE(data, '$.cost.max_usd') AS FLOAT64) AS `max_usd`, SAFE_CAST(JSON_VALUE(data, '$.cost.gpus') AS INT64) AS `gpus`, SAFE_CAST(JSON_VALUE(data, '$.cost.nodes') AS INT64) AS `nodes`, SAFE_CAST(JSON_VALUE(data, '$.cost.reducers') AS INT64) AS `reducers`, JSON_VALUE(data, '$.cost.prices_as_of') AS `prices_as_of`), NULL) AS `cost`,
   JSON_VALUE(data, '$.team') AS `team`,
   JSON_VALUE(data, '$.code_digest') AS `code_digest`,
+  ARRAY(SELECT AS STRUCT JSON_VALUE(item1, '$.uri') AS `uri`, JSON_VALUE(item1, '$.generation') AS `generation`, JSON_VALUE(item1, '$.crc32c') AS `crc32c`, SAFE_CAST(JSON_VALUE(item1, '$.size') AS INT64) AS `size` FROM UNNEST(JSON_QUERY_ARRAY(data, '$.code_objects')) AS item1 WITH OFFSET AS position1 ORDER BY position1) AS `code_objects`,
   ARRAY(SELECT AS STRUCT SAFE_CAST(JSON_VALUE(item1, '$.rung') AS INT64) AS `rung`, JSON_VALUE(item1, '$.resources') AS `resources`, SAFE_CAST(JSON_VALUE(item1, '$.attempts') AS INT64) AS `attempts`, JSON_VALUE(item1, '$.outcome') AS `outcome` FROM UNNEST(JSON_QUERY_ARRAY(data, '$.skipped_rungs')) AS item1 WITH OFFSET AS position1 ORDER BY position1) AS `skipped_rungs`,
   JSON_QUERY(data, '$.labels') AS `labels`,
   ARRAY(SELECT JSON_VALUE(item1, '$') FROM UNNEST(JSON_QUERY_ARRAY(data, '$.new_columns')) AS item1 WITH OFFSET AS position1 ORDER BY position1) AS `new_columns`,

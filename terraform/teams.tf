@@ -1,8 +1,8 @@
 # Teams (issue 32): each team's own request topic, delivered to on_job_request by a push subscription whose path
 # names the topic — the controller knows a request's team from that path, which no publisher can change — and
-# publishers per team. A team's uploaders may create objects only under its data prefixes (an IAM condition on the
-# object's name, cloud.google.com/storage/docs/samples/storage-add-bucket-conditional-iam-binding); its markers'
-# trigger rules name the team in their template (`team`).
+# publishers per team. A team's uploaders may create objects only under its data prefixes and packages/<team>/ (an
+# IAM condition on the object's name, cloud.google.com/storage/docs/samples/storage-add-bucket-conditional-iam-binding);
+# its markers' trigger rules name the team in their template (`team`).
 
 resource "google_pubsub_topic" "team_requests" {
   # checkov:skip=CKV_GCP_83: Google-managed encryption keys; a CMEK is an organisation decision this configuration does not impose.
@@ -22,8 +22,17 @@ resource "google_pubsub_topic_iam_member" "team_publisher" {
   member = each.value.member
 }
 
+# Where each team's uploaders may create objects: its data prefixes, and its own packages/<team>/ folder, where
+# `trainctl submit --source` puts the team's code (issue 38: no other team can plant an object under a digest of
+# this team's code; the trailing '/' keeps team "red" out of "red-ops"'s folder). objectCreator cannot overwrite or
+# delete (replacing an object needs storage.objects.delete, cloud.google.com/storage/docs/access-control/iam-json).
+locals {
+  packages_prefix      = "packages/"
+  team_upload_prefixes = { for name, team in local.teams : name => concat(try(team.data_prefixes, []), ["${local.packages_prefix}${name}/"]) }
+}
+
 resource "google_storage_bucket_iam_member" "team_uploader" {
-  for_each = { for pair in flatten([for name, team in local.teams : [for member in try(team.uploaders, []) : { team = name, member = member, prefixes = try(team.data_prefixes, []) }]]) : "${pair.team} ${pair.member}" => pair if length(pair.prefixes) > 0 }
+  for_each = { for pair in flatten([for name, team in local.teams : [for member in try(team.uploaders, []) : { team = name, member = member }]]) : "${pair.team} ${pair.member}" => pair }
 
   bucket = google_storage_bucket.data.name
   role   = "roles/storage.objectCreator"
@@ -31,8 +40,8 @@ resource "google_storage_bucket_iam_member" "team_uploader" {
 
   condition {
     title       = "team-${each.value.team}-data"
-    description = "Only under team ${each.value.team}'s data prefixes."
-    expression  = join(" || ", [for prefix in each.value.prefixes : "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.data.name}/objects/${prefix}\")"])
+    description = "Only under team ${each.value.team}'s data prefixes and its packages folder."
+    expression  = join(" || ", [for prefix in local.team_upload_prefixes[each.value.team] : "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.data.name}/objects/${prefix}\")"])
   }
 }
 

@@ -578,12 +578,19 @@ variable "event_webhooks" {
 }
 
 variable "teams" {
-  description = "Teams (README.md, \"Teams\"; issue 32): null for none. Else { default_team, teams = { name => { weight, quota = { metric => nominal GPUs }, borrow_limit, monthly_budget_usd, publishers, uploaders, data_prefixes } } }. Each team gets its own request topic (<name_prefix>-requests-<team>) that only its publishers may publish to, and its uploaders may write only under its data_prefixes; `trainctl local up --teams FILE` reads the same shape."
+  description = "Teams (README.md, \"Teams\"; issue 32): null for none. Else { default_team, teams = { name => { weight, quota = { metric => nominal GPUs }, borrow_limit, monthly_budget_usd, publishers, uploaders, data_prefixes } } }. Each team gets its own request topic (<name_prefix>-requests-<team>) that only its publishers may publish to, and its uploaders may write only under its data_prefixes and packages/<team>/ (its code, `trainctl submit --source`); `trainctl local up --teams FILE` reads the same shape."
   type        = any
   default     = null
 
   validation {
     condition     = var.teams == null || try(contains(keys(var.teams.teams), var.teams.default_team) && alltrue([for name in keys(var.teams.teams) : can(regex("^[a-z][a-z0-9-]{0,29}$", name))]), false)
     error_message = "teams must hold default_team (one of its teams) and teams, a map whose names are 1-30 of [a-z0-9-] starting with a letter."
+  }
+
+  # packages/<team>/ is each team's own folder for its code (teams.tf): a data prefix reaching into packages/, or
+  # around it, would let one team create objects in another's.
+  validation {
+    condition     = var.teams == null || try(alltrue(flatten([for team in values(var.teams.teams) : [for prefix in try(team.data_prefixes, []) : !startswith(prefix, "packages/") && !startswith("packages/", prefix)]])), false)
+    error_message = "teams: no data_prefixes may lie inside packages/ or around it (\"\", \"p\", \"packages/x/\"): packages/<team>/ is each team's own folder for its code."
   }
 }

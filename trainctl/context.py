@@ -48,6 +48,12 @@ def requests_topic() -> str:
     return os.environ.get("TRAINCTL_REQUESTS_TOPIC") or Names(cli_settings().project).requests_topic
 
 
+def cli_team(settings: Settings) -> str | None:
+    """The team this user's requests arrive as, when the deployment has teams: its request topic's
+    (TRAINCTL_REQUESTS_TOPIC; the shared topic is the default team's), as the controller decides it; None without."""
+    return settings.teams.team_of_topic(requests_topic()) if settings.teams else None
+
+
 def events_subscription() -> str | None:
     """The watcher's own subscription on the events topic (Terraform's `event_watchers` makes one per watcher),
     or None: the command then makes a subscription of its own for as long as it runs."""

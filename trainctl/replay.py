@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,9 +24,10 @@ from cloudevents.http import CloudEvent
 
 from functions import handlers, logs
 from functions.controller import Controller
-from functions.gcs import Conflict, TooLarge
+from functions.gcs import Conflict, ObjectDigest, TooLarge
 from functions.lifecycle import JobSnapshot
 from functions.registry_types import ModelVersion, Upload
+from schemas.request import package_digest
 from trainctl.context import cli_settings
 
 STORAGE_TYPE = "google.cloud.storage.object.v1.finalized"
@@ -86,6 +88,15 @@ class MemoryGcs:
         if max_bytes is not None and len(found[0]) > max_bytes:
             raise TooLarge(f"gs://{bucket}/{name}", max_bytes, len(found[0]))
         return found
+
+    def digest(self, bucket: str, name: str, max_bytes: int) -> ObjectDigest | None:
+        """An object of the dry run's own, hashed; the dry run cannot see the user's packages: one is assumed to be
+        what its name says, and the run says so."""
+        found = self.read(bucket, name, max_bytes=max_bytes)
+        if found is not None:
+            return ObjectDigest(hashlib.sha256(found[0]).hexdigest(), len(found[0]), found[1], None, None)
+        logs.info("dry run: the package is not read; assumed to be what its name says", package=f"gs://{bucket}/{name}")
+        return ObjectDigest(package_digest(f"gs://{bucket}/{name}") or "", 0, 0, None, None)
 
     def read_range(self, bucket: str, name: str, start: int, length: int) -> bytes | None:
         found = self.read(bucket, name)

@@ -4,13 +4,15 @@ archive is written here with tarfile.
 
 The archive is reproducible (sorted entries, fixed times, owners and modes, gzip without a timestamp), so the same
 code always makes the same bytes, the same sha256 and the same object: a resubmission or a redelivery reuses what is
-there. A folder with its own pyproject.toml or setup.py is packed as it is (pip builds it on the node with its own
-backend); a folder without gets a minimal pyproject.toml (setuptools, which every prebuilt container has) that makes
-each package folder in it installable.
+there, once the hashes Cloud Storage states of that object are this archive's (issue 38: an object planted under
+someone's digest is refused, neither reused nor overwritten). A folder with its own pyproject.toml or setup.py is
+packed as it is (pip builds it on the node with its own backend); a folder without gets a minimal pyproject.toml
+(setuptools, which every prebuilt container has) that makes each package folder in it installable.
 """
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
@@ -19,6 +21,8 @@ import tarfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from functions.package_check import MAX_PACKAGE_BYTES
 
 # What never belongs in a source distribution: caches, VCS folders, virtual environments, build outputs.
 _SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".hg", ".venv", "venv", ".mypy_cache", ".ruff_cache",
@@ -41,9 +45,39 @@ class SourceArchive:
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
-    def object_name(self) -> str:
-        """Where it is uploaded in the bucket: named by its content, so equal code is one object."""
-        return f"{PACKAGES_PREFIX}sha256-{self.sha256}/{self.filename}"
+    @property
+    def md5(self) -> str:
+        """Base64, as Cloud Storage states an object's md5Hash."""
+        return base64.b64encode(hashlib.md5(self.data).digest()).decode()
+
+    @property
+    def crc32c(self) -> str:
+        """Base64 of the big-endian CRC32C, as Cloud Storage states an object's crc32c."""
+        import google_crc32c
+
+        return base64.b64encode(google_crc32c.Checksum(self.data).digest()).decode()
+
+    def object_name(self, team: str | None = None) -> str:
+        """Where it is uploaded in the bucket: named by its content, so equal code is one object; under the team's
+        own folder when the deployment has teams, where only that team's uploaders may create objects
+        (terraform/teams.tf)."""
+        folder = f"{PACKAGES_PREFIX}{team}/" if team else PACKAGES_PREFIX
+        return f"{folder}sha256-{self.sha256}/{self.filename}"
+
+    def reuse_problem(self, uri: str, md5: str | None, crc32c: str | None, size: int | None) -> str | None:
+        """Why the object already at `uri` is not this archive, from the hashes Cloud Storage states of it (md5Hash,
+        and crc32c, which composite objects carry alone); None when it is, and may be reused."""
+        stated = [(md5, self.md5), (crc32c, self.crc32c)]
+        if any(found is not None for found, _ in stated) and all(found in (None, own) for found, own in stated):
+            return None
+        return (
+            f"{uri} already exists and holds other bytes than this code: Cloud Storage states md5 "
+            f"{md5 or 'none'}, crc32c {crc32c or 'none'} ({size if size is not None else '?'} bytes), this archive is "
+            f"md5 {self.md5}, crc32c {self.crc32c} ({len(self.data)} bytes). A package is named by its content's "
+            "sha256, so that object is someone else's upload or a damaged one: it was neither reused nor "
+            "overwritten. Ask the bucket's owner to inspect and delete it, or upload to another data bucket with "
+            "--source-bucket"
+        )
 
 
 def build_source_archive(folder: Path) -> SourceArchive:
@@ -73,6 +107,11 @@ def build_source_archive(folder: Path) -> SourceArchive:
             info = tarfile.TarInfo(f"{root}/{relative}")
             info.size, info.mtime, info.mode = len(content), 0, 0o644
             archive.addfile(info, io.BytesIO(content))
+    if buffer.tell() > MAX_PACKAGE_BYTES:  # many small files: their tar headers count too
+        raise SourceError(
+            f"{folder} packs into more than {MAX_PACKAGE_BYTES // 2**20} MiB, which the controller does not read: "
+            "package the code only"
+        )
     return SourceArchive(f"{name}-{version}.tar.gz", buffer.getvalue())
 
 

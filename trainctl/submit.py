@@ -14,7 +14,7 @@ from pathlib import Path
 from local.names import Names
 from schemas.errors import RequestInvalid
 from schemas.events import JobEvent
-from trainctl.context import cli_settings, events_subscription, requests_topic, trainctl_command
+from trainctl.context import cli_settings, cli_team, events_subscription, requests_topic, trainctl_command
 from trainctl.eventstream import EXIT_CANNOT_FOLLOW, HOW_TO_WATCH, CannotFollow, EventStream, format_event
 from trainctl.source_package import SourceError, build_source_archive
 from trainctl.validate import EXIT_INVALID, load_request_file
@@ -103,25 +103,43 @@ def run_submit(args: argparse.Namespace) -> int:
 
 
 def upload_source(folder: Path, bucket: str | None) -> str:
-    """Package `folder` and upload it where jobs can read it, unless that very archive is there already; its URI."""
-    from google.api_core.exceptions import PreconditionFailed
+    """Package `folder` and upload it where jobs can read it, unless that very archive is there already (the hashes
+    Cloud Storage states of the object say so); its URI. SourceError for an object of that name holding other
+    bytes: it is neither reused nor overwritten."""
+    from google.api_core.exceptions import Forbidden, NotFound, PreconditionFailed
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
     settings = cli_settings()
     archive = build_source_archive(folder)
     bucket = bucket or next(iter(settings.allowed_data_buckets), None) or Names(settings.project).data_bucket
-    uri = f"gs://{bucket}/{archive.object_name()}"
+    name = archive.object_name(cli_team(settings))
+    uri = f"gs://{bucket}/{name}"
     # The local stack's fake-gcs-server takes no credentials; a deployment, the user's own.
     credentials = AnonymousCredentials() if os.environ.get("STORAGE_EMULATOR_HOST") else None
     client = storage.Client(project=settings.project, credentials=credentials)
-    blob = client.bucket(bucket).blob(archive.object_name())
-    try:  # created only if absent: the name is the content's hash, so an object there holds these very bytes
-        blob.upload_from_string(archive.data, content_type="application/gzip", if_generation_match=0)
-        print(f"uploaded {folder} as {uri}")
-    except PreconditionFailed:
+    blob = client.bucket(bucket).blob(name)
+    for _ in range(2):  # a second time only if the object vanished between the refused create and the look at it
+        try:  # created only if absent; never overwritten
+            blob.upload_from_string(archive.data, content_type="application/gzip", if_generation_match=0)
+            print(f"uploaded {folder} as {uri}")
+            return uri
+        except PreconditionFailed:
+            pass
+        except Forbidden as exc:
+            raise SourceError(
+                f"you may not create {uri} ({exc.message}); with teams, packages go under packages/<team>/ of the "
+                "team whose topic you publish to (TRAINCTL_REQUESTS_TOPIC), which only its uploaders may write"
+            ) from None
+        try:
+            blob.reload()
+        except NotFound:
+            continue
+        if (problem := archive.reuse_problem(uri, blob.md5_hash, blob.crc32c, blob.size)) is not None:
+            raise SourceError(problem)
         print(f"{folder} is unchanged: reusing {uri}")
-    return uri
+        return uri
+    raise SourceError(f"{uri} was there and then was not, twice: try again")
 
 
 def cannot_follow(refusal: str, request_id: str | None) -> int:

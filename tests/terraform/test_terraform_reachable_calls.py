@@ -28,6 +28,7 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (GCS, "__init__"): frozenset(),  # builds an authorised session; calls nothing
     (GCS, "read"): frozenset({"storage.objects.get"}),
     (GCS, "read_range"): frozenset({"storage.objects.get"}),  # a media download with a Range header
+    (GCS, "digest"): frozenset({"storage.objects.get"}),  # a media download, hashed as it streams
     (GCS, "write"): frozenset({"storage.objects.create", "storage.objects.delete"}),
     (GCS, "delete"): frozenset({"storage.objects.delete"}),
     (GCS, "any_under"): frozenset({"storage.objects.list"}),
@@ -97,6 +98,8 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.data_admission.check_dataset", "read"): frozenset({"control"}),
     ("functions.data_admission.check_dataset", "objects_under"): frozenset({"data"}),
     ("functions.data_admission._read_header", "read_range"): frozenset({"data"}),
+    # Packages verified at intake (issue 38): admission keeps a package's URIs to the data buckets.
+    ("functions.package_check.check_packages", "digest"): frozenset({"data"}),
 }
 
 # The storage and Pub/Sub permissions of the roles Terraform grants the functions

@@ -35,7 +35,16 @@ from functions.gcs import Conflict, StorageError, TooLarge
 from functions.job_outputs import MAX_OUTPUT_BYTES, Unreadable, parse_metrics
 from functions.model_decision import Figures, NoMetric, decide, figure, metric_and_goal, same_rows_figure
 from functions.model_ledger import Entry, ModelLedger, Move
-from functions.model_versions import KEY_LABEL, evaluation_body, evaluation_name, lineage, upload_body
+from functions.model_versions import (
+    KEY_LABEL,
+    NOT_SERVABLE,
+    evaluation_body,
+    evaluation_figures,
+    evaluation_name,
+    lineage,
+    servable,
+    upload_body,
+)
 from functions.outbox import Outbox
 from functions.ports import Registry, Storage
 from functions.record import ModelSteps, Record
@@ -43,7 +52,7 @@ from functions.registry_types import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected
 from schemas.events import Held, JobEvent, Promoted, Registered
-from schemas.request import ModelBlock
+from schemas.request import ModelBlock, TrainingJobRequest
 from schemas.rules import split_gs_uri
 
 ALREADY_EXISTS = 6  # google.rpc.Code: a model_id another run's upload took first
@@ -190,14 +199,19 @@ class Promotion:
         steps = record.model_steps
         assert steps is not None
         steps.version, steps.operation = version.version_id, None
+        deployable = servable(TrainingJobRequest.model_validate(record.request))
+        not_deployable = "" if deployable else f"; {NOT_SERVABLE}"
         event = Registered(
             **record.envelope(self.clock()),
-            message=f"registered version {version.version_id} of model {block.name}",
+            message=f"registered version {version.version_id} of model {block.name}{not_deployable}",
             model=block.name,
-            model_resource=version.model,
+            # Vertex answers with the project number; every event spells it with the project id, as _model_fields
+            # and the command line's moves do (schemas/events.py, _ModelEvent.model_resource).
+            model_resource=self.registry().model_name(block.name),
             version=version.version_id,
             artifact_uri=record.artifacts.model_dir,
             lineage=lineage(record, self.settings),
+            servable=deployable,
         )
         return self._save_with(record, generation, [event])
 
@@ -324,7 +338,7 @@ class Promotion:
         evaluations = self.registry().evaluations(champion.name)
         evaluations.sort(key=lambda e: not str(e.get("displayName", "")).startswith("trainctl-"))
         for evaluation in evaluations:
-            value = figure(evaluation.get("metrics") or {}, metric)
+            value = figure(evaluation_figures(evaluation), metric)
             if value is not None:
                 return value
         return None

@@ -69,6 +69,7 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("scheduling", "max_preemptions"): 1,
     ("model",): None,
     ("model", "max_drift"): None,
+    ("model", "serving"): None,
     ("trainer", "python_package"): None,
 }
 

@@ -51,6 +51,7 @@ SELECT
   JSON_VALUE(data, '$.version') AS `version`,
   JSON_VALUE(data, '$.artifact_uri') AS `artifact_uri`,
   IF(JSON_TYPE(JSON_QUERY(data, '$.lineage')) = 'object', STRUCT(JSON_VALUE(data, '$.lineage.request_id') AS `request_id`, JSON_VALUE(data, '$.lineage.dataset_uri') AS `dataset_uri`, JSON_VALUE(data, '$.lineage.marker') AS `marker`, JSON_VALUE(data, '$.lineage.job') AS `job`, JSON_VALUE(data, '$.lineage.image') AS `image`, JSON_VALUE(data, '$.lineage.code_digest') AS `code_digest`, JSON_VALUE(data, '$.lineage.champion_passed') AS `champion_passed`), NULL) AS `lineage`,
+  SAFE_CAST(JSON_VALUE(data, '$.servable') AS BOOL) AS `servable`,
   JSON_VALUE(data, '$.alias') AS `alias`,
   JSON_VALUE(data, '$.previous_version') AS `previous_version`,
   IF(JSON_TYPE(JSON_QUERY(data, '$.decision')) = 'object', STRUCT(JSON_VALUE(data, '$.decision.metric') AS `metric`, JSON_VALUE(data, '$.decision.goal') AS `goal`, SAFE_CAST(JSON_VALUE(data, '$.decision.challenger') AS FLOAT64) AS `challenger`, SAFE_CAST(JSON_VALUE(data, '$.decision.champion') AS FLOAT64) AS `champion`, JSON_VALUE(data, '$.decision.champion_version') AS `champion_version`, SAFE_CAST(JSON_VALUE(data, '$.decision.same_rows') AS BOOL) AS `same_rows`, SAFE_CAST(JSON_VALUE(data, '$.decision.min_improvement') AS FLOAT64) AS `min_improvement`, JSON_VALUE(data, '$.decision.reason') AS `reason`), NULL) AS `decision`,

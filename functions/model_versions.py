@@ -43,7 +43,7 @@ SERVABLE_LABEL = "trainctl_servable"
 # the built-in trainer's versions) with a command that exits at once, saying why, so a deployment fails at its first
 # start instead of running training code behind a health check that never answers.
 NOT_SERVABLE = "not deployable: its request named no model.serving container, so trainctl registered it without one"
-NOT_SERVABLE_COMMAND = ["python", "-c", f"raise SystemExit('this model version is {NOT_SERVABLE}')"]
+NOT_SERVABLE_COMMAND = ["python", "-c", f"raise SystemExit({'this model version is ' + NOT_SERVABLE!r})"]
 # Vertex's ModelEvaluation schemas for the built-in trainer's tasks (google_cloud_pipeline_components'
 # PROBLEM_TYPE_TO_SCHEMA_URI), and the schema fields the trainer's figures are (local/FIDELITY.md): classification's
 # val_loss is the mean cross-entropy, the schema's logLoss; regression's val_rmse is in the target's units, the

@@ -93,6 +93,9 @@ def test_your_own_code_without_model_serving_is_registered_as_not_deployable(set
     assert spec == {"imageUri": settings.trainer_image, "command": NOT_SERVABLE_COMMAND}
     assert "not deployable" in spec["command"][-1] and "model.serving" in spec["command"][-1]
     assert model["labels"][SERVABLE_LABEL] == "false"
+    with pytest.raises(SystemExit) as started:  # what the container does when a deployment starts it
+        exec(spec["command"][-1])
+    assert str(started.value).startswith("this model version is not deployable: its request named no model.serving")
 
 
 def test_model_serving_is_for_your_own_code_and_says_each_field_it_needs(settings):

@@ -52,6 +52,7 @@ def version(settings, **sections) -> dict:
     """The UploadModel body of a first version of the request built from `sections`."""
     request = make_request(**sections)
     record = make_record(request=request.model_dump(mode="json"))
+    assert request.model is not None
     return upload_body(record, request.model, settings, "projects/proj/locations/us-central1/models/churn", True)
 
 
@@ -132,7 +133,7 @@ def test_the_serving_image_is_held_to_the_image_allow_list(settings, allowed):
         plan = plan_custom_job(request, allowed, "request:x")
         return [str(p) for p in admission_problems(request, allowed, plan.output_dir)]
 
-    assert problems(SERVING["image"]) == []
+    assert problems(str(SERVING["image"])) == []
     [elsewhere] = problems("docker.io/library/nginx:1")
     assert elsewhere.startswith("model.serving.image: guardrail allowed_image_prefixes:")
     [builtin] = problems("us-docker.pkg.dev/proj/trainctl/server:1")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -119,7 +120,7 @@ def test_evaluations_are_imported_into_a_version_and_listed_from_it(jobservice: 
     ]
     assert list(client.list_model_evaluations(parent=churn)) == []
     assert client.get_model_evaluation(name=imported.name).display_name == "request r2"
-    body = {"modelEvaluation": {"metricsSchemaUri": CLASSIFICATION, "metrics": {"val_accuracy": 0.91}}}
+    body: dict[str, Any] = {"modelEvaluation": {"metricsSchemaUri": CLASSIFICATION, "metrics": {"val_accuracy": 0.91}}}
     refused = requests.post(url(jobservice, f"{churn}@2/evaluations:import"), json=body, timeout=10)
     assert refused.status_code == 400
     [detail] = refused.json()["error"]["details"]

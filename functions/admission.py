@@ -126,6 +126,9 @@ def _request_problems(request: TrainingJobRequest, settings: Settings, output_di
         problem = _image_problem(image, settings)
         if problem:
             refuse("trainer.image", *problem)
+    serving = request.model.serving if request.model else None
+    if serving is not None and (problem := _image_problem(serving.image, settings)):
+        refuse("model.serving.image", *problem)  # it runs your code too, so under trainer.image's rules
     problems += _package_problems(request, settings)
     data_bucket, _ = split_gs_uri(request.dataset.uri)
     if not _allowed(data_bucket, settings.allowed_data_buckets):

@@ -42,7 +42,15 @@ from functions.model_artifacts import NothingToCopy, copy_model_folder, referenc
 from functions.model_charter import Charter, Rule, judged_by
 from functions.model_decision import NoMetric, confidence_problem, decide, figures_of, metric_and_goal
 from functions.model_ledger import Entry, ModelCharters, ModelLedger, Move
-from functions.model_versions import KEY_LABEL, evaluation_body, evaluation_name, lineage, upload_body
+from functions.model_versions import (
+    KEY_LABEL,
+    NOT_SERVABLE,
+    evaluation_body,
+    evaluation_name,
+    lineage,
+    servable,
+    upload_body,
+)
 from functions.outbox import Outbox
 from functions.ports import Registry, Storage
 from functions.record import ModelSteps, Record
@@ -50,7 +58,7 @@ from functions.registry_types import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected
 from schemas.events import Held, JobEvent, Promoted, Registered
-from schemas.request import ModelBlock
+from schemas.request import ModelBlock, TrainingJobRequest
 from schemas.rules import split_gs_uri
 
 ALREADY_EXISTS = 6  # google.rpc.Code: a model_id another run's upload took first
@@ -215,14 +223,19 @@ class Promotion:
         steps = record.model_steps
         assert steps is not None
         steps.version, steps.operation = version.version_id, None
+        deployable = servable(TrainingJobRequest.model_validate(record.request))
+        not_deployable = "" if deployable else f"; {NOT_SERVABLE}"
         event = Registered(
             **record.envelope(self.clock()),
-            message=f"registered version {version.version_id} of model {block.name}",
+            message=f"registered version {version.version_id} of model {block.name}{not_deployable}",
             model=block.name,
-            model_resource=version.model,
+            # Vertex answers with the project number; every event spells it with the project id, as _model_fields
+            # and the command line's moves do (schemas/events.py, _ModelEvent.model_resource).
+            model_resource=self.registry().model_name(block.name),
             version=version.version_id,
             artifact_uri=steps.artifact_uri or record.artifacts.model_dir,
             lineage=lineage(record, self.settings),
+            servable=deployable,
         )
         return self._save_with(record, generation, [event])
 

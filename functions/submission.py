@@ -76,6 +76,7 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("model", "min_champion_skill"): -0.1,
     ("model", "max_target_drift"): 1.0,
     ("model", "reference"): None,
+    ("model", "serving"): None,
     ("trainer", "python_package"): None,
 }
 

@@ -321,7 +321,10 @@ class Lineage(_Strict):
     dataset_uri: str
     marker: str | None = Field(None, description="gs://bucket/object#generation of the marker that started it.")
     job: str | None = Field(None, description="The CustomJob that trained it.")
-    image: str = Field(description="The container image that trained it (and serves it).")
+    image: str = Field(
+        description="The container image that trained it (the built-in trainer's also serves it; your own code's "
+        "versions are served by model.serving, or not at all)."
+    )
     code_digest: str | None = Field(None, description=CODE_DIGEST_DESCRIPTION)
     champion_passed: str | None = Field(
         None, description="The version the trainer was given to score on the same rows (--champion-model-dir)."
@@ -360,7 +363,10 @@ class Decision(_Strict):
 
 class _ModelEvent(_Event):
     model: str = Field(description="The Model Registry model id (the model block's name).")
-    model_resource: str = Field(description="projects/{p}/locations/{l}/models/{model}")
+    model_resource: str = Field(
+        description="projects/{project id}/locations/{l}/models/{model}: spelled with the project id in every event "
+        "(Vertex's own answers spell it with the project number; both name the same model)."
+    )
     version: str | None = Field(None, description="The model version id this event is about.")
 
 
@@ -368,6 +374,12 @@ class Registered(_ModelEvent):
     state: Literal["registered"] = "registered"
     artifact_uri: str = Field(description="The run's model folder, the version's artifacts.")
     lineage: Lineage
+    servable: bool | None = Field(
+        None,
+        description="Whether the version can be deployed: the built-in trainer's, or your own code's with a "
+        "model.serving container. False: registered without one (label trainctl_servable=false); `message` says so. "
+        "Absent in events from before trainctl recorded it.",
+    )
 
 
 class Promoted(_ModelEvent):

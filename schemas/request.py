@@ -533,6 +533,57 @@ _check_metric_name = _matching(
 )
 
 
+# An HTTP path a serving container answers on: starts with '/', printable ASCII with no spaces (Vertex sends its
+# requests there: ModelContainerSpec.predict_route and health_route).
+_ROUTE_RE = re.compile(r"/[!-~]{0,1023}")
+_check_route = _matching(_ROUTE_RE, "must be an HTTP path starting with '/' (printable ASCII, no spaces, ≤ 1024)")
+
+
+class ServingRoutes(_Strict):
+    """Where the serving container answers (ModelContainerSpec.predict_route and health_route)."""
+
+    predict: Annotated[str, AfterValidator(_check_route)] = Field(
+        description="The path Vertex forwards prediction requests to, as POSTs (predictRoute).", examples=["/predict"]
+    )
+    health: Annotated[str, AfterValidator(_check_route)] = Field(
+        description="The path Vertex sends health checks to, as GETs; 200 once the model is ready (healthRoute).",
+        examples=["/health"],
+    )
+
+
+class Serving(_Strict):
+    """The container that serves your own code's versions: Vertex AI's ModelContainerSpec (imageUri, command, args,
+    ports, predictRoute, healthRoute). It must follow Vertex's custom-container contract
+    (https://cloud.google.com/vertex-ai/docs/predictions/custom-container-requirements): an HTTP server on `port`,
+    reading the model from AIP_STORAGE_URI."""
+
+    image: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=IMAGE_PATTERN,
+        description="The serving image (imageUri); the same allow-list rules as trainer.image.",
+        examples=["us-docker.pkg.dev/my-project/serving/my-server:1.2.0"],
+    )
+    command: list[Annotated[str, Field(max_length=4096)]] = Field(
+        min_length=1,
+        max_length=256,
+        description="What runs when the container starts (command, overriding the image's ENTRYPOINT); never through "
+        "a shell.",
+        examples=[["python", "-m", "my_package.serve"]],
+    )
+    args: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        None, max_length=1024, description="Arguments of the command (args)."
+    )
+    routes: ServingRoutes
+    port: int = Field(
+        ge=1,
+        le=65535,
+        description="The port the server listens on (ports[0].containerPort); Vertex sends predictions and health "
+        "checks there.",
+        examples=[8080],
+    )
+
+
 class ModelBlock(_Strict):
     """The Vertex AI Model Registry model each successful run becomes a new version of. The version is promoted
     (the alias moved to it, and `default` with it) when it beats the version under the alias on the model's
@@ -606,6 +657,12 @@ class ModelBlock(_Strict):
         "trainer's measure, in metrics.json's drift_measure); above it the run stops before its first epoch and "
         "fails with reason `data`, naming the features. Default: drift is reported, never acted on.",
         examples=[0.25],
+    )
+    serving: Serving | None = Field(
+        None,
+        description="Your own code (image or package): the container that serves its versions. Without it a version "
+        "is registered as not deployable (label trainctl_servable=false, and `registered` and `trainctl models show` "
+        "say so). The built-in trainer's versions are served by its own image (python -m trainer.serve).",
     )
 
 
@@ -715,6 +772,7 @@ class TrainingJobRequest(_Strict):
                 )
             )
         problems += _model_problems(self)
+        problems += _serving_problems(self)
         if problems:
             raise _cross_field(problems)
         return self
@@ -804,8 +862,8 @@ def _model_problems(request: TrainingJobRequest) -> list[tuple[str, str]]:
             problems.append(
                 ("model.max_drift", "only the built-in trainer measures drift; your own code gets no limit")
             )
-        for name in ("min_champion_skill", "max_target_drift"):
-            if name in block.model_fields_set:
+        for name in ("min_champion_skill", "max_target_drift"):  # a record holds its request with every default
+            if getattr(block, name) != ModelBlock.model_fields[name].default:
                 problems.append((f"model.{name}", "only the built-in trainer checks the labels before training"))
     known = BUILTIN_METRIC_GOALS.get(block.metric or "")
     if not request.trainer.is_custom_code and block.metric is not None and known is None:
@@ -835,3 +893,11 @@ def _model_problems(request: TrainingJobRequest) -> list[tuple[str, str]]:
             ("model.metric", f"a {task} run reports {expected}, not {block.metric}; omit it to use {expected}")
         )
     return problems
+
+
+def _serving_problems(request: TrainingJobRequest) -> list[tuple[str, str]]:
+    """model.serving is for your own code: the built-in trainer's versions have their serving container already."""
+    if request.model is None or request.model.serving is None or request.trainer.is_custom_code:
+        return []
+    why = "the built-in trainer's versions are served by its own image (python -m trainer.serve): leave it out"
+    return [("model.serving", f"only with your own code (image or package); {why}")]

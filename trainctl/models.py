@@ -22,7 +22,17 @@ from functions.job_outputs import Unreadable
 from functions.model_charter import Charter
 from functions.model_decision import figure
 from functions.model_ledger import Entry, ModelCharters, ModelLedger
-from functions.model_versions import KEY_LABEL, drift_of, evaluation_name
+from functions.model_versions import (
+    BUILTIN_TRAINER,
+    KEY_LABEL,
+    LEGACY_TRAINER_LABEL,
+    NOT_SERVABLE,
+    SERVABLE_LABEL,
+    TRAINER_LABEL,
+    drift_of,
+    evaluation_figures,
+    evaluation_name,
+)
 from functions.publisher import EventPublisher
 from functions.registry import ModelRegistry
 from functions.registry_types import ModelVersion
@@ -93,7 +103,7 @@ def run_list(args: argparse.Namespace) -> int:
     aliases: dict[str, dict[str, str | None]] = {}
     for model_id, alias in models.ledger.names():
         aliases.setdefault(model_id, {})[alias] = models.ledger.read(model_id, alias)[0].champion
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "model": m.model_id,
             "default_version": m.version_id,
@@ -151,7 +161,7 @@ def _version(models: Models, version: ModelVersion) -> dict[str, Any]:
     drift: dict[str, Any] = {}
     for evaluation in models.registry.evaluations(version.name):
         if evaluation.get("displayName", "").startswith(evaluation_name("")) or not metrics:
-            recorded = evaluation.get("metrics") or {}
+            recorded = evaluation_figures(evaluation)
             metrics = {k: v for k, v in recorded.items() if figure({k: v}, k) is not None}
             drift = drift_of(recorded)
     lineage: dict[str, Any] | None
@@ -166,11 +176,24 @@ def _version(models: Models, version: ModelVersion) -> dict[str, Any]:
         "request": version.labels.get("trainctl_request") or version.labels.get("trainctl-request"),  # either spelling
         "trainctl_key": version.labels.get(KEY_LABEL) or version.labels.get("trainctl-key"),
         "artifact_uri": version.artifact_uri,
+        "servable": servable_of(version.labels),
         "metrics": metrics,
         "lineage": lineage,
         "schema": _schema(models.gcs, version.artifact_uri),
         "drift": drift or None,
     }
+
+
+def servable_of(labels: dict[str, str]) -> bool | None:
+    """Whether a version can be deployed, from its labels: trainctl_servable; a built-in trainer's version registered
+    before the label existed always could; None for another version from before it (trainctl cannot tell)."""
+    recorded = labels.get(SERVABLE_LABEL)
+    if recorded in ("true", "false"):
+        return recorded == "true"
+    kind = labels.get(TRAINER_LABEL) or labels.get(LEGACY_TRAINER_LABEL)
+    if labels.get("managed-by") == "trainctl" and kind in (None, BUILTIN_TRAINER):
+        return True
+    return None
 
 
 def _schema(gcs: Gcs, artifact_uri: str | None) -> dict[str, Any] | None:
@@ -244,6 +267,10 @@ def run_show(args: argparse.Namespace) -> int:
         if v["lineage"]:
             lineage = v["lineage"]
             print(f"{'':>9}data {lineage['dataset_uri']}; job {lineage.get('job', '-')}; image {lineage['image']}")
+        if v["servable"] is False:
+            print(f"{'':>9}{NOT_SERVABLE}")
+        elif v["servable"] is None and v["lineage"]:
+            print(f"{'':>9}deployable: unknown (registered before trainctl recorded it: trainctl_servable)")
         if v["schema"]:
             schema = v["schema"]
             print(f"{'':>9}schema {schema.get('summary') or 'cannot be read: ' + schema['unreadable']}")

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from local.jobservice.capacity import CapacityError, load_capacity
+from local.jobservice.model_rules import project_numbers
 from local.jobservice.replicas import DEFAULT_IMAGE_MAP, ExecutionSettings
 from local.jobservice.server import LocalJobService
 
@@ -52,6 +53,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "stockouts and preemptions per machine type and strategy",
     )
     parser.add_argument(
+        "--project-number",
+        action="append",
+        default=[],
+        metavar="PROJECT=NUMBER",
+        help="the number the Model Registry spells project PROJECT with in its answers, as Vertex does (repeatable); "
+        "other projects get a stable 12-digit number derived from their id",
+    )
+    parser.add_argument(
         "--announce-topic",
         help="projects/P/topics/T: publish every state change there in the Cloud Logging sink's shape "
         "(needs PUBSUB_EMULATOR_HOST for the emulator)",
@@ -76,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     except (CapacityError, OSError) as error:
         print(f"--capacity: {error}", file=sys.stderr)
         return 2
+    pins = dict(pin.split("=", 1) for pin in args.project_number if "=" in pin)
+    if len(pins) != len(args.project_number) or not all(number.isdigit() for number in pins.values()):
+        print(f"--project-number: write PROJECT=NUMBER (digits), got {args.project_number}", file=sys.stderr)
+        return 2
     service = LocalJobService(
         state_dir,
         settings,
@@ -84,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         exit_on_crash=True,
         rest_port=args.rest_port,
         capacity=capacity,
+        project_numbers=project_numbers(pins),
     )
     announcer = None
     if args.announce_topic:

@@ -14,6 +14,9 @@ The rules (sources in local/FIDELITY.md, "Vertex AI Model Registry"):
   DeleteModelVersion and MergeVersionAliases take a version id only.
 - Refusals: INVALID_ARGUMENT naming the field, NOT_FOUND for an unknown model, version, alias or
   evaluation, ALREADY_EXISTS for a model id in use, FAILED_PRECONDITION for a state that forbids the change.
+- Names: a request may spell the project by its id or its number; every name the registry answers with spells
+  it by its number (`project_numbers`: derived from the id unless pinned), as Vertex does.
+- An evaluation under Google's classification or regression metrics schema holds only that schema's fields.
 
 `now` and `upload_seconds` are parameters so that the unit tests run the rules without waiting.
 """
@@ -56,13 +59,17 @@ from local.jobservice.model_listing import (
 from local.jobservice.model_rules import (
     DEFAULT_ALIAS,
     ModelRef,
+    ProjectNumbers,
     RegistryError,
+    evaluation_problems,
     merge_problems,
     model_name_problem,
     parent_problem,
     parse_model_name,
+    project_numbers,
     refuse_invalid,
     upload_problems,
+    with_project_number,
 )
 from local.jobservice.model_store import ModelRecord, ModelStore, VersionRecord
 
@@ -105,12 +112,14 @@ class ModelRegistry:
         store: ModelStore | None = None,
         now: Callable[[], dt.datetime] = _utc_now,
         upload_seconds: float = UPLOAD_SECONDS,
+        numbers: ProjectNumbers | None = None,
     ):
         self._store = store or ModelStore()
         self._now = now
         self._upload_time = dt.timedelta(seconds=upload_seconds)
         self._lock = threading.Lock()
-        self._models = {record.name: record for record in self._store.load()}
+        self._number = numbers or project_numbers()
+        self._models = {record.name: record for record in map(self._numbered, self._store.load())}
         self._operations: dict[str, operations_pb2.Operation] = {}  # the delete operations since start
         self._last_id = max((record.sequence for record in self._models.values()), default=0)
 
@@ -118,6 +127,10 @@ class ModelRegistry:
 
     def upload(self, request: UploadModelRequest, seconds: float | None = None) -> operations_pb2.Operation:
         """Start the upload: its operation, done `seconds` (else `upload_seconds`) from now."""
+        request = _copy(request)
+        request.parent = self._named(request.parent)
+        if request.parent_model:
+            request.parent_model = self._named(request.parent_model)
         refuse_invalid(upload_problems(request))
         with self._lock:
             now = self._settle()
@@ -151,6 +164,7 @@ class ModelRegistry:
             return self._upload_operation(record, version)
 
     def get_operation(self, name: str) -> operations_pb2.Operation:
+        name = self._named(name)
         with self._lock:
             self._settle()
             for record in self._models.values():
@@ -167,18 +181,19 @@ class ModelRegistry:
         refuse_invalid([model_name_problem("name", name)])
         with self._lock:
             self._settle()
-            return _copy(self._resolve(name)[1].model)
+            return _copy(self._resolve(self._named(name))[1].model)
 
     def list_models(self, request: ListModelsRequest) -> ListModelsResponse:
         refuse_invalid([parent_problem(request.parent), order_by_problem(request.order_by)])
         matches = model_filter(request.filter)
+        parent = self._named(request.parent)
         with self._lock:
             self._settle()
             records = sorted(self._models.values(), key=lambda record: record.sequence)
             listed = [
                 (record.sequence, _copy(default.model))
                 for record in records
-                if record.name.startswith(f"{request.parent}/models/")
+                if record.name.startswith(f"{parent}/models/")
                 and (default := record.carrying(DEFAULT_ALIAS)) is not None
                 and matches(default.model)
             ]
@@ -191,7 +206,7 @@ class ModelRegistry:
         matches = version_filter(request.filter)
         with self._lock:
             self._settle()
-            record = self._visible_model(request.name)
+            record = self._visible_model(self._named(request.name))
             listed = []
             for version in record.visible():
                 if matches(version.model):
@@ -214,7 +229,7 @@ class ModelRegistry:
         cancelled = set(adding) & set(removing)
         with self._lock:
             now = self._settle()
-            record, version = self._resolve(request.name)
+            record, version = self._resolve(self._named(request.name))
             missing = [alias for alias in removing if alias not in cancelled and alias not in version.aliases]
             if missing:
                 raise RegistryError(
@@ -233,7 +248,7 @@ class ModelRegistry:
         refuse_invalid([model_name_problem("name", name, versioned="version id")])
         with self._lock:
             self._settle()
-            record, version = self._resolve(name)
+            record, version = self._resolve(self._named(name))
             if len(record.visible()) == 1:
                 raise RegistryError(
                     grpc.StatusCode.FAILED_PRECONDITION,
@@ -254,7 +269,7 @@ class ModelRegistry:
         refuse_invalid([model_name_problem("name", name, versioned="never")])
         with self._lock:
             self._settle()
-            record = self._visible_model(name)
+            record = self._visible_model(self._named(name))
             del self._models[record.name]
             self._store.delete(record.name)
             return self._delete_operation(record.name)
@@ -262,10 +277,10 @@ class ModelRegistry:
     # --- evaluations
 
     def import_evaluation(self, request: ImportModelEvaluationRequest) -> ModelEvaluation:
-        refuse_invalid([model_name_problem("parent", request.parent)])
+        refuse_invalid([model_name_problem("parent", request.parent), *evaluation_problems(request.model_evaluation)])
         with self._lock:
             now = self._settle()
-            record, version = self._resolve(request.parent)
+            record, version = self._resolve(self._named(request.parent))
             evaluation = _copy(request.model_evaluation)
             evaluation.name = f"{record.name}/evaluations/{self._new_id()}"
             evaluation.create_time = now
@@ -280,7 +295,7 @@ class ModelRegistry:
         refuse_invalid(problems)
         with self._lock:
             self._settle()
-            version = self._resolve(request.parent)[1]
+            version = self._resolve(self._named(request.parent))[1]
             listed = [(int(e.name.rsplit("/", 1)[1]), _copy(e)) for e in version.evaluations]
         page, token = one_page(listed, request.page_size, request.page_token)
         return ListModelEvaluationsResponse(model_evaluations=page, next_page_token=token)
@@ -290,13 +305,37 @@ class ModelRegistry:
         if found is None:
             refuse_invalid([("name", f"must look like projects/P/locations/L/models/M/evaluations/ID, got {name!r}")])
             raise AssertionError("refuse_invalid raises")
+        name = self._named(name)
         with self._lock:
             self._settle()
-            for version in self._visible_model(found["model"]).visible():
+            for version in self._visible_model(self._named(found["model"])).visible():
                 for evaluation in version.evaluations:
                     if evaluation.name == name:
                         return _copy(evaluation)
         raise RegistryError(grpc.StatusCode.NOT_FOUND, f"ModelEvaluation {name} does not exist.")
+
+    # --- names
+
+    def _named(self, name: str) -> str:
+        """A resource name as the registry keeps and answers it: the project by its number."""
+        return with_project_number(name, self._number)
+
+    def _numbered(self, record: ModelRecord) -> ModelRecord:
+        """A stored model whose names spell the project otherwise (kept before issue 38, or under other pins), renamed
+        and kept again under its new name."""
+        name = self._named(record.name)
+        if name == record.name:
+            return record
+        old = record.name
+        record.name = name
+        for version in record.versions.values():
+            version.model.name = name
+            version.operation = self._named(version.operation)
+            for evaluation in version.evaluations:
+                evaluation.name = self._named(evaluation.name)
+        self._store.save(record)
+        self._store.delete(old)
+        return record
 
     # --- the rules' machinery (callers hold the lock)
 

@@ -8,12 +8,14 @@ projects.locations.models, and https://cloud.google.com/vertex-ai/docs/model-reg
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
-from google.cloud.aiplatform_v1.types import Model, UploadModelRequest
+from google.cloud.aiplatform_v1.types import Model, ModelEvaluation, UploadModelRequest
 
 from local.jobservice.validation import PARENT_RE, Problem, vertex_error_text
 from schemas.request import MAX_DISPLAY_NAME
@@ -166,4 +168,91 @@ def model_problems(model: Model) -> list[Problem]:
             problems.append(("model.artifact_uri", uri_problem))
     if "container_spec" in model and not model.container_spec.image_uri:
         problems.append(("model.container_spec.image_uri", "is required when container_spec is given"))
+    return problems
+
+
+# --- names: Vertex answers with the project's number, whichever spelling the request used
+
+ProjectNumbers = Callable[[str], str]
+
+
+def derived_project_number(project: str) -> str:
+    """A stable 12-digit stand-in for a project's number (a real one comes from Resource Manager); a number is
+    itself. Vertex takes either spelling in a request and answers with the number: the upload's operation and its
+    UploadModelResponse.model, every Model.name and ModelEvaluation.name (the ModelService pages of the Vertex
+    documentation, local/FIDELITY.md)."""
+    if project.isdigit():
+        return project
+    return str(10**11 + int(hashlib.sha256(project.encode()).hexdigest(), 16) % (9 * 10**11))
+
+
+def project_numbers(pinned: Mapping[str, str] | None = None, derive: bool = True) -> ProjectNumbers:
+    """How the registry spells a project: `pinned` ids by their number, any other id by derived_project_number
+    (or as asked, with derive=False: what the registry did before issue 38)."""
+    pins = dict(pinned or {})
+
+    def number(project: str) -> str:
+        if project in pins:
+            return pins[project]
+        return derived_project_number(project) if derive else project
+
+    return number
+
+
+def with_project_number(name: str, number: ProjectNumbers) -> str:
+    """`projects/P/…` with P spelled as the registry answers; any other text as it is."""
+    parts = name.split("/", 2)
+    if len(parts) >= 2 and parts[0] == "projects" and parts[1]:
+        parts[1] = number(parts[1])
+    return "/".join(parts)
+
+
+# --- evaluations: metrics under a schema must be that schema's fields
+
+# The fields of Google's ModelEvaluation metrics schemas trainctl imports under, each with the JSON type it holds
+# (classification_metrics_1.0.0.yaml: ClassificationEvaluationMetrics; regression_metrics_1.0.0.yaml:
+# RegressionEvaluationMetrics; the aiplatform v1 discovery document's GoogleCloudAiplatformV1SchemaModelevaluation…
+# types and the evaluate-model page's responses, local/FIDELITY.md).
+_SCHEMA_ROOT = "gs://google-cloud-aiplatform/schema/modelevaluation/"
+METRICS_SCHEMAS: dict[str, dict[str, type]] = {
+    f"{_SCHEMA_ROOT}classification_metrics_1.0.0.yaml": {
+        "auPrc": float,
+        "auRoc": float,
+        "logLoss": float,
+        "confidenceMetrics": list,
+        "confusionMatrix": dict,
+    },
+    f"{_SCHEMA_ROOT}regression_metrics_1.0.0.yaml": {
+        "rootMeanSquaredError": float,
+        "meanAbsoluteError": float,
+        "meanAbsolutePercentageError": float,
+        "rSquared": float,
+        "rootMeanSquaredLogError": float,
+    },
+}
+
+
+def evaluation_problems(evaluation: ModelEvaluation) -> list[Problem]:
+    """An evaluation under one of the schemas above whose metrics are not that schema's fields: each entry that is
+    not a field of it, or holds the wrong kind of value. Other schemas are not checked (the local registry does not
+    know them)."""
+    fields = METRICS_SCHEMAS.get(evaluation.metrics_schema_uri)
+    if fields is None:
+        return []
+    metrics: Any = ModelEvaluation.to_dict(evaluation).get("metrics")
+    if metrics in (None, {}):
+        return []
+    if not isinstance(metrics, dict):
+        return [("model_evaluation.metrics", f"must be an object of {evaluation.metrics_schema_uri}'s fields")]
+    problems: list[Problem] = []
+    known = ", ".join(fields)
+    for name, value in metrics.items():
+        kind = fields.get(name)
+        where = f"model_evaluation.metrics.{name}"
+        if kind is None:
+            problems.append((where, f"is not a field of {evaluation.metrics_schema_uri.rsplit('/', 1)[1]} ({known})"))
+        elif kind is float and (isinstance(value, bool) or not isinstance(value, int | float)):
+            problems.append((where, f"must be a number, got {value!r}"))
+        elif kind is not float and not isinstance(value, kind):
+            problems.append((where, f"must be {'a list' if kind is list else 'an object'}, got {value!r}"))
     return problems

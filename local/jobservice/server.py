@@ -36,6 +36,7 @@ from local.jobservice.faults import PERMISSIONS, RATE_LIMITED_METHODS, FaultPlan
 from local.jobservice.job_logs import JobLogs, logging_routes
 from local.jobservice.model_registry import ModelRegistry
 from local.jobservice.model_rest import model_service_routes
+from local.jobservice.model_rules import ProjectNumbers
 from local.jobservice.model_store import ModelStore
 from local.jobservice.replicas import ExecutionSettings
 from local.jobservice.rest import RestServer, rest_routes
@@ -56,6 +57,7 @@ class LocalJobService:
         exit_on_crash: bool = False,
         rest_port: int = 0,
         capacity: CapacityModel | None = None,
+        project_numbers: ProjectNumbers | None = None,
     ):
         self.state_dir = Path(state_dir)
         self.settings = settings or ExecutionSettings()
@@ -65,7 +67,8 @@ class LocalJobService:
         # Only a server that is its own process may really exit on Crash; in-process, crash detaches.
         self.exit_on_crash = exit_on_crash
         self.store = JobStore(self.state_dir)
-        self.registry = ModelRegistry(ModelStore(self.state_dir))  # Vertex's Model Registry, on the REST port
+        # Vertex's Model Registry, on the REST port; it answers with project numbers (model_rules.project_numbers).
+        self.registry = ModelRegistry(ModelStore(self.state_dir), numbers=project_numbers)
         self.faults = FaultPlan()
         self.executor = JobExecutor(self.store, self.settings)
         if capacity is not None:

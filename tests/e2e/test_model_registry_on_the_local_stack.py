@@ -49,7 +49,8 @@ def test_the_vertex_sdk_example_versions_a_model_and_moves_its_aliases(stack: Ru
 
 def test_gcloud_lists_describes_and_lists_the_versions_of_the_models(stack: RunningStack, sdk_model):
     """Issue 26, the local stack: the stock `gcloud ai models list / describe / list-version` read the local
-    registry through the endpoint override `trainctl local env` exports; an unknown model is NOT_FOUND."""
+        registry through the endpoint override `trainctl local env` exports, which answers with the project's number as
+    Vertex does (issue 38); an unknown model is NOT_FOUND."""
     model_id, _ = sdk_model
 
     commands = [
@@ -70,6 +71,7 @@ def test_gcloud_lists_describes_and_lists_the_versions_of_the_models(stack: Runn
     assert (json.loads(default.stdout)["versionId"], json.loads(champion.stdout)["versionId"]) == ("2", "2")
     described = json.loads(first.stdout)
     assert described["name"].endswith(f"/models/{model_id}") and described["versionId"] == "1"
+    assert described["name"].split("/")[1].isdigit()  # issue 38: the project by its number, as Vertex answers
     assert described["containerSpec"]["imageUri"] == "localhost/trainctl/trainer:latest"
     rows = [line.split() for line in versions.stdout.splitlines()]
     assert rows == [

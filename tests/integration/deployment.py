@@ -32,6 +32,8 @@ FAKE_NODE_IMAGE = "localhost/tests/fake-node"
 # A built-in trainer image under the test image's prefix, so the session's JobService runs fake_node.py for it: a
 # deployment serving with TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN runs built-in requests without torch.
 TRAINER_STAND_IN = f"{FAKE_NODE_IMAGE}/trainer:1"
+# The test image named by a digest, as a model's own code must be (issue 38: code that cannot change under its name).
+PINNED_FAKE_NODE_IMAGE = f"{FAKE_NODE_IMAGE}@sha256:{'0' * 64}"
 # The lease of a claim whose delivery a test kills (a deployment's own is TRAINCTL_LEASE, 3 s): its redelivery
 # waits out at most 1 s of it.
 DEAD_CLAIM_LEASE = "1s"

@@ -174,7 +174,8 @@ def test_extra_columns_are_accepted_and_named(deployment, champion, registry, jo
     assert succeeded.metrics is not None and succeeded.metrics["drift"] == drift
     version = held.version
     [evaluation] = registry.list_model_evaluations(parent=f"{PARENT}/models/{champion}@{version}")
-    assert dict(evaluation.metrics["drift"]) == drift and evaluation.metrics["drift_measure"] == "psi"
+    figures = evaluation.metadata["trainctl_metrics"]  # issue 38: trainctl's figures, beside the schema's fields
+    assert dict(figures["drift"]) == drift and figures["drift_measure"] == "psi"
 
 
 def test_models_show_gives_each_versions_schema_and_drift(deployment, champion, monkeypatch, capsys):

@@ -24,7 +24,7 @@ from functions.keys import key_hash
 from local.names import LOCAL_PROJECT, LOCAL_REGION
 from schemas.events import Held, Promoted, Registered
 from tests.integration.deployment import (
-    FAKE_NODE_IMAGE,
+    PINNED_FAKE_NODE_IMAGE,
     TRAINER_STAND_IN,
     Deployment,
     builtin_request,
@@ -105,7 +105,7 @@ def test_the_first_success_registers_a_version_and_makes_it_the_champion(deploym
     `succeeded` in the request's sequence, and the record leaves the active index once they are published."""
     model = new_model()
     events = deployment.events()
-    promoted = run(deployment, "first-1", model, accuracy(0.80), "promoted")
+    promoted = run(deployment, "first-1", model, accuracy(0.80) | {"val_loss": 0.45}, "promoted")
     assert [s for s in events.states("first-1") if s in ("succeeded", "registered", "promoted")] == [
         "succeeded",
         "registered",
@@ -127,10 +127,17 @@ def test_the_first_success_registers_a_version_and_makes_it_the_champion(deploym
     assert version.labels["trainctl_request"] == "first-1"
     assert version.labels["trainctl_job"] == record["job_name"].rsplit("/", 1)[-1]
     assert list(version.container_spec.command) == ["python", "-m", "trainer.serve"]
+    assert version.labels["trainctl_servable"] == "true" and registered.servable is True
     assert registered.lineage.dataset_uri in version.version_description
+    # Issue 38: the registry answers with the project's number; every event spells the model with the project id.
+    assert version.name != f"{PARENT}/models/{model}" and version.name.endswith(f"/models/{model}")
+    assert registered.model_resource == promoted.model_resource == f"{PARENT}/models/{model}"
     [evaluation] = registry.list_model_evaluations(parent=f"{PARENT}/models/{model}@1")
     assert evaluation.display_name == f"trainctl-{key_hash('request:first-1')}"
-    assert evaluation.metrics["val_accuracy"] == 0.80
+    # Issue 38: under the classification schema only its fields; trainctl's figures in the metadata.
+    assert evaluation.metrics_schema_uri.endswith("/classification_metrics_1.0.0.yaml")
+    assert dict(evaluation.metrics) == {"logLoss": 0.45}
+    assert evaluation.metadata["trainctl_metrics"]["val_accuracy"] == 0.80
     assert promoted.decision is not None and promoted.decision.champion_version is None
     assert promoted.previous_version is None
     deployment.reconcile()
@@ -194,12 +201,64 @@ def test_a_custom_image_cannot_feed_a_model_the_built_in_trainer_feeds(deploymen
         json.dumps(accuracy(0.99)),
         model={"name": model, "metric": "val_accuracy", "goal": "maximize"},
     )
-    custom["trainer"]["image"] = f"{FAKE_NODE_IMAGE}@sha256:{'0' * 64}"
+    custom["trainer"]["image"] = PINNED_FAKE_NODE_IMAGE
     assert deployment.request(custom) == 200
     (rejected,) = events.of("kind-custom-1", "rejected")
     assert len(rejected.errors) == 1 and rejected.errors[0].startswith(f"model.name: the versions of model '{model}'")
     assert jobs_with_key(job_client, "request:kind-custom-1") == []
     assert [v.version_id for v in versions(registry, model)] == ["1"]
+
+
+SERVING = {
+    "image": "localhost/tests/server:1",
+    "command": ["python", "-m", "server"],
+    "routes": {"predict": "/predict", "health": "/healthz"},
+    "port": 7080,
+}
+
+
+def test_your_own_code_is_deployable_only_with_the_serving_container_its_request_names(
+    deployment, registry, monkeypatch, capsys
+):
+    """Issue 38, attack 7: a custom image's version was registered with its training image and entry point as its
+    serving container, which no deployment could pass health checks with. Without model.serving it is registered
+    as not deployable (a container that only says why, trainctl_servable=false) and `registered` and `trainctl models
+    show` say so; with it, the version gets that container."""
+    model = new_model()
+    block = {"name": model, "metric": "val_accuracy", "goal": "maximize"}
+    events = deployment.events()
+    for request_id, extra in (("serve-none-1", {}), ("serve-named-1", {"serving": SERVING})):
+        metrics = json.dumps(accuracy(0.7 if extra else 0.6))
+        document = fake_node_request(request_id, "--metrics", metrics, model=block | extra)
+        document["trainer"]["image"] = PINNED_FAKE_NODE_IMAGE
+        assert deployment.request(document) == 200
+        events.wait_for(request_id, "promoted" if not extra else "held", act=deployment.reconcile, timeout=90)
+    [plain] = events.of("serve-none-1", "registered")
+    [named] = events.of("serve-named-1", "registered")
+
+    first = registry.get_model(name=f"{PARENT}/models/{model}@1")
+    assert isinstance(plain, Registered) and plain.servable is False and "not deployable" in plain.message
+    assert first.labels["trainctl_servable"] == "false"
+    assert first.container_spec.image_uri != plain.lineage.image  # never the training image
+    assert "not deployable" in first.container_spec.command[-1]
+    second = registry.get_model(name=f"{PARENT}/models/{model}@2")
+    assert isinstance(named, Registered) and named.servable is True and "not deployable" not in named.message
+    spec = second.container_spec
+    assert (spec.image_uri, list(spec.command), spec.predict_route, spec.health_route) == (
+        "localhost/tests/server:1",
+        ["python", "-m", "server"],
+        "/predict",
+        "/healthz",
+    )
+    assert [port.container_port for port in spec.ports] == [7080]
+
+    for name, value in deployment.settings_env().items():
+        monkeypatch.setenv(name, value)
+    capsys.readouterr()
+    assert trainctl(["models", "show", model, "--json"]) == 0
+    assert [v["servable"] for v in json.loads(capsys.readouterr().out)["versions"]] == [False, True]
+    assert trainctl(["models", "show", model]) == 0
+    assert capsys.readouterr().out.count("not deployable: its request named no model.serving") == 1
 
 
 def test_a_redelivered_success_and_a_crash_between_steps_register_once(deployment, registry, tmp_path):

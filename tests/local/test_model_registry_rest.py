@@ -1,13 +1,15 @@
 """Vertex's ModelService on the local JobService's REST port: the stock `ModelServiceClient` with
 `transport="rest"` (anonymous credentials, the endpoint of the REST port) and plain HTTP, on one registry:
 uploads as long-running operations, versions read by id and by alias, aliases moved, evaluations, refusals in
-Google's error body, and the registry kept across a restart of the JobService."""
+Google's error body, names answered with the project's number (pinned here with --project-number), and the
+registry kept across a restart of the JobService."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -21,6 +23,10 @@ from local.jobservice.standalone import JobServiceProcess, start_jobservice_proc
 pytestmark = pytest.mark.integration
 
 PARENT = "projects/registry-test/locations/us-central1"
+# Vertex answers with the project's number whichever spelling a request used (issue 38); the module pins it.
+NUMBER = "987654321098"
+ANSWERED = f"projects/{NUMBER}/locations/us-central1"
+CLASSIFICATION = "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml"
 # The client polls an operation after a random pause of up to 1 s, then up to 1.5 s, …: about a second per upload
 # that the local registry finishes in 0.5 s. These tests look every 0.1 s instead (the same polling otherwise).
 POLLING = DEFAULT_POLLING.with_delay(initial=0.1, maximum=0.1, multiplier=1.0)
@@ -48,7 +54,8 @@ def upload(client: ModelServiceClient, **request: object) -> str:
 @pytest.fixture(scope="module")
 def jobservice(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobServiceProcess]:
     """One JobService for the module (a process takes seconds to start); each test has a model of its own."""
-    service = start_jobservice_process(tmp_path_factory.mktemp("registry-jobservice"))
+    pin = ("--project-number", f"registry-test={NUMBER}")
+    service = start_jobservice_process(tmp_path_factory.mktemp("registry-jobservice"), extra_args=pin)
     try:
         yield service
     finally:
@@ -66,6 +73,7 @@ def test_the_rest_client_uploads_versions_and_reads_them_by_version_and_alias(
     """Issue 26, the local stack: UploadModel (new model, then parent_model), GetModel with @version and
     @alias, ListModelVersions, MergeVersionAliases moving an alias, DeleteModelVersion, over the real client."""
     client, churn = model_client(jobservice), f"{PARENT}/models/{model_id}"
+    answered = f"{ANSWERED}/models/{model_id}"
     assert upload(client, model_id=model_id) == "1"
     assert upload(client, parent_model=churn, model={"display_name": "churn", "version_aliases": ["champion"]}) == "2"
     assert upload(client, parent_model=churn, model={"display_name": "churn", "labels": {"run": "r3"}}) == "3"
@@ -79,32 +87,44 @@ def test_the_rest_client_uploads_versions_and_reads_them_by_version_and_alias(
 
     versions = list(client.list_model_versions(name=churn))
     assert [(v.name, v.version_id, list(v.version_aliases)) for v in versions] == [
-        (f"{churn}@1", "1", []),
-        (f"{churn}@3", "3", ["champion", "default"]),
+        (f"{answered}@1", "1", []),
+        (f"{answered}@3", "3", ["champion", "default"]),
     ]
     listed = client.list_models(request={"parent": PARENT, "filter": f"model={model_id}"})
-    assert [(model.name, model.version_id) for model in listed] == [(churn, "3")]
+    assert [(model.name, model.version_id) for model in listed] == [(answered, "3")]
+    assert client.get_model(name=f"{answered}@champion").version_id == "3"  # the number in a request, too
     with pytest.raises(exceptions.NotFound):
         client.get_model(name=f"{churn}@2")
 
 
 def test_evaluations_are_imported_into_a_version_and_listed_from_it(jobservice: JobServiceProcess, model_id: str):
-    """Issue 26, the local stack: ImportModelEvaluation and ListModelEvaluations on `M@V`."""
+    """Issue 26, the local stack: ImportModelEvaluation and ListModelEvaluations on `M@V`. Issue 38: under Google's
+    classification schema the metrics are its fields; trainctl's own figures travel in the metadata; another entry
+    is refused naming it."""
     client, churn = model_client(jobservice), f"{PARENT}/models/{model_id}"
     upload(client, model_id=model_id)
     upload(client, parent_model=churn, model={"display_name": "churn", "version_aliases": ["champion"]})
     evaluation = {
         "display_name": "request r2",
-        "metrics_schema_uri": "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml",
-        "metrics": {"val_accuracy": 0.91, "val_loss": 0.2},
+        "metrics_schema_uri": CLASSIFICATION,
+        "metrics": {"logLoss": 0.2},
+        "metadata": {"trainctl_metrics": {"val_accuracy": 0.91, "val_loss": 0.2}},
     }
 
     imported = client.import_model_evaluation(parent=f"{churn}@2", model_evaluation=evaluation)
 
+    assert imported.name.startswith(f"{ANSWERED}/models/{model_id}/evaluations/")
     listed = list(client.list_model_evaluations(parent=f"{churn}@champion"))
-    assert [(e.name, e.metrics["val_accuracy"]) for e in listed] == [(imported.name, 0.91)]
+    assert [(e.name, e.metrics["logLoss"], e.metadata["trainctl_metrics"]["val_accuracy"]) for e in listed] == [
+        (imported.name, 0.2, 0.91)
+    ]
     assert list(client.list_model_evaluations(parent=churn)) == []
     assert client.get_model_evaluation(name=imported.name).display_name == "request r2"
+    body: dict[str, Any] = {"modelEvaluation": {"metricsSchemaUri": CLASSIFICATION, "metrics": {"val_accuracy": 0.91}}}
+    refused = requests.post(url(jobservice, f"{churn}@2/evaluations:import"), json=body, timeout=10)
+    assert refused.status_code == 400
+    [detail] = refused.json()["error"]["details"]
+    assert detail["fieldViolations"][0]["field"] == "model_evaluation.metrics.val_accuracy"
 
 
 def test_the_upload_is_an_operation_polled_to_done_on_both_of_its_paths(jobservice: JobServiceProcess, model_id: str):
@@ -116,7 +136,8 @@ def test_the_upload_is_an_operation_polled_to_done_on_both_of_its_paths(jobservi
 
     started = requests.post(url(jobservice, f"{PARENT}/models:upload"), json=body, timeout=10).json()
 
-    assert started["name"].startswith(f"{churn}/operations/") and not started.get("done")
+    answered = f"{ANSWERED}/models/{model_id}"
+    assert started["name"].startswith(f"{answered}/operations/") and not started.get("done")
     assert started["metadata"]["@type"].endswith("google.cloud.aiplatform.v1.UploadModelOperationMetadata")
     assert requests.get(url(jobservice, churn), timeout=10).status_code == 404  # not there until done
     deadline = time.monotonic() + 30
@@ -125,7 +146,7 @@ def test_the_upload_is_an_operation_polled_to_done_on_both_of_its_paths(jobservi
         time.sleep(0.1)
     assert operation["response"] == {
         "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
-        "model": churn,
+        "model": answered,
         "modelVersionId": "1",
     }
     assert requests.get(f"{jobservice.rest_url}ui/{started['name']}", timeout=10).json() == operation

@@ -31,6 +31,8 @@ NEEDS_A_DEPLOYMENT = [
     ["models", "show", "churn"],
     ["models", "promote", "churn", "2"],
     ["models", "rollback", "churn"],
+    ["models", "adopt", "churn", "--team", "default"],
+    ["models", "rule", "churn", "--min-improvement", "0.01"],
     ["replay", EVENT],
     ["plan", REQUEST, "--quota"],
 ]

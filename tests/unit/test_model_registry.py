@@ -1,6 +1,6 @@
 """The local Model Registry's rules (local/jobservice/model_registry.py), without a server: uploads as
 operations, versions and their ids, aliases and `default`, names with @version and @alias, listing, evaluations,
-and the refusals Vertex gives, each with the field it names."""
+the project spelled by its number in every answer, and the refusals Vertex gives, each with the field it names."""
 
 from __future__ import annotations
 
@@ -20,11 +20,16 @@ from google.cloud.aiplatform_v1.types import (
 )
 
 from local.jobservice.model_registry import ModelRegistry
-from local.jobservice.model_rules import RegistryError
+from local.jobservice.model_rules import RegistryError, derived_project_number, project_numbers
 from local.jobservice.model_store import ModelStore
 
 PARENT = "projects/p/locations/us-central1"
 CHURN = f"{PARENT}/models/churn"
+# Vertex answers with the project's number whichever spelling a request used; the tests pin project p's.
+NUMBER = "123456789012"
+NUMBERS = project_numbers({"p": NUMBER})
+ANSWERED_PARENT = f"projects/{NUMBER}/locations/us-central1"
+ANSWERED_CHURN = f"{ANSWERED_PARENT}/models/churn"
 
 
 class Clock:
@@ -40,7 +45,7 @@ class Clock:
 
 @pytest.fixture
 def registry() -> ModelRegistry:
-    return ModelRegistry(upload_seconds=0)
+    return ModelRegistry(upload_seconds=0, numbers=NUMBERS)
 
 
 def upload(registry: ModelRegistry, model_id: str = "churn", parent_model: str = "", **model: object) -> str:
@@ -88,10 +93,10 @@ def test_an_upload_is_an_operation_and_its_version_exists_once_the_operation_is_
     """Issue 26, the local stack: UploadModel is a long-running operation named models/M/operations/ID; the
     version cannot be read (nor the new model listed) until it is done."""
     clock = Clock()
-    registry = ModelRegistry(now=clock, upload_seconds=2)
+    registry = ModelRegistry(now=clock, upload_seconds=2, numbers=NUMBERS)
     operation = registry.upload(UploadModelRequest(parent=PARENT, model_id="churn", model={"display_name": "c"}))
 
-    assert operation.name.startswith(f"{CHURN}/operations/")
+    assert operation.name.startswith(f"{ANSWERED_CHURN}/operations/")
     assert not operation.done
     assert refusal(registry.get, CHURN).code == grpc.StatusCode.NOT_FOUND
     assert registry.list_models(ListModelsRequest(parent=PARENT)).models == []
@@ -102,7 +107,7 @@ def test_an_upload_is_an_operation_and_its_version_exists_once_the_operation_is_
 
     assert done.done
     response = UploadModelResponse.deserialize(done.response.value)
-    assert (response.model, response.model_version_id) == (CHURN, "1")
+    assert (response.model, response.model_version_id) == (ANSWERED_CHURN, "1")
     assert registry.get(CHURN).version_aliases == ["default"]
 
 
@@ -114,7 +119,7 @@ def test_a_name_reads_the_default_version_a_version_id_or_an_alias(registry: Mod
     assert registry.get(CHURN).artifact_uri == "gs://bucket/one"
     assert registry.get(f"{CHURN}@2").artifact_uri == "gs://bucket/two"
     assert registry.get(f"{CHURN}@champion").version_id == "2"
-    assert registry.get(f"{CHURN}@champion").name == CHURN  # the name without the version
+    assert registry.get(f"{CHURN}@champion").name == ANSWERED_CHURN  # the name without the version
     for unknown in (f"{PARENT}/models/nope", f"{CHURN}@3", f"{CHURN}@golden"):
         assert refusal(registry.get, unknown).code == grpc.StatusCode.NOT_FOUND, unknown
 
@@ -209,7 +214,7 @@ def test_a_model_without_a_model_id_gets_a_numeric_one(registry: ModelRegistry):
     operation = registry.upload(UploadModelRequest(parent=PARENT, model={"display_name": "anonymous"}))
 
     model = UploadModelResponse.deserialize(operation.response.value).model
-    assert model.startswith(f"{PARENT}/models/") and model.rsplit("/", 1)[1].isdigit()
+    assert model.startswith(f"{ANSWERED_PARENT}/models/") and model.rsplit("/", 1)[1].isdigit()
 
 
 def test_the_only_version_and_the_default_one_cannot_be_deleted_and_ids_are_never_reused(registry: ModelRegistry):
@@ -224,7 +229,7 @@ def test_the_only_version_and_the_default_one_cannot_be_deleted_and_ids_are_neve
 
     deleted = registry.delete_version(f"{CHURN}@2")
 
-    assert deleted.done and deleted.name.startswith(f"{CHURN}/operations/")
+    assert deleted.done and deleted.name.startswith(f"{ANSWERED_CHURN}/operations/")
     assert registry.get_operation(deleted.name) == deleted
     assert upload(registry, parent_model=CHURN) == "3"
     assert aliases(registry) == {"1": ["default"], "3": []}
@@ -265,7 +270,7 @@ def test_list_versions_names_each_version_by_its_id_and_filters_by_labels(regist
 
     listed = registry.list_versions(ListModelVersionsRequest(name=CHURN, filter='labels.request="b"'))
 
-    assert [model.name for model in listed.models] == [f"{CHURN}@2"]
+    assert [model.name for model in listed.models] == [f"{ANSWERED_CHURN}@2"]
     refused = refusal(registry.list_versions, ListModelVersionsRequest(name=CHURN, filter="display_name=churn"))
     assert refused.violations[0][0] == "filter"
 
@@ -314,7 +319,7 @@ def test_an_evaluation_belongs_to_the_version_it_was_imported_into(registry: Mod
         ImportModelEvaluationRequest(parent=f"{CHURN}@2", model_evaluation=evaluation)
     )
 
-    assert imported.name.startswith(f"{CHURN}/evaluations/") and imported.create_time
+    assert imported.name.startswith(f"{ANSWERED_CHURN}/evaluations/") and imported.create_time
     listed = registry.list_evaluations(ListModelEvaluationsRequest(parent=f"{CHURN}@champion"))
     assert [e.name for e in listed.model_evaluations] == [imported.name]
     assert registry.list_evaluations(ListModelEvaluationsRequest(parent=CHURN)).model_evaluations == []
@@ -323,14 +328,104 @@ def test_an_evaluation_belongs_to_the_version_it_was_imported_into(registry: Mod
 
 def test_a_registry_on_the_same_store_knows_every_model_version_alias_and_evaluation(tmp_path: Path):
     """Issue 26, the local stack: the registry is kept in the state folder, as the job store is."""
-    first = ModelRegistry(ModelStore(tmp_path), upload_seconds=0)
+    first = ModelRegistry(ModelStore(tmp_path), upload_seconds=0, numbers=NUMBERS)
     upload(first)
     upload(first, parent_model=CHURN, version_aliases=["champion"], labels={"request": "r1"})
     first.import_evaluation(ImportModelEvaluationRequest(parent=f"{CHURN}@2", model_evaluation={"display_name": "e"}))
 
-    again = ModelRegistry(ModelStore(tmp_path), upload_seconds=0)
+    again = ModelRegistry(ModelStore(tmp_path), upload_seconds=0, numbers=NUMBERS)
 
     assert aliases(again) == {"1": ["default"], "2": ["champion"]}
     assert again.get(f"{CHURN}@champion").labels == {"request": "r1"}
     assert len(again.list_evaluations(ListModelEvaluationsRequest(parent=f"{CHURN}@2")).model_evaluations) == 1
     assert upload(again, parent_model=CHURN) == "3"
+
+
+def test_every_name_is_answered_with_the_project_number_whichever_spelling_the_request_used(registry: ModelRegistry):
+    """Issue 38, point 7: Vertex takes a project's id or its number in a request and answers with the number (the
+    upload's operation and response, GetModel, ListModelVersions, evaluations); so does the local registry."""
+    upload(registry)
+    upload(registry, parent_model=ANSWERED_CHURN, version_aliases=["champion"])  # the number, as Vertex answered
+
+    by_id, by_number = registry.get(f"{CHURN}@champion"), registry.get(f"{ANSWERED_CHURN}@champion")
+
+    assert by_id.name == by_number.name == ANSWERED_CHURN and by_id.version_id == by_number.version_id == "2"
+    merge(registry, f"{ANSWERED_CHURN}@2", "default")
+    assert aliases(registry, CHURN) == aliases(registry, ANSWERED_CHURN) == {"1": [], "2": ["champion", "default"]}
+    listed = registry.list_models(ListModelsRequest(parent=PARENT)).models
+    assert [model.name for model in listed] == [ANSWERED_CHURN]
+    evaluation = registry.import_evaluation(ImportModelEvaluationRequest(parent=f"{CHURN}@2", model_evaluation={}))
+    assert registry.get_evaluation(evaluation.name.replace(NUMBER, "p")).name == evaluation.name
+
+
+def test_a_project_without_a_pinned_number_gets_a_stable_derived_one_and_the_old_behaviour_stays_available():
+    """Issue 38, point 7: any project id is answered with a 12-digit number that does not change between runs; a
+    number stays itself; `derive=False` answers as asked (the registry before issue 38)."""
+    number = derived_project_number("trainctl-local")
+    assert number == derived_project_number("trainctl-local") and len(number) == 12 and number.isdigit()
+    assert derived_project_number(number) == number and derived_project_number("other") != number
+    derived = ModelRegistry(upload_seconds=0)
+    upload(derived)
+    assert derived.get(CHURN).name == f"projects/{derived_project_number('p')}/locations/us-central1/models/churn"
+    as_asked = ModelRegistry(upload_seconds=0, numbers=project_numbers(derive=False))
+    upload(as_asked)
+    assert as_asked.get(CHURN).name == CHURN
+
+
+def test_a_model_kept_under_the_project_id_is_renamed_to_the_number_when_the_registry_starts(tmp_path: Path):
+    """Issue 38, point 7: a state folder from before the registry answered with numbers keeps its models: they are
+    renamed (versions, operations, evaluations) and kept again under the number."""
+    before = ModelRegistry(ModelStore(tmp_path), upload_seconds=0, numbers=project_numbers(derive=False))
+    upload(before)
+    before.import_evaluation(ImportModelEvaluationRequest(parent=f"{CHURN}@1", model_evaluation={"display_name": "e"}))
+
+    after = ModelRegistry(ModelStore(tmp_path), upload_seconds=0, numbers=NUMBERS)
+
+    assert after.get(CHURN).name == ANSWERED_CHURN
+    [evaluation] = after.list_evaluations(ListModelEvaluationsRequest(parent=CHURN)).model_evaluations
+    assert evaluation.name.startswith(f"{ANSWERED_CHURN}/evaluations/")
+    assert [path.parent.parent.name for path in (tmp_path / "models").glob("*/*/*.json")] == [NUMBER]
+    assert upload(after, parent_model=CHURN) == "2"
+
+
+CLASSIFICATION = "gs://google-cloud-aiplatform/schema/modelevaluation/classification_metrics_1.0.0.yaml"
+REGRESSION = "gs://google-cloud-aiplatform/schema/modelevaluation/regression_metrics_1.0.0.yaml"
+FITTING = {
+    CLASSIFICATION: {"logLoss": 0.3, "auRoc": 0.8, "confidenceMetrics": [{"recall": 1}], "confusionMatrix": {}},
+    REGRESSION: {"rootMeanSquaredError": 1.5, "meanAbsoluteError": 1, "rSquared": 0.7},
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "metrics", "fields"),
+    [
+        (CLASSIFICATION, {"val_accuracy": 0.9, "logLoss": 0.3}, ["model_evaluation.metrics.val_accuracy"]),
+        (
+            CLASSIFICATION,
+            {"logLoss": "low", "confusionMatrix": [1]},
+            ["model_evaluation.metrics.confusionMatrix", "model_evaluation.metrics.logLoss"],
+        ),
+        (REGRESSION, {"val_rmse": 1.0, "rootMeanSquaredError": 1.0}, ["model_evaluation.metrics.val_rmse"]),
+        (REGRESSION, {"rSquared": True}, ["model_evaluation.metrics.rSquared"]),
+    ],
+)
+def test_an_evaluation_under_googles_schema_holds_only_that_schemas_fields(
+    registry: ModelRegistry, schema: str, metrics: dict, fields: list[str]
+):
+    """Issue 38, point 7: metrics imported under classification_metrics_1.0.0.yaml or regression_metrics_1.0.0.yaml
+    are that schema's fields (auPrc, auRoc, logLoss, confidenceMetrics, confusionMatrix; rootMeanSquaredError,
+    meanAbsoluteError, …), each of its kind; another schema, or none, is not checked."""
+    upload(registry)
+    request = ImportModelEvaluationRequest(
+        parent=f"{CHURN}@1", model_evaluation={"metrics_schema_uri": schema, "metrics": metrics}
+    )
+
+    refused = refusal(registry.import_evaluation, request)
+
+    assert refused.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert sorted(field for field, _ in refused.violations) == fields
+    for fitting in (FITTING[schema], {}):
+        evaluation = {"metrics_schema_uri": schema, "metrics": fitting}
+        registry.import_evaluation(ImportModelEvaluationRequest(parent=f"{CHURN}@1", model_evaluation=evaluation))
+    for free in ({"metrics": metrics}, {"metrics_schema_uri": "gs://my-bucket/my_metrics.yaml", "metrics": metrics}):
+        registry.import_evaluation(ImportModelEvaluationRequest(parent=f"{CHURN}@1", model_evaluation=free))

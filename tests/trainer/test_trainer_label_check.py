@@ -151,11 +151,20 @@ def test_an_old_schema_without_classes_stays_readable_and_its_target_is_compared
 
 
 def test_unlabelled_rows_are_no_part_of_the_targets_drift_and_another_target_is_not_compared():
+    """The champion's data had a third of their rows unlabelled, this run's half or none: the labels' shares are
+    what they were, whatever the missing_rate of the column."""
+
+    def unlabelled(table: pa.Table, every: int) -> pa.Table:
+        y = table["y"].to_numpy()
+        return table.set_column(1, "y", pa.array(y, mask=np.arange(len(y)) % every == 0))
+
+    before = labelled(6000, 0.7, 1)
+    for classes in (class_counts(before), None):  # by class, and by quantile (a schema.json before issue 38)
+        champion = schema_of(unlabelled(before, 3), "classification", classes)
+        assert next(c for c in champion["columns"] if c["role"] == "target")["missing_rate"] > 0.3
+        assert target_drift(champion, unlabelled(labelled(6000, 0.7, 2), 2))[0] < 0.01
+        assert target_drift(champion, labelled(6000, 0.7, 2))[0] < 0.01
     champion = schema_of(labelled(5000, 0.7, 1), "classification", {"0": 1500.0, "1": 3500.0})
-    half_unlabelled = labelled(5000, 0.7, 2)
-    y = half_unlabelled["y"].to_numpy()
-    half_unlabelled = half_unlabelled.set_column(1, "y", pa.array(y, mask=np.arange(len(y)) % 2 == 0))
-    assert target_drift(champion, half_unlabelled)[0] < 0.01
     as_text = labelled(500, 0.7, 2)
     as_text = as_text.set_column(1, "y", pc.cast(as_text["y"], pa.string()))
     assert target_drift(champion, as_text) == (None, "was number, is string")
@@ -210,6 +219,8 @@ def test_inverted_labels_stop_every_rank_before_the_first_epoch(
         "changed"
     )
     assert 0.55 < note["champion_skill_baseline"] < 0.7 and note["champion_val_accuracy"] < 0.2
+    accuracy, majority = note["champion_val_accuracy"], note["champion_skill_baseline"]
+    assert note["champion_skill"] == pytest.approx((accuracy - majority) / (1 - majority))
     assert not finished.messages("training loop starts") and not finished.messages("evaluation")
     assert not (out / "checkpoints").exists() and not (out / "model" / "model.pt").exists()
     assert len(finished.messages("the data were refused by this run's previous attempt: not read again")) == 1

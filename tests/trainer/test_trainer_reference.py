@@ -20,8 +20,13 @@ from trainer_runs import output_dirs, process_env, run
 
 import trainer.reference_set
 from trainer import bootstrap
+from trainer.evidence import Evidence, after_training
+from trainer.model import BUILTIN_MLP, build_model
 from trainer.outputs import load_model
+from trainer.predict import predict_rows
+from trainer.preprocess import Combine, Preprocessor
 from trainer.reference_set import ReferenceUnusable, read_reference_set, reference_on_rank_zero, validation_sample
+from trainer.row_scores import score_rows
 from trainer.storage import gcs_client
 
 
@@ -93,6 +98,43 @@ def test_the_validation_sample_is_seeded_bounded_and_keeps_every_column(world_of
     assert sorted(sample["x"].to_pylist()) != sorted(table["x"].to_pylist()[:100])  # spread, not the first rows
     everything = validation_sample(table, sample_rows=5000)
     assert everything is not None and everything.equals(table)
+
+
+def regression_model(table: pa.Table, seed: int) -> tuple[torch.nn.Module, Preprocessor]:
+    prep = Preprocessor.fit(table, "y", "regression", Combine(across_ranks=False))
+    torch.manual_seed(seed)
+    model = build_model(BUILTIN_MLP, prep.num_features, 1, {"hidden_sizes": [4], "dropout": 0.0})
+    return model.eval(), prep
+
+
+def test_regression_models_are_compared_in_the_targets_own_units(world_of_one):
+    """issue 38, point 3: each model's outputs are un-standardised with its own preprocessing — here their target
+    means and spreads differ tenfold — so RMSE and its improvement are in the target's units, as `trainer.predict`
+    gives predictions; both losses are in this run's standardised units, as its `val_loss` is."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=600)
+    reference = pa.table({"x": x[:200], "y": 100 + 50 * x[:200]})
+    champion, champion_prep = regression_model(pa.table({"x": x[200:400], "y": 1000 + 500 * x[200:400]}), 1)
+    challenger, challenger_prep = regression_model(pa.table({"x": x[400:], "y": 100 + 50 * x[400:]}), 2)
+    assert champion_prep.target_std > 5 * challenger_prep.target_std
+    champion_scores = score_rows(champion, champion_prep, reference, challenger_prep.target_std, torch.device("cpu"))
+    evidence = Evidence(reference=reference, champion_scores=champion_scores)
+    entries = after_training(evidence, challenger, challenger_prep, 0.95, torch.device("cpu"))
+
+    def squared_errors(model, prep) -> np.ndarray:
+        predicted = predict_rows(model, prep, reference)["prediction"].to_numpy()
+        return (predicted - reference["y"].to_numpy()) ** 2
+
+    mine, theirs = squared_errors(challenger, challenger_prep), squared_errors(champion, champion_prep)
+    assert entries["reference_val_rmse"] == pytest.approx(np.sqrt(mine.mean()))
+    assert entries["reference_val_loss"] == pytest.approx(mine.mean() / challenger_prep.target_std**2)
+    assert champion_scores.figures()["val_rmse"] == pytest.approx(np.sqrt(theirs.mean()))
+    rmse = entries["reference_improvement_val_rmse"]
+    assert rmse["point"] == pytest.approx(np.sqrt(theirs.mean()) - np.sqrt(mine.mean()))
+    assert rmse["low"] <= rmse["point"] <= rmse["high"]
+    loss = entries["reference_improvement_val_loss"]
+    assert loss["point"] == pytest.approx((theirs.mean() - mine.mean()) / challenger_prep.target_std**2)
+    assert champion_scores.skill.value == pytest.approx(1 - theirs.mean() / reference["y"].to_numpy().var())
 
 
 # Whole runs on the breast cancer data, with part of it as the reference set.

@@ -10,6 +10,7 @@ import json
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pytest
@@ -21,9 +22,10 @@ from trainer_runs import output_dirs, process_env, run
 import trainer.champion
 from trainer.champion import MAX_ERROR_CHARS, score_champion
 from trainer.data import _split
-from trainer.model import BUILTIN_MLP
-from trainer.outputs import load_model, model_from_bytes
-from trainer.preprocess import MAX_CATEGORIES, Preprocessor
+from trainer.model import BUILTIN_MLP, build_model
+from trainer.outputs import load_model, model_from_bytes, write_outputs
+from trainer.predict import predict_rows
+from trainer.preprocess import MAX_CATEGORIES, Combine, Preprocessor
 from trainer.storage import gcs_client
 
 FACTORIES = {BUILTIN_MLP}
@@ -134,6 +136,25 @@ def test_the_champion_is_scored_in_one_process(world_of_one, rows, champion, tra
     scored = score_champion(str(trained_breast_cancer_model), rows, run_prep(champion), FACTORIES, CPU).metrics
     assert scored["champion_scored_on_same_rows"] is True and scored["champion_validation_rows"] == rows.num_rows
     assert 0.5 < scored["champion_val_accuracy"] <= 1.0
+
+
+def test_a_regression_champions_skill_is_one_minus_its_mse_over_the_rows_variance(world_of_one, tmp_path):
+    """issue 38: from the all-reduced sums in the champion's standardised units, the same figure as its predictions
+    in the target's own units give; its baseline is the rows' standard deviation (predicting their mean)."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=400)
+    table = pa.table({"x": x, "y": 20 + 5 * x + rng.normal(size=400)})
+    prep = Preprocessor.fit(table.slice(0, 200), "y", "regression", Combine(across_ranks=False))
+    torch.manual_seed(0)
+    spec = {"factory": BUILTIN_MLP, "kwargs": {"hidden_sizes": [3], "dropout": 0.0}}
+    model = build_model(BUILTIN_MLP, prep.num_features, 1, spec["kwargs"]).eval()
+    write_outputs(str(tmp_path), model, spec, prep, {}, [], b"{}")
+    rows = table.slice(200)
+    scored = score_champion(str(tmp_path), rows, prep, FACTORIES, CPU).metrics
+    errors = predict_rows(model, prep, rows)["prediction"].to_numpy() - rows["y"].to_numpy()
+    assert scored["champion_skill"] == pytest.approx(1 - (errors**2).mean() / rows["y"].to_numpy().var(), rel=1e-5)
+    assert scored["champion_skill_baseline"] == pytest.approx(rows["y"].to_numpy().std(), rel=1e-5)
+    assert scored["champion_val_rmse"] == pytest.approx(np.sqrt((errors**2).mean()), rel=1e-5)
 
 
 def test_a_champion_of_another_target_or_task_is_reported_not_scored(world_of_one, rows, champion, tmp_path):

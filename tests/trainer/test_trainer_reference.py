@@ -19,6 +19,7 @@ from test_trainer_skill_and_bootstrap import reference_interval
 from trainer_runs import output_dirs, process_env, run
 
 import trainer.reference_set
+from functions import job_outputs
 from trainer import bootstrap
 from trainer.evidence import Evidence, after_training
 from trainer.model import BUILTIN_MLP, build_model
@@ -193,6 +194,9 @@ def test_a_clearly_better_challenger_gets_an_interval_above_zero_with_seed_0(
     loss = metrics["reference_improvement_val_loss"]
     expected = reference_interval(challenger_loss, champion_loss, bootstrap.mean, False, 0.9)
     assert loss == pytest.approx(expected, rel=1e-4) and loss["low"] > 0
+    # Every entry fits what the controller reads of metrics.json (at most 100, nested once, finite numbers).
+    read = job_outputs.parse_metrics((tmp_path / "good" / "model" / "metrics.json").read_bytes())
+    assert read.note == "" and read.values["reference_improvement_val_accuracy"] == accuracy
 
 
 def test_a_challenger_identical_to_the_champion_improves_by_exactly_nothing(

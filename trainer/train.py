@@ -1,10 +1,11 @@
 """The per-process training program that torchrun starts on every rank: `python -m trainer.train ARGS`.
 
-Read top to bottom: `set_up` (data, model, resume — everything decided once), `train_step` (one optimizer
-step), `train` (the loop: steps, agreement between ranks, evaluation, checkpoints), `finish` (outputs). Rank 0
-logs progress and writes checkpoints and outputs; nothing else differs between ranks. For a given seed and world
-size a run is deterministic, and a run stopped by SIGTERM and resumed ends with the same weights as one that
-never stopped. Flags: `trainer/flags.py`; what a checkpoint holds: `trainer/state.py`.
+Read top to bottom: `set_up` (data, the champion and the label check — trainer/evidence.py — model, resume:
+everything decided once), `train_step` (one optimizer step), `train` (the loop: steps, agreement between ranks,
+evaluation, checkpoints), `finish` (outputs). Rank 0 logs progress and writes checkpoints and outputs; nothing else
+differs between ranks. For a given seed and world size a run is deterministic, and a run stopped by SIGTERM and
+resumed ends with the same weights as one that never stopped. Flags: `trainer/flags.py`; what a checkpoint
+holds: `trainer/state.py`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
-"""Scoring the model in use — the champion — on this run's own validation rows, after training, so that the
-controller compares challenger and champion on the same data (`--champion-model-dir`).
+"""Scoring the model in use — the champion — on this run's own validation rows, before the first epoch, so that the
+controller compares challenger and champion on the same data (`--champion-model-dir`) and the labels can be
+checked before any GPU time is spent on them (trainer/label_check.py).
 
 The champion's `model.pt` carries its own preprocessing, so it reads the raw rows as it was trained to. Every rank
 scores its own validation rows (the very rows, and the same split, that the challenger's figures come from) and
-the sums are all-reduced, exactly as the challenger's evaluation is. A champion that cannot score these rows — a
-column it needs is gone, a label it never saw, a different target or task, an unreadable file — is reported in
-`champion_error` and the run goes on: a new model must never fail because the old one no longer fits the data.
+the sums are all-reduced, exactly as the challenger's evaluation is. Beside its figures comes its skill on these
+rows (trainer/skill.py): how much better it does than predicting their most frequent class, or their mean. A
+champion that cannot score these rows — a column it needs is gone, a label it never saw, a different target or
+task, an unreadable file — is reported in `champion_error` and the run goes on: a new model must never fail
+because the old one no longer fits the data.
 
 The file was written by another run, so it is read with a size bound, unpickled as plain values and tensors
 only, and may be built only by the built-in MLP or this run's own `--model` (trainer/outputs.py).
@@ -14,15 +17,18 @@ only, and may be built only by the built-in MLP or this run's own `--model` (tra
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 
 import pyarrow as pa
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from trainer import collectives, logs
 from trainer.objective import Objective
 from trainer.outputs import MODEL_FILE, model_from_bytes
 from trainer.preprocess import Preprocessor
+from trainer.skill import Skill, classification_skill, regression_skill
 from trainer.storage import open_folder
 
 MAX_CHAMPION_BYTES = 1 << 30  # model.pt of the built-in MLP is kilobytes; a user's --model may be far larger
@@ -42,29 +48,60 @@ def check_comparable(champion: Preprocessor, run: Preprocessor) -> None:
         raise ValueError(f"the champion is a {champion.task} model, this run trains {run.task}")
 
 
+@dataclass
+class ChampionScore:
+    """What scoring the champion gave: the same metrics.json entries on every rank, and the champion itself when
+    it could score (to score it on the reference rows too)."""
+
+    metrics: dict
+    model: nn.Module | None = None
+    prep: Preprocessor | None = None
+
+
 def local_champion_sums(
     data: bytes, source: str, rows: pa.Table, run_prep: Preprocessor, factories: Collection[str], device: torch.device
-) -> tuple[Objective, torch.Tensor]:
-    """The champion's evaluation sums over this rank's validation `rows` (with every column of the data), and the
-    objective that turns the all-reduced sums into its figures. Raises on anything that stops it scoring."""
+) -> tuple[nn.Module, Preprocessor, torch.Tensor]:
+    """The champion, its preprocessing, and its evaluation sums over this rank's validation `rows` (with every
+    column of the data) followed by the sums its skill needs (`label_sums`). Raises on anything that stops it
+    scoring."""
     model, prep = model_from_bytes(data, source, allowed_factories=factories)
     check_comparable(prep, run_prep)
-    objective = Objective(prep)
     try:
         inputs, targets = prep.features(rows), prep.targets(rows)
     except ValueError as e:
         raise ValueError(f"the champion cannot read this run's validation rows: {e}") from e
-    return objective, objective.local_sums(model.to(device), inputs, targets, device)
+    sums = Objective(prep).local_sums(model.to(device), inputs, targets, device)
+    return model, prep, torch.cat([sums, label_sums(prep, targets).to(sums.device)])
+
+
+def label_sums(prep: Preprocessor, targets: torch.Tensor) -> torch.Tensor:
+    """What skill needs of the rows' labels, as sums every rank adds up: each class's count, or Σy and Σy² of the
+    standardised target."""
+    if prep.task == "classification":
+        return torch.bincount(targets, minlength=len(prep.classes)).double()
+    values = targets.double()
+    return torch.stack([values.sum(), (values**2).sum()])
+
+
+def skill_of(prep: Preprocessor, reduced: torch.Tensor) -> Skill:
+    """The champion's skill on every rank's rows together, from the all-reduced sums of `local_champion_sums`."""
+    _, model_score, _, rows = reduced[:4].tolist()
+    labels = reduced[4:].tolist()
+    if prep.task == "classification":
+        return classification_skill(model_score / max(rows, 1.0), labels)
+    mean = labels[0] / max(rows, 1.0)
+    variance = labels[1] / max(rows, 1.0) - mean**2
+    return regression_skill(model_score / max(rows, 1.0), variance, units=prep.target_std)
 
 
 def score_champion(
     model_dir: str, rows: pa.Table, run_prep: Preprocessor, factories: Collection[str], device: torch.device
-) -> dict:
-    """Every rank calls this after training with its own validation rows; every rank gets the same result: the
-    champion's figures as `champion_val_<metric>` plus where and on how many rows they were measured, or
-    `champion_error`. Rank 0 reads the file once and hands it to the others; every rank says whether it could
-    score before any of them enters the all-reduce, so a champion failing on one rank's rows cannot hang the rest.
-    """
+) -> ChampionScore:
+    """Every rank calls this before training with its own validation rows; every rank gets the same entries: the
+    champion's figures as `champion_val_<metric>` and `champion_skill`, plus where and on how many rows they were
+    measured, or `champion_error`. Rank 0 reads the file once and hands it to the others; every rank says whether
+    it could score before any of them enters the all-reduce, so a champion failing on one rank's rows cannot hang
+    the rest."""
     source = f"{model_dir.rstrip('/')}/{MODEL_FILE}"
     read: bytes | str | None = None
     if dist.get_rank() == 0:
@@ -74,28 +111,33 @@ def score_champion(
             read = f"cannot read {source}: {_describe(e)}"
     read = collectives.from_rank_zero(read)
 
-    error, objective, sums = None, None, None
+    error, scored = None, None
     if isinstance(read, str):
         error = read
     else:
         try:
-            objective, sums = local_champion_sums(read, source, rows, run_prep, factories, device)
+            scored = local_champion_sums(read, source, rows, run_prep, factories, device)
         except Exception as e:
             error = _describe(e)
     errors = [e for e in collectives.gather_objects(error) if e is not None]
-    if errors or objective is None or sums is None:
-        return _unscored(model_dir, errors[0] if errors else "no figures")
+    if errors or scored is None:
+        return ChampionScore(_unscored(model_dir, errors[0] if errors else "no figures"))
 
-    reduced = collectives.all_reduce(sums)
-    figures = {f"champion_{k}": v for k, v in objective.metrics(reduced).items() if k.startswith("val_")}
+    model, prep, sums = scored
+    reduced = collectives.all_reduce(sums).cpu()
+    figures = {f"champion_{k}": v for k, v in Objective(prep).metrics(reduced[:4]).items() if k.startswith("val_")}
+    skill = skill_of(prep, reduced)
     if dist.get_rank() == 0:
-        logs.log("the champion was scored on this run's validation rows", **figures)
-    return {
+        logs.log("the champion was scored on this run's validation rows", **figures, champion_skill=skill.value)
+    metrics = {
         "champion_model_dir": model_dir,
         **figures,
         "champion_validation_rows": int(reduced[3].item()),
         "champion_scored_on_same_rows": True,
+        "champion_skill": skill.value,
+        "champion_skill_baseline": skill.baseline,  # the trivial prediction's figure on these rows: skill 0
     }
+    return ChampionScore(metrics, model, prep)
 
 
 def _unscored(model_dir: str, error: str) -> dict:

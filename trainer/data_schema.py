@@ -14,6 +14,8 @@ The contract (`schema_version` 1; functions/ reads it, so keep to it):
      "role": "feature"|"target"|"unused", "missing_rate",
      "stats": {"mean", "std", "min", "max", "quantiles": {"0.01", …, "0.99"}}            (numbers)
            or {"categories": {<value>: <frequency among present values>}, "other"}}]}    (strings, booleans)
+A classification target's stats also hold `"classes": {<label>: <share of the training rows>}` (issue 38: the
+target's drift is measured by class; files written before it lack the entry and remain readable).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trainer.outputs import SCHEMA_FILE
-from trainer.preprocess import Combine
+from trainer.preprocess import MAX_CLASSES, Combine
 from trainer.storage import open_folder
 
 SCHEMA_VERSION = 1
@@ -102,9 +104,20 @@ class DataDescription:
     def column_types(self) -> dict[str, str]:
         return {c["name"]: c["type"] for c in self.columns}
 
-    def document(self, task: str) -> dict:
+    def document(self, task: str, class_counts: dict[str, float] | None = None) -> dict:
+        """schema.json; a classification's `class_counts` (each class's training rows) become the target's
+        `classes`, its labels by share, which a target of numbers otherwise describes by quantiles only."""
+        columns = self.columns
+        if class_counts:
+            clipped: dict[str, float] = {}
+            for key, count in class_counts.items():  # clipped as category_keys clips the values counted against them
+                clipped[key[:MAX_VALUE_CHARS]] = clipped.get(key[:MAX_VALUE_CHARS], 0.0) + count
+            total = sum(clipped.values())
+            classes = {key: _rate(count, total) for key, count in clipped.items()}
+            columns = [{**c, "stats": {**c["stats"], "classes": classes}} if c["role"] == "target" else c
+                       for c in columns]  # fmt: skip
         return {"schema_version": SCHEMA_VERSION, "format": self.data_format, "target": self.target, "task": task,
-                "rows": self.rows, "columns": self.columns}  # fmt: skip
+                "rows": self.rows, "columns": columns}  # fmt: skip
 
 
 def describe(
@@ -312,6 +325,13 @@ def _column_problem(column: Any) -> str | None:
     stats = column.get("stats")
     if not isinstance(stats, dict):
         return "`stats` is not an object"
+    classes = stats.get("classes")  # a classification target's labels by share; absent before issue 38
+    if classes is not None and not (
+        isinstance(classes, dict)
+        and 0 < len(classes) <= MAX_CLASSES
+        and all(isinstance(k, str) and _is_share(v) for k, v in classes.items())
+    ):
+        return f"`stats.classes` is not an object of 1 to {MAX_CLASSES} labels and their shares"
     if column["type"] == "number":
         if not all(stats.get(k) is None or _is_number(stats.get(k)) for k in ("mean", "std", "min", "max")):
             return "`stats` mean, std, min and max must be numbers (or null)"

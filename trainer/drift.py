@@ -153,6 +153,42 @@ def measure(champion: dict, table: pa.Table, description: DataDescription, combi
     return figures, not_measured
 
 
+def target_bins(champion: dict, target: str, target_type: str | None) -> tuple[NumberBins | CategoryBins | None, str]:
+    """The bins of the champion's target (its classes by share when schema.json records them, else its quantiles or
+    categories), over labelled rows only — how many rows lack a label is no part of what the labels mean; or None
+    and why the target cannot be compared."""
+    column = next((c for c in champion["columns"] if c["role"] == "target"), None)
+    if column is None or column["name"] != target:
+        return None, f"the champion's schema.json describes no target {target!r}"
+    if target_type != column["type"]:
+        return None, f"was {column['type']}, is {target_type}"
+    labelled = {**column, "missing_rate": 0.0}
+    classes = column["stats"].get("classes")
+    if classes:
+        return CategoryBins({**labelled, "stats": {"categories": classes, "other": 0.0}}), ""
+    return (NumberBins(labelled) if column["type"] == "number" else CategoryBins(labelled)), ""
+
+
+def measure_target(
+    champion: dict, table: pa.Table, target: str, description: DataDescription, combine: Combine
+) -> tuple[float | None, str]:
+    """(PSI of the target's labelled values against the champion's, why it was not measured); `table` is this
+    rank's rows. Every rank gets the same figure."""
+    bins, why = target_bins(champion, target, description.column_types().get(target))
+    if bins is None or not description.rows:
+        return None, why or "this run's data have no rows"
+    column = table[target] if target in table.column_names else pa.chunked_array([], pa.null())
+    if isinstance(bins, NumberBins):
+        values = numbers_of(column)
+        column = pa.chunked_array([values[~np.isnan(values)]], pa.float64())
+    else:
+        column = column.drop_null()
+    counts = combine.sum(bins.local_counts(column, len(column)))
+    if not counts[-1]:
+        return None, "this run's data have no labelled rows"
+    return bins.figure(counts), ""
+
+
 def drift_against_champion(
     champion_dir: str, table: pa.Table, description: DataDescription, combine: Combine, max_drift: float | None
 ) -> dict:
@@ -185,6 +221,10 @@ def drift_against_champion(
     }
     if not_measured:
         metrics["drift_not_measured"] = dict(sorted(not_measured.items())[:REPORTED_FEATURES])
+    target_drift, why = measure_target(read, table, description.target, description, combine)
+    metrics["target_drift"] = round(target_drift, 6) if target_drift is not None else None
+    if why:
+        metrics["target_drift_not_measured"] = why
     if dist.get_rank() == 0:
         logs.log("data drift measured against the champion", **metrics)
     over = [(name, figure) for name, figure in ranked if max_drift is not None and figure > max_drift]
@@ -199,16 +239,21 @@ def drift_against_champion(
     return metrics
 
 
-def refused_by_earlier_attempt(model_dir: str) -> DataDrift | None:
-    """On every rank: the refusal this run's previous worker group left in failure.json, when torchrun restarted
-    the group after it — the data have not changed, so they are not read again and the GPUs go back at once."""
+def refused_by_earlier_attempt(model_dir: str, kinds: tuple[type[RunRefused], ...] = ()) -> RunRefused | None:
+    """On every rank: the refusal this run's previous worker group left in failure.json — a DataDrift, or one of
+    `kinds` — when torchrun restarted the group after it: the data have not changed, so they are not read again
+    and the GPUs go back at once."""
+    known: tuple[type[RunRefused], ...] = (DataDrift, *kinds)
+    by_name = {kind.__name__: kind for kind in known}
     found: dict | None = None
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if dist.get_rank() == 0 and restart > 0:
         try:
             note = read_failure_note(model_dir) or {}
             same_run = note.get("run") == os.environ.get("TORCHELASTIC_RUN_ID")
-            if same_run and note.get("reason") == DataDrift.reason and isinstance(note.get("error"), str):
+            error = note.get("error")
+            kind = by_name.get(error.partition(": ")[0]) if isinstance(error, str) else None
+            if same_run and kind is not None and note.get("reason") == kind.reason:
                 found = note
                 logs.log("the data were refused by this run's previous attempt: not read again", restart=restart)
         except Exception as e:  # no note to trust: measure again
@@ -216,8 +261,9 @@ def refused_by_earlier_attempt(model_dir: str) -> DataDrift | None:
     found = collectives.from_rank_zero(found)
     if found is None:
         return None
-    details = {k: found[k] for k in ("drift", "max_drift_feature") if k in found}
-    return DataDrift(found["error"].removeprefix(f"{DataDrift.__name__}: "), details=details)
+    name, _, message = found["error"].partition(": ")
+    details = {k: v for k, v in found.items() if k not in ("error", "reason", "run")}
+    return by_name[name](message, details=details)
 
 
 def _describe(error: Exception) -> str:

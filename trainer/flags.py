@@ -19,6 +19,11 @@ HP = HYPERPARAMETERS
 
 DESCRIPTION = "The per-process training program that torchrun starts on every rank."
 
+# The model's decision rule (issue 38) is the controller's, which passes these only with a model block; these are
+# the trainer's own defaults for a run without one, not a request's, so they live here.
+CONFIDENCE = 0.95
+MIN_CHAMPION_SKILL = -0.1
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m trainer.train", description=DESCRIPTION)
@@ -122,6 +127,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="with --champion-model-dir: stop before training when a feature's drift from the champion's data "
         "(population stability index) is above this; without it drift is only reported",
     )
+    add_evidence_flags(p)
     p.add_argument("--model-dir", default=os.environ.get("AIP_MODEL_DIR") or "trainer_output/model")
     p.add_argument("--checkpoint-dir", default=os.environ.get("AIP_CHECKPOINT_DIR") or "trainer_output/checkpoints")
     p.add_argument("--tensorboard-dir", default=os.environ.get("AIP_TENSORBOARD_LOG_DIR") or "trainer_output/logs")
@@ -135,7 +141,48 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--validation-fraction must be between 0 and 1")
     if args.max_drift is not None and not (math.isfinite(args.max_drift) and args.max_drift > 0):
         p.error("--max-drift must be a number above 0 (0.25 is a major shift; 0.1 a moderate one)")
+    check_evidence_flags(p, args)
     return args
+
+
+def add_evidence_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the evidence the challenger does not choose (trainer/evidence.py)."""
+    p.add_argument(
+        "--reference-data",
+        default=None,
+        help="the model's reference rows, every column (a CSV/Parquet file or folder, read like --data, at most "
+        "100,000 rows): the champion is scored on them before training and this run's model after it; without "
+        "it a sample of this run's validation rows is written as reference.parquet beside the model",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=CONFIDENCE,
+        help="level of the paired bootstrap interval of the improvement on the reference rows (0.5 < C < 1)",
+    )
+    p.add_argument(
+        "--min-champion-skill",
+        type=float,
+        default=MIN_CHAMPION_SKILL,
+        help="with --champion-model-dir: stop before training when the champion's skill on these rows is below "
+        "this while it has skill on its reference set (1 perfect, 0 no better than the most frequent class or mean)",
+    )
+    p.add_argument(
+        "--max-target-drift",
+        type=float,
+        default=None,
+        help="with --champion-model-dir: stop before training when the target's drift from the champion's data "
+        "(population stability index) is above this; without it the target's drift is only reported",
+    )
+
+
+def check_evidence_flags(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not (math.isfinite(args.confidence) and 0.5 < args.confidence < 1):
+        p.error("--confidence must be above 0.5 and below 1 (0.95: a 95% interval)")
+    if not (math.isfinite(args.min_champion_skill) and args.min_champion_skill <= 1):
+        p.error("--min-champion-skill must be a number of at most 1 (1 is a perfect score, 0 the trivial one)")
+    if args.max_target_drift is not None and not (math.isfinite(args.max_target_drift) and args.max_target_drift > 0):
+        p.error("--max-target-drift must be a number above 0 (0.25 is a major shift; 0.1 a moderate one)")
 
 
 def model_spec(args: argparse.Namespace) -> dict:

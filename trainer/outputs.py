@@ -1,5 +1,6 @@
 """What a finished run leaves in the model folder: `model.pt` (weights, how to rebuild the module, and the
-preprocessing), `schema.json` (what the data looked like), `metrics.json` (the final numbers), `metrics.jsonl`
+preprocessing), `schema.json` (what the data looked like), `reference.parquet` (a sample of the validation rows,
+when no reference set was given: trainer/reference_set.py), `metrics.json` (the final numbers), `metrics.jsonl`
 (one line per evaluation) and `_SUCCESS`, written last so a reader that sees it knows everything else is
 complete; or `failure.json` when the run failed."""
 
@@ -22,6 +23,7 @@ from trainer.storage import open_folder
 MODEL_FORMAT = "trainctl-model/1"
 MODEL_FILE = "model.pt"
 SCHEMA_FILE = "schema.json"  # what the data looked like (trainer/data_schema.py)
+REFERENCE_FILE = "reference.parquet"  # the rows a model's later versions are compared on (trainer/evidence.py)
 FAILURE_NOTE = "failure.json"
 MAX_FAILURE_CHARS = 2000  # functions/job_outputs.py reads the note's error clipped to this
 
@@ -50,8 +52,10 @@ def write_outputs(
     metrics: dict,
     history: list[dict],
     schema: bytes,
+    reference: bytes | None = None,
 ) -> None:
-    """Everything a finished run leaves; `schema` is schema.json's bytes (trainer/data_schema.py)."""
+    """Everything a finished run leaves; `schema` is schema.json's bytes (trainer/data_schema.py), `reference`
+    reference.parquet's (None: not written)."""
     folder = open_folder(model_dir)
     package = {
         "format": MODEL_FORMAT,
@@ -63,6 +67,8 @@ def write_outputs(
     torch.save(package, buffer)
     folder.write_bytes(MODEL_FILE, buffer.getvalue())
     folder.write_bytes(SCHEMA_FILE, schema)
+    if reference is not None:
+        folder.write_bytes(REFERENCE_FILE, reference)
     write_history(model_dir, history)
     folder.write_bytes("metrics.json", (json.dumps(metrics, indent=2) + "\n").encode())
     folder.write_bytes("_SUCCESS", b"")

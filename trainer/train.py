@@ -1,10 +1,11 @@
 """The per-process training program that torchrun starts on every rank: `python -m trainer.train ARGS`.
 
-Read top to bottom: `set_up` (data, model, resume — everything decided once), `train_step` (one optimizer
-step), `train` (the loop: steps, agreement between ranks, evaluation, checkpoints), `finish` (outputs). Rank 0
-logs progress and writes checkpoints and outputs; nothing else differs between ranks. For a given seed and world
-size a run is deterministic, and a run stopped by SIGTERM and resumed ends with the same weights as one that
-never stopped. Flags: `trainer/flags.py`; what a checkpoint holds: `trainer/state.py`.
+Read top to bottom: `set_up` (data, the champion and the label check — trainer/evidence.py — model, resume:
+everything decided once), `train_step` (one optimizer step), `train` (the loop: steps, agreement between ranks,
+evaluation, checkpoints), `finish` (outputs). Rank 0 logs progress and writes checkpoints and outputs; nothing else
+differs between ranks. For a given seed and world size a run is deterministic, and a run stopped by SIGTERM and
+resumed ends with the same weights as one that never stopped. Flags: `trainer/flags.py`; what a checkpoint
+holds: `trainer/state.py`.
 """
 
 from __future__ import annotations
@@ -31,18 +32,20 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer import collectives, collector, data_budget, gpu_feeding, logs, net_plugin, streaming
 from trainer.batches import EpochBatches
-from trainer.champion import score_champion
 from trainer.checkpoint import Checkpoints
 from trainer.data import Shard, concat_tables, list_shards, load_rank_data
 from trainer.data_schema import DataDescription, describe, description_of, merge_types, schema_bytes
 from trainer.distributed import PREEMPTED_EXIT_CODE, Coordination, StopSignal, process_group, stop_when_launcher_dies
 from trainer.drift import drift_against_champion, refused_by_earlier_attempt
+from trainer.evidence import Evidence, after_training, before_training
 from trainer.flags import model_spec, parse_args, wants_determinism
+from trainer.label_check import LabelsChanged
 from trainer.model import BUILTIN_MLP, build_model
 from trainer.objective import Objective
 from trainer.outputs import RunRefused, report_failure, write_history, write_outputs
 from trainer.preprocess import Combine, FitAccumulator, Preprocessor, drop_unlabelled, keep_columns
 from trainer.progress import ProgressRecord
+from trainer.reference_set import parquet_bytes, validation_sample
 from trainer.state import StepLosses, TrainState
 from trainer.storage import size_of
 from trainer.streaming import WindowedStream, numeric_columns
@@ -68,6 +71,7 @@ class Tables:
     drift: dict  # the drift entries of metrics.json ({} without a champion)
     champion_rows: pa.Table | None = None  # the rows of val_inputs with every column, to score a champion on
     stream: WindowedStream | None = None  # training rows streamed (inputs and targets then empty)
+    reference_sample: pa.Table | None = None  # rank 0, without --reference-data: reference.parquet's rows
 
     @property
     def train_rows(self) -> int:
@@ -90,6 +94,7 @@ class Run:
     state: TrainState
     checkpoints: Checkpoints
     started: float
+    evidence: Evidence  # the champion's figures, the label check's verdict, the reference rows (trainer/evidence.py)
 
     @property
     def is_main(self) -> bool:
@@ -136,17 +141,19 @@ def load_tables(args: argparse.Namespace, device: torch.device) -> Tables:
     prep = Preprocessor.fit(concat_tables(train_parts), args.target, args.task, combine)
     val_inputs, val_targets = prep.features(validation_rows), prep.targets(validation_rows)
     del validation_rows
-    # A champion reads the same rows through its own preprocessing, so it gets them with every column: it may
-    # need a column this run's --features leaves out.
-    champion_rows = labelled_validation if args.champion_model_dir else None
-    del labelled_validation
     if not data.sharded:  # every rank holds all validation rows: each evaluates its own slice
         val_inputs, val_targets = val_inputs[rank::world_size], val_targets[rank::world_size]
-        if champion_rows is not None:
-            champion_rows = champion_rows.take(np.arange(rank, champion_rows.num_rows, world_size))
+        if args.champion_model_dir or not args.reference_data:
+            labelled_validation = labelled_validation.take(np.arange(rank, labelled_validation.num_rows, world_size))
+    # A champion reads the same rows through its own preprocessing, so it gets them with every column: it may
+    # need a column this run's --features leaves out. reference.parquet keeps every column too.
+    champion_rows = labelled_validation if args.champion_model_dir else None
+    sample = validation_sample(labelled_validation) if not args.reference_data else None
+    del labelled_validation
     # Converted part by part, each part's Arrow rows released as soon as its tensors are filled.
     inputs, targets = prep.tensors_of_parts(train_parts)
-    return Tables(inputs, targets, val_inputs, val_targets, prep, data.sharded, description, drift, champion_rows)
+    return Tables(inputs, targets, val_inputs, val_targets, prep, data.sharded, description, drift, champion_rows,
+                  reference_sample=sample)  # fmt: skip
 
 
 def load_streamed(args: argparse.Namespace, shards: list[Shard], budget: int, device: torch.device) -> Tables:
@@ -193,7 +200,9 @@ def load_streamed(args: argparse.Namespace, shards: list[Shard], budget: int, de
         logs.log("training rows streamed", window_rows=window_rows, train_rows=stream.rows)
     empty = torch.zeros(0)
     champion_rows = labelled_validation if args.champion_model_dir else None
-    return Tables(empty, empty, val_inputs, val_targets, prep, True, description, drift, champion_rows, stream)
+    sample = validation_sample(labelled_validation) if not args.reference_data else None
+    return Tables(empty, empty, val_inputs, val_targets, prep, True, description, drift, champion_rows, stream,
+                  sample)  # fmt: skip
 
 
 def set_up(args: argparse.Namespace, device: torch.device) -> Run:
@@ -208,11 +217,15 @@ def set_up(args: argparse.Namespace, device: torch.device) -> Run:
         logs.log("training starts", world_size=world_size, device=str(device), args=vars(args))
 
     bf16 = gpu_feeding.configure(device)
-    if args.champion_model_dir and args.max_drift is not None:
-        refused = refused_by_earlier_attempt(args.model_dir)
+    if args.champion_model_dir:
+        refused = refused_by_earlier_attempt(args.model_dir, kinds=(LabelsChanged,))
         if refused is not None:
             raise refused
     tables = load_tables(args, device)
+    # The champion is scored and the labels checked before anything is built: a refusal stops every rank here.
+    factories = {BUILTIN_MLP, args.model}  # the only code this run already trusts
+    evidence = before_training(args, tables.champion_rows, tables.prep, tables.drift, factories, device)
+    tables.champion_rows = None
     # The tables go to the device once; batches are then gathered there, not copied over every step.
     tables.inputs, tables.targets = tables.inputs.to(device), tables.targets.to(device)
     rows = tables.train_rows
@@ -236,7 +249,7 @@ def set_up(args: argparse.Namespace, device: torch.device) -> Run:
     ddp.train()
     forward = gpu_feeding.forward_of(ddp, args.compile)
     return Run(args, device, tables, batches, Objective(tables.prep), spec, ddp, forward, bf16, state, checkpoints,
-               started)  # fmt: skip
+               started, evidence)  # fmt: skip
 
 
 def resume(checkpoints: Checkpoints, state: TrainState, device: torch.device) -> None:
@@ -406,8 +419,9 @@ def stopping_early(run: Run) -> bool:
 
 
 def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | DiscardedScalars) -> None:
-    """The final metrics (with the champion's, scored on the same validation rows, when there is one), and on
-    rank 0 the model and metrics files (`_SUCCESS` last)."""
+    """The final metrics (with the champion's, scored on the same validation rows before training, when there is
+    one), and on rank 0 the figures on the reference rows (trainer/evidence.py) and the model and metrics files
+    (`_SUCCESS` last)."""
     args, state, tables = run.args, run.state, run.tables
     rows = tables.train_rows
     if run.is_main and stopping_early(run) and state.best_record is not None:
@@ -432,17 +446,20 @@ def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | Discard
         "elapsed_seconds": round(time.monotonic() - run.started, 3),
         "peak_rss_mb": peak_rss_mb(),  # rank 0's: how near its share came to the node's memory
         **tables.drift,
+        **run.evidence.metrics,  # the champion's figures on these rows, measured before training
     }
-    if tables.champion_rows is not None:  # --champion-model-dir; every rank takes part
-        factories = {BUILTIN_MLP, args.model}  # the only code this run already trusts
-        metrics |= score_champion(args.champion_model_dir, tables.champion_rows, tables.prep, factories, run.device)
     if run.is_main:
         tensorboard.flush()
         model = run.ddp.module
         if state.best_weights is not None:  # the best epoch's weights, not the last epoch's
             model.load_state_dict(state.best_weights)
-        schema = schema_bytes(tables.description.document(task=tables.prep.task))
-        write_outputs(args.model_dir, model, run.spec, tables.prep, metrics, state.history, schema)
+        metrics |= after_training(run.evidence, model, tables.prep, args.confidence, run.device)
+        prep = tables.prep
+        classes = dict(zip(prep.classes, prep.class_counts, strict=True)) if prep.task == "classification" else None
+        schema = schema_bytes(tables.description.document(task=prep.task, class_counts=classes))
+        sample = tables.reference_sample
+        reference = parquet_bytes(sample) if sample is not None else None
+        write_outputs(args.model_dir, model, run.spec, prep, metrics, state.history, schema, reference)
         logs.log("training finished", **metrics)
 
 

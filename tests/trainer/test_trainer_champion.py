@@ -1,6 +1,7 @@
-"""The champion scored on the challenger's own validation rows (`--champion-model-dir`): both figures in
-metrics.json, measured on the same rows; a champion that cannot score these rows is reported and the run
-succeeds; and the champion's file, written by another run, is loaded only within bounds."""
+"""The champion scored on the challenger's own validation rows before training (`--champion-model-dir`): both
+figures in metrics.json, measured on the same rows, with the champion's skill on them; a champion that cannot
+score these rows is reported and the run succeeds; and the champion's file, written by another run, is loaded
+only within bounds."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pytest
@@ -20,9 +22,10 @@ from trainer_runs import output_dirs, process_env, run
 import trainer.champion
 from trainer.champion import MAX_ERROR_CHARS, score_champion
 from trainer.data import _split
-from trainer.model import BUILTIN_MLP
-from trainer.outputs import load_model, model_from_bytes
-from trainer.preprocess import MAX_CATEGORIES, Preprocessor
+from trainer.model import BUILTIN_MLP, build_model
+from trainer.outputs import load_model, model_from_bytes, write_outputs
+from trainer.predict import predict_rows
+from trainer.preprocess import MAX_CATEGORIES, Combine, Preprocessor
 from trainer.storage import gcs_client
 
 FACTORIES = {BUILTIN_MLP}
@@ -62,6 +65,11 @@ def test_a_two_process_run_scores_the_champion_on_its_own_validation_rows(
     assert metrics["champion_val_loss"] == pytest.approx(F.cross_entropy(outputs, targets).item(), rel=1e-6)
     assert "val_accuracy" in metrics and "champion_error" not in metrics
     assert len(finished.messages("the champion was scored on this run's validation rows")) == 1  # rank 0 only
+    # issue 38: its skill on these rows, against the share of their most frequent class (summed over both ranks).
+    majority = max(targets.bincount().tolist()) / 38
+    assert metrics["champion_skill_baseline"] == pytest.approx(majority)
+    assert metrics["champion_skill"] == pytest.approx((metrics["champion_val_accuracy"] - majority) / (1 - majority))
+    assert metrics["label_check"] == "passed"
 
 
 def test_a_champion_that_needs_a_dropped_column_is_reported_and_the_run_succeeds(
@@ -125,19 +133,38 @@ def run_prep(package: dict) -> Preprocessor:
 
 
 def test_the_champion_is_scored_in_one_process(world_of_one, rows, champion, trained_breast_cancer_model):
-    scored = score_champion(str(trained_breast_cancer_model), rows, run_prep(champion), FACTORIES, CPU)
+    scored = score_champion(str(trained_breast_cancer_model), rows, run_prep(champion), FACTORIES, CPU).metrics
     assert scored["champion_scored_on_same_rows"] is True and scored["champion_validation_rows"] == rows.num_rows
     assert 0.5 < scored["champion_val_accuracy"] <= 1.0
+
+
+def test_a_regression_champions_skill_is_one_minus_its_mse_over_the_rows_variance(world_of_one, tmp_path):
+    """issue 38: from the all-reduced sums in the champion's standardised units, the same figure as its predictions
+    in the target's own units give; its baseline is the rows' standard deviation (predicting their mean)."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=400)
+    table = pa.table({"x": x, "y": 20 + 5 * x + rng.normal(size=400)})
+    prep = Preprocessor.fit(table.slice(0, 200), "y", "regression", Combine(across_ranks=False))
+    torch.manual_seed(0)
+    spec = {"factory": BUILTIN_MLP, "kwargs": {"hidden_sizes": [3], "dropout": 0.0}}
+    model = build_model(BUILTIN_MLP, prep.num_features, 1, spec["kwargs"]).eval()
+    write_outputs(str(tmp_path), model, spec, prep, {}, [], b"{}")
+    rows = table.slice(200)
+    scored = score_champion(str(tmp_path), rows, prep, FACTORIES, CPU).metrics
+    errors = predict_rows(model, prep, rows)["prediction"].to_numpy() - rows["y"].to_numpy()
+    assert scored["champion_skill"] == pytest.approx(1 - (errors**2).mean() / rows["y"].to_numpy().var(), rel=1e-5)
+    assert scored["champion_skill_baseline"] == pytest.approx(rows["y"].to_numpy().std(), rel=1e-5)
+    assert scored["champion_val_rmse"] == pytest.approx(np.sqrt((errors**2).mean()), rel=1e-5)
 
 
 def test_a_champion_of_another_target_or_task_is_reported_not_scored(world_of_one, rows, champion, tmp_path):
     """issue 26, step 1: a different target or task cannot be compared."""
     other_target = {**champion, "preprocessing": {**champion["preprocessing"], "target": "mean area"}}
-    scored = score_champion(save(other_target, tmp_path / "target"), rows, run_prep(champion), FACTORIES, CPU)
+    scored = score_champion(save(other_target, tmp_path / "target"), rows, run_prep(champion), FACTORIES, CPU).metrics
     assert scored["champion_error"] == "the champion predicts 'mean area', this run predicts 'target'"
 
     regression_run = Preprocessor.from_state_dict({**champion["preprocessing"], "task": "regression", "classes": []})
-    scored = score_champion(save(champion, tmp_path / "task"), rows, regression_run, FACTORIES, CPU)
+    scored = score_champion(save(champion, tmp_path / "task"), rows, regression_run, FACTORIES, CPU).metrics
     assert scored["champion_error"] == "the champion is a classification model, this run trains regression"
     assert "champion_val_accuracy" not in scored and scored["champion_scored_on_same_rows"] is False
 
@@ -145,7 +172,7 @@ def test_a_champion_of_another_target_or_task_is_reported_not_scored(world_of_on
 def test_a_label_the_champion_never_saw_is_reported(world_of_one, rows, champion, tmp_path):
     """issue 26, step 1: a category it cannot encode (here a new class of the target)."""
     relabelled = rows.set_column(rows.schema.get_field_index("target"), "target", pa.array([7] * rows.num_rows))
-    scored = score_champion(save(champion, tmp_path / "c"), relabelled, run_prep(champion), FACTORIES, CPU)
+    scored = score_champion(save(champion, tmp_path / "c"), relabelled, run_prep(champion), FACTORIES, CPU).metrics
     assert scored["champion_error"] == (
         "the champion cannot read this run's validation rows: "
         "target values ['7'] were not seen when the classes were fitted"
@@ -163,7 +190,7 @@ def test_a_champion_built_by_other_code_is_refused_before_that_code_runs(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     probe = {**champion, "model": {"factory": "champion_probe:factory", "kwargs": {}}}
-    scored = score_champion(save(probe, tmp_path / "m"), rows, run_prep(champion), FACTORIES, CPU)
+    scored = score_champion(save(probe, tmp_path / "m"), rows, run_prep(champion), FACTORIES, CPU).metrics
     assert "is built by 'champion_probe:factory'" in scored["champion_error"]
     assert not ran.exists()
 
@@ -174,19 +201,19 @@ def test_weights_that_do_not_match_their_settings_are_refused_before_the_module_
     """issue 26, step 1: the settings would build a far larger module than the weights the file holds; it is built
     on the meta device first, so no memory is taken for it."""
     huge = {**champion, "model": {"factory": BUILTIN_MLP, "kwargs": {"hidden_sizes": [4096, 4096], "dropout": 0.1}}}
-    scored = score_champion(save(huge, tmp_path / "m"), rows, run_prep(champion), FACTORIES, CPU)
+    scored = score_champion(save(huge, tmp_path / "m"), rows, run_prep(champion), FACTORIES, CPU).metrics
     assert scored["champion_error"].endswith("its weights do not match the module its settings describe")
 
 
 def test_a_champion_file_over_the_bound_is_not_read(world_of_one, rows, champion, tmp_path, monkeypatch):
     """issue 26, step 1 (bound what you read)."""
     monkeypatch.setattr(trainer.champion, "MAX_CHAMPION_BYTES", 1000)
-    scored = score_champion(save(champion, tmp_path / "m"), rows, run_prep(champion), FACTORIES, CPU)
+    scored = score_champion(save(champion, tmp_path / "m"), rows, run_prep(champion), FACTORIES, CPU).metrics
     assert "is larger than the 1,000 bytes this reader accepts" in scored["champion_error"]
 
 
 def test_a_missing_champion_and_long_errors_are_reported_within_bounds(world_of_one, rows, champion, tmp_path):
-    scored = score_champion(str(tmp_path / "nothing"), rows, run_prep(champion), FACTORIES, CPU)
+    scored = score_champion(str(tmp_path / "nothing"), rows, run_prep(champion), FACTORIES, CPU).metrics
     assert scored["champion_error"].startswith(f"cannot read {tmp_path / 'nothing'}/model.pt: FileNotFoundError")
     assert len(trainer.champion._unscored("d", "x" * 5000)["champion_error"]) == MAX_ERROR_CHARS
 
@@ -224,7 +251,7 @@ def test_a_champion_in_cloud_storage_is_read_with_a_bounded_read(
     bucket = gcs_client().bucket(gcs_bucket)
     bucket.blob("runs/r1/model/model.pt").upload_from_filename(str(trained_breast_cancer_model / "model.pt"))
     uri = f"gs://{gcs_bucket}/runs/r1/model"
-    assert score_champion(uri, rows, run_prep(champion), FACTORIES, CPU)["champion_scored_on_same_rows"] is True
+    assert score_champion(uri, rows, run_prep(champion), FACTORIES, CPU).metrics["champion_scored_on_same_rows"] is True
     monkeypatch.setattr(trainer.champion, "MAX_CHAMPION_BYTES", 1000)
-    scored = score_champion(uri, rows, run_prep(champion), FACTORIES, CPU)
+    scored = score_champion(uri, rows, run_prep(champion), FACTORIES, CPU).metrics
     assert f"gs://{gcs_bucket}/runs/r1/model/model.pt is larger than the 1,000 bytes" in scored["champion_error"]

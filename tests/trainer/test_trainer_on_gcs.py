@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
 import pytest
 from trainer_runs import free_port, process_env, run, started
 
@@ -44,10 +45,13 @@ def test_one_node_two_processes_train_from_and_to_gcs(gcs_bucket, breast_cancer_
     assert finished.returncode == 0, finished.output[-4000:]
     assert [e["mode"] for e in finished.messages("dataset loaded")] == ["sharded", "sharded"]
     model = objects(gcs_bucket, "runs/one-node/model")
-    assert set(model) == {"model.pt", "schema.json", "metrics.json", "metrics.jsonl", "_SUCCESS"}
+    assert set(model) == {"model.pt", "schema.json", "reference.parquet", "metrics.json", "metrics.jsonl", "_SUCCESS"}
     others = [blob.generation for name, blob in model.items() if name != "_SUCCESS"]
     assert model["_SUCCESS"].generation > max(others)  # written last
     metrics = json.loads(model["metrics.json"].download_as_bytes())
+    # issue 38, point 4: rank 0 gathers both ranks' validation rows (fewer than 20,000: all of them), every column.
+    reference = pq.read_table(io.BytesIO(model["reference.parquet"].download_as_bytes()))
+    assert reference.num_rows == metrics["validation_rows"] and "target" in reference.column_names
     assert metrics["world_size"] == 2 and metrics["val_accuracy"] > metrics["baseline_accuracy"]
     checkpoints = objects(gcs_bucket, "runs/one-node/checkpoints")
     # Rank 0 holds two of the three shards (304 training rows): 19 steps per epoch, 190 in all. Checkpoints at

@@ -30,9 +30,12 @@ def _allowed(value: str, allowed: tuple[str, ...]) -> bool:
     return not allowed or value in allowed
 
 
-def admission_problems(request: TrainingJobRequest, settings: Settings, output_dir: str) -> list[FieldError]:
+def admission_problems(
+    request: TrainingJobRequest, settings: Settings, output_dir: str, request_key: str | None = None
+) -> list[FieldError]:
     """Every guardrail the request breaks: each rung of its ladder is checked like `resources` (its own cost
-    included), then what all its attempts may spend together, then the request-wide rules."""
+    included), then what all its attempts may spend together, then the request-wide rules. `request_key` places the
+    request's own folder in its team's namespace (planning.own_folder)."""
     problems: list[FieldError] = []
     costs = []
     for rung in request.rungs():
@@ -53,7 +56,7 @@ def admission_problems(request: TrainingJobRequest, settings: Settings, output_d
                 "timeout or GPUs",
             )
         )
-    return problems + _request_problems(request, settings, output_dir)
+    return problems + _request_problems(request, settings, output_dir, request_key)
 
 
 def _rung_problems(request: TrainingJobRequest, rung: Rung, cost: CostEstimate, settings: Settings) -> list[FieldError]:
@@ -107,7 +110,9 @@ def _rung_problems(request: TrainingJobRequest, rung: Rung, cost: CostEstimate, 
     return problems
 
 
-def _request_problems(request: TrainingJobRequest, settings: Settings, output_dir: str) -> list[FieldError]:
+def _request_problems(
+    request: TrainingJobRequest, settings: Settings, output_dir: str, request_key: str | None = None
+) -> list[FieldError]:
     """The guardrails on what every rung shares: timeout, image, data, outputs, service account."""
     problems: list[FieldError] = []
 
@@ -144,7 +149,7 @@ def _request_problems(request: TrainingJobRequest, settings: Settings, output_di
             "allowed_data_buckets",
             f"bucket {split_gs_uri(reference)[0]} is not allowed; allowed: {', '.join(settings.allowed_data_buckets)}",
         )
-    problems += _output_problems(request, settings, output_dir)
+    problems += _output_problems(request, settings, output_dir, request_key)
     problems += _service_account_problems(request, settings)
     return problems
 
@@ -197,7 +202,9 @@ def _package_problems(request: TrainingJobRequest, settings: Settings) -> list[F
     return problems
 
 
-def _output_problems(request: TrainingJobRequest, settings: Settings, output_dir: str) -> list[FieldError]:
+def _output_problems(
+    request: TrainingJobRequest, settings: Settings, output_dir: str, request_key: str | None = None
+) -> list[FieldError]:
     """Where the job may write. In the control bucket, only the request's own folder (runs/<id>/ for the built-in
     trainer, custom-runs/<id>/ for a custom image): every other folder there is another request's or the ledger.
     The built-in trainer writes nowhere else, so that custom code cannot reach its outputs; a custom image may also
@@ -205,7 +212,7 @@ def _output_problems(request: TrainingJobRequest, settings: Settings, output_dir
     functions/output_claims.py)."""
     control = settings.control_bucket
     bucket, path = split_gs_uri(output_dir)
-    own = planning.own_folder(request, settings)
+    own = planning.own_folder(request, settings, request_key)
 
     def refuse(guardrail: str, text: str) -> list[FieldError]:
         return [FieldError("output_dir", f"guardrail {guardrail}: {text}")]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from functions.keys import id_namespace
 from functions.ledger import Ledger
 from functions.model_intake import ModelIntake
 from functions.model_ledger import ModelCharters, ModelLedger
@@ -142,6 +143,12 @@ class Controller:
             quotas=quotas or GpuQuotas(settings.project, settings.quotas_endpoint, policy=QUOTA_RETRIES.scaled(scale)),
             registry_factory=registry_factory,
         )
+
+    def request_key(self, request_id: str, team: str | None) -> str:
+        """The key of a request that names its id, arriving as `team` (None: without teams): request ids are one
+        namespace per team (functions/keys.py), and a request from before that keeps the key it was claimed under."""
+        teams = self.settings.teams
+        return self.ledger.key_for(request_id, id_namespace(team, teams.default_team if teams else None))
 
     def reject(
         self, request_id: str, key: str, delivery: Delivery, errors: list[str], message: str, reason: str = "invalid"

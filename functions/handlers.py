@@ -163,7 +163,7 @@ def _marker(
         except RequestInvalid as exc:
             return c.reject(request_id, key, delivery, [str(e) for e in exc.errors], "the request is invalid")
         if explicit:
-            key = keys.request_key(request.request_id)
+            key = c.request_key(request.request_id, delivery.team)
             logs.set_request_id(request.request_id)
         return c.handle_request(request, key, explicit, delivery)
 
@@ -256,7 +256,7 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
             request = parse_request(document)
         except RequestInvalid as exc:
             return c.reject(request_id, key, delivery, [str(e) for e in exc.errors], "the request is invalid")
-        return c.handle_request(request, keys.request_key(request.request_id), True, delivery)
+        return c.handle_request(request, c.request_key(request.request_id, delivery.team), True, delivery)
 
 
 # ---- on_job_state --------------------------------------------------------------------------------------

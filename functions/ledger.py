@@ -5,7 +5,8 @@ Layout under the control bucket:
   ledger/<key hash>.json   the Record (never deleted: it is the audit trail and the duplicate detector)
   active/<key hash>        exists while the request is not final; its custom metadata is what the reconcile sweep
                            last saw of the request (functions/sweep.py)
-  ids/<request id>         the key hash of the one request that holds this id (for `trainctl status ID`)
+  ids/<request id>         the key hash of the one request that holds this id (for `trainctl status ID`);
+  ids/<team>/<request id>  the same in a team's namespace (every team but the default team: functions/keys.py)
   history/<day>/<id>       one per finished request, its Outcome in the object's metadata (functions/history.py)
 """
 
@@ -17,6 +18,7 @@ from functions import logs
 from functions.errors import Transient
 from functions.gcs import Conflict, StorageError, TooLarge
 from functions.history import MAX_OUTCOME_BYTES, METADATA_KEY, Outcome, history_entry, labels_in_content
+from functions.keys import id_claim, key_hash, request_key
 from functions.ports import Storage
 from functions.record import Record
 
@@ -53,10 +55,11 @@ class Ledger:
         return self._gcs.write(self.bucket, self._name(record), record.model_dump_json(exclude_none=True), 0)
 
     def _claim_id(self, record: Record) -> None:
-        """`ids/<request id>` names one key hash, written once. Finding our own is a redelivery after a crash
-        between the two writes of `create`, which goes on; finding another's means two keys map to one id (a
-        derived id's slug loses case and characters), and the later one is refused (issue 24, point 7)."""
-        name = f"{IDS_PREFIX}{record.request_id}"
+        """`ids/<request id>` (in a team's namespace `ids/<team>/<request id>`) names one key hash, written once.
+        Finding our own is a redelivery after a crash between the two writes of `create`, which goes on; finding
+        another's means two keys map to one id (a derived id's slug loses case and characters), and the later one is
+        refused (issue 24, point 7)."""
+        name = f"{IDS_PREFIX}{id_claim(record.request_id, record.key)}"
         try:
             self._gcs.write(self.bucket, name, record.key_hash, 0)
             return
@@ -93,9 +96,31 @@ class Ledger:
         """Keep `metadata` on the request's active entry; an entry retired meanwhile is left retired."""
         self._gcs.set_metadata(self.bucket, f"{ACTIVE_PREFIX}{key_hash}", metadata)
 
-    def find_by_request_id(self, request_id: str) -> tuple[Record, int] | None:
-        found = self._gcs.read(self.bucket, f"{IDS_PREFIX}{request_id}")
-        return self.read(found[0].decode()) if found else None
+    def find_by_request_id(self, request_id: str, namespace: str | None = None) -> tuple[Record, int] | None:
+        """The request that holds `request_id` in a team's namespace (keys.id_namespace; None: the default team's).
+        A team's request from before ids had namespaces holds `ids/<request id>`, and is found there when the
+        record says it is that team's."""
+        found = self._gcs.read(self.bucket, f"{IDS_PREFIX}{id_claim(request_id, request_key(request_id, namespace))}")
+        if found is not None:
+            return self.read(found[0].decode())
+        if namespace is None:
+            return None
+        legacy = self._gcs.read(self.bucket, f"{IDS_PREFIX}{request_id}")
+        record = self.read(legacy[0].decode()) if legacy else None
+        return record if record is not None and record[0].team == namespace else None
+
+    def key_for(self, request_id: str, namespace: str | None) -> str:
+        """The key of `request_id` in a team's namespace: keys.request_key's, except for a request the team sent
+        before ids had namespaces (issue 38), whose record is under `request:<id>` and names the team: its
+        redelivery keeps that key, so it is found (a duplicate, a conflict, an expired claim taken over) and never
+        submitted twice. Nothing new is ever created under the old key for a team but the default team, so once
+        the new key has no record, the old one's answer cannot change."""
+        key = request_key(request_id, namespace)
+        if namespace is None or self.read(key_hash(key)) is not None:
+            return key
+        legacy = request_key(request_id)
+        found = self.read(key_hash(legacy))
+        return legacy if found is not None and found[0].team == namespace else key
 
     def active_records(self) -> list[Record]:
         return [found[0] for khash in self.active() if (found := self.read(khash))]

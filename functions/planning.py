@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.job_labels import deployment_label, job_labels
-from functions.keys import key_hash
+from functions.keys import key_hash, namespace_of
 from functions.settings import Settings
 from schemas import catalog
 from schemas.events import CostEstimate
@@ -29,6 +29,10 @@ REDUCTION_SERVER_MIN_GRADIENT_MB = REDUCTION_SERVER_BUCKET_CAP_MB
 # (terraform/iam.tf), so custom code can never touch what the built-in trainer wrote.
 RUNS_PREFIX = "runs/"
 CUSTOM_RUNS_PREFIX = "custom-runs/"
+# Below either prefix, the folders of requests whose ids are in a team's namespace (functions/keys.py): one more
+# level, whose name no request id can take (ids start with a letter or a digit), so the same id in two teams is two
+# folders, and no id of the default team's names a folder around a team's.
+TEAMS_FOLDER = "_teams/"
 
 
 @dataclass(frozen=True)
@@ -67,16 +71,19 @@ def runs_builtin_trainer(request: TrainingJobRequest) -> bool:
     return not request.trainer.is_custom_code
 
 
-def own_folder(request: TrainingJobRequest, settings: Settings) -> str:
-    """The request's own folder in the control bucket: the only place there it may write, and its default output_dir."""
+def own_folder(request: TrainingJobRequest, settings: Settings, request_key: str | None = None) -> str:
+    """The request's own folder in the control bucket: the only place there it may write, and its default output_dir.
+    `<prefix><id>/`, or `<prefix>_teams/<team>/<id>/` when its key is in a team's namespace."""
     prefix = RUNS_PREFIX if runs_builtin_trainer(request) else CUSTOM_RUNS_PREFIX
-    return f"gs://{settings.control_bucket}/{prefix}{request.request_id}/"
+    namespace = namespace_of(request_key) if request_key else None
+    team = f"{TEAMS_FOLDER}{namespace}/" if namespace else ""
+    return f"gs://{settings.control_bucket}/{prefix}{team}{request.request_id}/"
 
 
-def output_dir(request: TrainingJobRequest, settings: Settings) -> str:
+def output_dir(request: TrainingJobRequest, settings: Settings, request_key: str | None = None) -> str:
     if request.output_dir:
         return request.output_dir.rstrip("/") + "/"
-    return own_folder(request, settings)
+    return own_folder(request, settings, request_key)
 
 
 def default_service_account(request: TrainingJobRequest, settings: Settings) -> str:
@@ -406,7 +413,7 @@ def plan_custom_job(
     }
     if sched.strategy == "flex_start":
         scheduling["max_wait_duration"] = _duration(sched.max_pending)
-    out = output_dir(request, settings)
+    out = output_dir(request, settings, request_key)
     job_spec: dict[str, Any] = {
         "worker_pool_specs": pools,
         "scheduling": scheduling,

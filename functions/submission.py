@@ -57,6 +57,7 @@ from schemas.events import (
     CostEstimate,
     Duplicate,
     Rejected,
+    RejectedDelivery,
     Submitted,
     Trigger,
     cost_summary,
@@ -150,11 +151,15 @@ class Submission:
         cost: CostEstimate | None = None,
         saved_gpu_hours: float | None = None,
         budget: Budget | None = None,
+        rejected_delivery: RejectedDelivery = "unclaimed",
     ) -> str:
         """Publish `rejected` for input that will never become valid; nothing is written to the ledger. `cost` and
-        `saved_gpu_hours`: what the run would have cost at most, for a rejection that saved it (the data check)."""
+        `saved_gpu_hours`: what the run would have cost at most, for a rejection that saved it (the data check).
+        The event is about this delivery alone, marked `rejected_delivery` (issue 38, point 6): its request_id is
+        whatever the document named, so it must never read as the end of the request that holds that id."""
         logs.warning(message, errors=errors, request_key=key)
         event = Rejected(
+            rejected_delivery=rejected_delivery,
             request_id=request_id,
             request_key=key,
             time=delivery.time,
@@ -182,7 +187,7 @@ class Submission:
             return self.reject(request.request_id, key, delivery, errors, "the request_id is reserved for markers")
         plan = plan_custom_job(request, self.settings, key)
         # Step 0: admit.
-        problems = admission_problems(request, self.settings, plan.output_dir)
+        problems = admission_problems(request, self.settings, plan.output_dir, key)
         if problems:
             return self.reject(
                 request.request_id, key, delivery, [str(p) for p in problems], "the request breaks a guardrail"
@@ -274,7 +279,10 @@ class Submission:
             "a folder with a distinct name"
         )
         error = f"request_id: {request.request_id!r} already belongs to another request ({holder}); {advice}"
-        return self.reject(request.request_id, key, delivery, [error], "request_id already belongs to another request")
+        message = "request_id already belongs to another request"
+        return self.reject(
+            request.request_id, key, delivery, [error], message, rejected_delivery="conflicting_delivery"
+        )
 
     def _dataset_problem(self, request: TrainingJobRequest) -> FieldError | None:
         """Preflight of a new request's dataset (issue 12 point 17): it exists, holds data and can be read."""
@@ -472,6 +480,7 @@ class Submission:
                     delivery,
                     [f"request_id: {record.request_id!r} was already used for a different request"],
                     "request_id reused with a different spec; change the request_id to submit a new job",
+                    rejected_delivery="conflicting_delivery",
                 )
             if decision == "duplicate":
                 return self._duplicate(record, generation, delivery)

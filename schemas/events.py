@@ -2,9 +2,13 @@
 
 Every event shares the same envelope fields; `to_pubsub_message` turns one into JSON bytes plus the
 CloudEvents attributes of the Pub/Sub binary binding (`ce-*`) and the plain `request_id` and `state`
-attributes that subscription filters use; it is published with the request id as its ordering key. `ce-id`
-is a hash of (request key, state, attempt) — and, for events about one delivery (duplicate, rejected), of
-that delivery's id — so a re-published event keeps its id and consumers can drop the copy.
+attributes that subscription filters use (plus `delivery` and `rejected_delivery` on events about one delivery);
+it is published with the request id as its ordering key. `ce-id` is a hash of (request key, state, attempt) — and,
+for events about one delivery (duplicate, rejected), of that delivery's id — so a re-published event keeps its id
+and consumers can drop the copy.
+
+A `rejected` with `rejected_delivery` set is about one arrival that claimed nothing (issue 38, point 6): its
+`request_id` is only what that arrival's document said, so it is never the end of the request that holds the id.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 FailureReason = Literal[
     "quota", "capacity", "preemption", "hang", "internal", "user", "invalid", "permission", "data", "budget"
 ]
+# A rejection of one arrival that claimed nothing (DESIGN.md §4): `unclaimed`, refused before any claim (schema,
+# guardrail, budget, data check …); `conflicting_delivery`, its request id or key already belongs to a request it does
+# not match (another spec, another key), which goes on untouched.
+RejectedDelivery = Literal["unclaimed", "conflicting_delivery"]
 # Where a request stands in the controller's ledger: claimed until its job exists (queued while it waits in
 # trainctl for GPU quota), then as its job goes.
 RequestState = Literal["claimed", "queued", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]
@@ -130,7 +138,8 @@ class _Event(_Strict):
     trigger: Trigger | None = None
     delivery: str | None = Field(
         None,
-        description="For events about one delivery of a request (duplicate, rejected): that delivery's event id.",
+        description="For events about one delivery of a request (duplicate, rejected): that delivery's id, which "
+        "Pub/Sub (the message id) or Eventarc (the Cloud Storage event's id) assigned, never the document.",
     )
     job: JobRef | None = None
     timestamps: Timestamps | None = None
@@ -222,6 +231,13 @@ class Rejected(_Event):
     )
     budget: Budget | None = Field(None, description="Reason `budget`: the team's budget and what its requests spend.")
     team: str | None = Field(None, description="With teams: the team it arrived as.")
+    rejected_delivery: RejectedDelivery | None = Field(
+        None,
+        description="Set when only this delivery (`delivery`) is rejected and nothing was claimed: `unclaimed` "
+        "(refused before any claim) or `conflicting_delivery` (its id or key belongs to a request it does not match). "
+        "Its request_id is what the delivery's document named: the request holding that id, if any, is untouched "
+        "and this is not its end. Absent: the request itself ended rejected (Vertex refused its job).",
+    )
 
 
 class Queued(_Event):
@@ -450,18 +466,25 @@ def _rfc3339(moment: datetime) -> str:
 
 def to_pubsub_message(event: JobEvent, source: str) -> PubsubMessage:
     """The event as Pub/Sub sends it: JSON data, CloudEvents binary-mode attributes, filter attributes."""
+    attributes = {
+        "ce-specversion": SPEC_VERSION,
+        "ce-type": event.ce_type,
+        "ce-source": source,
+        "ce-id": event.ce_id,
+        "ce-time": _rfc3339(event.time),
+        "content-type": "application/json",
+        "request_id": event.request_id,
+        "state": event.state,
+    }
+    if event.delivery is not None:
+        attributes["delivery"] = event.delivery
+    # A filter keeps a request's own events with `NOT attributes:rejected_delivery` (`:` tests that the attribute
+    # is present: cloud.google.com/pubsub/docs/filtering).
+    if isinstance(event, Rejected) and event.rejected_delivery is not None:
+        attributes["rejected_delivery"] = event.rejected_delivery
     return PubsubMessage(
         data=event.model_dump_json(exclude_none=True).encode(),
-        attributes={
-            "ce-specversion": SPEC_VERSION,
-            "ce-type": event.ce_type,
-            "ce-source": source,
-            "ce-id": event.ce_id,
-            "ce-time": _rfc3339(event.time),
-            "content-type": "application/json",
-            "request_id": event.request_id,
-            "state": event.state,
-        },
+        attributes=attributes,
         ordering_key=event.request_id,
     )
 

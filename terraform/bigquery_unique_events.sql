@@ -25,6 +25,7 @@ SELECT
   ARRAY(SELECT JSON_VALUE(item1, '$') FROM UNNEST(JSON_QUERY_ARRAY(data, '$.errors')) AS item1 WITH OFFSET AS position1 ORDER BY position1) AS `errors`,
   SAFE_CAST(JSON_VALUE(data, '$.saved_gpu_hours') AS FLOAT64) AS `saved_gpu_hours`,
   IF(JSON_TYPE(JSON_QUERY(data, '$.budget')) = 'object', STRUCT(JSON_VALUE(data, '$.budget.team') AS `team`, JSON_VALUE(data, '$.budget.month') AS `month`, SAFE_CAST(JSON_VALUE(data, '$.budget.budget_usd') AS FLOAT64) AS `budget_usd`, SAFE_CAST(JSON_VALUE(data, '$.budget.spent_usd') AS FLOAT64) AS `spent_usd`, SAFE_CAST(JSON_VALUE(data, '$.budget.active_usd') AS FLOAT64) AS `active_usd`, SAFE_CAST(JSON_VALUE(data, '$.budget.request_usd') AS FLOAT64) AS `request_usd`), NULL) AS `budget`,
+  JSON_VALUE(data, '$.rejected_delivery') AS `rejected_delivery`,
   JSON_VALUE(data, '$.quota_metric') AS `quota_metric`,
   JSON_VALUE(data, '$.region') AS `region`,
   SAFE_CAST(JSON_VALUE(data, '$.gpus') AS INT64) AS `gpus`,

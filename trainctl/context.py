@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from functions.keys import id_namespace
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
 from local.stack_state import running_stack
@@ -48,10 +49,34 @@ def requests_topic() -> str:
     return os.environ.get("TRAINCTL_REQUESTS_TOPIC") or Names(cli_settings().project).requests_topic
 
 
-def cli_team(settings: Settings) -> str | None:
-    """The team this user's requests arrive as, when the deployment has teams: its request topic's
-    (TRAINCTL_REQUESTS_TOPIC; the shared topic is the default team's), as the controller decides it; None without."""
-    return settings.teams.team_of_topic(requests_topic()) if settings.teams else None
+def cli_team(settings: Settings, named: str | None = None) -> str | None:
+    """The team this user's commands act as: `--team NAME`, else the team whose request topic this shell publishes to
+    (TRAINCTL_REQUESTS_TOPIC; the shared topic is the default team's); None where the deployment has no teams. A
+    request id names a request within its team (functions/keys.py), so `status`, `cancel` and `watch` need it."""
+    from trainctl.problems import Problem
+
+    teams = settings.teams
+    if teams is None:
+        if named is not None:
+            raise Problem(f"--team {named}: this deployment has no teams (TRAINCTL_TEAMS is not set)")
+        return None
+    if named is None:
+        return teams.team_of_topic(requests_topic())
+    if named not in teams.teams:
+        raise Problem(f"--team {named}: not one of this deployment's teams ({', '.join(teams.teams)})")
+    return named
+
+
+def cli_namespace(settings: Settings, named: str | None = None) -> str | None:
+    """The namespace of the request ids this user's commands name (keys.id_namespace): None for the default team."""
+    teams = settings.teams
+    return id_namespace(cli_team(settings, named), teams.default_team if teams else None)
+
+
+def team_requests_topic(settings: Settings, team: str | None) -> str:
+    """Where a request of `team` is published: its own topic (Terraform fills each team's), else this shell's."""
+    topic = settings.teams.teams[team].topic if settings.teams and team in settings.teams.teams else None
+    return topic or requests_topic()
 
 
 def events_subscription() -> str | None:

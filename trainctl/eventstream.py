@@ -200,11 +200,32 @@ def headline_metrics(metrics: dict[str, Any], limit: int = 6) -> str:
     return ", ".join(parts)
 
 
-def format_event(event: JobEvent) -> str:
+def of_delivery(event: JobEvent, message_id: str) -> bool:
+    """Whether the event is about the arrival of the message `message_id` (Pub/Sub's id for it, which no document
+    can choose): its `delivery`, or the trigger of the request it claimed."""
+    return event.delivery == message_id or (event.trigger is not None and event.trigger.message_id == message_id)
+
+
+def rejected_delivery(event: JobEvent) -> str | None:
+    """`unclaimed` or `conflicting_delivery` for a rejection of one delivery that claimed nothing: whoever sent it
+    named the request id, and it is never the end of the request holding that id (issue 38, point 6)."""
+    return getattr(event, "rejected_delivery", None)
+
+
+_CLAIMED_NOTHING = {
+    "unclaimed": "claimed nothing",
+    "conflicting_delivery": "conflicts with the request holding this id, which goes on",
+}
+
+
+def format_event(event: JobEvent, own: bool = False) -> str:
     """One line per event for a person; a rejection's reasons follow on indented lines, and a success
-    carries its headline metrics."""
+    carries its headline metrics. A rejection of one delivery says so, unless it is `own` (the delivery the
+    command itself published): it is not the end of a request holding its id."""
     when = event.time.astimezone().strftime("%H:%M:%S")
-    line = f"{when}  {event.state:<10} {event.request_id}  {event.message}"
+    marker = rejected_delivery(event)
+    note = "" if own or marker is None else f"[only delivery {event.delivery}, which {_CLAIMED_NOTHING[marker]}] "
+    line = f"{when}  {event.state:<10} {event.request_id}  {note}{event.message}"
     metrics = getattr(event, "metrics", None)
     if metrics:
         line += f"; {headline_metrics(metrics)}"

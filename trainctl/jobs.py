@@ -9,11 +9,19 @@ import sys
 from typing import Any
 
 from functions.gcs import Conflict, Gcs
+from functions.keys import request_key
 from functions.ledger import Ledger
 from functions.record import Record
-from schemas.events import CostEstimate, cost_summary
-from trainctl.context import cli_settings, events_subscription, trainctl_command
-from trainctl.eventstream import EXIT_CANNOT_FOLLOW, HOW_TO_WATCH, CannotFollow, EventStream, format_event
+from schemas.events import CostEstimate, JobEvent, cost_summary
+from trainctl.context import cli_namespace, cli_settings, events_subscription, trainctl_command
+from trainctl.eventstream import (
+    EXIT_CANNOT_FOLLOW,
+    HOW_TO_WATCH,
+    CannotFollow,
+    EventStream,
+    format_event,
+    rejected_delivery,
+)
 
 EXIT_NOT_FOUND = 3
 
@@ -21,6 +29,7 @@ EXIT_NOT_FOUND = 3
 def register(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("status", help="where a request stands: state, job, cost, artifacts")
     cmd.add_argument("request_id", metavar="ID")
+    add_team_option(cmd)
     cmd.add_argument("--json", action="store_true")
     cmd.set_defaults(run=run_status)
 
@@ -31,10 +40,16 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     cmd = commands.add_parser("cancel", help="cancel a request's running job")
     cmd.add_argument("request_id", metavar="ID")
+    add_team_option(cmd)
     cmd.set_defaults(run=run_cancel)
 
     cmd = commands.add_parser("watch", help="print lifecycle events as they are published")
-    cmd.add_argument("--request", metavar="ID", help="only this request's events")
+    cmd.add_argument(
+        "--request",
+        metavar="ID",
+        help="only this request's events (and rejections of other deliveries naming its id, shown as such)",
+    )
+    add_team_option(cmd)
     cmd.add_argument("--json", action="store_true", help="one JSON object per line")
     cmd.add_argument(
         "--subscription",
@@ -46,19 +61,28 @@ def register(commands: argparse._SubParsersAction) -> None:
     cmd.set_defaults(run=run_watch)
 
 
+def add_team_option(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--team",
+        metavar="NAME",
+        help="with teams: the team whose request ID is (each team has its own ids; default: the team of "
+        "$TRAINCTL_REQUESTS_TOPIC, the default team for the shared topic)",
+    )
+
+
 def _ledger() -> Ledger:
     settings = cli_settings()
     return Ledger(Gcs(settings.project), settings.control_bucket)
 
 
-def _find(ledger: Ledger, request_id: str) -> Record | None:
-    found = ledger.find_by_request_id(request_id)
+def _find(ledger: Ledger, request_id: str, team: str | None = None) -> Record | None:
+    found = ledger.find_by_request_id(request_id, cli_namespace(cli_settings(), team))
     return found[0] if found else None
 
 
-def find_record(request_id: str) -> Record | None:
-    """The ledger record of a request, by its id."""
-    return _find(_ledger(), request_id)
+def find_record(request_id: str, team: str | None = None) -> Record | None:
+    """The ledger record of a request, by its id (and the team whose id it is: `--team`, else this shell's)."""
+    return _find(_ledger(), request_id, team)
 
 
 def summary(record: Record) -> dict[str, Any]:
@@ -108,7 +132,7 @@ def _ladder_summary(record: Record) -> dict[str, Any]:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    record = _find(_ledger(), args.request_id)
+    record = _find(_ledger(), args.request_id, args.team)
     if record is None:
         print(f"no request {args.request_id!r} in the ledger")
         return EXIT_NOT_FOUND
@@ -184,15 +208,15 @@ def run_cancel(args: argparse.Namespace) -> int:
     from functions.vertex import VertexJobs
 
     ledger = _ledger()
-    record = _find(ledger, args.request_id)
+    record = _find(ledger, args.request_id, args.team)
     if record is None:
         print(f"no request {args.request_id!r} in the ledger")
         return EXIT_NOT_FOUND
     if record.state == "queued":
-        if cancel_queued(ledger, args.request_id):
+        if cancel_queued(ledger, args.request_id, cli_namespace(cli_settings(), args.team)):
             print(f"{args.request_id} waits for GPU quota; reconcile ends it with a `cancelled` event at its next tick")
             return 0
-        record = _find(ledger, args.request_id) or record  # it left the queue meanwhile: cancel its job
+        record = _find(ledger, args.request_id, args.team) or record  # it left the queue meanwhile: cancel its job
     if record.final or record.job_name is None:
         print(f"{args.request_id} is {record.state}; there is no job to cancel")
         return 1
@@ -202,12 +226,12 @@ def run_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def cancel_queued(ledger: Ledger, request_id: str) -> bool:
+def cancel_queued(ledger: Ledger, request_id: str, namespace: str | None = None) -> bool:
     """Ask for a request that waits in trainctl's quota queue (it has no job yet) to be cancelled: reconcile, which
     owns the record's state, ends it and publishes `cancelled`. A compare-and-swap, again if the record moved;
     False when it is no longer queued (it got its quota meanwhile)."""
     for _ in range(5):
-        found = ledger.find_by_request_id(request_id)
+        found = ledger.find_by_request_id(request_id, namespace)
         if found is None or found[0].state != "queued":
             return False
         record, generation = found
@@ -226,11 +250,12 @@ def run_watch(args: argparse.Namespace) -> int:
         stream = EventStream(settings.project, settings.events_topic, args.subscription)
     except CannotFollow as exc:
         return _cannot_watch(settings.events_topic, str(exc))
+    key = request_key(args.request, cli_namespace(settings, args.team)) if args.request else None
     with stream:
         print(f"watching {settings.events_topic} (Ctrl-C to stop)", flush=True)
         try:
             for event in stream.follow():
-                if args.request and event.request_id != args.request:
+                if args.request and not about_request(event, args.request, key):
                     continue
                 print(event.model_dump_json(exclude_none=True) if args.json else format_event(event), flush=True)
         except CannotFollow as exc:
@@ -238,6 +263,15 @@ def run_watch(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def about_request(event: JobEvent, request_id: str, key: str | None) -> bool:
+    """What `watch --request ID` shows: the request's own events, by its key (a request id names a request within
+    its team), and any rejection of another delivery naming the id, which format_event shows as such: not the end
+    of the request."""
+    if event.request_id != request_id:
+        return False
+    return event.request_key == key or rejected_delivery(event) is not None
 
 
 def _cannot_watch(topic: str, refusal: str) -> int:

@@ -11,11 +11,27 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from functions.keys import request_key
 from local.names import Names
 from schemas.errors import RequestInvalid
-from schemas.events import JobEvent
-from trainctl.context import cli_settings, cli_team, events_subscription, requests_topic, trainctl_command
-from trainctl.eventstream import EXIT_CANNOT_FOLLOW, HOW_TO_WATCH, CannotFollow, EventStream, format_event
+from trainctl.context import (
+    cli_namespace,
+    cli_settings,
+    cli_team,
+    events_subscription,
+    requests_topic,
+    team_requests_topic,
+    trainctl_command,
+)
+from trainctl.eventstream import (
+    EXIT_CANNOT_FOLLOW,
+    HOW_TO_WATCH,
+    CannotFollow,
+    EventStream,
+    format_event,
+    of_delivery,
+    rejected_delivery,
+)
 from trainctl.source_package import SourceError, build_source_archive
 from trainctl.validate import EXIT_INVALID, load_request_file
 
@@ -39,6 +55,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="BUCKET",
         help="with --source: where the package goes (default: the first allowed data bucket, which jobs may read)",
     )
+    cmd.add_argument(
+        "--team",
+        metavar="NAME",
+        help="with teams: publish to this team's own request topic (default: $TRAINCTL_REQUESTS_TOPIC, whose team "
+        "the request then is)",
+    )
     cmd.add_argument("--wait", action="store_true", help="follow the request's events until it ends")
     cmd.add_argument("--no-validate", action="store_true", help="send the file as it is; the server validates it")
     cmd.add_argument("--json", action="store_true", help="events as JSON lines")
@@ -60,7 +82,7 @@ def run_submit(args: argparse.Namespace) -> int:
             print("--source fills the request before it is sent; it cannot be combined with --no-validate")
             return EXIT_INVALID
         try:
-            package_uris = [upload_source(args.source, args.source_bucket)]
+            package_uris = [upload_source(args.source, args.source_bucket, args.team)]
         except SourceError as exc:
             print(f"{args.source}: {exc}, not submitted")
             return EXIT_INVALID
@@ -79,6 +101,10 @@ def run_submit(args: argparse.Namespace) -> int:
             request.request_id,
         )
     settings = cli_settings()
+    namespace = cli_namespace(settings, args.team)
+    topic = team_requests_topic(settings, args.team) if args.team else requests_topic()
+    # The key its request gets: a request id names a request within its team (functions/keys.py).
+    key = request_key(request_id, namespace) if request_id else None
     stream, refusal = None, None
     if args.wait:
         try:  # before publishing, so that no event about the request can be missed
@@ -86,26 +112,27 @@ def run_submit(args: argparse.Namespace) -> int:
         except CannotFollow as exc:
             refusal = str(exc)  # publish all the same, then say how to follow the request
     try:
-        message_id = publish_request(settings.project, requests_topic(), payload)
+        message_id = publish_request(settings.project, topic, payload)
         print(f"published {args.file} as message {message_id}" + (f" (request {request_id})" if request_id else ""))
         if not args.wait:
             return 0
         if stream is not None:
             until = datetime.now(UTC) + timedelta(seconds=args.timeout) if args.timeout else None
             try:
-                return follow_request(stream, request_id, message_id, args.json, until)
+                return follow_request(stream, key, message_id, args.json, until)
             except CannotFollow as exc:
                 refusal = str(exc)
-        return cannot_follow(refusal or "", request_id)
+        return cannot_follow(refusal or "", request_id, args.team)
     finally:
         if stream is not None:
             stream.close()
 
 
-def upload_source(folder: Path, bucket: str | None) -> str:
+def upload_source(folder: Path, bucket: str | None, team: str | None = None) -> str:
     """Package `folder` and upload it where jobs can read it, unless that very archive is there already (the hashes
     Cloud Storage states of the object say so); its URI. SourceError for an object of that name holding other
-    bytes: it is neither reused nor overwritten."""
+    bytes: it is neither reused nor overwritten. With teams it goes under the folder of `team` (--team), else of the
+    team this shell publishes as."""
     from google.api_core.exceptions import Forbidden, NotFound, PreconditionFailed
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
@@ -113,7 +140,7 @@ def upload_source(folder: Path, bucket: str | None) -> str:
     settings = cli_settings()
     archive = build_source_archive(folder)
     bucket = bucket or next(iter(settings.allowed_data_buckets), None) or Names(settings.project).data_bucket
-    name = archive.object_name(cli_team(settings))
+    name = archive.object_name(cli_team(settings, team))
     uri = f"gs://{bucket}/{name}"
     # The local stack's fake-gcs-server takes no credentials; a deployment, the user's own.
     credentials = AnonymousCredentials() if os.environ.get("STORAGE_EMULATOR_HOST") else None
@@ -142,10 +169,10 @@ def upload_source(folder: Path, bucket: str | None) -> str:
     raise SourceError(f"{uri} was there and then was not, twice: try again")
 
 
-def cannot_follow(refusal: str, request_id: str | None) -> int:
+def cannot_follow(refusal: str, request_id: str | None, team: str | None = None) -> int:
     """Say why the published request's events cannot be followed from here, and what will."""
     print(f"cannot follow its events: {refusal}", file=sys.stderr)
-    where = f"{trainctl_command()} status {request_id or '<its request_id>'}"
+    where = f"{trainctl_command()} status {request_id or '<its request_id>'}" + (f" --team {team}" if team else "")
     print(f"  - where it stands: {where} (reads the ledger in the control bucket)", file=sys.stderr)
     print(f"  - to follow its events: {HOW_TO_WATCH}", file=sys.stderr)
     return EXIT_CANNOT_FOLLOW
@@ -158,20 +185,19 @@ def publish_request(project: str, topic: str, payload: bytes) -> str:
     return publisher.publish(publisher.topic_path(project, topic), payload).result(timeout=60)
 
 
-def _about(event: JobEvent, request_id: str | None, message_id: str) -> bool:
-    if request_id is not None and event.request_id == request_id:
-        return True
-    return event.trigger is not None and event.trigger.message_id == message_id
-
-
-def follow_request(
-    stream: EventStream, request_id: str | None, message_id: str, as_json: bool, until: datetime | None
-) -> int:
+def follow_request(stream: EventStream, key: str | None, message_id: str, as_json: bool, until: datetime | None) -> int:
+    """Print the events of the request this command published, until it ends: those of its own delivery (Pub/Sub's
+    `message_id`, which no document can choose), and the lifecycle of the request it claimed or joined, by that
+    request's key (`key` as computed here; the key its delivery's first event names, where the controller knows
+    better: a request from before the team namespaces keeps its old key). Another delivery naming the same request id
+    (its rejection, its duplicate) is not this request's doing, and never ends the wait (issue 38, point 6)."""
     for event in stream.follow(until):
-        if not _about(event, request_id, message_id):
+        own = of_delivery(event, message_id)
+        if own:
+            key = event.request_key
+        elif event.delivery is not None or rejected_delivery(event) or key is None or event.request_key != key:
             continue
-        request_id = request_id or (event.request_id if event.request_id != "unknown" else None)
-        print(event.model_dump_json(exclude_none=True) if as_json else format_event(event), flush=True)
+        print(event.model_dump_json(exclude_none=True) if as_json else format_event(event, own=True), flush=True)
         if event.state in FINAL_EXIT:
             return FINAL_EXIT[event.state]
         if event.state == "duplicate" and event.existing_state in FINAL_EXIT:

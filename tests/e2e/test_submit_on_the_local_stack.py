@@ -5,12 +5,14 @@ lifecycle events come back through the events topic."""
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.conftest import REPO_ROOT
 from tests.e2e.running_stack import RunningStack
 from tests.integration.deployment import fake_node_request
 
@@ -85,6 +87,46 @@ def test_with_no_validate_the_server_rejects_the_file_and_submit_shows_why(stack
     assert event.split()[1:3] == ["rejected", request_id]
     assert errors == ["    resources.accelerator_count: a2-highgpu-2g has exactly 2 NVIDIA_TESLA_A100, got 3"]
     assert stack.jobs_of(request_id) == []
+
+
+def test_submit_wait_reports_its_own_outcome_when_someone_elses_document_names_its_request_id(
+    stack: RunningStack, tmp_path: Path
+):
+    """Issue 38, attack 5: while the victim's `submit --wait` follows its request, an invalid document naming the same
+    request_id is published; before, the victim printed `rejected` and exited 2 while its job went on to succeed. The
+    forgery is published as its own delivery's rejection, marked, and the victim's wait ends with its own success."""
+    request_id = unique("victim")
+    release = tmp_path / "release"  # the victim's job runs until the forgery has been answered
+    victim = request_file(tmp_path, fake_node_request(request_id, "--until-file", str(release)))
+    invalid = fake_node_request(request_id, resources={"machine_type": "a2-highgpu-2g", "accelerator_count": 3})
+    forged = tmp_path / "forged.yaml"
+    forged.write_text(yaml.safe_dump(invalid))
+    with stack.watch() as watch:
+        waiting = subprocess.Popen(
+            ["trainctl", "submit", str(victim), "--wait", "--timeout", "150"],
+            env=stack.env,
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            watch.wait_for(lambda event: event["request_id"] == request_id and event["state"] == "running")
+            assert stack.trainctl("submit", str(forged), "--no-validate").returncode == 0
+            rejection = watch.wait_for(lambda event: event["request_id"] == request_id and event["state"] == "rejected")
+            release.touch()
+            out, err = waiting.communicate(timeout=150)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.communicate()
+
+    assert rejection["rejected_delivery"] == "unclaimed"
+    assert rejection["request_key"] == f"pubsub:{rejection['delivery']}"
+    assert waiting.returncode == 0, out + err
+    assert [line.split()[1] for line in out.splitlines()[1:]] == ["accepted", "submitted", "running", "succeeded"]
+    status = json.loads(stack.trainctl("status", request_id, "--json").stdout)
+    assert status["state"] == "succeeded"
 
 
 def test_local_logs_prints_the_node_logs_of_a_job_by_request_id_or_job_id(stack: RunningStack, tmp_path: Path):

@@ -49,7 +49,8 @@ def decided(deployment: Deployment, team: str, request_id: str, model: str, metr
 
 
 def key(team: str, request_id: str) -> str:
-    return f"request:{request_id}"
+    """The request key of a team's request id (functions/keys.py: ids are per team, but the default team's)."""
+    return f"request:{request_id}" if team == "shared" else f"request:{team}/{request_id}"
 
 
 def test_another_teams_request_is_refused_before_any_gpu_naming_the_owner(teams, registry, job_client):
@@ -124,7 +125,11 @@ def test_a_version_is_registered_from_the_controllers_copy_which_outlives_its_ru
         version.artifact_uri
         == f"gs://{teams.control_bucket}/model-artifacts/{model}/{key_hash(key('blue', 'copy-first'))}/"
     )
-    for blob in bucket.list_blobs(prefix="runs/copy-first/"):
+    record = teams.record(key("blue", "copy-first"))
+    assert record is not None
+    run_folder = record["artifacts"]["model_dir"].removeprefix(f"gs://{teams.control_bucket}/")
+    assert run_folder.startswith("runs/")
+    for blob in bucket.list_blobs(prefix=run_folder):
         blob.delete()  # as the lifecycle rule does after run_retention_days
     copied = {b.name.rsplit("/", 1)[-1] for b in bucket.list_blobs(prefix=f"model-artifacts/{model}/")}
     assert {"metrics.json", "reference.parquet"} <= copied

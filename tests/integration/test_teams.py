@@ -11,8 +11,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cloudevents.http import CloudEvent
 
-from tests.integration.deployment import Deployment, fake_node_request, serving
+from functions import handlers, keys
+from functions.controller import Controller
+from functions.settings import Settings
+from local.names import LOCAL_PROJECT
+from tests.integration.deployment import Deployment, EventLog, fake_node_request, serving
+from tests.integration.test_controller_intake import jobs_with_key
 
 V100 = {"machine_type": "n1-standard-16", "accelerator_type": "NVIDIA_TESLA_V100", "accelerator_count": 2}
 P100 = {"machine_type": "n1-standard-16", "accelerator_type": "NVIDIA_TESLA_P100", "accelerator_count": 2}
@@ -62,7 +68,7 @@ def test_a_request_that_would_pass_its_teams_monthly_budget_is_rejected_with_the
     assert rejected.reason == "budget" and rejected.budget is not None
     assert (rejected.budget.team, rejected.budget.budget_usd, rejected.budget.spent_usd) == ("c", 1.0, 0.0)
     assert rejected.budget.request_usd > 1.0 and "monthly_budget_usd" in rejected.errors[0]
-    assert teams.record("request:over-budget") is None, "a budget rejection claimed nothing"
+    assert teams.record("request:c/over-budget") is None, "a budget rejection claimed nothing"
 
 
 def test_a_team_borrows_what_the_other_leaves_idle_and_over_its_share_waits_while_the_other_is_admitted(teams):
@@ -77,7 +83,7 @@ def test_a_team_borrows_what_the_other_leaves_idle_and_over_its_share_waits_whil
     ask(teams, "b", "b-v0", V100)
     assert events.states("b-v0")[-1] == "submitted", "b waited behind a's request over its share"
     teams.reconcile()
-    assert teams.record("request:a-v2")["state"] == "queued"
+    assert teams.record("request:a/a-v2")["state"] == "queued"
 
 
 def test_when_both_teams_wait_the_one_holding_less_goes_first(teams, job_client):
@@ -98,5 +104,77 @@ def test_when_both_teams_wait_the_one_holding_less_goes_first(teams, job_client)
         assert time.monotonic() < deadline, {r: events.states(r) for r in ("a-p0", "a-p2", "b-p0")}
         teams.reconcile()
         time.sleep(0.5)
-    assert teams.record("request:a-p2")["state"] == "queued", "a's older request went before b's"
-    assert teams.record("request:b-p1")["state"] == "queued"
+    assert teams.record("request:a/a-p2")["state"] == "queued", "a's older request went before b's"
+    assert teams.record("request:b/b-p1")["state"] == "queued"
+
+
+# ---- request ids per team (issue 38, point 6) -------------------------------------------------------------------
+
+
+def keyed(deployment: Deployment, events: EventLog, key: str, state: str, timeout: float = 60.0) -> Any:
+    """Wait for the event `state` of the request with `key` (two teams' requests share an id, never a key)."""
+    deadline = time.monotonic() + timeout
+    while not (found := [e for e, _ in events.drain() if e.request_key == key and e.state == state]):
+        assert time.monotonic() < deadline, f"no {state} for {key}"
+        deployment.reconcile()
+        time.sleep(0.3)
+    return found[0]
+
+
+def output_dir(job: Any) -> str:
+    return job.job_spec.base_output_directory.output_uri_prefix
+
+
+def test_two_teams_and_the_default_team_each_run_their_own_request_under_one_request_id(teams, job_client):
+    """Issue 38, point 6: request ids are one namespace per team. Team a takes `shared-id` first; team b's request
+    with that id, of another spec, is not a conflict with a's (before, it was rejected: b could be squatted, or a's
+    id taken by b first); the default team's keeps today's key. Three jobs, three keys, three folders."""
+    events = teams.events()
+    for topic, sleep in (("it-requests-a", "0.2"), ("it-requests-b", "0.3"), ("it-requests", "0.4")):
+        assert teams.request(fake_node_request("shared-id", "--sleep", sleep), topic=topic) == 200
+    keys_of = {"a": "request:a/shared-id", "b": "request:b/shared-id", None: "request:shared-id"}
+    for team, key in keys_of.items():
+        (job,) = jobs_with_key(job_client, key)
+        folder = f"_teams/{team}/shared-id/" if team else "shared-id/"
+        assert output_dir(job) == f"gs://{teams.control_bucket}/custom-runs/{folder}"
+        assert teams.record(key)["team"] == (team or "shared")
+        keyed(teams, events, key, "succeeded")
+    assert not [e for e, _ in events.drain() if e.request_id == "shared-id" and e.state == "rejected"]
+    ids = {blob.name for blob in teams.storage().bucket(teams.control_bucket).list_blobs(prefix="ids/")}
+    assert {"ids/a/shared-id", "ids/b/shared-id", "ids/shared-id"} <= ids
+
+
+def test_a_request_a_team_sent_before_ids_had_namespaces_is_found_by_its_redelivery_and_submitted_once(
+    teams, job_client
+):
+    """Issue 38, point 6: an earlier version of trainctl claimed team a's request under `request:<id>` and
+    submitted its job; Pub/Sub redelivers the message to this version, which would key it `request:a/<id>`: it finds
+    the old record (same team, same spec), answers `duplicate`, and no second job starts."""
+    events = teams.events()
+    document = fake_node_request("before-namespaces", "--sleep", "0.2")
+    topic = f"projects/{LOCAL_PROJECT}/topics/it-requests-a"
+    push = teams.push_body(json.dumps(document).encode(), "msg-before-namespaces")
+    settings = Settings.from_env(teams.settings_env(TRAINCTL_TEAMS=json.dumps(TEAMS)))
+    cloud_event = CloudEvent(
+        {"type": "google.cloud.pubsub.topic.v1.messagePublished", "source": f"//pubsub.googleapis.com/{topic}",
+         "id": "msg-before-namespaces"},
+        json.loads(push[1]),
+    )  # fmt: skip
+    assert handlers.job_request(cloud_event, EarlierVersion.from_settings(settings)) == "submitted"
+    (job,) = jobs_with_key(job_client, "request:before-namespaces")
+    assert teams.record("request:before-namespaces")["team"] == "a"
+
+    assert teams.deliver("on_job_request", push, topic) == 200
+
+    assert jobs_with_key(job_client, "request:a/before-namespaces") == []
+    assert [j.name for j in jobs_with_key(job_client, "request:before-namespaces")] == [job.name]
+    assert teams.record("request:a/before-namespaces") is None
+    duplicate = keyed(teams, events, "request:before-namespaces", "duplicate")
+    assert duplicate.delivery == "msg-before-namespaces"
+
+
+class EarlierVersion(Controller):
+    """trainctl before issue 38: every request that names its id is keyed `request:<id>`, whatever its team."""
+
+    def request_key(self, request_id: str, team: str | None) -> str:
+        return keys.request_key(request_id)

@@ -99,3 +99,24 @@ def test_published_events_validate_against_the_checked_in_event_schema():
 @pytest.mark.parametrize(("path", "build"), [(REQUEST_SCHEMA, request_schema), (EVENT_SCHEMA, event_schema)])
 def test_checked_in_json_schema_is_current(path: Path, build):
     assert path.read_text() == render(build()), f"{path.name} is stale: run `make schemas`"
+
+
+def test_a_rejection_of_one_delivery_is_marked_in_its_data_and_its_attributes():
+    """Issue 38, point 6: a rejection that claimed nothing says so, and which arrival it was, where a subscription
+    filter can see it (`NOT attributes:rejected_delivery` keeps only the requests' own events)."""
+    event = Rejected(
+        request_id="victim-1",
+        request_key="request:victim-1",
+        time=NOW,
+        message="the request is invalid",
+        reason="invalid",
+        delivery="1234567890",
+        rejected_delivery="unclaimed",
+    )
+    message = to_pubsub_message(event, "s")
+    assert (message.attributes["rejected_delivery"], message.attributes["delivery"]) == ("unclaimed", "1234567890")
+    assert parse_event(message.data) == event
+    jsonschema.validate(json.loads(message.data), json.loads(EVENT_SCHEMA.read_text()))
+    holders = Rejected(request_id="victim-1", request_key="request:victim-1", time=NOW, message="m", reason="invalid")
+    assert "rejected_delivery" not in to_pubsub_message(holders, "s").attributes
+    assert "delivery" not in to_pubsub_message(holders, "s").attributes

@@ -31,7 +31,11 @@ def _allowed(value: str, allowed: tuple[str, ...]) -> bool:
 
 
 def admission_problems(
-    request: TrainingJobRequest, settings: Settings, output_dir: str, request_key: str | None = None
+    request: TrainingJobRequest,
+    settings: Settings,
+    output_dir: str,
+    request_key: str | None = None,
+    team: str | None = None,
 ) -> list[FieldError]:
     """Every guardrail the request breaks: each rung of its ladder is checked like `resources` (its own cost
     included), then what all its attempts may spend together, then the request-wide rules. `request_key` places the
@@ -56,7 +60,7 @@ def admission_problems(
                 "timeout or GPUs",
             )
         )
-    return problems + _request_problems(request, settings, output_dir, request_key)
+    return problems + _request_problems(request, settings, output_dir, request_key, team)
 
 
 def _rung_problems(request: TrainingJobRequest, rung: Rung, cost: CostEstimate, settings: Settings) -> list[FieldError]:
@@ -111,7 +115,11 @@ def _rung_problems(request: TrainingJobRequest, rung: Rung, cost: CostEstimate, 
 
 
 def _request_problems(
-    request: TrainingJobRequest, settings: Settings, output_dir: str, request_key: str | None = None
+    request: TrainingJobRequest,
+    settings: Settings,
+    output_dir: str,
+    request_key: str | None = None,
+    team: str | None = None,
 ) -> list[FieldError]:
     """The guardrails on what every rung shares: timeout, image, data, outputs, service account."""
     problems: list[FieldError] = []
@@ -149,8 +157,8 @@ def _request_problems(
             "allowed_data_buckets",
             f"bucket {split_gs_uri(reference)[0]} is not allowed; allowed: {', '.join(settings.allowed_data_buckets)}",
         )
-    problems += _output_problems(request, settings, output_dir, request_key)
-    problems += _service_account_problems(request, settings)
+    problems += _output_problems(request, settings, output_dir, request_key, team)
+    problems += _service_account_problems(request, settings, team)
     return problems
 
 
@@ -203,7 +211,11 @@ def _package_problems(request: TrainingJobRequest, settings: Settings) -> list[F
 
 
 def _output_problems(
-    request: TrainingJobRequest, settings: Settings, output_dir: str, request_key: str | None = None
+    request: TrainingJobRequest,
+    settings: Settings,
+    output_dir: str,
+    request_key: str | None = None,
+    team: str | None = None,
 ) -> list[FieldError]:
     """Where the job may write. In the control bucket, only the request's own folder (runs/<id>/ for the built-in
     trainer, custom-runs/<id>/ for a custom image): every other folder there is another request's or the ledger.
@@ -212,7 +224,7 @@ def _output_problems(
     functions/output_claims.py)."""
     control = settings.control_bucket
     bucket, path = split_gs_uri(output_dir)
-    own = planning.own_folder(request, settings, request_key)
+    own = planning.own_folder(request, settings, request_key, team)
 
     def refuse(guardrail: str, text: str) -> list[FieldError]:
         return [FieldError("output_dir", f"guardrail {guardrail}: {text}")]
@@ -247,13 +259,24 @@ def _output_problems(
     return []
 
 
-def _service_account_problems(request: TrainingJobRequest, settings: Settings) -> list[FieldError]:
+def _service_account_problems(
+    request: TrainingJobRequest, settings: Settings, team: str | None = None
+) -> list[FieldError]:
     """Whom the job runs as. The built-in trainer and custom images each run as their own account (terraform/iam.tf):
     a custom image may never run as the trainer's account, which may write the built-in trainer's outputs, nor the
     built-in trainer as the custom images' one, which cannot. Another account only from the operator's allow-list."""
     builtin = planning.runs_builtin_trainer(request)
-    trainer, custom = settings.trainer_service_account, settings.custom_service_account
+    trainer, custom = settings.trainer_service_account, settings.custom_account(team)
     account = request.service_account
+    others_custom = {settings.custom_account(t) for t in (settings.teams.teams if settings.teams else ())} - {custom}
+    if not builtin and account in others_custom - {""}:
+        return [
+            FieldError(
+                "service_account",
+                f"guardrail custom_service_account: {account} is another team's account, which writes that team's "
+                f"outputs; your own code runs as {custom or 'the default account'}",
+            )
+        ]
     if not builtin and trainer and not custom:
         # Without an account Vertex runs the job as its Custom Code Service Agent, which may read and write the
         # project's buckets (https://cloud.google.com/vertex-ai/docs/general/custom-service-account).

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.job_labels import deployment_label, job_labels
-from functions.keys import key_hash, namespace_of
+from functions.keys import id_namespace, key_hash, namespace_of
 from functions.settings import Settings
 from schemas import catalog
 from schemas.events import CostEstimate
@@ -71,25 +71,36 @@ def runs_builtin_trainer(request: TrainingJobRequest) -> bool:
     return not request.trainer.is_custom_code
 
 
-def own_folder(request: TrainingJobRequest, settings: Settings, request_key: str | None = None) -> str:
+def own_folder(
+    request: TrainingJobRequest, settings: Settings, request_key: str | None = None, team: str | None = None
+) -> str:
     """The request's own folder in the control bucket: the only place there it may write, and its default output_dir.
-    `<prefix><id>/`, or `<prefix>_teams/<team>/<id>/` when its key is in a team's namespace."""
+    `<prefix><id>/`, or `<prefix>_teams/<team>/<id>/` when its key is in a team's namespace — or, for your own code,
+    when it arrived as a team other than the default one (a marker's key has no namespace): each team's own code
+    runs as the team's account, which may write only its team's folder (issue 38, point 4; terraform/teams.tf)."""
     prefix = RUNS_PREFIX if runs_builtin_trainer(request) else CUSTOM_RUNS_PREFIX
     namespace = namespace_of(request_key) if request_key else None
-    team = f"{TEAMS_FOLDER}{namespace}/" if namespace else ""
-    return f"gs://{settings.control_bucket}/{prefix}{team}{request.request_id}/"
+    if namespace is None and not runs_builtin_trainer(request) and settings.teams is not None:
+        namespace = id_namespace(team, settings.teams.default_team)
+    folder = f"{TEAMS_FOLDER}{namespace}/" if namespace else ""
+    return f"gs://{settings.control_bucket}/{prefix}{folder}{request.request_id}/"
 
 
-def output_dir(request: TrainingJobRequest, settings: Settings, request_key: str | None = None) -> str:
+def output_dir(
+    request: TrainingJobRequest, settings: Settings, request_key: str | None = None, team: str | None = None
+) -> str:
     if request.output_dir:
         return request.output_dir.rstrip("/") + "/"
-    return own_folder(request, settings, request_key)
+    return own_folder(request, settings, request_key, team)
 
 
-def default_service_account(request: TrainingJobRequest, settings: Settings) -> str:
-    """The account a job runs as unless the request names another: the trainer's for the built-in trainer, the
-    custom images' own for any other image; empty (Vertex's default) only where the deployment names none."""
-    return settings.trainer_service_account if runs_builtin_trainer(request) else settings.custom_service_account
+def default_service_account(request: TrainingJobRequest, settings: Settings, team: str | None = None) -> str:
+    """The account a job runs as unless the request names another: the trainer's for the built-in trainer; for your
+    own code its team's own account where the teams setting names one (Terraform names one for every team but the
+    default), else the custom images' account; empty (Vertex's default) only where the deployment names none."""
+    if runs_builtin_trainer(request):
+        return settings.trainer_service_account
+    return settings.custom_account(team)
 
 
 def builtin_gradient_mb(request: TrainingJobRequest) -> float | None:
@@ -369,9 +380,11 @@ def plan_custom_job(
     attempt: int = 1,
     rung: int = 0,
     evidence: Evidence | None = None,
+    team: str | None = None,
 ) -> Plan:
     """The CustomJob for `attempt` of the request, on rung `rung` of its capacity ladder (0: its own resources);
-    `evidence`: what the controller gives a model's run to be judged by (the champion, the reference set)."""
+    `evidence`: what the controller gives a model's run to be judged by (the champion, the reference set); `team`: the
+    team it arrived as (its own code's account and folder)."""
     region = request.rungs()[rung].region or settings.region
     request = request.at_rung(rung)
     res, sched = request.resources, request.scheduling
@@ -413,13 +426,13 @@ def plan_custom_job(
     }
     if sched.strategy == "flex_start":
         scheduling["max_wait_duration"] = _duration(sched.max_pending)
-    out = output_dir(request, settings, request_key)
+    out = output_dir(request, settings, request_key, team)
     job_spec: dict[str, Any] = {
         "worker_pool_specs": pools,
         "scheduling": scheduling,
         "base_output_directory": {"output_uri_prefix": out},
     }
-    service_account = request.service_account or default_service_account(request, settings)
+    service_account = request.service_account or default_service_account(request, settings, team)
     if service_account:
         job_spec["service_account"] = service_account
     custom_job = {

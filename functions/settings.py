@@ -89,6 +89,13 @@ class Settings:
     claim_wait: int = 20
     retry_pause_scale: float = 1.0
 
+    def custom_account(self, team: str | None) -> str:
+        """What your own code runs as when it arrives as `team`: the team's own account, where the teams setting
+        names one (Terraform names one for every team but the default: terraform/teams.tf), else the custom
+        images' account (issue 38, point 4: one team's code cannot rewrite another's outputs)."""
+        own = self.teams.teams[team].custom_service_account if self.teams and team in self.teams.teams else None
+        return own or self.custom_service_account
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ

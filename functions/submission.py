@@ -185,14 +185,14 @@ class Submission:
         if explicit_id and (reserved := triggers.explicit_id_problem(request.request_id)):
             errors = [f"request_id: {reserved}"]
             return self.reject(request.request_id, key, delivery, errors, "the request_id is reserved for markers")
-        plan = plan_custom_job(request, self.settings, key)
+        team = self.team_of(delivery)
+        plan = plan_custom_job(request, self.settings, key, team=team)
         # Step 0: admit.
-        problems = admission_problems(request, self.settings, plan.output_dir, key)
+        problems = admission_problems(request, self.settings, plan.output_dir, key, team)
         if problems:
             return self.reject(
                 request.request_id, key, delivery, [str(p) for p in problems], "the request breaks a guardrail"
             )
-        team = self.team_of(delivery)
         if self.settings.teams and (forged := label_problem(request.labels, team)):
             return self.reject(request.request_id, key, delivery, [forged], "labels.team is not where it arrived")
         digest = spec_hash(request)
@@ -223,7 +223,8 @@ class Submission:
                 return self.reject(request.request_id, key, delivery, refused.errors, refused.message)
             champion = model.champion if model else None
             if start != 0 or model is not None:
-                plan = plan_custom_job(request, self.settings, key, 1, start, model.evidence() if model else None)
+                evidence = model.evidence() if model else None
+                plan = plan_custom_job(request, self.settings, key, 1, start, evidence, team)
             data = self._data_check(request, champion)
             if data.errors:
                 return self._reject_data(request, key, delivery, data, plan.cost, start)
@@ -536,7 +537,9 @@ class Submission:
         if plan is None:
             request = TrainingJobRequest.model_validate(record.request)
             evidence = evidence_of(record.model_steps)
-            plan = plan_custom_job(request, self.settings, record.key, record.attempt, record.rung, evidence)
+            plan = plan_custom_job(
+                request, self.settings, record.key, record.attempt, record.rung, evidence, record.team
+            )
         # Before step 3: the GPU quota this rung draws on must have room for it, else it waits in trainctl's queue.
         if not self.queue.hold_or_queue(record, generation):
             return "queued"

@@ -48,6 +48,12 @@ class Team(BaseModel):
     topic: str | None = Field(
         None, description="Its request topic; Terraform and `trainctl local up` set it: <prefix>-requests-<team>."
     )
+    custom_service_account: str | None = Field(
+        None,
+        description="What its own code (an image or a package) runs as; Terraform sets it for every team but the "
+        "default: <prefix>-custom-<team>, which may write only custom-runs/_teams/<team>/. None: the custom images' "
+        "account.",
+    )
     publishers: list[str] = Field(default_factory=list, description="Terraform: IAM members that publish to its topic.")
     uploaders: list[str] = Field(
         default_factory=list, description="Terraform: IAM members that upload under its data_prefixes."

@@ -134,6 +134,26 @@ resource "google_storage_bucket_iam_member" "trainer_writes_run_outputs" {
   }
 }
 
+# The champion a run scores and the model's reference rows (issue 38): the controller's copies, read only.
+resource "google_storage_bucket_iam_member" "trainer_reads_models" {
+  bucket = google_storage_bucket.control.name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.trainer.member
+
+  condition {
+    title       = "registered-models-only"
+    description = "Objects below ${join(" and ", local.model_prefixes)}, and listings of them."
+    expression  = local.model_read_condition
+  }
+}
+
+locals {
+  model_read_condition = join(" || ", concat(
+    [for prefix in local.model_prefixes : "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.control.name}/objects/${prefix}\")"],
+    [for prefix in local.model_prefixes : "api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${prefix}\")"],
+  ))
+}
+
 # ---------------------------------------------------------------------------------------------------
 # Custom images: what a CustomJob of any image but the built-in trainer's runs as. An account of its own, so that
 # custom code (all of whose jobs share it) can never write where the built-in trainer's outputs live, nor the
@@ -155,7 +175,8 @@ resource "google_storage_bucket_iam_member" "custom_reads_data" {
   member = google_service_account.custom.member
 }
 
-# Outputs in the control bucket, only below custom-runs/: not runs/ (the built-in trainer's), not the ledger.
+# Outputs in the control bucket, only below custom-runs/ and never in a team's folder there (teams.tf: each team's
+# own code runs as its own account): not runs/ (the built-in trainer's), not the ledger.
 resource "google_storage_bucket_iam_member" "custom_writes_custom_run_outputs" {
   bucket = google_storage_bucket.control.name
   role   = "roles/storage.objectUser"
@@ -163,8 +184,21 @@ resource "google_storage_bucket_iam_member" "custom_writes_custom_run_outputs" {
 
   condition {
     title       = "custom-run-outputs-only"
-    description = "Objects below ${local.custom_artifacts_prefix}, and listings of that prefix."
-    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.control.name}/objects/${local.custom_artifacts_prefix}\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${local.custom_artifacts_prefix}\")"
+    description = "Objects below ${local.custom_artifacts_prefix} but ${local.team_artifacts_prefix}, and listings of them."
+    expression  = "(resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.control.name}/objects/${local.custom_artifacts_prefix}\") && !resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.control.name}/objects/${local.team_artifacts_prefix}\")) || (api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${local.custom_artifacts_prefix}\") && !api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${local.team_artifacts_prefix}\"))"
+  }
+}
+
+# The champion a run scores and the model's reference rows (issue 38): the controller's copies, read only.
+resource "google_storage_bucket_iam_member" "custom_reads_models" {
+  bucket = google_storage_bucket.control.name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.custom.member
+
+  condition {
+    title       = "registered-models-only"
+    description = "Objects below ${join(" and ", local.model_prefixes)}, and listings of them."
+    expression  = local.model_read_condition
   }
 }
 

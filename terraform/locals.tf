@@ -31,6 +31,13 @@ locals {
   # var.output_buckets, as an account of their own: what the built-in trainer wrote stays out of their reach.
   # functions/planning.py's RUNS_PREFIX and CUSTOM_RUNS_PREFIX; a test compares them.
   custom_artifacts_prefix = "custom-runs/"
+  # Below it, each team's own code (every team but the default one) writes only its own folder, as its own account
+  # (teams.tf; functions/planning.py TEAMS_FOLDER).
+  team_artifacts_prefix = "${local.custom_artifacts_prefix}_teams/"
+  # What the controller copies and keeps (issue 38): each registered version's model folder and each model's
+  # reference set. No job account writes there and the lifecycle rule does not match it; every job reads it (the
+  # champion it scores, the reference rows). functions/model_charter.py's ARTIFACTS_PREFIX and REFERENCES_PREFIX.
+  model_prefixes = ["model-artifacts/", "model-references/"]
 
   trainer_repository = "${var.region}-docker.pkg.dev/${var.project}/${google_artifact_registry_repository.trainer.repository_id}"
   trainer_image      = coalesce(var.trainer_image, "${local.trainer_repository}/trainer:latest")
@@ -45,7 +52,7 @@ locals {
   # cloudquotas.googleapis.com.
   # Teams (teams.tf): the variable with each team's topic filled in, as the controller reads it (functions/teams.py).
   teams         = var.teams == null ? {} : var.teams.teams
-  teams_setting = var.teams == null ? "" : jsonencode(merge(var.teams, { teams = { for name, team in local.teams : name => merge(team, { topic = "${var.name_prefix}-requests-${name}" }) } }))
+  teams_setting = var.teams == null ? "" : jsonencode(merge(var.teams, { teams = { for name, team in local.teams : name => merge(team, { topic = "${var.name_prefix}-requests-${name}" }, contains(keys(local.own_code_teams), name) ? { custom_service_account = google_service_account.team_custom[name].email } : {}) } }))
 
   controller_settings = {
     TRAINCTL_PROJECT                  = var.project

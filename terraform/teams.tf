@@ -88,3 +88,80 @@ resource "google_pubsub_subscription_iam_member" "pubsub_agent_acks_forwarded_te
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
 }
+
+# ---------------------------------------------------------------------------------------------------
+# Each team's own code (issue 38, point 4): every team but the default one runs its images and packages as an
+# account of its own, which may write only its folder custom-runs/_teams/<team>/ of the control bucket, so one team's
+# job can never rewrite another's metrics.json, model or schema.json (its promotion, its data contract). The
+# controller sends a team's own code there, as this account (TRAINCTL_TEAMS' custom_service_account, locals.tf).
+# Service account ids are at most 30 characters: the team's name is in the display name, a hash of it in the id.
+locals {
+  own_code_teams      = var.teams == null ? {} : { for name, team in local.teams : name => team if name != var.teams.default_team }
+  team_custom_readers = { for pair in setproduct(keys(local.own_code_teams), local.data_buckets) : "${pair[0]}/${pair[1]}" => { team = pair[0], bucket = pair[1] } }
+  team_custom_writers = { for pair in setproduct(keys(local.own_code_teams), var.output_buckets) : "${pair[0]}/${pair[1]}" => { team = pair[0], bucket = pair[1] } }
+  team_custom_actors  = { for pair in setproduct(keys(local.functions), keys(local.own_code_teams)) : "${pair[0]}/${pair[1]}" => { function = pair[0], team = pair[1] } }
+}
+
+resource "google_service_account" "team_custom" {
+  for_each = local.own_code_teams
+
+  account_id   = "${var.name_prefix}-t-${substr(sha256(each.key), 0, 10)}"
+  display_name = "trainctl team ${each.key}'s own code"
+  description  = "Runs team ${each.key}'s images and packages inside Vertex AI CustomJobs: reads datasets, writes ${local.team_artifacts_prefix}${each.key}/ and the output buckets."
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_storage_bucket_iam_member" "team_custom_reads_data" {
+  for_each = local.team_custom_readers
+
+  bucket = each.value.bucket
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.team_custom[each.value.team].member
+}
+
+resource "google_storage_bucket_iam_member" "team_custom_writes_its_runs" {
+  for_each = local.own_code_teams
+
+  bucket = google_storage_bucket.control.name
+  role   = "roles/storage.objectUser"
+  member = google_service_account.team_custom[each.key].member
+
+  condition {
+    title       = "team-${each.key}-runs-only"
+    description = "Objects below ${local.team_artifacts_prefix}${each.key}/, and listings of that prefix."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.control.name}/objects/${local.team_artifacts_prefix}${each.key}/\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${local.team_artifacts_prefix}${each.key}/\")"
+  }
+}
+
+resource "google_storage_bucket_iam_member" "team_custom_reads_models" {
+  for_each = local.own_code_teams
+
+  bucket = google_storage_bucket.control.name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.team_custom[each.key].member
+
+  condition {
+    title       = "registered-models-only"
+    description = "Objects below ${join(" and ", local.model_prefixes)}, and listings of them."
+    expression  = local.model_read_condition
+  }
+}
+
+resource "google_storage_bucket_iam_member" "team_custom_writes_output_buckets" {
+  for_each = local.team_custom_writers
+
+  bucket = each.value.bucket
+  role   = "roles/storage.objectUser"
+  member = google_service_account.team_custom[each.value.team].member
+}
+
+# The controller creates a team's jobs to run as the team's account.
+resource "google_service_account_iam_member" "function_acts_as_team_custom" {
+  for_each = local.team_custom_actors
+
+  service_account_id = google_service_account.team_custom[each.value.team].name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.function[each.value.function].member
+}
+

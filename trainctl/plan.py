@@ -37,7 +37,7 @@ from schemas.errors import RequestInvalid
 from schemas.events import approximate_prices
 from schemas.request import TrainingJobRequest
 from schemas.rules import format_duration, split_gs_uri
-from trainctl.context import cli_namespace, cli_settings
+from trainctl.context import cli_namespace, cli_settings, cli_team
 from trainctl.validate import EXIT_INVALID, load_request_file
 
 
@@ -75,7 +75,8 @@ def run_plan(args: argparse.Namespace) -> int:
     # Only the quota and the dataset's listing need the deployment (or the local stack).
     settings = cli_settings(offline=not (args.quota or args.memory))
     # As this shell's team would send it: a team's request writes to its own folder (functions/keys.py).
-    plan = plan_custom_job(request, settings, request_key(request.request_id, cli_namespace(settings)))
+    team = cli_team(settings)
+    plan = plan_custom_job(request, settings, request_key(request.request_id, cli_namespace(settings)), team=team)
     rungs = ladder_lines(request, settings, quota_headroom(settings) if args.quota else None)
     memory = memory_estimate(request, Gcs(settings.project), settings.marker_names) if args.memory else None
     if args.json:

@@ -12,6 +12,7 @@ from tfconfig import TERRAFORM_DIR, block, strings
 
 import functions.main
 from functions import planning
+from functions.model_charter import ARTIFACTS_PREFIX, REFERENCES_PREFIX
 
 PRIMITIVE_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
 IAM_MEMBER_KINDS = (
@@ -88,7 +89,10 @@ def test_service_account_ids_fit_iam_limits_with_the_longest_prefix(tf):
     longest_prefix = 2 + int(re.search(r"\{0,(\d+)\}", condition)[1])
     suffixes = [f["account"] for f in tf.locals["functions"].values()]
     for name, account in tf.of_kind("google_service_account").items():
-        if name != "function":
+        if name == "team_custom":  # a team's own code: its name is hashed into 10 characters
+            assert account["account_id"] == "${var.name_prefix}-t-${substr(sha256(each.key), 0, 10)}"
+            suffixes.append("t-" + "0" * 10)
+        elif name != "function":
             suffixes.append(re.fullmatch(r"\$\{var\.name_prefix\}-([a-z-]+)", account["account_id"])[1])
     assert all(6 <= len("ab-" + s) and longest_prefix + 1 + len(s) <= 30 for s in suffixes), suffixes
 
@@ -125,6 +129,7 @@ def test_function_accounts_hold_exactly_the_controller_grants(tf):
         "google_project_iam_member.function_uses_vertex",
         "google_pubsub_topic_iam_member.function_publishes_events",
         "google_service_account_iam_member.function_acts_as_custom_trainer",
+        "google_service_account_iam_member.function_acts_as_team_custom",
         "google_service_account_iam_member.function_acts_as_trainer",
         "google_storage_bucket_iam_member.function_reads_data",
         "google_storage_bucket_iam_member.function_reads_outputs",
@@ -145,8 +150,11 @@ def test_trainer_reads_data_and_writes_run_outputs_only(tf):
     granted = grants_to(tf, "${google_service_account.trainer.member}")
     assert sorted(granted) == [
         "google_storage_bucket_iam_member.trainer_reads_data",
+        "google_storage_bucket_iam_member.trainer_reads_models",
         "google_storage_bucket_iam_member.trainer_writes_run_outputs",
     ]
+    models = granted["google_storage_bucket_iam_member.trainer_reads_models"]
+    assert models["role"] == "roles/storage.objectViewer"
     reads = granted["google_storage_bucket_iam_member.trainer_reads_data"]
     assert (reads["for_each"], reads["role"]) == ("${toset(local.data_buckets)}", "roles/storage.objectViewer")
     writes = granted["google_storage_bucket_iam_member.trainer_writes_run_outputs"]
@@ -165,22 +173,37 @@ def _allows(tf, grant: str, obj: str | None = None, list_prefix: str | None = No
     """Evaluate a control-bucket grant's condition (its two CEL forms: resource.name.startsWith and the
     objectListPrefix attribute's startsWith) for reading or writing object `obj`, or listing `list_prefix`."""
     body = tf.resource("google_storage_bucket_iam_member", grant)
-    expression = block(body, "condition")["expression"]
-    for name in ("artifacts_prefix", "custom_artifacts_prefix"):
+    return condition_allows(tf, block(body, "condition")["expression"], obj, list_prefix)
+
+
+def condition_allows(tf, expression: str, obj: str | None = None, list_prefix: str | None = None, **names) -> bool:
+    """A control-bucket condition (clauses joined by ||, each a conjunction (&&) of the two startsWith forms, either
+    maybe negated with !) for object `obj` or listing `list_prefix`; `names`: more ${…} to fill in."""
+    for name in ("artifacts_prefix", "custom_artifacts_prefix", "team_artifacts_prefix"):
         expression = expression.replace(f"${{local.{name}}}", tf.locals[name])
+    expression = expression.replace("${local.custom_artifacts_prefix}", tf.locals["custom_artifacts_prefix"])
+    for name, value in names.items():
+        expression = expression.replace(f"${{{name}}}", value)
     expression = expression.replace("${google_storage_bucket.control.name}", CONTROL)
-    results = []
-    for clause in expression.split("||"):
-        clause = clause.strip()
-        if match := re.fullmatch(r'resource\.name\.startsWith\("([^"]*)"\)', clause):
-            results.append(obj is not None and f"projects/_/buckets/{CONTROL}/objects/{obj}".startswith(match[1]))
-        elif match := re.fullmatch(
-            r'api\.getAttribute\("storage\.googleapis\.com/objectListPrefix", ""\)\.startsWith\("([^"]*)"\)', clause
+    assert "${" not in expression, expression
+
+    def atom(text: str) -> bool:
+        text = text.strip()
+        while text.startswith("("):
+            text = text[1:].strip()
+        while text.count(")") > text.count("("):
+            text = text[:-1].strip()
+        if text.startswith("!"):
+            return not atom(text[1:])
+        if match := re.fullmatch(r'resource\.name\.startsWith\("([^"]*)"\)', text):
+            return obj is not None and f"projects/_/buckets/{CONTROL}/objects/{obj}".startswith(match[1])
+        if match := re.fullmatch(
+            r'api\.getAttribute\("storage\.googleapis\.com/objectListPrefix", ""\)\.startsWith\("([^"]*)"\)', text
         ):
-            results.append(list_prefix is not None and list_prefix.startswith(match[1]))
-        else:
-            raise AssertionError(f"unexpected clause {clause!r}")
-    return any(results)
+            return list_prefix is not None and list_prefix.startswith(match[1])
+        raise AssertionError(f"unexpected clause {text!r}")
+
+    return any(all(atom(part) for part in clause.split("&&")) for clause in expression.split("||"))
 
 
 def test_the_control_bucket_prefixes_are_the_planners(tf):
@@ -200,6 +223,10 @@ def test_the_control_bucket_prefixes_are_the_planners(tf):
         (None, "runs/r1/checkpoints/", True, False),
         ("custom-runs/r1/model/metrics.json", None, False, True),
         (None, "custom-runs/r1/checkpoints/", False, True),
+        ("custom-runs/_teams/red/r1/model/metrics.json", None, False, False),
+        (None, "custom-runs/_teams/red/", False, False),
+        (None, "custom-runs/_teams/", False, False),
+        ("model-artifacts/churn/abc/model.pt", None, False, False),
         ("ledger/abc.json", None, False, False),
         ("active/abc", None, False, False),
         ("outputs/models/team/abc", None, False, False),
@@ -222,6 +249,7 @@ def test_custom_images_read_data_and_write_only_custom_runs_and_the_output_bucke
     granted = grants_to(tf, "${google_service_account.custom.member}")
     assert sorted(granted) == [
         "google_storage_bucket_iam_member.custom_reads_data",
+        "google_storage_bucket_iam_member.custom_reads_models",
         "google_storage_bucket_iam_member.custom_writes_custom_run_outputs",
         "google_storage_bucket_iam_member.custom_writes_output_buckets",
     ]
@@ -373,3 +401,67 @@ def test_only_the_listed_members_may_start_jobs(tf):
         if body.get("topic") == "${google_pubsub_topic.requests.id}" and body["role"] == "roles/pubsub.publisher"
     ]  # fmt: skip
     assert requests_publishers == ["request_publisher"]
+
+
+# --- each team's own code and the registered models (issue 38, point 4) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("obj", "list_prefix", "allowed"),
+    [
+        ("custom-runs/_teams/red/r1/model/metrics.json", None, True),
+        (None, "custom-runs/_teams/red/r1/", True),
+        ("custom-runs/_teams/red-ops/r1/model/metrics.json", None, False),
+        ("custom-runs/_teams/blue/r1/model/schema.json", None, False),
+        ("custom-runs/r1/model/metrics.json", None, False),
+        ("runs/r1/model/metrics.json", None, False),
+        ("model-artifacts/churn/abc/schema.json", None, False),
+        (None, "custom-runs/_teams/", False),
+    ],
+)
+def test_a_teams_own_code_writes_only_its_teams_folder(tf, obj, list_prefix, allowed):
+    """Attack 3: every custom or package job ran as one account that could rewrite another request's metrics.json,
+    model and schema.json. A team's own code runs as its team's account, which writes only its team's folder (the
+    '/' keeps red out of red-ops'), never the registered copies."""
+    body = tf.resource("google_storage_bucket_iam_member", "team_custom_writes_its_runs")
+    expression = block(body, "condition")["expression"]
+    assert condition_allows(tf, expression, obj, list_prefix, **{"each.key": "red"}) is allowed
+
+
+def test_the_team_folder_is_the_planners_and_the_controller_runs_each_teams_code_as_its_account(tf):
+    assert tf.locals["team_artifacts_prefix"] == "${local.custom_artifacts_prefix}_teams/"
+    assert planning.CUSTOM_RUNS_PREFIX + planning.TEAMS_FOLDER == "custom-runs/_teams/"
+    assert "custom_service_account = google_service_account.team_custom[name].email" in tf.locals["teams_setting"]
+    acts = tf.resource("google_service_account_iam_member", "function_acts_as_team_custom")
+    assert acts["role"] == "roles/iam.serviceAccountUser"
+
+
+@pytest.mark.parametrize("grant", ["trainer_reads_models", "custom_reads_models", "team_custom_reads_models"])
+def test_every_job_account_reads_the_registered_models_and_none_writes_them(tf, grant):
+    """Finding 6 and point 4: the registered copies and the reference sets are read by every job (the champion it
+    scores, the reference rows) and written by the controller alone."""
+    body = tf.resource("google_storage_bucket_iam_member", grant)
+    assert body["role"] == "roles/storage.objectViewer"
+    assert tf.locals["model_prefixes"] == [ARTIFACTS_PREFIX, REFERENCES_PREFIX]
+    writers = [
+        name
+        for (kind, name), b in tf.resources.items()
+        if kind == "google_storage_bucket_iam_member"
+        and b.get("bucket") == "${google_storage_bucket.control.name}"
+        and b.get("role") != "roles/storage.objectViewer"
+        and not name.startswith("function_")
+    ]
+    for name in writers:
+        expression = block(tf.resource("google_storage_bucket_iam_member", name), "condition")["expression"]
+        for obj in ("model-artifacts/churn/abc/model.pt", "model-references/churn/r/reference.parquet"):
+            assert not condition_allows(tf, expression, obj, **{"each.key": "red"}), name
+
+
+def test_the_lifecycle_rule_never_deletes_a_registered_model(tf):
+    """Finding 6: run folders expire after run_retention_days; the copies a version is registered from do not."""
+    control = tf.resource("google_storage_bucket", "control")
+    rules = control["lifecycle_rule"]
+    prefixes = [p for rule in rules for c in rule["condition"] for p in c.get("matches_prefix", [])]
+    assert prefixes == ["${local.artifacts_prefix}", "${local.custom_artifacts_prefix}"]
+    for prefix in (ARTIFACTS_PREFIX, REFERENCES_PREFIX):
+        assert not any(prefix.startswith(p) for p in (tf.locals["artifacts_prefix"], "custom-runs/"))

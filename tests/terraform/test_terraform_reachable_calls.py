@@ -31,6 +31,9 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (GCS, "digest"): frozenset({"storage.objects.get"}),  # a media download, hashed as it streams
     (GCS, "write"): frozenset({"storage.objects.create", "storage.objects.delete"}),
     (GCS, "delete"): frozenset({"storage.objects.delete"}),
+    # objects.rewrite: get on the source, create (and delete, to replace) on the destination; the sites below name
+    # the destination, and each source is one the caller reads anyway (its comment says which grant holds get).
+    (GCS, "copy"): frozenset({"storage.objects.get", "storage.objects.create", "storage.objects.delete"}),
     (GCS, "any_under"): frozenset({"storage.objects.list"}),
     (GCS, "names"): frozenset({"storage.objects.list"}),
     (GCS, "objects_under"): frozenset({"storage.objects.list"}),  # the admission preflight's listing
@@ -76,6 +79,16 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     (REGISTRY, "*"): frozenset({"project"}),
     # The per-model records (functions/model_ledger.py) live in the control bucket beside the ledger.
     ("functions.model_ledger.ModelLedger", "*"): frozenset({"control"}),
+    # Each model's charter (issue 38) beside them.
+    ("functions.model_ledger.ModelCharters", "*"): frozenset({"control"}),
+    # The registered copies (functions/model_artifacts.py) are written to the control bucket: a run's model folder
+    # (listed where it is: the control bucket or an operator output bucket, both read by the observers), and a
+    # reference set from a data bucket (read by the intake functions, function_reads_data) or a version's copy.
+    ("functions.model_artifacts.copy_model_folder", "objects_under"): frozenset({"control", "outputs"}),
+    ("functions.model_artifacts.copy_model_folder", "copy"): frozenset({"control"}),
+    ("functions.model_artifacts.copy_reference", "objects_under"): frozenset({"data"}),
+    ("functions.model_artifacts.copy_reference", "copy"): frozenset({"control"}),
+    ("functions.model_artifacts.reference_from_version", "copy"): frozenset({"control"}),
     # metrics.json of the run being registered: its output folder (control bucket, or an operator output bucket).
     ("functions.promotion.Promotion._metrics", "read"): frozenset({"control", "outputs"}),
     # The marker is read from the bucket its event came from: a watched (data) bucket.
@@ -295,7 +308,7 @@ def test_the_model_steps_reach_the_registry_and_it_is_granted(tf, graph):
     assert ("merge_aliases", "functions.alias_moves.finish_move") in observed
     assert ("import_evaluation", "functions.promotion.Promotion._evaluate") in observed
     intake = graph.reachable_sites("functions.main.on_job_request")
-    assert Site("functions.submission.Submission._champion", REGISTRY, "get") in intake
+    assert Site("functions.model_intake.ModelIntake._champion", REGISTRY, "get") in intake
     for function in functions.main.__all__:
         assert ("project", "aiplatform.models.upload") in granted(tf, function)
 

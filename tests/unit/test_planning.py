@@ -191,3 +191,61 @@ def test_labels_carry_key_attempt_request_and_the_users(settings):
         "trainctl_deployment": "proj-trainctl-control",
     }
     assert plan_custom_job(request, settings, KEY, attempt=2).custom_job["display_name"] == "churn-1 (attempt 2)"
+
+
+TEAMED = {
+    "default_team": "shared",
+    "teams": {"shared": {}, "red": {"custom_service_account": "red-code@p.iam.gserviceaccount.com"}, "blue": {}},
+}
+
+
+def test_a_teams_own_code_runs_as_its_account_into_its_teams_folder_whatever_its_key(settings):
+    """Issue 38, point 4 (attack 3): one account ran every team's own code, so one team's job could rewrite another's
+    metrics.json, model and schema.json. A team's image or package runs as the team's account (Terraform names one
+    for each team but the default) into custom-runs/_teams/<team>/ — a marker's key has no team namespace, so the
+    folder follows the team it arrived as; the default team keeps the custom images' account and folder."""
+    import dataclasses
+
+    from functions.teams import parse_teams
+
+    teamed = dataclasses.replace(settings, custom_service_account="custom@p.iam.gserviceaccount.com",
+                                 teams=parse_teams(TEAMED))  # fmt: skip
+    custom = make_request(trainer={"image": "us-docker.pkg.dev/p/r/img:1"})
+    for key in ("request:red/churn-1", "gcs:data/red/day/_SUCCESS#7"):
+        spec = plan_custom_job(custom, teamed, key, team="red").custom_job["job_spec"]
+        assert spec["service_account"] == "red-code@p.iam.gserviceaccount.com"
+        assert spec["base_output_directory"]["output_uri_prefix"].startswith(
+            f"gs://{teamed.control_bucket}/custom-runs/_teams/red/"
+        )
+    shared = plan_custom_job(custom, teamed, KEY, team="shared").custom_job["job_spec"]
+    assert shared["service_account"] == "custom@p.iam.gserviceaccount.com"
+    assert shared["base_output_directory"]["output_uri_prefix"] == f"gs://{teamed.control_bucket}/custom-runs/churn-1/"
+    blue = plan_custom_job(custom, teamed, "request:blue/churn-1", team="blue").custom_job["job_spec"]
+    assert blue["service_account"] == "custom@p.iam.gserviceaccount.com", "a team without its own account: the shared"
+
+
+def test_a_team_cannot_run_its_code_as_another_teams_account(settings):
+    """Issue 38, point 4: naming another team's account would write that team's outputs."""
+    import dataclasses
+
+    from functions.admission import admission_problems
+    from functions.teams import parse_teams
+
+    teamed = dataclasses.replace(settings, custom_service_account="custom@p.iam.gserviceaccount.com",
+                                 teams=parse_teams(TEAMED))  # fmt: skip
+    stolen = make_request(trainer={"image": "us-docker.pkg.dev/p/r/img:1"}, service_account=TEAMED_RED)
+    plan = plan_custom_job(stolen, teamed, "request:blue/x", team="blue")
+    found = [str(p) for p in admission_problems(stolen, teamed, plan.output_dir, "request:blue/x", "blue")]
+    assert any(
+        p.startswith(f"service_account: guardrail custom_service_account: {TEAMED_RED} is another team's")
+        for p in found
+    )
+    mine = plan_custom_job(stolen, teamed, "request:red/x", team="red")
+    assert not [
+        p
+        for p in admission_problems(stolen, teamed, mine.output_dir, "request:red/x", "red")
+        if "service_account" in str(p)
+    ]
+
+
+TEAMED_RED = "red-code@p.iam.gserviceaccount.com"

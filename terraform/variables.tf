@@ -578,7 +578,7 @@ variable "event_webhooks" {
 }
 
 variable "teams" {
-  description = "Teams (README.md, \"Teams\"; issue 32): null for none. Else { default_team, teams = { name => { weight, quota = { metric => nominal GPUs }, borrow_limit, monthly_budget_usd, publishers, uploaders, data_prefixes } } }. Each team gets its own request topic (<name_prefix>-requests-<team>) that only its publishers may publish to, and its uploaders may write only under its data_prefixes and packages/<team>/ (its code, `trainctl submit --source`); `trainctl local up --teams FILE` reads the same shape."
+  description = "Teams (README.md, \"Teams\"; issue 32): null for none. Else { default_team, teams = { name => { weight, quota = { metric => nominal GPUs }, borrow_limit, monthly_budget_usd, publishers, uploaders, data_prefixes } }, models = { model id => { owner, grants } } (optional: who owns a model, else the team whose request created it) }. Each team but the default runs its own code as an account of its own (<name_prefix>-t-<hash>), writing only custom-runs/_teams/<team>/. Each team gets its own request topic (<name_prefix>-requests-<team>) that only its publishers may publish to, and its uploaders may write only under its data_prefixes and packages/<team>/ (its code, `trainctl submit --source`); `trainctl local up --teams FILE` reads the same shape."
   type        = any
   default     = null
 

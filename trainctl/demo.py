@@ -1,11 +1,13 @@
 """`trainctl demo` (what `make demo` runs): the whole flow on this machine, start to finish.
 
 Starts the local stack and writes a real tabular dataset (scikit-learn's breast-cancer data, shipped in the wheel)
-into the local data bucket, four partitions one after another, each ending in a `_SUCCESS` marker whose content
+into the local data bucket: first the model's reference set (rows kept out of every partition, which the model's
+owner pins: issue 38), then five partitions one after another, each ending in a `_SUCCESS` marker whose content
 asks for 2 nodes and names the model `demo-breast-cancer`: the first trains and becomes the champion, the second
-(more data, more epochs) beats it on its own validation rows and is promoted, the third lost a column on its way
-and is rejected at admission, against the champion's schema.json, before any GPU starts (issue 27), the fourth (a
-learning rate far too small) is worse and held. Each lifecycle event is printed as it arrives; then a summary of
+(more data, more epochs) beats it on the reference set and is promoted, the third lost a column on its way and is
+rejected at admission, against the champion's schema.json, before any GPU starts (issue 27), the fourth had its
+labels inverted upstream and is stopped by the label check before training (issue 38), the fifth (a learning rate
+far too small) is worse and held. Each lifecycle event is printed as it arrives; then a summary of
 the champion's run (job, nodes × processes, the metrics against the trivial baseline, artifacts, wall time), a
 loss-curve PNG, a check that the champion loads and predicts, the registry's view of the model, and the short
 `trainctl report`.
@@ -33,13 +35,16 @@ from local.stack_state import local_dir, read_state, remove_state, running_stack
 
 EXIT_FAILED = 1
 DATASET_FOLDER = "demo/breast-cancer"
+REFERENCE_FOLDER = f"{DATASET_FOLDER}/reference"
 MODEL = "demo-breast-cancer"
 SHARDS = 3
+# Rows kept out of every partition, as the model's reference set; the rest are shuffled once, with a fixed seed.
+REFERENCE_ROWS = 160
+SHUFFLE_SEED = 0
 # What every partition's marker asks for, merged onto the stack's default rule (built-in tabular trainer, `target`).
 MARKER_OVERRIDES: dict[str, Any] = {
     "resources": {"machine_type": "g2-standard-24", "replica_count": 2},
     "scheduling": {"timeout": "15m", "max_pending": "5m"},
-    "model": {"name": MODEL},
 }
 GOOD_TRAINING = {"epochs": 20, "batch_size": 32, "learning_rate": 0.003, "hidden_sizes": [64, 32], "seed": 7}
 
@@ -52,8 +57,9 @@ class Partition:
     rows: int | None  # the first rows of the dataset; None: all of them
     hyperparameters: dict[str, Any]
     story: str
-    decision: str  # "promoted", "held", or "rejected" (by the data check at admission)
+    decision: str  # "promoted", "held", "rejected" (by the data check at admission) or "failed" (the label check)
     dropped: tuple[str, ...] = ()  # columns the partition lost on its way
+    inverted: bool = False  # its labels were inverted upstream
 
     @property
     def folder(self) -> str:
@@ -68,7 +74,9 @@ PARTITIONS = (
         "a first, small partition (120 rows, 5 epochs of a small network): the model's first version, so its champion",
         "promoted",
     ),
-    Partition("2026-11-08", None, GOOD_TRAINING, "all 569 rows, 20 epochs: better on its own rows", "promoted"),
+    Partition(
+        "2026-11-08", None, GOOD_TRAINING, "all 409 rows, 20 epochs: surely better on the reference set", "promoted"
+    ),
     Partition(
         "2026-11-12",
         None,
@@ -76,6 +84,15 @@ PARTITIONS = (
         "an export that lost the column mean_radius: rejected at admission by the champion's schema, no GPU started",
         "rejected",
         dropped=("mean_radius",),
+    ),
+    Partition(
+        "2026-11-13",
+        None,
+        GOOD_TRAINING,
+        "an export whose labels were inverted upstream: the champion scores far below chance on it, so the run stops "
+        "before training",
+        "failed",
+        inverted=True,
     ),
     Partition(
         "2026-11-15",
@@ -95,7 +112,7 @@ class DemoFailed(Exception):
 
 def register(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser(
-        "demo", help="run the whole flow locally: data lands four times, 2-node DDP jobs train, the better model wins"
+        "demo", help="run the whole flow locally: data lands five times, 2-node DDP jobs train, the better model wins"
     )
     cmd.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each partition (default 600)")
     cmd.add_argument("--out", type=Path, default=None, help="where the loss curve goes (default .trainctl/demo)")
@@ -143,15 +160,18 @@ def _flow(state: Any, timeout: float, out_dir: Path, started: float) -> int:
     from trainctl.eventstream import EventStream
 
     names = state.names
-    table = _dataset()
+    table, reference = _dataset()
+    reference_uri = _upload_reference(state.project, names["data_bucket"], reference)
     say(
-        f"2/5 scikit-learn's breast-cancer dataset ({table.num_rows} rows, {table.num_columns - 1} features) lands "
-        f"in {len(PARTITIONS)} partitions, each offered to model {MODEL} as a new version"
+        f"2/5 scikit-learn's breast-cancer dataset ({table.num_rows + reference.num_rows} rows, "
+        f"{table.num_columns - 1} features): {reference.num_rows} rows kept apart as the model's reference set "
+        f"({reference_uri}), the rest landing in {len(PARTITIONS)} partitions, each offered to model {MODEL} as a new "
+        "version"
     )
     champion = None
     with EventStream(state.project, names["events_topic"]) as stream:
         for number, partition in enumerate(PARTITIONS, start=1):
-            marker = _upload_partition(state.project, names["data_bucket"], table, partition)
+            marker = _upload_partition(state.project, names["data_bucket"], table, partition, reference_uri)
             say(f"3/5 partition {number}: {partition.story}\n    uploaded gs://{names['data_bucket']}/{marker}")
             ended = _follow(stream, partition, timeout)
             if partition.decision == "promoted":
@@ -185,6 +205,10 @@ def _follow(stream: Any, partition: Partition, timeout: float) -> Any:
             return event  # its errors, one per column, were printed with it
         if partition.decision == "rejected" and event.state == "accepted":
             raise DemoFailed("the data check", f"partition {partition.day} lost a column and was accepted")
+        if partition.decision == "failed" and event.state == "failed" and event.reason == "data":
+            return event  # the label check: its reason, in one line, was printed with it
+        if partition.decision == "failed" and event.state == "succeeded":
+            raise DemoFailed("the label check", f"partition {partition.day} has inverted labels and trained")
         if event.state == "succeeded":
             succeeded = event
         elif event.state in ("failed", "cancelled", "rejected"):
@@ -222,40 +246,72 @@ def _short_report() -> str:
     return format_report(report)
 
 
-def _dataset() -> Any:
+def _dataset() -> tuple[Any, Any]:
+    """(the rows the partitions are cut from, the reference set kept apart), from one seeded shuffle."""
+    import numpy as np
     import pyarrow as pa
     from sklearn.datasets import load_breast_cancer
 
     data = load_breast_cancer()  # 569 rows, 30 numeric features, label 0/1
     columns = {name.replace(" ", "_"): data.data[:, i] for i, name in enumerate(data.feature_names)}
-    return pa.table({**columns, "target": data.target})
+    table = pa.table({**columns, "target": data.target})
+    table = table.take(np.random.default_rng(SHUFFLE_SEED).permutation(table.num_rows))
+    kept = table.num_rows - REFERENCE_ROWS
+    return table.slice(0, kept), table.slice(kept)
 
 
-def _upload_partition(project: str, bucket_name: str, table: Any, partition: Partition) -> str:
-    """The partition's rows as CSV shards, then its marker; the marker's name."""
-    import pyarrow.csv as pa_csv
+def _bucket(project: str, bucket_name: str) -> Any:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
+    return storage.Client(project=project, credentials=AnonymousCredentials()).bucket(bucket_name)
+
+
+def _csv(rows: Any) -> bytes:
+    import pyarrow.csv as pa_csv
+
+    text = io.BytesIO()
+    pa_csv.write_csv(rows, text)
+    return text.getvalue()
+
+
+def _upload_reference(project: str, bucket_name: str, reference: Any) -> str:
+    """The reference set, where its owner keeps it; its URI (the model block's `reference`)."""
+    _bucket(project, bucket_name).blob(f"{REFERENCE_FOLDER}/part-00000.csv").upload_from_string(
+        _csv(reference), "text/csv"
+    )
+    return f"gs://{bucket_name}/{REFERENCE_FOLDER}/"
+
+
+def _upload_partition(project: str, bucket_name: str, table: Any, partition: Partition, reference: str) -> str:
+    """The partition's rows as CSV shards, then its marker; the marker's name."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     rows = table.slice(0, partition.rows) if partition.rows else table
     rows = rows.drop_columns(list(partition.dropped))
-    bucket = storage.Client(project=project, credentials=AnonymousCredentials()).bucket(bucket_name)
+    if partition.inverted:
+        flipped = pc.subtract(pa.scalar(1, rows.schema.field("target").type), rows.column("target"))
+        rows = rows.set_column(rows.schema.get_field_index("target"), "target", flipped)
+    bucket = _bucket(project, bucket_name)
     for shard in range(SHARDS):
         start, stop = shard * rows.num_rows // SHARDS, (shard + 1) * rows.num_rows // SHARDS
-        text = io.BytesIO()
-        pa_csv.write_csv(rows.slice(start, stop - start), text)
-        bucket.blob(f"{partition.folder}/part-{shard:05d}.csv").upload_from_string(text.getvalue(), "text/csv")
+        bucket.blob(f"{partition.folder}/part-{shard:05d}.csv").upload_from_string(
+            _csv(rows.slice(start, stop - start)), "text/csv"
+        )
     marker = f"{partition.folder}/_SUCCESS"
-    bucket.blob(marker).upload_from_string(json.dumps(marker_overrides(partition)), "application/json")
+    bucket.blob(marker).upload_from_string(json.dumps(marker_overrides(partition, reference)), "application/json")
     return marker
 
 
-def marker_overrides(partition: Partition) -> dict[str, Any]:
-    """What a partition's marker holds: the overrides merged onto the stack's default rule."""
+def marker_overrides(partition: Partition, reference: str) -> dict[str, Any]:
+    """What a partition's marker holds: the overrides merged onto the stack's default rule. Every marker names the
+    same model and reference set: the first creates the model with it, the others repeat the model's own."""
     return {
         **MARKER_OVERRIDES,
         "display_name": f"trainctl demo: breast cancer {partition.day} (2 nodes)",
         "trainer": {"builtin": "tabular", "hyperparameters": partition.hyperparameters},
+        "model": {"name": MODEL, "reference": reference},
     }
 
 

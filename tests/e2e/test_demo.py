@@ -13,10 +13,12 @@ from local.stack_state import STACK_MARKER_VAR
 from tests.e2e.running_stack import user_env
 
 
-def test_the_demo_trains_three_partitions_promotes_the_better_model_and_cleans_up(tmp_path):
-    """Issue 26, demo: the loop of partitions — the first becomes the champion, the second (better on its own rows)
-    is promoted, the last (worse) is held — each with its events, then the registry's view. Issue 27, demo: the
-    third lost a column and is rejected at admission with reason `data`, naming it, before any job."""
+def test_the_demo_trains_the_partitions_promotes_the_better_model_and_cleans_up(tmp_path):
+    """Issue 26, demo: the loop of partitions — the first becomes the champion, the second (better on the model's
+    reference set) is promoted, the last (worse) is held — each with its events, then the registry's view. Issue 27,
+    demo: the third lost a column and is rejected at admission with reason `data`, naming it, before any job. Issue
+    38, demo: the fourth's labels are inverted and the label check stops it before training, its reason in one
+    line."""
     env = user_env(tmp_path / "local")
     result = subprocess.run(
         [sys.executable, "-m", "trainctl", "demo", "--out", str(tmp_path / "out")],
@@ -30,8 +32,17 @@ def test_the_demo_trains_three_partitions_promotes_the_better_model_and_cleans_u
     for state, request_id in events:
         by_request.setdefault(request_id, []).append(state)
     run = ["accepted", "submitted", "running", "succeeded", "registered"]
-    assert list(by_request.values()) == [[*run, "promoted"], [*run, "promoted"], ["rejected"], [*run, "held"]], out
+    started = ["accepted", "submitted", "running"]
+    assert list(by_request.values()) == [
+        [*run, "promoted"],
+        [*run, "promoted"],
+        ["rejected"],
+        [*started, "failed"],
+        [*run, "held"],
+    ], out
     assert "dataset: column 'mean_radius' is missing (a feature of the champion)" in out
+    [stopped] = [line for line in out.splitlines() if re.match(r"    \S+ +failed ", line)]
+    assert "the labels or their meaning changed" in stopped and "reason data" in stopped, stopped
     assert "layout       2 nodes × 2 processes (world size 4)" in out
     accuracy, baseline = re.search(r"result +val_accuracy ([\d.]+) \(baseline ([\d.]+)\)", out).groups()
     assert float(accuracy) > float(baseline) + 0.2
@@ -41,7 +52,7 @@ def test_the_demo_trains_three_partitions_promotes_the_better_model_and_cleans_u
     assert "champion -> version 2 (earlier: 1)" in registry, registry
     # Guards issue 15 item 6: the demo ends with the report of what it ran, from the ledger.
     report = out[out.index("$ .venv/bin/trainctl report --since 1h") :]
-    assert "all: 4 requests  (succeeded 3  failed 0  cancelled 0  rejected 1)" in report, report
+    assert "all: 5 requests  (succeeded 3  failed 1  cancelled 0  rejected 1)" in report, report
     assert "data rejections  1, saving up to " in report
     assert "model demo-breast-cancer promoted 2, held 1" in report
     stack_id = re.search(r"starting local stack (\w+)", out).group(1)

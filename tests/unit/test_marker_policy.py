@@ -138,5 +138,6 @@ def test_the_demos_markers_ask_only_for_what_the_local_default_template_lets_the
     body, policy = template_policy(DEFAULT_TEMPLATE, "gs://trainctl-local-trainctl-data/")
     for partition in PARTITIONS:
         folder = f"gs://trainctl-local-trainctl-data/{partition.folder}/"
-        assert policy.problems(body, marker_overrides(partition), folder) == []
+        reference = "gs://trainctl-local-trainctl-data/demo/breast-cancer/reference/"
+        assert policy.problems(body, marker_overrides(partition, reference), folder) == []
     assert not policy.allows(("trainer", "image")) and not policy.allows(("output_dir",))

@@ -48,6 +48,8 @@ from schemas.events import TERMINAL_STATES, parse_event  # noqa: E402
 
 FAKE_IMAGE = "localhost/tests/fake-node"
 IMAGE_MAP = json.dumps({FAKE_IMAGE: ["python", "tests/local/programs/fake_node.py"]})
+PINNED_IMAGE = f"{FAKE_IMAGE}@sha256:{'0' * 64}"
+REFERENCE = "gs://trainctl-local-trainctl-data/soak/x/"  # the models' reference set: any rows will do here
 TEMPLATE = {
     "dataset": {"target": "y"},
     "trainer": {"image": f"{FAKE_IMAGE}:1", "args": ["--sleep", "1", "--metrics", '{"rows": 1}']},
@@ -219,15 +221,32 @@ class Soak:
         self.publish(payload)
 
     def model(self) -> None:
-        """A request that registers a version of one of MODELS, with a random validation accuracy: promoted when it
-        beats the champion, else held."""
+        """A request that registers a version of one of MODELS, with a random accuracy on the models' reference set
+        and a random paired interval of its improvement over the champion (issue 38): promoted when the interval's
+        lower end is above 0, else held. Own code feeding a model is named by its digest."""
         request_id = f"soak-model-{uuid.uuid4().hex[:10]}"
-        metrics = {"task": "classification", "val_accuracy": round(self.rng.uniform(0.5, 0.99), 3)}
+        accuracy, gain = round(self.rng.uniform(0.5, 0.99), 3), round(self.rng.uniform(-0.2, 0.2), 3)
+        metrics = {
+            "task": "classification",
+            "val_accuracy": accuracy,
+            "reference_val_accuracy": accuracy,
+            "champion_reference_val_accuracy": round(accuracy - gain, 3),
+            "reference_improvement_val_accuracy": {"point": gain, "low": gain - 0.05, "high": gain + 0.05},
+            "reference_rows": 100,
+            "reference_confidence": 0.95,
+        }
         self.model_requests.add(f"request:{request_id}")
         self.request(
             request_id=request_id,
-            trainer=dict(TEMPLATE["trainer"], args=["--sleep", "0.5", "--metrics", json.dumps(metrics)]),
-            model={"name": self.rng.choice(MODELS), "metric": "val_accuracy", "goal": "maximize"},
+            trainer=dict(
+                TEMPLATE["trainer"], image=PINNED_IMAGE, args=["--sleep", "0.5", "--metrics", json.dumps(metrics)]
+            ),
+            model={
+                "name": self.rng.choice(MODELS),
+                "metric": "val_accuracy",
+                "goal": "maximize",
+                "reference": REFERENCE,
+            },
         )
 
     def ladder(self) -> None:

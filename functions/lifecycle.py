@@ -289,6 +289,8 @@ def _failed(record: Record, seen: _Observed) -> Transition:
     events: list[JobEvent] = []
     _running_if_missed(record, seen, events)
     message = f"{job.error_message} {seen.diagnosis}".strip() if seen.diagnosis else job.error_message
+    if reason == "data" and seen.diagnosis:  # the trainer's own words say what changed: first, before Vertex's
+        message = f"{seen.diagnosis} ({job.error_message})"
     record.failure_reason, record.message = reason, message
     text = f"attempt {record.attempt} failed ({reason}) after Vertex's own retries: {job.error_message}"
     if reason == "preemption":

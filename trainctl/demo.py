@@ -46,7 +46,7 @@ MARKER_OVERRIDES: dict[str, Any] = {
     "resources": {"machine_type": "g2-standard-24", "replica_count": 2},
     "scheduling": {"timeout": "15m", "max_pending": "5m"},
 }
-GOOD_TRAINING = {"epochs": 20, "batch_size": 32, "learning_rate": 0.003, "hidden_sizes": [64, 32], "seed": 7}
+GOOD_TRAINING = {"epochs": 30, "batch_size": 32, "learning_rate": 0.01, "hidden_sizes": [64, 32], "seed": 7}
 
 
 @dataclass(frozen=True)
@@ -69,13 +69,13 @@ class Partition:
 PARTITIONS = (
     Partition(
         "2026-11-01",
-        120,
-        {"epochs": 5, "batch_size": 8, "learning_rate": 0.003, "hidden_sizes": [8], "seed": 7},
-        "a first, small partition (120 rows, 5 epochs of a small network): the model's first version, so its champion",
+        60,
+        {"epochs": 2, "batch_size": 8, "learning_rate": 0.003, "hidden_sizes": [4], "seed": 7},
+        "a first, small partition (60 rows, 2 epochs of a tiny network): the model's first version, so its champion",
         "promoted",
     ),
     Partition(
-        "2026-11-08", None, GOOD_TRAINING, "all 409 rows, 20 epochs: surely better on the reference set", "promoted"
+        "2026-11-08", None, GOOD_TRAINING, "all 409 rows, 30 epochs: surely better on the reference set", "promoted"
     ),
     Partition(
         "2026-11-12",

@@ -213,8 +213,8 @@ def rejected_delivery(event: JobEvent) -> str | None:
 
 
 _CLAIMED_NOTHING = {
-    "unclaimed": "claimed nothing",
-    "conflicting_delivery": "conflicts with the request holding this id, which goes on",
+    "unclaimed": "nothing was claimed",
+    "conflicting_delivery": "the request holding this id goes on",
 }
 
 
@@ -224,7 +224,7 @@ def format_event(event: JobEvent, own: bool = False) -> str:
     command itself published): it is not the end of a request holding its id."""
     when = event.time.astimezone().strftime("%H:%M:%S")
     marker = rejected_delivery(event)
-    note = "" if own or marker is None else f"[only delivery {event.delivery}, which {_CLAIMED_NOTHING[marker]}] "
+    note = "" if own or marker is None else f"[delivery {event.delivery} only: {_CLAIMED_NOTHING[marker]}] "
     line = f"{when}  {event.state:<10} {event.request_id}  {note}{event.message}"
     metrics = getattr(event, "metrics", None)
     if metrics:

@@ -42,7 +42,8 @@ def test_the_demo_trains_the_partitions_promotes_the_better_model_and_cleans_up(
     ], out
     assert "dataset: column 'mean_radius' is missing (a feature of the champion)" in out
     [stopped] = [line for line in out.splitlines() if re.match(r"    \S+ +failed ", line)]
-    assert "the labels or their meaning changed" in stopped and "reason data" in stopped, stopped
+    assert "failed (data): The trainer reported: LabelsChanged: the champion scores" in stopped, stopped
+    assert "the labels or their meaning changed" in stopped, stopped
     assert "layout       2 nodes × 2 processes (world size 4)" in out
     accuracy, baseline = re.search(r"result +val_accuracy ([\d.]+) \(baseline ([\d.]+)\)", out).groups()
     assert float(accuracy) > float(baseline) + 0.2

@@ -1,6 +1,8 @@
-"""The model loop with the real built-in trainer on the local stack (issue 26): a first run becomes the champion;
-a second run of the same model is given the champion's artifacts, scores them on its own validation rows, and the
-decision compares both figures measured on those rows. `trainctl models show` tells the story."""
+"""The model loop with the real built-in trainer on the local stack (issues 26 and 38): a first run becomes the
+champion and its validation rows the model's reference set; a second run of the same model is given the champion's
+artifacts and that reference set, checks the labels with the champion before training, scores both models on the
+reference rows, and the decision rests on those figures and their paired interval (its own rows reported beside).
+`trainctl models show` tells the story."""
 
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from tests.e2e.test_builtin_tabular_on_the_local_stack import churn_csv
 pytestmark = pytest.mark.integration
 
 
-def test_a_second_run_scores_the_champion_on_its_own_rows_and_is_decided_on_both(stack: RunningStack, tmp_path: Path):
-    """Issue 26, steps 1-4, with the real trainer: `--champion-model-dir` reaches it, metrics.json carries both
-    figures, and the decision says they were measured on the same rows."""
+def test_a_second_run_is_decided_on_the_models_reference_set(stack: RunningStack, tmp_path: Path):
+    """Issue 26, steps 1-4, and issue 38, point 3, with the real trainer: `--champion-model-dir` and
+    `--reference-data` reach it, the label check passes on good data, metrics.json carries both models' figures on
+    the reference set with their interval, and the decision rests on them."""
     model = f"churn-{uuid.uuid4().hex[:8]}"
     dataset = f"gs://my-data-bucket/{model}/"
     shard = tmp_path / "part-0.csv"
@@ -54,13 +57,25 @@ def test_a_second_run_scores_the_champion_on_its_own_rows_and_is_decided_on_both
     metrics = succeeded["metrics"]
     assert metrics["champion_scored_on_same_rows"] is True, metrics
     assert metrics["validation_rows"] == metrics["champion_validation_rows"]
+    assert metrics["label_check"] == "passed", metrics
     decision = decided["decision"]
     assert (decision["metric"], decision["goal"], decision["same_rows"]) == ("val_accuracy", "maximize", True)
-    assert (decision["challenger"], decision["champion"]) == (metrics["val_accuracy"], metrics["champion_val_accuracy"])
+    assert (decision["challenger"], decision["champion"]) == (
+        metrics["reference_val_accuracy"],
+        metrics["champion_reference_val_accuracy"],
+    )
+    interval = metrics["reference_improvement_val_accuracy"]
+    assert decision["interval"] == [interval["low"], interval["high"]]
+    assert (decision["reference_rows"], decision["confidence"]) == (metrics["reference_rows"], 0.95)
+    assert (decision["run_challenger"], decision["run_champion"]) == (
+        metrics["val_accuracy"],
+        metrics["champion_val_accuracy"],
+    )
     assert decision["champion_version"] == "1"
 
     shown = stack.trainctl("models", "show", model, "--json")
     assert shown.returncode == 0, shown.stdout + shown.stderr
     story = json.loads(shown.stdout)
+    assert story["charter"]["reference"]["source"] == "version 1's validation rows", story["charter"]
     assert [v["version"] for v in story["versions"]] == ["1", "2"]
     assert [(d["action"], d["version"]) for d in story["decisions"]] == [("promoted", "1"), (decided["state"], "2")]

@@ -129,7 +129,7 @@ def test_watch_shows_another_deliverys_rejection_as_such_and_only_its_teams_requ
     assert about_request(forged, "victim-1", "request:victim-1")
     assert about_request(forged_rejection(key="pubsub:attacker-9"), "victim-1", "request:victim-1")
     assert format_event(forged).splitlines()[0] == (
-        f"{CLOCK}  rejected   victim-1  [only delivery attacker-9, which claimed nothing] the request is invalid"
+        f"{CLOCK}  rejected   victim-1  [delivery attacker-9 only: nothing was claimed] the request is invalid"
     )
     assert about_request(lifecycle("running"), "victim-1", "request:victim-1")
     assert not about_request(lifecycle("running", key="request:red/victim-1"), "victim-1", "request:victim-1")

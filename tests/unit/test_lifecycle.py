@@ -151,6 +151,10 @@ def test_user_errors_and_exhausted_attempts_fail():
     (failed,) = observe(rec, user, REF, NOW, 3600, None, "The dataset gs://d/x/ has no objects.").events
     assert (failed.state, failed.reason) == ("failed", "user")
     assert failed.message.endswith("non-zero status of 3. The dataset gs://d/x/ has no objects.")
+    note = "The trainer reported: LabelsChanged: the champion scores 0.02 on these rows against 0.95 on its reference"
+    (data,) = observe(record(state="running"), user, REF, NOW, 3600, None, note, data_failure=True).events
+    assert (data.state, data.reason) == ("failed", "data")
+    assert data.message.startswith(f"job {user.job_id} failed (data): {note} (The replica"), "the cause comes first"
     internal = job("JOB_STATE_FAILED", start_time=NOW, error_code=13, error_message="Internal error occurred")
     last = record(state="running", attempt=3)
     assert [(e.state, e.reason) for e in observe(last, internal, REF, NOW, 3600, None).events] == [

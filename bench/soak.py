@@ -95,6 +95,8 @@ TEAMS = {
         "red": {"quota": {L4_METRIC: 4}, "borrow_limit": 8},
         "blue": {"weight": 2, "quota": {L4_METRIC: 8}, "borrow_limit": 4},
     },
+    # The models' owner lets every team feed them (issue 38), so that model requests arrive on any topic and race.
+    "models": {model: {"owner": "shared", "grants": ["red", "blue"]} for model in ("soak-churn", "soak-fraud")},
 }
 
 
@@ -486,6 +488,7 @@ def soak(seconds: float | None, seed: int, settle_seconds: float = 180.0, action
         finally:
             leftovers = run.down()
         result = invariants(messages, jobs, versions, run.model_requests)
+
         result["leftover processes"] = len(leftovers)
         result["most on-demand L4 GPUs in jobs at once"] = most_l4_gpus_at_once(jobs)
         result["L4 GPUs over the quota"] = max(0, result["most on-demand L4 GPUs in jobs at once"] - L4_QUOTA)

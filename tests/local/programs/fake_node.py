@@ -49,10 +49,12 @@ def main() -> int:
     parser.add_argument("--signal", type=int, help="fail by dying of this signal instead of --exit-code")
     parser.add_argument("--data", help="standing in for the built-in trainer: read arguments from DATA/fake-node-args")
     parser.add_argument("--champion-model-dir", help="the model's champion, which trainctl passes; not read here")
+    parser.add_argument("--reference-data", help="the model's reference set, which trainctl passes; not read here")
+    parser.add_argument("--confidence", help="the level of the reference set's interval; not used here")
     args, trainer_flags = parser.parse_known_args()
     standing_in = bool(args.data)
     # Like the built-in trainer, a run given no reference set writes its own sample beside its metrics (issue 38).
-    writes_reference = standing_in and "--reference-data" not in trainer_flags
+    writes_reference = standing_in and args.reference_data is None
     if args.data:
         args = parser.parse_args(stand_in_args(args.data))
     elif trainer_flags:

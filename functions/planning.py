@@ -277,12 +277,15 @@ REFERENCE_ARG = "--reference-data"
 CONFIDENCE_ARG = "--confidence"
 MIN_CHAMPION_SKILL_ARG = "--min-champion-skill"
 MAX_TARGET_DRIFT_ARG = "--max-target-drift"
+# While a model has no reference set, the built-in trainer writes a sample of its validation rows beside the model: the
+# first version's become the model's (functions/model_artifacts.py), an adopted model's owner may pick a version's.
+WRITE_REFERENCE_ARG = "--write-reference-rows"
 
 
 @dataclass(frozen=True)
 class Evidence:
     """What a run of a model's request is given to be judged by: the champion's folder (None: the model has none
-    yet), the model's reference set (None: it has none yet; the built-in trainer then writes reference.parquet),
+    yet), the model's reference set (None: it has none yet; the built-in trainer is then asked for reference.parquet),
     and the model's rule for the check and the interval."""
 
     champion_uri: str | None
@@ -297,6 +300,8 @@ class Evidence:
         args = [CHAMPION_ARG, self.champion_uri] if self.champion_uri else []
         if self.reference_uri:
             args += [REFERENCE_ARG, self.reference_uri, CONFIDENCE_ARG, str(self.confidence)]
+        elif builtin:
+            args.append(WRITE_REFERENCE_ARG)
         if builtin and self.champion_uri:
             args += [MIN_CHAMPION_SKILL_ARG, str(self.min_champion_skill)]
             if self.max_target_drift is not None:

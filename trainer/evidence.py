@@ -5,9 +5,9 @@ Before the first epoch (`before_training`, every rank): the champion scored on t
 `--reference-data`, on the model's reference rows (rank 0 alone: a reference set is small); then the label check
 (trainer/label_check.py), which may stop every rank together. After training (`after_training`, rank 0): the
 challenger scored on the same reference rows and, with a champion, the paired bootstrap interval of its
-improvement for every validation metric of the task (trainer/bootstrap.py). Without `--reference-data` rank 0
-writes a sample of the validation rows as `reference.parquet` beside the model (trainer/reference_set.py): the
-first version's becomes the model's reference set.
+improvement for every validation metric of the task (trainer/bootstrap.py). With `--write-reference-rows` (the
+model has no reference set yet) rank 0 writes a sample of the validation rows as `reference.parquet` beside the
+model (trainer/reference_set.py): the first version's becomes the model's reference set.
 """
 
 from __future__ import annotations

@@ -151,8 +151,13 @@ def add_evidence_flags(p: argparse.ArgumentParser) -> None:
         "--reference-data",
         default=None,
         help="the model's reference rows, every column (a CSV/Parquet file or folder, read like --data, at most "
-        "100,000 rows): the champion is scored on them before training and this run's model after it; without "
-        "it a sample of this run's validation rows is written as reference.parquet beside the model",
+        "100,000 rows): the champion is scored on them before training and this run's model after it",
+    )
+    p.add_argument(
+        "--write-reference-rows",
+        action="store_true",
+        help="write a sample of this run's validation rows (at most 20,000, every column) as reference.parquet "
+        "beside the model: the controller asks for it while the model has no reference set",
     )
     p.add_argument(
         "--confidence",

@@ -6,7 +6,7 @@ scored (trainer/evidence.py).
   from its footer before it is decoded), keeps its labelled rows, and tells every rank whether it could: a
   reference set that cannot be used stops every rank together before training (`ReferenceUnusable`, reason
   `data`), since the evidence the controller promotes on could not be made.
-- Making one (no `--reference-data`): a seeded sample of at most SAMPLE_ROWS of the run's labelled validation
+- Making one (`--write-reference-rows`): a seeded sample of at most SAMPLE_ROWS of the run's labelled validation
   rows with every column, gathered on rank 0 at set-up, which writes it as `reference.parquet` beside the model.
   Each rank gives its share in proportion to its rows, so the sample is spread over every rank's data.
 """

@@ -143,12 +143,12 @@ def load_tables(args: argparse.Namespace, device: torch.device) -> Tables:
     del validation_rows
     if not data.sharded:  # every rank holds all validation rows: each evaluates its own slice
         val_inputs, val_targets = val_inputs[rank::world_size], val_targets[rank::world_size]
-        if args.champion_model_dir or not args.reference_data:
+        if args.champion_model_dir or args.write_reference_rows:
             labelled_validation = labelled_validation.take(np.arange(rank, labelled_validation.num_rows, world_size))
     # A champion reads the same rows through its own preprocessing, so it gets them with every column: it may
     # need a column this run's --features leaves out. reference.parquet keeps every column too.
     champion_rows = labelled_validation if args.champion_model_dir else None
-    sample = validation_sample(labelled_validation) if not args.reference_data else None
+    sample = validation_sample(labelled_validation) if args.write_reference_rows else None
     del labelled_validation
     # Converted part by part, each part's Arrow rows released as soon as its tensors are filled.
     inputs, targets = prep.tensors_of_parts(train_parts)
@@ -200,7 +200,7 @@ def load_streamed(args: argparse.Namespace, shards: list[Shard], budget: int, de
         logs.log("training rows streamed", window_rows=window_rows, train_rows=stream.rows)
     empty = torch.zeros(0)
     champion_rows = labelled_validation if args.champion_model_dir else None
-    sample = validation_sample(labelled_validation) if not args.reference_data else None
+    sample = validation_sample(labelled_validation) if args.write_reference_rows else None
     return Tables(empty, empty, val_inputs, val_targets, prep, True, description, drift, champion_rows, stream,
                   sample)  # fmt: skip
 

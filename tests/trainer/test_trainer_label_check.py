@@ -229,14 +229,14 @@ def test_inverted_labels_stop_every_rank_before_the_first_epoch(
 def test_the_same_labels_pass_the_check_and_the_run_writes_its_reference_sample(
     trained_breast_cancer_model, breast_cancer_csv_shards, tmp_path
 ):
-    """issue 38, points 2 and 4: unchanged labels pass (the champion keeps its skill), and without --reference-data
-    the model folder gets reference.parquet: the validation rows (fewer than 20,000), every column, before
-    _SUCCESS."""
+    """issue 38, points 2 and 4: unchanged labels pass (the champion keeps its skill), and asked for them
+    (--write-reference-rows: the model has no reference set yet) the model folder gets reference.parquet: the
+    validation rows (fewer than 20,000), every column, before _SUCCESS."""
     out = tmp_path / "out"
     finished = run(
         "trainer.train",
         ["--data", str(breast_cancer_csv_shards), "--target", "target", "--epochs", "2", "--max-target-drift", "0.1",
-         "--champion-model-dir", str(trained_breast_cancer_model), *output_dirs(out)],
+         "--champion-model-dir", str(trained_breast_cancer_model), "--write-reference-rows", *output_dirs(out)],
         process_env(),
         tmp_path / "run.log",
     )  # fmt: skip

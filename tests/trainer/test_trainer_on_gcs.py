@@ -35,7 +35,7 @@ def test_one_node_two_processes_train_from_and_to_gcs(gcs_bucket, breast_cancer_
     finished = run(
         "trainer.launch",
         ["--nproc-per-node", "2", "--data", data, "--target", "target", "--epochs", "10", "--batch-size", "16",
-         "--checkpoint-every-steps", "50", "--keep-checkpoints", "2",
+         "--checkpoint-every-steps", "50", "--keep-checkpoints", "2", "--write-reference-rows",
          "--model-dir", f"{out}/model/", "--checkpoint-dir", f"{out}/checkpoints/",
          "--tensorboard-dir", f"{out}/logs/"],
         process_env(STORAGE_EMULATOR_HOST=fake_gcs_url),

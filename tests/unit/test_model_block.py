@@ -131,7 +131,9 @@ def test_the_champion_is_passed_to_the_builtin_trainer_and_to_a_custom_image(set
     builtin = plan_custom_job(make_request(model={"name": "churn"}), settings, "request:churn-1", evidence=evidence)
     for pool in builtin.custom_job["job_spec"]["worker_pool_specs"][:2]:
         args = pool["container_spec"]["args"]
-        assert args[-6:] == [CHAMPION_ARG, uri, "--min-champion-skill", "-0.1", "--max-target-drift", "1.0"]
+        assert args[-7:] == [
+            CHAMPION_ARG, uri, "--write-reference-rows", "--min-champion-skill", "-0.1", "--max-target-drift", "1.0"
+        ]  # fmt: skip
     custom = make_request(trainer=CUSTOM, model=_CUSTOM_MODEL)
     plan = plan_custom_job(custom, settings, "request:churn-1", evidence=evidence)
     for pool in plan.custom_job["job_spec"]["worker_pool_specs"][:2]:
@@ -152,8 +154,15 @@ def test_the_reference_set_is_passed_with_the_rules_confidence(settings):
         REFERENCE_ARG, reference, "--confidence", "0.9"
     ]  # fmt: skip
     assert "--min-champion-skill" not in args, "no champion: nothing to check the labels with"
+    assert "--write-reference-rows" not in args, "the model has its reference set"
     plain = plan_custom_job(request, settings, "k", evidence=Evidence(None, None, 0.9, -0.1, None))
-    assert REFERENCE_ARG not in plain.custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]["args"]
+    args = plain.custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"]["args"]
+    assert REFERENCE_ARG not in args and "--write-reference-rows" in args, "none yet: the first version's rows"
+    custom = make_request(trainer=CUSTOM, model=_CUSTOM_MODEL)
+    plan = plan_custom_job(custom, settings, "k", evidence=Evidence(None, None, 0.9, -0.1, None))
+    assert "--write-reference-rows" not in plan.custom_job["job_spec"]["worker_pool_specs"][0]["container_spec"].get(
+        "args", []
+    ), "your own code is asked for nothing it may not know"
 
 
 _CUSTOM_MODEL = {"name": "churn", "metric": "f1", "goal": "maximize"}

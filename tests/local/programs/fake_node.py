@@ -7,8 +7,8 @@ python fake_node.py [--record-env DIR] [--pid-dir DIR] [--ignore-sigterm] [--sle
 It also stands in for the built-in trainer (tests/integration/test_untrusted_job_outputs.py maps the controller's
 trainer image onto it): given the trainer's command line, it takes `--data gs://BUCKET/FOLDER/` and reads its own
 arguments from the object FOLDER/fake-node-args, one a line; the trainer's other flags are ignored, but for
-`--reference-data`: without it, the primary writes a stand-in reference.parquet beside its metrics, as the built-in
-trainer writes a sample of its validation rows (issue 38).
+`--write-reference-rows`: with it, the primary writes a stand-in reference.parquet beside its metrics, as the
+built-in trainer writes a sample of its validation rows (issue 38).
 """
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ def main() -> int:
     parser.add_argument("--champion-model-dir", help="the model's champion, which trainctl passes; not read here")
     parser.add_argument("--reference-data", help="the model's reference set, which trainctl passes; not read here")
     parser.add_argument("--confidence", help="the level of the reference set's interval; not used here")
+    parser.add_argument("--write-reference-rows", action="store_true", help="write a stand-in reference.parquet")
     args, trainer_flags = parser.parse_known_args()
     standing_in = bool(args.data)
     # Like the built-in trainer, a run given no reference set writes its own sample beside its metrics (issue 38).
-    writes_reference = standing_in and args.reference_data is None
+    writes_reference = standing_in and args.write_reference_rows
     if args.data:
         args = parser.parse_args(stand_in_args(args.data))
     elif trainer_flags:

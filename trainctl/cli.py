@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from trainctl import demo, jobs, local_stack, models, plan, replay, report, submit, validate
+from trainctl import demo, jobs, local_stack, model_rules, models, plan, replay, report, submit, validate
 from trainctl.problems import EXIT_INTERRUPTED, Problem, explain
 
 # A reader that stopped reading (`trainctl status ID | head`): what a program killed by SIGPIPE reports.
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.register(commands)
     jobs.register(commands)
     report.register(commands)
-    models.register(commands)
+    model_rules.register(models.register(commands))
     replay.register(commands)
     demo.register(commands)
     local_stack.register(commands)

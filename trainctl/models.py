@@ -50,9 +50,11 @@ DEFAULT_ALIAS_NAME = "champion"
 STALE_MOVE = timedelta(minutes=15)
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """`trainctl models` and its verbs here; the verbs that change a charter add themselves to what this returns
+    (trainctl/model_rules.py)."""
     cmd = commands.add_parser(
-        "models", help="the Model Registry models trainctl registers: list, show, promote, rollback"
+        "models", help="the Model Registry models trainctl registers: list, show, promote, rollback, adopt, rule"
     )
     verbs = cmd.add_subparsers(dest="verb", required=True, metavar="VERB")
 
@@ -75,10 +77,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     rollback.add_argument("name", metavar="NAME")
     rollback.add_argument("--alias", help="default: the model's own (its rule's), else champion")
     rollback.set_defaults(run=run_move, action="rollback", version=None)
-
-    from trainctl import model_rules  # it builds on this module's Models
-
-    model_rules.register(verbs)
+    return verbs
 
 
 @dataclass

@@ -17,24 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from functions.teams import Share
+
 HeldBy = Literal["team_share", "project_quota"]
-
-
-@dataclass(frozen=True)
-class Share:
-    """A team's share of one quota metric. `nominal` None: the whole quota is its own (no teams configured)."""
-
-    nominal: int | None
-    borrow_limit: int | None
-    weight: float = 1.0
-
-    def cap(self, limit: int) -> int:
-        if self.nominal is None or self.borrow_limit is None:
-            return limit
-        return min(limit, self.nominal + self.borrow_limit)
-
-    def borrows(self, held_after: int) -> bool:
-        return self.nominal is not None and held_after > self.nominal
 
 
 @dataclass(frozen=True)

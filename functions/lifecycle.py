@@ -1,5 +1,5 @@
-"""The pure decisions made on a ledger record (functions/record.py): what to do with a repeated request, and what
-a Vertex job state means for the record and for the events to publish.
+"""Pure: what a Vertex job state means for a request's ledger record (functions/record.py) and for the events to
+publish — one function per state. A new attempt, on the same rung or down the ladder, is functions/attempts.py's.
 """
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 from functions import ladder
+from functions.attempts import Transition, ladder_exhausted, resubmit
 from functions.failures import (
     QUOTA_ADVICE,
     RESUBMITTABLE,
@@ -19,15 +20,13 @@ from functions.failures import (
     is_stockout,
     quota_metric,
 )
+from functions.job_snapshot import JobSnapshot
 from functions.record import Record
 from schemas.events import (
     Cancelled,
     Failed,
-    FailureReason,
     JobEvent,
     JobRef,
-    Retrying,
-    RungOutcome,
     Running,
     Stuck,
     Succeeded,
@@ -43,76 +42,13 @@ VERTEX_RUNNING = frozenset({"JOB_STATE_RUNNING", "JOB_STATE_UPDATING"})
 HEARTBEAT_CLOCK_SKEW_SECONDS = 300
 
 
-@dataclass(frozen=True)
-class JobSnapshot:
-    """What the controller needs to know of a CustomJob, free of proto types."""
-
-    name: str
-    state: str
-    error_code: int = 0
-    error_message: str = ""
-    create_time: datetime | None = None
-    start_time: datetime | None = None
-    end_time: datetime | None = None
-    labels: dict[str, str] | None = None
-
-    @property
-    def job_id(self) -> str:
-        return self.name.rsplit("/", 1)[-1]
-
-
-# ---- repeated requests ---------------------------------------------------------------------------------
-
-ExistingDecision = Literal["duplicate", "conflict", "wait", "take_over"]
-
-
-def decide_on_existing(record: Record, spec_hash: str, now: datetime) -> ExistingDecision:
-    """DESIGN.md §4 step 2: what a delivery does when the request's record already exists."""
-    if record.explicit_id and record.spec_hash != spec_hash:
-        return "conflict"
-    if record.state != "claimed":
-        return "duplicate"
-    if record.lease_live(now):
-        return "wait"
-    if record.not_before is not None and record.not_before > now:
-        return "duplicate"  # a resubmission is scheduled; reconcile will make it
-    return "take_over"
-
-
 # ---- observing a job -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Transition:
-    """What an observation changes: events to queue and an action for the orchestrator."""
-
-    events: list[JobEvent]
-    action: Literal["none", "cancel", "resubmit", "load_metrics", "diagnose", "load_progress"] = "none"
-
-
-def job_ref(name: str, region: str, project: str) -> JobRef:
-    """The job's name and console URL; the console page is in the job's own region (a ladder's rung may be in
-    another than the deployment's `region`)."""
-    job_id = name.rsplit("/", 1)[-1]
-    parts = name.split("/")
-    if len(parts) > 3 and parts[2] == "locations":
-        region = parts[3]
-    return JobRef(
-        name=name,
-        console_url=f"https://console.cloud.google.com/vertex-ai/locations/{region}/training/{job_id}?project={project}",
-    )
 
 
 def _envelope(record: Record, job: JobSnapshot, ref: JobRef, now: datetime) -> dict[str, Any]:
     """The fields every event of one observation shares: the record's envelope, the job and its times."""
     timestamps = Timestamps(created=job.create_time, started=job.start_time, ended=job.end_time)
     return record.envelope(now) | {"job": ref, "timestamps": timestamps}
-
-
-def _duration(job: JobSnapshot) -> float | None:
-    if job.start_time and job.end_time:
-        return round((job.end_time - job.start_time).total_seconds(), 1)
-    return None
 
 
 @dataclass(frozen=True)
@@ -262,14 +198,14 @@ def _succeeded(record: Record, seen: _Observed) -> Transition:
     events: list[JobEvent] = []
     _running_if_missed(record, seen, events)
     record.state = "succeeded"
-    text = f"job {job.job_id} succeeded" + (f" in {format_duration(int(d))}" if (d := _duration(job)) else "")
+    text = f"job {job.job_id} succeeded" + (f" in {format_duration(int(d))}" if (d := job.duration_seconds) else "")
     text += f"; {seen.metrics_note}" if seen.metrics_note else ""
     events.append(
         Succeeded(
             **seen.fields(text),
             artifacts=record.artifacts,
             metrics=seen.metrics,
-            duration_seconds=_duration(job),
+            duration_seconds=job.duration_seconds,
             cost=record.cost,
         )
     )
@@ -310,7 +246,7 @@ def _failed(record: Record, seen: _Observed) -> Transition:
             reason=reason,
             quota_metric=quota_metric(job.error_message) if reason == "quota" else None,
             artifacts=record.artifacts,
-            duration_seconds=_duration(job),
+            duration_seconds=job.duration_seconds,
             rungs=ladder.final_outcomes(record, f"failed ({reason}): {message}"),
         )
     )
@@ -331,7 +267,7 @@ def _cancelled(record: Record, seen: _Observed) -> Transition:
     cancelled = Cancelled(
         **seen.fields(f"job {seen.job.job_id} was cancelled {why}"),
         reason=stuck_reason,
-        duration_seconds=_duration(seen.job),
+        duration_seconds=seen.job.duration_seconds,
     )
     return Transition([cancelled])
 
@@ -349,7 +285,7 @@ def _cancelled_hung(record: Record, seen: _Observed) -> Transition:
             **seen.fields(f"job {seen.job.job_id} failed (hang): {text}; no attempts left"),
             reason="hang",
             artifacts=record.artifacts,
-            duration_seconds=_duration(seen.job),
+            duration_seconds=seen.job.duration_seconds,
         )
     )
     return Transition(events)
@@ -383,66 +319,6 @@ _ON_STATE: dict[str, Callable[[Record, _Observed], Transition]] = {
 }
 
 
-def resubmit(
-    record: Record,
-    events: list[JobEvent],
-    common: dict[str, Any],
-    reason: FailureReason,
-    text: str,
-    now: datetime,
-    left: RungOutcome | None = None,
-    job: JobSnapshot | None = None,
-) -> Transition:
-    """A new attempt of the request, into the same output directory (the trainer resumes from its checkpoint);
-    `left`: the rung the ladder moves down from (to the next one it did not skip); `job`: the attempt's job, whose
-    run (start to end) the record counts at the rung's price before it moves."""
-    if job is not None and job.start_time is not None:
-        record.add_run(((job.end_time or now) - job.start_time).total_seconds() / 3600)
-    ladder_fields: dict[str, Any] = {}
-    if left is not None:
-        ladder.move_down(record, left.outcome)
-        rung = record.ladder[record.rung]
-        text = f"{text}; moving down the ladder to rung {record.rung}: {rung.resources}"
-    if ladder.has_fallbacks(record):
-        ladder_fields = {"rung": record.rung, "rung_resources": record.ladder[record.rung].resources, "left_rung": left}
-    events.append(
-        Retrying(
-            **common | {"message": f"{text}; resubmitting"},
-            reason=reason,
-            max_attempts=record.max_attempts,
-            **ladder_fields,
-        )
-    )
-    record.state, record.job_name, record.job_state = "claimed", None, None
-    record.attempt += 1
-    record.lease_until, record.not_before, record.stuck = None, now, False
-    return Transition(events, "resubmit")
-
-
-def ladder_exhausted(
-    record: Record,
-    events: list[JobEvent],
-    common: dict[str, Any],
-    reason: FailureReason,
-    why: str,
-    job: JobSnapshot | None = None,
-) -> Transition:
-    """Every rung has been tried (or skipped): the request fails, listing what became of each rung."""
-    record.state, record.failure_reason, record.message = "failed", reason, f"the capacity ladder is exhausted: {why}"
-    rungs = ladder.all_outcomes(record, why)
-    summary = "; ".join(f"rung {o.rung} ({o.resources}): {o.outcome}" for o in rungs)
-    events.append(
-        Failed(
-            **common | {"message": f"the capacity ladder is exhausted ({reason}): {summary}"},
-            reason=reason,
-            artifacts=record.artifacts,
-            duration_seconds=_duration(job) if job else None,
-            rungs=rungs,
-        )
-    )
-    return Transition(events)
-
-
 def writes_heartbeat(request: dict[str, Any]) -> bool:
     """Whether the request's job keeps the built-in trainer's heartbeat (checkpoints/progress.json). Only those
     are judged for hangs: a custom image writes none of its own, and its jobs share one service account, so a
@@ -471,7 +347,3 @@ def _silence(progress: dict[str, Any] | None, now: datetime, started: datetime |
     if written > now.timestamp() + HEARTBEAT_CLOCK_SKEW_SECONDS:
         return None
     return max(0.0, now.timestamp() - written)
-
-
-def backoff(attempt: int, base: timedelta = timedelta(minutes=2), cap: timedelta = timedelta(minutes=30)) -> timedelta:
-    return min(cap, base * (2 ** max(0, attempt - 1)))

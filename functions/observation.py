@@ -31,8 +31,9 @@ from functions.job_outputs import (
     parse_metrics,
     parse_progress,
 )
+from functions.job_snapshot import JobSnapshot, job_ref
 from functions.ledger import Ledger
-from functions.lifecycle import JobSnapshot, job_ref, observe, runs_builtin
+from functions.lifecycle import observe, runs_builtin
 from functions.outbox import Outbox
 from functions.ports import Jobs, Storage
 from functions.promotion import Promotion

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from functions.gcs import ObjectDigest
-from functions.lifecycle import JobSnapshot
+from functions.job_snapshot import JobSnapshot
 from functions.registry_types import ModelVersion, Upload
 from schemas.events import JobEvent
 

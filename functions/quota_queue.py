@@ -17,11 +17,11 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from functions import logs
+from functions.attempts import ladder_exhausted, resubmit
 from functions.failures import QUOTA_ADVICE
 from functions.fair_share import Shares
 from functions.ladder import has_fallbacks, next_rung
 from functions.ladder import outcome as rung_outcome
-from functions.lifecycle import ladder_exhausted, resubmit
 from functions.outbox import Outbox, whole_outbox
 from functions.ports import Quotas
 from functions.quota_pool import QuotaPools, pool_name

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from functions import logs
+from functions.attempts import backoff
 from functions.failures import PERMISSION_DENIED, QUOTA_ADVICE, permission_advice, quota_metric
-from functions.lifecycle import backoff
 from functions.outbox import Outbox, whole_outbox
 from functions.quota_queue import QuotaQueue
 from functions.record import Record

@@ -30,10 +30,10 @@ from functions.errors import Transient
 from functions.failures import QUOTA_ADVICE
 from functions.gcs import Conflict, StorageError
 from functions.history import outcome_of
+from functions.job_snapshot import job_ref
 from functions.keys import key_hash
 from functions.ladder import ladder_of, skipped_outcomes
 from functions.ledger import IdTaken, Ledger
-from functions.lifecycle import decide_on_existing, job_ref
 from functions.model_intake import ModelAdmission, ModelIntake, ModelRefused, evidence_of
 from functions.monitoring_fields import published_fields, rejection_rule
 from functions.outbox import Outbox, whole_outbox
@@ -45,6 +45,7 @@ from functions.quota_queue import QuotaQueue
 from functions.record import LadderRung, Record
 from functions.refusals import Refusals
 from functions.registry_types import ModelVersion
+from functions.repeats import decide_on_existing
 from functions.settings import Settings
 from functions.teams import NO_TEAMS, label_problem
 from functions.vertex import CallRejected, LazyJobs

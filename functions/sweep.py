@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from functions.lifecycle import VERTEX_RUNNING, VERTEX_WAITING, JobSnapshot, _silence, writes_heartbeat
+from functions.job_snapshot import JobSnapshot
+from functions.lifecycle import VERTEX_RUNNING, VERTEX_WAITING, _silence, writes_heartbeat
 from functions.record import Record
 
 RELOOK_EVERY = timedelta(hours=6)

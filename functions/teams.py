@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from functions.fair_share import Share
 
 TEAM_NAME_RE = r"^[a-z][a-z0-9-]{0,29}$"
 # Without TRAINCTL_TEAMS every request belongs to this one team, which holds the whole quota: admission is first
@@ -26,6 +25,23 @@ NO_TEAMS = "default"
 # The key of a trigger rule's template that names the team its markers belong to.
 TEMPLATE_TEAM_KEY = "team"
 TEAM_LABEL = "team"
+
+
+@dataclass(frozen=True)
+class Share:
+    """A team's share of one quota metric. `nominal` None: the whole quota is its own (no teams configured)."""
+
+    nominal: int | None
+    borrow_limit: int | None
+    weight: float = 1.0
+
+    def cap(self, limit: int) -> int:
+        if self.nominal is None or self.borrow_limit is None:
+            return limit
+        return min(limit, self.nominal + self.borrow_limit)
+
+    def borrows(self, held_after: int) -> bool:
+        return self.nominal is not None and held_after > self.nominal
 
 
 class TeamsError(ValueError):

@@ -36,7 +36,7 @@ from functions.job_labels import (
     is_legacy_attempt,
     legacy_attempt_filter,
 )
-from functions.lifecycle import JobSnapshot
+from functions.job_snapshot import JobSnapshot
 from functions.ports import Jobs
 from functions.rest import google_error, rest_session
 from functions.retry import Retryable, RetryPolicy

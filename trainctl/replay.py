@@ -25,7 +25,7 @@ from cloudevents.http import CloudEvent
 from functions import handlers, logs
 from functions.controller import Controller
 from functions.gcs import Conflict, ObjectDigest, TooLarge
-from functions.lifecycle import JobSnapshot
+from functions.job_snapshot import JobSnapshot
 from functions.registry_types import ModelVersion, Upload
 from schemas.request import package_digest
 from trainctl.context import cli_settings

@@ -13,9 +13,9 @@ from typing import Any
 from functions.controller import Controller, Delivery
 from functions.errors import Transient
 from functions.job_labels import ATTEMPT, DEPLOYMENT, KEY
+from functions.job_snapshot import JobSnapshot
 from functions.keys import key_hash
 from functions.ledger import ACTIVE_PREFIX, Ledger
-from functions.lifecycle import JobSnapshot
 from functions.record import Record
 from functions.settings import Settings
 from functions.vertex import CallRejected

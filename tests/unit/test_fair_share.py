@@ -8,7 +8,8 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 
-from functions.fair_share import Ask, Share, admission_order, decide, next_to_admit
+from functions.fair_share import Ask, admission_order, decide, next_to_admit
+from functions.teams import Share
 
 
 @dataclass

@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from functions.admission import admission_problems
+from functions.job_snapshot import JobSnapshot, job_ref
 from functions.ladder import ladder_of
-from functions.lifecycle import JobSnapshot, job_ref, observe
+from functions.lifecycle import observe
 from functions.planning import plan_custom_job
 from functions.record import Record
 from functions.submission import spec_hash

@@ -6,7 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from functions.lifecycle import JobSnapshot, _silence, decide_on_existing, job_ref, observe
+from functions.job_snapshot import JobSnapshot, job_ref
+from functions.lifecycle import _silence, observe
+from functions.repeats import decide_on_existing
 from tests.unit.conftest import RECORD_JOB, RECORD_TIME, make_record
 
 NOW = RECORD_TIME

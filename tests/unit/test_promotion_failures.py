@@ -13,8 +13,8 @@ from typing import Any
 from functions import promotion
 from functions.controller import Controller
 from functions.errors import Transient
+from functions.job_snapshot import JobSnapshot
 from functions.ledger import ACTIVE_PREFIX, Ledger
-from functions.lifecycle import JobSnapshot
 from functions.record import ModelSteps
 from functions.registry_types import ModelVersion, Upload
 from functions.settings import Settings

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from functions.fair_share import Ask, Share, next_to_admit
+from functions.fair_share import Ask, next_to_admit
 from functions.gcs import Conflict
 from functions.quota_pool import QUOTA_PREFIX, QuotaPools
+from functions.teams import Share
 from trainctl.replay import MemoryGcs
 
 POOL = "us-central1/custom_model_training_nvidia_l4_gpus"

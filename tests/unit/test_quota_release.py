@@ -10,8 +10,8 @@ import pytest
 
 from functions.controller import Controller
 from functions.errors import Transient
+from functions.job_snapshot import JobSnapshot
 from functions.ledger import ACTIVE_PREFIX, Ledger
-from functions.lifecycle import JobSnapshot
 from functions.settings import Settings
 from tests.unit.conftest import make_record
 from trainctl.replay import MemoryGcs

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from functions.lifecycle import JobSnapshot
+from functions.job_snapshot import JobSnapshot
 from functions.sweep import (
     NOTHING_SEEN,
     RELOOK_EVERY,

@@ -62,24 +62,7 @@ def move_by_hand(
                 continue
         current = registry.get(f"{registry.model_name(model_id)}@{alias}")
         held = current.version_id if current else None
-        if action == "rollback":
-            if held is not None and record.champion != held:
-                record.push_champion(held, None)  # moved outside trainctl: that is the version to roll back from
-            if len(record.champions) < 2:
-                raise MoveRefused(
-                    f"model {model_id}: `{alias}` has no earlier version recorded to roll back to "
-                    f"(it holds {held or 'no version'}); use `trainctl models promote {model_id} VERSION`"
-                )
-            record.champions.pop()
-            target = record.champions[-1]
-        else:
-            assert version is not None
-            if registry.get(f"{registry.model_name(model_id)}@{version}") is None:
-                raise MoveRefused(
-                    f"model {model_id} has no version {version}: `trainctl models show {model_id}` lists them"
-                )
-            record.push_champion(version, held)
-            target = version
+        target = _target(registry, record, model_id, alias, action, version, held)
         entry = Entry(
             time=clock(),
             action=action,
@@ -98,6 +81,34 @@ def move_by_hand(
         finish_move(registry, models, record, generation)
         return entry
     raise MoveRefused(f"model {model_id}: its record kept changing while `{alias}` was moved; try again")
+
+
+def _target(
+    registry: Registry,
+    record: ModelRecord,
+    model_id: str,
+    alias: str,
+    action: Literal["promote", "rollback"],
+    version: str | None,
+    held: str | None,
+) -> str:
+    """The version the alias moves to, with the record's champions updated for it; MoveRefused when there is none.
+    `held`: the version under the alias in the registry now."""
+    if action == "rollback":
+        if held is not None and record.champion != held:
+            record.push_champion(held, None)  # moved outside trainctl: that is the version to roll back from
+        if len(record.champions) < 2:
+            raise MoveRefused(
+                f"model {model_id}: `{alias}` has no earlier version recorded to roll back to "
+                f"(it holds {held or 'no version'}); use `trainctl models promote {model_id} VERSION`"
+            )
+        record.champions.pop()
+        return record.champions[-1]
+    assert version is not None
+    if registry.get(f"{registry.model_name(model_id)}@{version}") is None:
+        raise MoveRefused(f"model {model_id} has no version {version}: `trainctl models show {model_id}` lists them")
+    record.push_champion(version, held)
+    return version
 
 
 def _registered_by(record: ModelRecord, version: str) -> str | None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from functions.delivery import Delivery
 from functions.keys import id_namespace
 from functions.ledger import Ledger
 from functions.model_intake import ModelIntake
@@ -20,12 +21,14 @@ from functions.observation import Observation
 from functions.outbox import Outbox
 from functions.output_claims import OutputClaims
 from functions.ports import Events, Jobs, Quotas, Registry, Storage
+from functions.preparation import Preparation
 from functions.promotion import Promotion
 from functions.quota_pool import QuotaPools
 from functions.quota_queue import QuotaQueue
 from functions.refusals import Refusals
+from functions.rejections import Rejections
 from functions.settings import Settings
-from functions.submission import Delivery, Submission
+from functions.submission import Submission
 from schemas.request import TrainingJobRequest
 
 __all__ = ["Controller", "Delivery"]
@@ -65,20 +68,27 @@ class Controller:
         self.quota_queue = QuotaQueue(
             s, self.outbox, self.clock, self.owner, self.quotas, QuotaPools(self.gcs, self.ledger.bucket)
         )
+        self.rejections = Rejections(s, self.publisher, self.ledger)
         self.submission = Submission(
             self.settings,
             self.ledger,
-            self.gcs,
             self.publisher,
             self.jobs,
             self.outbox,
             self.clock,
             self.owner,
-            self.quotas,
             self.quota_queue,
             Refusals(s, self.outbox, self.clock, self.quota_queue),
             self.outputs,
-            ModelIntake(s, self.gcs, self.registry, self.charters, self.clock),
+            Preparation(
+                s,
+                self.gcs,
+                self.ledger,
+                self.quota_queue,
+                ModelIntake(s, self.gcs, self.registry, self.charters, self.clock),
+                self.clock,
+            ),
+            self.rejections,
         )
         self.promotion = Promotion(
             s,
@@ -153,7 +163,7 @@ class Controller:
     def reject(
         self, request_id: str, key: str, delivery: Delivery, errors: list[str], message: str, reason: str = "invalid"
     ) -> str:
-        return self.submission.reject(request_id, key, delivery, errors, message, reason)
+        return self.rejections.reject(request_id, key, delivery, errors, message, reason)
 
     def handle_request(self, request: TrainingJobRequest, key: str, explicit_id: bool, delivery: Delivery) -> str:
         return self.submission.handle_request(request, key, explicit_id, delivery)

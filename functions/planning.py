@@ -392,30 +392,8 @@ def plan_custom_job(
     team it arrived as (its own code's account and folder)."""
     region = request.rungs()[rung].region or settings.region
     request = request.at_rung(rung)
-    res, sched = request.resources, request.scheduling
     reducers = plan_reduction_server(request)
-    machine_spec = {
-        "machine_type": res.machine_type,
-        "accelerator_type": res.accelerator_type,
-        "accelerator_count": res.accelerator_count,
-    }
-    task = _task_spec(request, settings, region, reducers.enabled, evidence)
-    disk: dict[str, Any] = {"boot_disk_size_gb": res.boot_disk.size_gb}
-    disk_type = catalog.boot_disk_type_to_send(res.machine_type, res.boot_disk.type)
-    if disk_type is not None:
-        disk["boot_disk_type"] = disk_type
-
-    def workers(replicas: int) -> dict[str, Any]:
-        return {
-            "machine_spec": machine_spec,
-            "replica_count": str(replicas),
-            **task,
-            "disk_spec": disk,
-        }
-
-    pools: list[dict[str, Any]] = [workers(1)]
-    if res.replica_count > 1:
-        pools.append(workers(res.replica_count - 1))
+    pools = _worker_pools(request, _task_spec(request, settings, region, reducers.enabled, evidence))
     if reducers.enabled:
         pools.append(
             {
@@ -424,17 +402,10 @@ def plan_custom_job(
                 "container_spec": {"image_uri": reduction_server_image(settings, region)},
             }
         )
-    scheduling: dict[str, Any] = {
-        "timeout": _duration(sched.timeout),
-        "restart_job_on_worker_restart": sched.restart_job_on_worker_restart,
-        "strategy": sched.strategy.upper(),
-    }
-    if sched.strategy == "flex_start":
-        scheduling["max_wait_duration"] = _duration(sched.max_pending)
     out = output_dir(request, settings, request_key, team)
     job_spec: dict[str, Any] = {
         "worker_pool_specs": pools,
-        "scheduling": scheduling,
+        "scheduling": _scheduling(request),
         "base_output_directory": {"output_uri_prefix": out},
     }
     service_account = request.service_account or default_service_account(request, settings, team)
@@ -446,3 +417,31 @@ def plan_custom_job(
         "labels": labels(request, settings, request_key, attempt),
     }
     return Plan(custom_job, reducers, estimate_cost(request, reducers), out, region)
+
+
+def _worker_pools(request: TrainingJobRequest, task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Pool 0 (the primary node) and pool 1 (the other nodes), each running `task` on the rung's machines."""
+    res = request.resources
+    machine_spec = {
+        "machine_type": res.machine_type,
+        "accelerator_type": res.accelerator_type,
+        "accelerator_count": res.accelerator_count,
+    }
+    disk: dict[str, Any] = {"boot_disk_size_gb": res.boot_disk.size_gb}
+    disk_type = catalog.boot_disk_type_to_send(res.machine_type, res.boot_disk.type)
+    if disk_type is not None:
+        disk["boot_disk_type"] = disk_type
+    counts = [1] + ([res.replica_count - 1] if res.replica_count > 1 else [])
+    return [{"machine_spec": machine_spec, "replica_count": str(count), **task, "disk_spec": disk} for count in counts]
+
+
+def _scheduling(request: TrainingJobRequest) -> dict[str, Any]:
+    sched = request.scheduling
+    scheduling: dict[str, Any] = {
+        "timeout": _duration(sched.timeout),
+        "restart_job_on_worker_restart": sched.restart_job_on_worker_restart,
+        "strategy": sched.strategy.upper(),
+    }
+    if sched.strategy == "flex_start":
+        scheduling["max_wait_duration"] = _duration(sched.max_pending)
+    return scheduling

@@ -40,8 +40,8 @@ from functions.gcs import Conflict, StorageError, TooLarge
 from functions.job_outputs import MAX_OUTPUT_BYTES, Unreadable, parse_metrics
 from functions.model_artifacts import NothingToCopy, copy_model_folder, reference_from_version
 from functions.model_charter import Charter, Rule, judged_by
-from functions.model_decision import NoMetric, confidence_problem, decide, figures_of, metric_and_goal
-from functions.model_ledger import Entry, ModelCharters, ModelLedger, Move
+from functions.model_decision import Goal, NoMetric, confidence_problem, decide, figures_of, metric_and_goal
+from functions.model_ledger import Entry, ModelCharters, ModelLedger, ModelRecord, Move
 from functions.model_versions import (
     KEY_LABEL,
     NOT_SERVABLE,
@@ -297,56 +297,72 @@ class Promotion:
                     continue
             entry = models.decided(record.key_hash)
             if entry is None:
-                charter, charter_generation = self.charters.read(block.name)
-                assert charter is not None  # charters are never deleted
-                champion = registry.get(f"{registry.model_name(block.name)}@{rule.alias}")
-                held_by = champion.version_id if champion else None
-                blocked = self._blocked(steps, charter, held_by, metrics) if champion else ""
-                promote, decision = decide(figures_of(metrics, metric, goal, charter.rule, held_by, blocked))
-                if champion is not None and champion.version_id == steps.version:
-                    promote, reason = True, f"version {steps.version} already holds `{rule.alias}` (moved by hand)"
-                    decision = decision.model_copy(
-                        update={"reason": reason, "champion": None, "champion_version": None}
-                    )
-                    champion = None
-                if note:
-                    decision = decision.model_copy(update={"reason": f"{decision.reason}; {note}"})
-                updated = charter if charter.rule.metric else charter.with_metric(metric, goal, self.clock())
-                if promote and champion is None and charter.reference is None and charter.reference_from_first_version:
-                    updated = reference_from_version(
-                        self.gcs, self.charters, updated, steps.artifact_uri, steps.version, self.clock()
-                    )
-                if updated is not charter:
-                    try:
-                        self.charters.write(updated, charter_generation)
-                    except Conflict:
-                        continue
-                previous = champion.version_id if champion else None
-                entry = Entry(
-                    time=self.clock(),
-                    action="promoted" if promote else "held",
-                    trigger="controller",
-                    version=steps.version,
-                    previous=previous if promote else None,
-                    request_id=record.request_id,
-                    key_hash=record.key_hash,
-                    decision=decision,
-                    message=decision.reason,
-                )
-                models.record(entry)
-                if promote:
-                    models.push_champion(steps.version, previous)
-                    models.moving = Move(
-                        to_version=steps.version, owner=record.key_hash, since=self.clock(), aliases=rule.aliases()
-                    )
-                try:
-                    model_generation = self.models.write(models, model_generation)
-                except Conflict:
-                    continue  # another decision came first: decide again against the champion it left
-                if promote:
-                    finish_move(registry, self.models, models, model_generation)
+                entry = self._new_decision(record, models, model_generation, rule, metric, goal, (metrics, note))
+                if entry is None:
+                    continue  # the model's records changed meanwhile: decide again against what they hold now
             return self._decided(record, generation, block, entry)
         raise Transient(f"the record of model {block.name} kept changing")
+
+    def _new_decision(
+        self,
+        record: Record,
+        models: ModelRecord,
+        model_generation: int,
+        rule: Rule,
+        metric: str,
+        goal: Goal,
+        read: tuple[dict[str, Any], str],
+    ) -> Entry | None:
+        """Decide against the version under the alias now, record it (and the promotion's move) on the model's
+        record, and make the move; the entry, or None when the charter or the record changed meanwhile."""
+        steps = record.model_steps
+        registry = self.registry()
+        metrics, note = read
+        assert steps is not None and steps.version is not None and steps.artifact_uri is not None
+        charter, charter_generation = self.charters.read(models.model_id)
+        assert charter is not None  # charters are never deleted
+        champion = registry.get(f"{registry.model_name(models.model_id)}@{rule.alias}")
+        held_by = champion.version_id if champion else None
+        blocked = self._blocked(steps, charter, held_by, metrics) if champion else ""
+        promote, decision = decide(figures_of(metrics, metric, goal, charter.rule, held_by, blocked))
+        if champion is not None and champion.version_id == steps.version:
+            promote, reason = True, f"version {steps.version} already holds `{rule.alias}` (moved by hand)"
+            decision = decision.model_copy(update={"reason": reason, "champion": None, "champion_version": None})
+            champion = None
+        if note:
+            decision = decision.model_copy(update={"reason": f"{decision.reason}; {note}"})
+        updated = charter if charter.rule.metric else charter.with_metric(metric, goal, self.clock())
+        if promote and champion is None and charter.reference is None and charter.reference_from_first_version:
+            updated = reference_from_version(
+                self.gcs, self.charters, updated, steps.artifact_uri, steps.version, self.clock()
+            )
+        previous = champion.version_id if champion else None
+        entry = Entry(
+            time=self.clock(),
+            action="promoted" if promote else "held",
+            trigger="controller",
+            version=steps.version,
+            previous=previous if promote else None,
+            request_id=record.request_id,
+            key_hash=record.key_hash,
+            decision=decision,
+            message=decision.reason,
+        )
+        models.record(entry)
+        if promote:
+            models.push_champion(steps.version, previous)
+            models.moving = Move(
+                to_version=steps.version, owner=record.key_hash, since=self.clock(), aliases=rule.aliases()
+            )
+        try:
+            if updated is not charter:
+                self.charters.write(updated, charter_generation)
+            model_generation = self.models.write(models, model_generation)
+        except Conflict:
+            return None
+        if promote:
+            finish_move(registry, self.models, models, model_generation)
+        return entry
 
     @staticmethod
     def _blocked(steps: ModelSteps, charter: Charter, champion: str | None, metrics: dict[str, Any]) -> str:

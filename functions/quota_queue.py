@@ -20,15 +20,16 @@ from functions import logs
 from functions.attempts import ladder_exhausted, resubmit
 from functions.failures import QUOTA_ADVICE
 from functions.fair_share import Shares
-from functions.ladder import has_fallbacks, next_rung
+from functions.ladder import has_fallbacks, ladder_of, next_rung
 from functions.ladder import outcome as rung_outcome
 from functions.outbox import Outbox, whole_outbox
 from functions.ports import Quotas
 from functions.quota_pool import QuotaPools, pool_name
-from functions.record import Record
+from functions.record import LadderRung, Record
 from functions.settings import Settings
 from functions.teams import NO_TEAMS, everyone_shares
 from schemas.events import Cancelled, JobEvent, Queued
+from schemas.request import TrainingJobRequest
 from schemas.rules import format_duration
 
 
@@ -53,6 +54,34 @@ class QuotaQueue:
     owner: str
     quotas: Quotas | None  # the project's GPU limits; None: no quota gating
     pools: QuotaPools  # what trainctl's own jobs hold of them, and who waits (in each team's fair turn)
+
+    def ladder(self, request: TrainingJobRequest, team: str) -> list[LadderRung]:
+        """The request's rungs, each marked skipped when it can never fit the project's GPU quota (more GPUs than
+        the limit; an unknown limit skips nothing), or its team's share of it (nominal + what it may borrow)."""
+        rungs = ladder_of(request, self.settings.region)
+        if self.quotas is None:
+            return rungs
+        return [self._marked(rung, team, self.quotas.limit(rung.quota_metric, rung.region)) for rung in rungs]
+
+    def _marked(self, rung: LadderRung, team: str, limit: int | None) -> LadderRung:
+        if limit is None:
+            return rung
+        share = self.shares(rung.quota_metric)(team)
+        cap = share.cap(limit)
+        if rung.gpus > limit:
+            why = (
+                f"needs {rung.gpus} GPUs of {rung.quota_metric} in {rung.region}; the project's limit is {limit}. "
+                f"{QUOTA_ADVICE}"
+            )
+        elif rung.gpus > cap:
+            why = (
+                f"needs {rung.gpus} GPUs of {rung.quota_metric}; team {team} may hold {cap} of it ({share.nominal} "
+                f"its own, borrowing up to {share.borrow_limit}): ask the operator for a larger share (the teams "
+                "setting), or choose another GPU type"
+            )
+        else:
+            return rung
+        return rung.model_copy(update={"skipped": why})
 
     def shares(self, metric: str) -> Shares:
         """Each team's share of one quota metric (everyone's whole quota without teams)."""

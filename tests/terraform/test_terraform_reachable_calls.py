@@ -104,7 +104,7 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     # Diagnosis lists the dataset (data) and the run's output folder (control or an output bucket).
     ("functions.observation.Observation._diagnose", "any_under"): frozenset({"data", "control", "outputs"}),
     # Admission's preflight lists the request's dataset.
-    ("functions.submission.Submission._dataset_problem", "objects_under"): frozenset({"data"}),
+    ("functions.preparation.Preparation._dataset_problem", "objects_under"): frozenset({"data"}),
     # The data check at admission (issue 27): the champion's schema.json, read only from the control bucket (the
     # built-in trainer's runs; functions/data_admission.py leaves a champion elsewhere unchecked), then the
     # dataset's listing and the first data file's header or footer.

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from functions.acceptance import artifacts
 from functions.model_charter import Charter, rule_of
 from functions.record import Record
 from functions.settings import Settings
-from functions.submission import artifacts
 from schemas.errors import parse_request
 from schemas.events import CostEstimate
 from schemas.request import ModelBlock, TrainingJobRequest

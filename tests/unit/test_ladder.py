@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from functions.admission import admission_problems
+from functions.delivery import spec_hash
 from functions.job_snapshot import JobSnapshot, job_ref
 from functions.ladder import ladder_of
 from functions.lifecycle import observe
 from functions.planning import plan_custom_job
 from functions.record import Record
-from functions.submission import spec_hash
 from schemas.errors import RequestInvalid, parse_request
 from schemas.events import Failed, Retrying
 from tests.unit.conftest import BASE_REQUEST, make_request

@@ -256,7 +256,7 @@ def measure(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[
 def quota_read_figures(stack: Stack, endpoint: str, runs: int) -> list[Figure]:
     """The cold submission's quota read alone, in this process: a fresh client (as a cold function instance has)
     asked for the template's L4 limit, `runs` times."""
-    from functions.quotas import GpuQuotas
+    from functions.cloud.quotas import GpuQuotas
 
     control, seconds = stack.jobservice.control, []
     calls_before = control.quota_reads()
@@ -274,9 +274,9 @@ def quota_read_figures(stack: Stack, endpoint: str, runs: int) -> list[Figure]:
 
 def register_champion(deployment: Any, endpoint: str) -> None:
     """Path (d)'s model in the local registry, its `champion` a version whose folder holds CHAMPION_SCHEMA."""
-    from functions.gcs import Gcs
-    from functions.registry import ModelRegistry
-    from functions.registry_types import Upload
+    from functions.cloud.gcs import Gcs
+    from functions.cloud.registry import ModelRegistry
+    from functions.cloud.registry_types import Upload
 
     folder = f"gs://{deployment.control_bucket}/cold-start-champion/model/"
     Gcs(LOCAL_PROJECT).write(deployment.control_bucket, "cold-start-champion/model/schema.json",
@@ -297,8 +297,8 @@ def register_champion(deployment: Any, endpoint: str) -> None:
 def data_check_figures(deployment: Any, runs: int) -> list[Figure]:
     """The data check alone, in this process, `runs` times with a fresh Storage client each (as a cold instance
     has): the champion's schema.json read, the dataset listed, the first shard's first bytes read and compared."""
-    from functions.data_admission import check_dataset
-    from functions.gcs import Gcs
+    from functions.cloud.gcs import Gcs
+    from functions.data.admission import check_dataset
     from schemas.request import TrainingJobRequest
 
     deployment.upload("churn/cold-check/part-0.csv", "a,y\n1,0\n")

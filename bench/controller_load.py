@@ -47,8 +47,8 @@ from bench.delivery import (  # noqa: E402
 )
 from bench.report import RESULTS, Figure, percentile  # noqa: E402
 from bench.stack import Stack, run_benchmark  # noqa: E402
-from functions.keys import key_hash, marker_key  # noqa: E402
-from functions.triggers import derive_request_id  # noqa: E402
+from functions.intake.triggers import derive_request_id  # noqa: E402
+from functions.ledger.keys import key_hash, marker_key  # noqa: E402
 from local.jobservice.client import job_service_client  # noqa: E402
 from local.names import LOCAL_PROJECT, LOCAL_REGION  # noqa: E402
 from tests.integration.deployment import DATA_SHARD, Deployment  # noqa: E402

@@ -6,7 +6,7 @@ accuracy, or within 5 % of RMSE. Figures are appended to bench/RESULTS.md.
     python bench/model_quality.py [--epochs N] [--only NAME ...]
 
 The trainer runs as `python -m trainer.train` (a world of one process) with the flags a request's default
-hyperparameters plan into (`TabularHyperparameters()` through `functions.planning.hyperparameter_args`, so
+hyperparameters plan into (`TabularHyperparameters()` through `functions.jobs.planning.hyperparameter_args`, so
 what is measured is what a request that sets none gets), then any `--trainer-args`; the split is the
 trainer's own (`trainer.data._split`, seeded per shard), reproduced here for the baseline, so both are scored
 on the same validation rows.
@@ -72,7 +72,7 @@ def baseline(train: pa.Table, validation: pa.Table, task: str) -> float:
 
 
 def trainer_metric(path: Path, out: Path, task: str, extra: list[str]) -> dict:
-    from functions.planning import hyperparameter_args
+    from functions.jobs.planning import hyperparameter_args
     from schemas.request import TabularHyperparameters
 
     defaults = hyperparameter_args(TabularHyperparameters(seed=SEED))

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO_ROOT))  # run as a script: bench/ is on sys.path, th
 
 from bench.report import RESULTS, Figure  # noqa: E402
 from bench.stack import Stack, run_benchmark  # noqa: E402
-from functions.keys import key_hash, marker_key  # noqa: E402
+from functions.ledger.keys import key_hash, marker_key  # noqa: E402
 from tests.integration.deployment import Deployment  # noqa: E402
 
 RATIO_GOAL = 1.2

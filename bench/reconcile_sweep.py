@@ -45,12 +45,12 @@ from google.cloud.aiplatform_v1.types import CustomJob  # noqa: E402
 from bench.report import RESULTS, Figure  # noqa: E402
 from bench.stack import Stack, run_benchmark  # noqa: E402
 from functions import deadline  # noqa: E402
+from functions.cloud.gcs import Conflict, TooLarge  # noqa: E402
+from functions.cloud.job_labels import deployment_label, job_labels  # noqa: E402
+from functions.cloud.vertex import VertexJobs  # noqa: E402
 from functions.controller import Controller  # noqa: E402
-from functions.gcs import Conflict, TooLarge  # noqa: E402
-from functions.job_labels import deployment_label, job_labels  # noqa: E402
-from functions.keys import key_hash, request_key  # noqa: E402
+from functions.ledger.keys import key_hash, request_key  # noqa: E402
 from functions.settings import Settings  # noqa: E402
-from functions.vertex import VertexJobs  # noqa: E402
 from local.jobservice.client import job_service_client  # noqa: E402
 from local.names import LOCAL_PROJECT, LOCAL_REGION  # noqa: E402
 from local.pubsub_emulator import pull_now  # noqa: E402

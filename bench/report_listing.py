@@ -1,6 +1,6 @@
 """What `trainctl report` costs at scale (issue 15): the ledger listing behind it with N finished requests.
 
-The report reads the history index (functions/history.py): one listing call per 1,000 finished requests, each
+The report reads the history index (functions/ledger/history.py): one listing call per 1,000 finished requests, each
 outcome in its object's metadata, no object read. Two parts, because fake-gcs-server's in-memory backend
 slows down with every object a bucket holds (1,000 writes took 1.8 s into an empty bucket and 6.4 s into one
 of 2,000 objects), so 100,000 objects cannot be loaded into it in a benchmark's time:
@@ -39,9 +39,9 @@ sys.path.insert(0, str(REPO_ROOT))  # run as a script: bench/ is on sys.path, th
 
 from bench.report import RESULTS, Figure  # noqa: E402
 from bench.stack import Stack, run_benchmark  # noqa: E402
-from functions.gcs import Gcs  # noqa: E402
-from functions.history import METADATA_KEY, Outcome  # noqa: E402
-from functions.ledger import HISTORY_PREFIX, Ledger  # noqa: E402
+from functions.cloud.gcs import Gcs  # noqa: E402
+from functions.ledger.history import METADATA_KEY, Outcome  # noqa: E402
+from functions.ledger.requests import HISTORY_PREFIX, Ledger  # noqa: E402
 from local.names import LOCAL_PROJECT  # noqa: E402
 from trainctl.report import build_report  # noqa: E402
 

@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from functions.model_versions import KEY_LABEL  # noqa: E402
+from functions.models.versions import KEY_LABEL  # noqa: E402
 from local.jobservice.client import JobServiceControl, job_service_client  # noqa: E402
 from local.processes import leftover_processes  # noqa: E402
 from local.pubsub_emulator import pull_now  # noqa: E402
@@ -405,7 +405,7 @@ def invariants(
         if e.state in TERMINAL_STATES:
             terminal[e.request_key].add(e.ce_id)
     submitted = {(e.job.name, e.request_key, e.attempt) for e in events if e.state == "submitted" and e.job}
-    from functions.keys import key_hash
+    from functions.ledger.keys import key_hash
 
     key_of_hash = {key_hash(k): k for k in accepted}
     unsuccessful = {

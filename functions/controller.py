@@ -12,23 +12,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from functions.delivery import Delivery
-from functions.keys import id_namespace
-from functions.ledger import Ledger
-from functions.model_intake import ModelIntake
-from functions.model_ledger import ModelCharters, ModelLedger
-from functions.observation import Observation
-from functions.outbox import Outbox
-from functions.output_claims import OutputClaims
-from functions.ports import Events, Jobs, Quotas, Registry, Storage
-from functions.preparation import Preparation
-from functions.promotion import Promotion
-from functions.quota_pool import QuotaPools
-from functions.quota_queue import QuotaQueue
-from functions.refusals import Refusals
-from functions.rejections import Rejections
+from functions.capacity.quota_pool import QuotaPools
+from functions.capacity.quota_queue import QuotaQueue
+from functions.cloud.ports import Events, Jobs, Quotas, Registry, Storage
+from functions.intake.delivery import Delivery
+from functions.intake.preparation import Preparation
+from functions.intake.refusals import Refusals
+from functions.intake.rejections import Rejections
+from functions.intake.submission import Submission
+from functions.ledger.keys import id_namespace
+from functions.ledger.model_records import ModelCharters, ModelLedger
+from functions.ledger.outbox import Outbox
+from functions.ledger.output_claims import OutputClaims
+from functions.ledger.requests import Ledger
+from functions.lifecycle.observation import Observation
+from functions.models.intake import ModelIntake
+from functions.models.promotion import Promotion
 from functions.settings import Settings
-from functions.submission import Submission
 from schemas.request import TrainingJobRequest
 
 __all__ = ["Controller", "Delivery"]
@@ -53,7 +53,7 @@ class Controller:
     owner: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     def __post_init__(self) -> None:
-        from functions.vertex import LazyJobs
+        from functions.cloud.vertex import LazyJobs
 
         self.jobs = LazyJobs(self.vertex_factory)
         s = self.settings
@@ -127,14 +127,14 @@ class Controller:
     ) -> Controller:
         """The controller the functions run: adapters for the settings' project, buckets and topic. A part
         given replaces the real one (a test's ledger, trainctl replay's in-memory stand-ins)."""
-        from functions.gcs import POLICY as STORAGE_RETRIES
-        from functions.gcs import Gcs
-        from functions.publisher import POLICY as PUBLISH_RETRIES
-        from functions.publisher import EventPublisher
-        from functions.quotas import POLICY as QUOTA_RETRIES
-        from functions.quotas import GpuQuotas
-        from functions.vertex import POLICY as VERTEX_RETRIES
-        from functions.vertex import VertexJobs
+        from functions.cloud.gcs import POLICY as STORAGE_RETRIES
+        from functions.cloud.gcs import Gcs
+        from functions.cloud.publisher import POLICY as PUBLISH_RETRIES
+        from functions.cloud.publisher import EventPublisher
+        from functions.cloud.quotas import POLICY as QUOTA_RETRIES
+        from functions.cloud.quotas import GpuQuotas
+        from functions.cloud.vertex import POLICY as VERTEX_RETRIES
+        from functions.cloud.vertex import VertexJobs
 
         scale = settings.retry_pause_scale
         gcs = gcs or Gcs(settings.project, STORAGE_RETRIES.scaled(scale))
@@ -156,7 +156,8 @@ class Controller:
 
     def request_key(self, request_id: str, team: str | None) -> str:
         """The key of a request that names its id, arriving as `team` (None: without teams): request ids are one
-        namespace per team (functions/keys.py), and a request from before that keeps the key it was claimed under."""
+        namespace per team (functions/ledger/keys.py), and a request from before that keeps the key it was claimed
+        under."""
         teams = self.settings.teams
         return self.ledger.key_for(request_id, id_namespace(team, teams.default_team if teams else None))
 
@@ -180,8 +181,8 @@ class Controller:
 
 def default_registry(settings: Settings) -> Registry:
     """The Model Registry of the settings' project and region (the local stack's at `vertex_endpoint`)."""
-    from functions.registry import ModelRegistry
-    from functions.vertex import POLICY
+    from functions.cloud.registry import ModelRegistry
+    from functions.cloud.vertex import POLICY
 
     return ModelRegistry(
         settings.project, settings.region, settings.vertex_endpoint, POLICY.scaled(settings.retry_pause_scale)

@@ -2,7 +2,7 @@
 
 Retry or not is decided here, in one place, by exception type: `Transient` propagates (the trigger redelivers);
 input that can never become valid is answered with a `rejected` event and the function returns normally.
-Every entry point runs inside `within_deadline()`, the function's timeout less a margin (functions/deadline.py).
+Every entry point runs inside `within_deadline()`, the function's timeout less a margin (functions/cloud/deadline.py).
 Imports stay light until an event needs more: an upload that is not a marker costs a dictionary lookup.
 """
 
@@ -20,8 +20,11 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from functions import deadline, keys, logs, triggers
-from functions.errors import Transient
+from functions import logs
+from functions.cloud import deadline
+from functions.cloud.errors import Transient
+from functions.intake import triggers
+from functions.ledger import keys
 from functions.settings import Settings
 
 if TYPE_CHECKING:
@@ -119,9 +122,9 @@ def dataset_upload(cloud_event: Any, ctl: Controller | None = None) -> str:
 def _marker(
     c: Controller, cloud_event: Any, bucket: str, name: str, generation: str, size: int, prefix: str, when: datetime
 ) -> str:
-    from functions.documents import DocumentInvalid, load_document
-    from functions.gcs import TooLarge
-    from functions.marker_policy import template_policy
+    from functions.cloud.gcs import TooLarge
+    from functions.intake.marker_policy import template_policy
+    from functions.untrusted.documents import DocumentInvalid, load_document
     from schemas.errors import RequestInvalid, parse_request
 
     delivery = _delivery({"kind": "gcs", "bucket": bucket, "object": name, "generation": generation}, cloud_event, when)
@@ -170,8 +173,8 @@ def _marker(
 
 def _template_team(c: Controller, template: dict[str, Any], prefix: str) -> tuple[dict[str, Any], str | None]:
     """(the template without its `team`, the team its markers belong to: the one it names, else the default)."""
-    from functions.documents import DocumentInvalid
     from functions.teams import TEMPLATE_TEAM_KEY
+    from functions.untrusted.documents import DocumentInvalid
 
     body = {key: value for key, value in template.items() if key != TEMPLATE_TEAM_KEY}
     team = template.get(TEMPLATE_TEAM_KEY)
@@ -187,8 +190,8 @@ def _template_team(c: Controller, template: dict[str, Any], prefix: str) -> tupl
 def _template(c: Controller, prefix: str) -> dict[str, Any]:
     """A rule's template: inline in the settings, or a gs:// YAML/JSON object (read each time: it may change),
     read with the same bound as a request."""
-    from functions.documents import DocumentInvalid, load_document
-    from functions.gcs import TooLarge
+    from functions.cloud.gcs import TooLarge
+    from functions.untrusted.documents import DocumentInvalid, load_document
     from schemas.rules import split_gs_uri
 
     template = c.settings.trigger_rules[prefix]
@@ -227,7 +230,7 @@ def _topic(cloud_event: Any) -> str | None:
 
 
 def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
-    from functions.documents import DocumentInvalid, load_document
+    from functions.untrusted.documents import DocumentInvalid, load_document
     from schemas.errors import RequestInvalid, parse_request
     from schemas.request import REQUEST_ID_RE
 
@@ -295,7 +298,7 @@ def job_state(cloud_event: Any, ctl: Controller | None = None) -> str:
 
 
 def reconcile_tick() -> dict[str, int]:
-    from functions.monitoring_fields import RECONCILE_DURATION, RECONCILE_TICK_FAILED
+    from functions.ledger.monitoring_fields import RECONCILE_DURATION, RECONCILE_TICK_FAILED
 
     started = time.monotonic()
     try:

@@ -42,7 +42,7 @@ class Settings:
     allowed_machine_types: tuple[str, ...] = ()
     # Registries and folders custom images may come from, each matched at a path boundary (schemas/images.py):
     # read with a trailing '/' unless written as one full image. The built-in trainer's repository never
-    # counts, whatever is listed here (functions/admission.py).
+    # counts, whatever is listed here (functions/jobs/admission.py).
     allowed_image_prefixes: tuple[str, ...] = ()
     # Whether requests may run their own Python package on a prebuilt PyTorch container (trainer.python_package,
     # issue 31): custom code like an allowed image, run as the custom account; off unless the operator turns it on
@@ -68,19 +68,19 @@ class Settings:
     allowed_regions: tuple[str, ...] = ()
     lease: int = 600
     # How long a request whose submission Vertex refuses with PERMISSION_DENIED keeps being tried again: fresh IAM
-    # grants and a just-enabled API take minutes to reach Vertex (functions/submission.py).
+    # grants and a just-enabled API take minutes to reach Vertex (functions/intake/submission.py).
     permission_wait: int = 20 * 60
     # How many active requests a reconcile tick observes at once (those whose job changed, ended or has a decision
-    # due: functions/sweep.py): each observation waits mostly on Cloud Storage and Vertex.
+    # due: functions/lifecycle/sweep.py): each observation waits mostly on Cloud Storage and Vertex.
     reconcile_concurrency: int = 16
     max_event_age: int = 24 * 3600
     # The function's own timeout (Terraform's function_timeout_seconds): every handler works to a deadline
     # inside it, so that it answers before Cloud Run cuts the request off and the event is redelivered.
     function_timeout: int = 120
     # Tuning for tests, right as they are in the cloud (Terraform leaves them unset): how old an unpublished
-    # outbox event must be before another handler publishes it (functions/outbox.py), how long a delivery
-    # waits for another delivery's live claim before asking for redelivery (functions/submission.py), and a
-    # factor on every pause between the adapters' retries (functions/retry.py), so that a test of a dependency
+    # outbox event must be before another handler publishes it (functions/ledger/outbox.py), how long a delivery
+    # waits for another delivery's live claim before asking for redelivery (functions/intake/submission.py), and a
+    # factor on every pause between the adapters' retries (functions/cloud/retry.py), so that a test of a dependency
     # that is down need not sit through the backoff meant for the cloud's.
     # Teams (functions/teams.py; issue 32): JSON, Terraform's variable `teams` with each team's topic filled in.
     # None: one team, which holds the whole quota, and no budgets.

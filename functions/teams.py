@@ -6,7 +6,8 @@ it, a monthly budget, and (for Terraform) who may publish to its topic and uploa
 is never taken from the message: a request's team is its topic's (a push subscription per team topic, whose push
 path names the topic) or its marker template's `team`; requests on the shared topic belong to `default_team`.
 
-Pure: parsing, the team of an arrival, and each team's share of one quota (functions/fair_share.py orders by it).
+Pure: parsing, the team of an arrival, and each team's share of one quota (functions/capacity/fair_share.py orders by
+it).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from functions.marker_policy import DEFAULT_MAY_SET, MAY_SET_KEY
+from functions.intake.marker_policy import DEFAULT_MAY_SET, MAY_SET_KEY
 from functions.settings import env_names
 from functions.teams import with_topics
 from local.eventarc import EventarcBridge
@@ -39,7 +39,7 @@ log = logging.getLogger("local.stack")
 # own content overrides it: the built-in tabular trainer on the marker's folder, predicting the column
 # `target` (the name scikit-learn's and many exported datasets give the label) on 2 × L4. Besides what every
 # template lets a marker set, a marker here may ask for other resources and scheduling (the demo asks for 2 nodes);
-# never for other code, another output folder, run-as account or request id (functions/marker_policy.py).
+# never for other code, another output folder, run-as account or request id (functions/intake/marker_policy.py).
 DEFAULT_TEMPLATE: dict[str, Any] = {
     MAY_SET_KEY: [*DEFAULT_MAY_SET, "resources", "scheduling", "model"],
     "dataset": {"target": "target", "format": "auto"},

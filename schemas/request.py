@@ -33,7 +33,7 @@ MAX_TIMEOUT_SECONDS = 7 * 86400
 MAX_ENV_VARS = 100
 # Vertex: a CustomJob's display name "can be up to 128 characters long" (googleapis custom_job.proto).
 MAX_DISPLAY_NAME = 128
-# Labels the controller sets on every CustomJob (functions/job_labels.py), spelled with underscores: Vertex's list
+# Labels the controller sets on every CustomJob (functions/cloud/job_labels.py), spelled with underscores: Vertex's list
 # filter documents `labels.keyA=valueA` and says nothing of a hyphen in a key (issue 25, point 3).
 JOB_LABELS = ("trainctl_key", "trainctl_attempt", "trainctl_request", "trainctl_deployment")
 # What jobs created before issue 25 carry instead (`managed-by=trainctl` where trainctl_deployment is now); such a
@@ -159,7 +159,7 @@ _PACKAGE_DIGEST_RE = re.compile(r"/sha256-([0-9a-f]{64})/[^/]+$")
 
 def package_digest(uri: str) -> str | None:
     """The sha256 (hex) a content-addressed package URI names, or None for any other URI. The controller reads the
-    object and compares before the digest is written anywhere (functions/package_check.py)."""
+    object and compares before the digest is written anywhere (functions/intake/package_check.py)."""
     match = _PACKAGE_DIGEST_RE.search(uri)
     return match.group(1) if match else None
 

@@ -157,7 +157,7 @@ locals {
 # ---------------------------------------------------------------------------------------------------
 # Custom images: what a CustomJob of any image but the built-in trainer's runs as. An account of its own, so that
 # custom code (all of whose jobs share it) can never write where the built-in trainer's outputs live, nor the
-# ledger; the controller refuses a custom image that names the trainer's account (functions/admission.py).
+# ledger; the controller refuses a custom image that names the trainer's account (functions/jobs/admission.py).
 
 resource "google_service_account" "custom" {
   account_id   = "${var.name_prefix}-custom"

@@ -29,14 +29,14 @@ locals {
   artifacts_prefix = "runs/"
   # Custom images write only below this one (gs://<control bucket>/custom-runs/<request_id>/ by default) and to
   # var.output_buckets, as an account of their own: what the built-in trainer wrote stays out of their reach.
-  # functions/planning.py's RUNS_PREFIX and CUSTOM_RUNS_PREFIX; a test compares them.
+  # functions/jobs/planning.py's RUNS_PREFIX and CUSTOM_RUNS_PREFIX; a test compares them.
   custom_artifacts_prefix = "custom-runs/"
   # Below it, each team's own code (every team but the default one) writes only its own folder, as its own account
-  # (teams.tf; functions/planning.py TEAMS_FOLDER).
+  # (teams.tf; functions/jobs/planning.py TEAMS_FOLDER).
   team_artifacts_prefix = "${local.custom_artifacts_prefix}_teams/"
   # What the controller copies and keeps (issue 38): each registered version's model folder and each model's
   # reference set. No job account writes there and the lifecycle rule does not match it; every job reads it (the
-  # champion it scores, the reference rows). functions/model_charter.py's ARTIFACTS_PREFIX and REFERENCES_PREFIX.
+  # champion it scores, the reference rows). functions/ledger/model_charter.py's ARTIFACTS_PREFIX and REFERENCES_PREFIX.
   model_prefixes = ["model-artifacts/", "model-references/"]
 
   trainer_repository = "${var.region}-docker.pkg.dev/${var.project}/${google_artifact_registry_repository.trainer.repository_id}"

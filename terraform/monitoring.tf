@@ -1,5 +1,5 @@
 # Cloud Monitoring: log-based metrics counted from the functions' structured log lines (the fields are named in
-# functions/monitoring_fields.py), a dashboard (dashboard.json, kept in the repository), and alert policies
+# functions/ledger/monitoring_fields.py), a dashboard (dashboard.json, kept in the repository), and alert policies
 # whose documentation says what to do (README.md, "Operating trainctl", one entry per alert).
 
 locals {

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from functions.keys import id_namespace
+from functions.ledger.keys import id_namespace
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
 from local.stack_state import running_stack
@@ -52,7 +52,7 @@ def requests_topic() -> str:
 def cli_team(settings: Settings, named: str | None = None) -> str | None:
     """The team this user's commands act as: `--team NAME`, else the team whose request topic this shell publishes to
     (TRAINCTL_REQUESTS_TOPIC; the shared topic is the default team's); None where the deployment has no teams. A
-    request id names a request within its team (functions/keys.py), so `status`, `cancel` and `watch` need it."""
+    request id names a request within its team (functions/ledger/keys.py), so `status`, `cancel` and `watch` need it."""
     from trainctl.problems import Problem
 
     teams = settings.teams

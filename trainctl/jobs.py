@@ -8,10 +8,10 @@ import json
 import sys
 from typing import Any
 
-from functions.gcs import Conflict, Gcs
-from functions.keys import request_key
-from functions.ledger import Ledger
-from functions.record import Record
+from functions.cloud.gcs import Conflict, Gcs
+from functions.ledger.keys import request_key
+from functions.ledger.record import Record
+from functions.ledger.requests import Ledger
 from schemas.events import CostEstimate, JobEvent, cost_summary
 from trainctl.context import cli_namespace, cli_settings, events_subscription, trainctl_command
 from trainctl.eventstream import (
@@ -205,7 +205,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    from functions.vertex import VertexJobs
+    from functions.cloud.vertex import VertexJobs
 
     ledger = _ledger()
     record = _find(ledger, args.request_id, args.team)

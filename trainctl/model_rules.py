@@ -13,12 +13,12 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
-from functions.errors import Transient
-from functions.gcs import Conflict
-from functions.model_artifacts import NothingToCopy, copy_reference, reference_from_version
-from functions.model_charter import Change, Charter, Rule
-from functions.model_versions import BUILTIN_TRAINER, kind_of_version
-from functions.publisher import EventPublisher
+from functions.cloud.errors import Transient
+from functions.cloud.gcs import Conflict
+from functions.cloud.publisher import EventPublisher
+from functions.ledger.model_charter import Change, Charter, Rule
+from functions.models.artifacts import NothingToCopy, copy_reference, reference_from_version
+from functions.models.versions import BUILTIN_TRAINER, kind_of_version
 from functions.teams import NO_TEAMS
 from schemas.events import RuleChanged, Trigger
 from schemas.request import BUILTIN_METRIC_GOALS, ModelBlock

@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from functions.alias_moves import MoveRefused, move_by_hand
-from functions.data_contract import MAX_SCHEMA_BYTES, SCHEMA_FILE, parse_schema
-from functions.gcs import Gcs, StorageError, TooLarge
-from functions.job_outputs import Unreadable
-from functions.model_charter import Charter
-from functions.model_decision import figure
-from functions.model_ledger import Entry, ModelCharters, ModelLedger
-from functions.model_versions import (
+from functions.cloud.gcs import Gcs, StorageError, TooLarge
+from functions.cloud.publisher import EventPublisher
+from functions.cloud.registry import ModelRegistry
+from functions.cloud.registry_types import ModelVersion
+from functions.data.contract import MAX_SCHEMA_BYTES, SCHEMA_FILE, parse_schema
+from functions.ledger.model_charter import Charter
+from functions.ledger.model_records import Entry, ModelCharters, ModelLedger
+from functions.models.alias_moves import MoveRefused, move_by_hand
+from functions.models.decision import figure
+from functions.models.versions import (
     BUILTIN_TRAINER,
     KEY_LABEL,
     LEGACY_TRAINER_LABEL,
@@ -33,10 +35,8 @@ from functions.model_versions import (
     evaluation_figures,
     evaluation_name,
 )
-from functions.publisher import EventPublisher
-from functions.registry import ModelRegistry
-from functions.registry_types import ModelVersion
 from functions.settings import Settings
+from functions.untrusted.job_outputs import Unreadable
 from schemas.events import Lineage, Promoted, Trigger
 from schemas.request import DEFAULT_ALIAS
 from schemas.rules import split_gs_uri

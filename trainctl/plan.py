@@ -18,10 +18,11 @@ from typing import Any, Protocol
 
 import yaml
 
-from functions.gcs import Gcs
-from functions.keys import request_key
-from functions.ladder import ladder_of
-from functions.planning import (
+from functions.capacity.ladder import ladder_of
+from functions.capacity.quota_pool import QuotaPools, pool_name
+from functions.cloud.gcs import Gcs
+from functions.cloud.quotas import GpuQuotas
+from functions.jobs.planning import (
     MemoryEstimate,
     Plan,
     estimate_cost,
@@ -29,8 +30,7 @@ from functions.planning import (
     plan_custom_job,
     plan_reduction_server,
 )
-from functions.quota_pool import QuotaPools, pool_name
-from functions.quotas import GpuQuotas
+from functions.ledger.keys import request_key
 from functions.settings import Settings
 from schemas import catalog
 from schemas.errors import RequestInvalid
@@ -74,7 +74,7 @@ def run_plan(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     # Only the quota and the dataset's listing need the deployment (or the local stack).
     settings = cli_settings(offline=not (args.quota or args.memory))
-    # As this shell's team would send it: a team's request writes to its own folder (functions/keys.py).
+    # As this shell's team would send it: a team's request writes to its own folder (functions/ledger/keys.py).
     team = cli_team(settings)
     plan = plan_custom_job(request, settings, request_key(request.request_id, cli_namespace(settings)), team=team)
     rungs = ladder_lines(request, settings, quota_headroom(settings) if args.quota else None)

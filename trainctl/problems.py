@@ -41,10 +41,10 @@ def explain(exc: BaseException) -> str | None:
     from google.auth import exceptions as auth_exc
     from requests import exceptions as http_exc
 
-    from functions.errors import Transient
-    from functions.gcs import StorageError
+    from functions.cloud.errors import Transient
+    from functions.cloud.gcs import StorageError
+    from functions.cloud.vertex import CallRejected
     from functions.settings import SettingsError
-    from functions.vertex import CallRejected
     from local.processes import StartupError
     from local.pubsub_emulator import EmulatorUnavailable
 

@@ -23,10 +23,10 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from functions import handlers, logs
+from functions.cloud.gcs import Conflict, ObjectDigest, TooLarge
+from functions.cloud.job_snapshot import JobSnapshot
+from functions.cloud.registry_types import ModelVersion, Upload
 from functions.controller import Controller
-from functions.gcs import Conflict, ObjectDigest, TooLarge
-from functions.job_snapshot import JobSnapshot
-from functions.registry_types import ModelVersion, Upload
 from schemas.request import package_digest
 from trainctl.context import cli_settings
 

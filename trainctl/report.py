@@ -1,5 +1,5 @@
 """`trainctl report --since 7d [--by LABEL] [--json] [--png FILE]`: what finished in a time window, from the
-ledger's history index (functions/history.py), the same against the local stack and a deployment.
+ledger's history index (functions/ledger/history.py), the same against the local stack and a deployment.
 
 Figures: requests by final state, failures by reason, success rate (succeeded among the requests that got a
 job: succeeded, failed, cancelled), p50/p95 time to start (accepted → the job running) and run time (the last
@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from functions.history import MODEL_DECISION_KEY, Outcome
+from functions.ledger.history import MODEL_DECISION_KEY, Outcome
 from functions.teams import Teams
 from schemas.rules import parse_duration
 
@@ -228,8 +228,8 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def report_from_ledger(since: timedelta, by: str | None = None) -> dict[str, Any]:
-    from functions.gcs import Gcs
-    from functions.ledger import Ledger
+    from functions.cloud.gcs import Gcs
+    from functions.ledger.requests import Ledger
     from trainctl.context import cli_settings
 
     settings = cli_settings()

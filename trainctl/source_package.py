@@ -22,7 +22,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from functions.package_check import MAX_PACKAGE_BYTES
+from functions.intake.package_check import MAX_PACKAGE_BYTES
 
 # What never belongs in a source distribution: caches, VCS folders, virtual environments, build outputs.
 _SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".hg", ".venv", "venv", ".mypy_cache", ".ruff_cache",

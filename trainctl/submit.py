@@ -11,7 +11,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from functions.keys import request_key
+from functions.ledger.keys import request_key
 from local.names import Names
 from schemas.errors import RequestInvalid
 from trainctl.context import (
@@ -103,7 +103,7 @@ def run_submit(args: argparse.Namespace) -> int:
     settings = cli_settings()
     namespace = cli_namespace(settings, args.team)
     topic = team_requests_topic(settings, args.team) if args.team else requests_topic()
-    # The key its request gets: a request id names a request within its team (functions/keys.py).
+    # The key its request gets: a request id names a request within its team (functions/ledger/keys.py).
     key = request_key(request_id, namespace) if request_id else None
     stream, refusal = None, None
     if args.wait:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from functions.documents import DocumentInvalid, load_document
-from functions.triggers import explicit_id_problem
+from functions.intake.triggers import explicit_id_problem
+from functions.untrusted.documents import DocumentInvalid, load_document
 from schemas.errors import FieldError, RequestInvalid, parse_request
 from schemas.export import event_schema, render, request_schema
 from schemas.request import TrainingJobRequest

@@ -6,7 +6,7 @@ in two or more bytes of text per byte. The budget is `--memory-budget-mb`, by de
 the node's memory (its cgroup limit when it has one) divided by the ranks on the node. Every rank applies the
 rule to its own share and all ranks stream when any one must, so they run the same code path.
 
-`trainctl plan --memory` applies the same rule to the dataset's listing (functions/planning.py keeps the same
+`trainctl plan --memory` applies the same rule to the dataset's listing (functions/jobs/planning.py keeps the same
 figures; a test checks they agree).
 """
 

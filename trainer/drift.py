@@ -43,7 +43,8 @@ from trainer.preprocess import Combine
 DRIFT_MEASURE = "psi"
 EMPTY_BIN = 1e-4  # the share an empty bin counts as (Evidently's get_binned_data fills zeros with 0.0001)
 # metrics.json keeps the figures of the most drifted features only: the controller reads at most 20 entries of an
-# object in metrics.json (functions/job_outputs.py MAX_NESTED_ENTRIES); `drift_features` says how many there were.
+# object in metrics.json (functions/untrusted/job_outputs.py MAX_NESTED_ENTRIES); `drift_features` says how many there
+# were.
 REPORTED_FEATURES = 20
 SHOWN_IN_ERROR = 10
 

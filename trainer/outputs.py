@@ -25,7 +25,7 @@ MODEL_FILE = "model.pt"
 SCHEMA_FILE = "schema.json"  # what the data looked like (trainer/data_schema.py)
 REFERENCE_FILE = "reference.parquet"  # the rows a model's later versions are compared on (trainer/evidence.py)
 FAILURE_NOTE = "failure.json"
-MAX_FAILURE_CHARS = 2000  # functions/job_outputs.py reads the note's error clipped to this
+MAX_FAILURE_CHARS = 2000  # functions/untrusted/job_outputs.py reads the note's error clipped to this
 
 
 class RunRefused(Exception):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from bench.soak import model_invariants
-from functions.model_versions import version_labels
+from functions.models.versions import version_labels
 from tests.unit.conftest import make_record, make_request
 
 REQUEST = make_request(model={"name": "churn"}).model_dump(mode="json")

@@ -20,7 +20,7 @@ from typing import Any
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import pubsub_v1, storage
 
-from functions.keys import key_hash
+from functions.ledger.keys import key_hash
 from local.eventarc import finalized_event
 from local.fake_gcs import create_bucket
 from local.functions_host import FunctionProcess, start_functions, stop_functions

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from functions.gcs import Gcs, TooLarge
+from functions.cloud.gcs import Gcs, TooLarge
 from local.fake_gcs import create_bucket
 from local.names import LOCAL_PROJECT
 

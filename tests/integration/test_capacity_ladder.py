@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from google.cloud.aiplatform_v1.types import JobState
 
-from functions.gcs import Gcs
-from functions.keys import key_hash
-from functions.ledger import Ledger
+from functions.cloud.gcs import Gcs
+from functions.ledger.keys import key_hash
+from functions.ledger.requests import Ledger
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT
 from schemas.errors import parse_request

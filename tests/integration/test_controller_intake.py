@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-from functions.keys import key_hash
+from functions.ledger.keys import key_hash
 from tests.integration.deployment import fake_node_request
 
 

@@ -13,10 +13,10 @@ import pytest
 from cloudevents.http import CloudEvent
 
 from functions import handlers
+from functions.cloud.vertex import VertexJobs
 from functions.controller import Controller
-from functions.keys import key_hash
+from functions.ledger.keys import key_hash
 from functions.settings import Settings
-from functions.vertex import VertexJobs
 from local.jobservice.client import wait_for_state
 from tests.integration.deployment import DEAD_CLAIM_LEASE, Deployment, fake_node_request, serving
 from tests.integration.test_controller_intake import jobs_with_key

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from functions import deadline
+from functions.cloud import deadline
 from functions.controller import Controller
 from functions.settings import Settings
 from tests.integration.deployment import Deployment, fake_node_request

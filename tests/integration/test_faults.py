@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.keys import key_hash
+from functions.ledger.keys import key_hash
 from local.fake_gcs import start_fake_gcs
 from local.functions_host import start_function
 from local.jobservice.client import wait_for_state
@@ -189,7 +189,7 @@ def test_a_function_killed_mid_submission_leaves_one_job_after_redelivery(
 
 def _wait_out_the_grace(record: dict) -> None:
     """Until every event in `record`'s outbox is older than the grace (and a second), as the functions judge it
-    (functions/outbox.py, by the event's time): the emulator's restart has usually taken that long already."""
+    (functions/ledger/outbox.py, by the event's time): the emulator's restart has usually taken that long already."""
     due = max(datetime.fromisoformat(event["time"]) for event in record["outbox"]) + timedelta(seconds=OUTBOX_GRACE + 1)
     time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
 

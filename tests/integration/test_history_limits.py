@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from functions.gcs import Gcs, StorageError
-from functions.keys import key_hash
+from functions.cloud.gcs import Gcs, StorageError
+from functions.ledger.keys import key_hash
 from local.names import LOCAL_PROJECT
 from tests.integration.deployment import Deployment, fake_node_request, serving
 from trainctl.cli import main

@@ -1,7 +1,7 @@
 """Jobs created before issue 25 carry hyphenated label keys (`trainctl-key`, `trainctl-attempt`); trainctl now labels
-and finds its jobs with underscores (functions/job_labels.py). A claim an earlier version held still finds the job it
-created, whether Vertex reads the old filter (the local JobService told to) or refuses it (its default), and a log line
-about such a job still reaches its record."""
+and finds its jobs with underscores (functions/cloud/job_labels.py). A claim an earlier version held still finds the
+job it created, whether Vertex reads the old filter (the local JobService told to) or refuses it (its default), and a
+log line about such a job still reaches its record."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from cloudevents.http import CloudEvent
 
 from functions import handlers
+from functions.cloud.vertex import VertexJobs, json_names
 from functions.controller import Controller
-from functions.keys import key_hash
+from functions.ledger.keys import key_hash
 from functions.settings import Settings
-from functions.vertex import VertexJobs, json_names
 from local.jobservice.client import wait_for_state
 from local.names import LOCAL_PROJECT, LOCAL_REGION
 from tests.integration.deployment import DEAD_CLAIM_LEASE, Deployment, fake_node_request

@@ -13,12 +13,12 @@ import pytest
 from cloudevents.http import CloudEvent
 
 from functions import handlers
+from functions.cloud.gcs import Gcs
 from functions.controller import Controller
-from functions.gcs import Gcs
-from functions.keys import key_hash, marker_key, request_key
-from functions.ledger import Ledger
+from functions.intake.triggers import derive_request_id
+from functions.ledger.keys import key_hash, marker_key, request_key
+from functions.ledger.requests import Ledger
 from functions.settings import Settings
-from functions.triggers import derive_request_id
 from local.fake_gcs import create_bucket
 from local.names import LOCAL_PROJECT
 from tests.integration.deployment import FAKE_NODE_IMAGE, Deployment, fake_node_request

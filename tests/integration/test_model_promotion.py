@@ -20,7 +20,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
 from google.cloud.storage import Client
 
-from functions.keys import key_hash
+from functions.ledger.keys import key_hash
 from local.names import LOCAL_PROJECT, LOCAL_REGION
 from schemas.events import Held, Promoted, Registered
 from tests.integration.deployment import (

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from google.cloud.aiplatform_v1.services.model_service import ModelServiceClient
 
-from functions.keys import key_hash
+from functions.ledger.keys import key_hash
 from tests.integration.deployment import TRAINER_STAND_IN, Deployment, builtin_request, serving
 from tests.integration.test_controller_intake import jobs_with_key
 from tests.integration.test_model_promotion import PARENT, accuracy, champion, new_model, versions
@@ -49,7 +49,7 @@ def decided(deployment: Deployment, team: str, request_id: str, model: str, metr
 
 
 def key(team: str, request_id: str) -> str:
-    """The request key of a team's request id (functions/keys.py: ids are per team, but the default team's)."""
+    """The request key of a team's request id (functions/ledger/keys.py: ids are per team, but the default team's)."""
     return f"request:{request_id}" if team == "shared" else f"request:{team}/{request_id}"
 
 

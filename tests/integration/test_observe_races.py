@@ -4,11 +4,11 @@ carries on, and every state change is still published once."""
 
 from __future__ import annotations
 
+from functions.cloud.gcs import Gcs
 from functions.controller import Controller
-from functions.gcs import Gcs
-from functions.keys import key_hash
-from functions.ledger import Ledger
-from functions.record import Record
+from functions.ledger.keys import key_hash
+from functions.ledger.record import Record
+from functions.ledger.requests import Ledger
 from functions.settings import Settings
 from local.jobservice.client import wait_for_state
 from tests.integration.deployment import fake_node_request

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from functions.keys import key_hash, request_key
+from functions.ledger.keys import key_hash, request_key
 from local.fake_gcs import create_bucket
 from local.names import LOCAL_PROJECT
 from tests.integration.deployment import CUSTOM_ACCOUNT, TRAINER_ACCOUNT, Deployment, fake_node_request
@@ -40,7 +40,7 @@ def operator_dir(deployment: Deployment, path: str) -> str:
 
 
 def held_folders(deployment: Deployment, *request_ids: str) -> list[str]:
-    """The index entries of output folders held outside the control bucket (functions/output_claims.py), all or
+    """The index entries of output folders held outside the control bucket (functions/ledger/output_claims.py), all or
     those of the requests named."""
     names = [b.name for b in deployment.storage().bucket(deployment.control_bucket).list_blobs(prefix="outputs/")]
     owners = {key_hash(request_key(request_id)) for request_id in request_ids}

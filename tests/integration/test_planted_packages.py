@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from functions.errors import Transient
-from functions.gcs import Gcs, TooLarge
+from functions.cloud.errors import Transient
+from functions.cloud.gcs import Gcs, TooLarge
 from local.names import LOCAL_PROJECT
 from schemas.events import Accepted, Rejected
 from tests.integration.deployment import SHARED_DATASET, Deployment, serving

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from functions.keys import key_hash
-from functions.sweep import Seen
+from functions.ledger.keys import key_hash
+from functions.lifecycle.sweep import Seen
 from local.jobservice.client import wait_for_state
 from tests.integration.deployment import Deployment, fake_node_request, serving
 

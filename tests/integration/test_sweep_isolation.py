@@ -9,9 +9,9 @@ import time
 
 from google.cloud.aiplatform_v1.types import JobState
 
-from functions.keys import key_hash
+from functions.cloud.vertex import VertexJobs
+from functions.ledger.keys import key_hash
 from functions.settings import Settings
-from functions.vertex import VertexJobs
 from tests.integration.deployment import fake_node_request
 from tests.integration.test_controller_intake import jobs_with_key
 

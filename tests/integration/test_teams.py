@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from cloudevents.http import CloudEvent
 
-from functions import handlers, keys
+from functions import handlers
 from functions.controller import Controller
+from functions.ledger import keys
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT
 from tests.integration.deployment import Deployment, EventLog, fake_node_request, serving

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from functions.triggers import derive_request_id
+from functions.intake.triggers import derive_request_id
 from local.names import LOCAL_TRAINER_IMAGE
 from tests.integration.deployment import Deployment, fake_node_request
 from tests.integration.test_controller_intake import jobs_with_key

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from google.cloud.aiplatform_v1.types import JobState
 
-from functions.keys import key_hash
+from functions.ledger.keys import key_hash
 from local.jobservice.client import wait_for_state
 from tests.integration.deployment import TRAINER_STAND_IN, Deployment, builtin_request, fake_node_request, serving
 
@@ -27,7 +27,7 @@ CAPACITY = {"regions": {"us-central1": {"quotas": {"custom_model_training_nvidia
 DEEP = '{"val_accuracy": ' + "[" * 2000 + "]" * 2000 + "}"
 TEN_MB = 10_000_000
 # A tick that reads a running job with max_silence (1 s in these tests) looks at it again at most max_silence + 1 s
-# later (functions/sweep.py, seen_after).
+# later (functions/lifecycle/sweep.py, seen_after).
 NEXT_LOOK_WITHIN = 2.5
 
 

@@ -12,7 +12,7 @@ import pytest
 from google.api_core import exceptions
 from job_specs import PARENT, custom_job, pool
 
-from functions.quotas import GpuQuotas
+from functions.cloud.quotas import GpuQuotas
 from local.names import LOCAL_PROJECT, Names
 from local.stack import StackOptions, controller_settings
 from local.stack_state import LOCAL_DIR_VAR

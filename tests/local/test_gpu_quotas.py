@@ -1,4 +1,4 @@
-"""The controller's Cloud Quotas client (functions/quotas.py) against the local stand-in on the JobService's
+"""The controller's Cloud Quotas client (functions/cloud/quotas.py) against the local stand-in on the JobService's
 REST port, which serves the capacity model's limits as QuotaInfos."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from functions.quotas import GpuQuotas
-from functions.retry import RetryPolicy
+from functions.cloud.quotas import GpuQuotas
+from functions.cloud.retry import RetryPolicy
 from local.jobservice.client import JobServiceControl
 from local.jobservice.standalone import JobServiceProcess
 from local.names import LOCAL_PROJECT

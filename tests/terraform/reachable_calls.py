@@ -39,7 +39,8 @@ class CallGraph:
     def __init__(
         self, adapters: set[str], ports: dict[str, str] | None = None, directory: Path = FUNCTIONS_DIR
     ) -> None:
-        """`ports`: Protocol class → the adapter implementing it in the deployed functions (functions/ports.py)."""
+        """`ports`: Protocol class → the adapter implementing it in the deployed functions
+        (functions/cloud/ports.py)."""
         self.adapters = adapters
         self.ports = ports or {}
         self.imports: dict[str, dict[str, str]] = {}
@@ -47,8 +48,10 @@ class CallGraph:
         self.owner: dict[str, str] = {}  # function qualname -> its class qualname
         self.module_of: dict[str, str] = {}
         self.classes: dict[str, ClassInfo] = {}
-        for path in sorted(directory.glob("*.py")):
-            self._index(f"{PACKAGE}.{path.stem}", ast.parse(path.read_text(), str(path)))
+        for path in sorted(directory.rglob("*.py")):
+            parts = path.relative_to(directory).with_suffix("").parts
+            module = ".".join((PACKAGE, *parts[:-1])) if parts[-1] == "__init__" else ".".join((PACKAGE, *parts))
+            self._index(module, ast.parse(path.read_text(), str(path)))
         for qualname, info in self.classes.items():
             self._attribute_types(qualname, info)
 

@@ -11,7 +11,7 @@ import pytest
 from tfconfig import TERRAFORM_DIR, block
 
 import functions.main
-from functions.marker_policy import DEFAULT_MAY_SET, MAY_SET_KEY
+from functions.intake.marker_policy import DEFAULT_MAY_SET, MAY_SET_KEY
 from functions.settings import Settings, env_names
 from local.names import Names
 

@@ -11,8 +11,8 @@ import pytest
 from tfconfig import TERRAFORM_DIR, block, strings
 
 import functions.main
-from functions import planning
-from functions.model_charter import ARTIFACTS_PREFIX, REFERENCES_PREFIX
+from functions.jobs import planning
+from functions.ledger.model_charter import ARTIFACTS_PREFIX, REFERENCES_PREFIX
 
 PRIMITIVE_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
 IAM_MEMBER_KINDS = (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tfconfig import TERRAFORM_DIR, block
 
-from functions import monitoring_fields
+from functions.ledger import monitoring_fields
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 ALERTS = ("failures", "stuck", "dead_letter", "reconcile", "function_errors")
@@ -76,7 +76,7 @@ def test_the_dashboard_parses_and_shows_only_metrics_that_exist(tf):
 
 
 def test_log_metrics_count_the_fields_the_functions_log(tf):
-    """Guards issue 15 item 2: each metric's filter and labels name fields functions/monitoring_fields.py
+    """Guards issue 15 item 2: each metric's filter and labels name fields functions/ledger/monitoring_fields.py
     writes, so renaming a log field breaks this test, not the dashboard."""
     metrics = tf.locals["log_metrics"]
     assert f"jsonPayload.{monitoring_fields.EVENT_STATE}" in metrics["events_published"]["filter"]

@@ -16,10 +16,10 @@ from reachable_calls import FUNCTIONS_DIR, CallGraph, Site
 
 import functions.main
 
-GCS = "functions.gcs.Gcs"
-PUBLISHER = "functions.publisher.EventPublisher"
-QUOTAS = "functions.quotas.GpuQuotas"
-REGISTRY = "functions.registry.ModelRegistry"
+GCS = "functions.cloud.gcs.Gcs"
+PUBLISHER = "functions.cloud.publisher.EventPublisher"
+QUOTAS = "functions.cloud.quotas.GpuQuotas"
+REGISTRY = "functions.cloud.registry.ModelRegistry"
 
 # What each adapter method needs. Replacing an existing object needs storage.objects.delete as well as
 # .create (https://cloud.google.com/storage/docs/access-control/iam-permissions, the note under
@@ -46,7 +46,7 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     # quotaInfos.get needs cloudquotas.quotas.get on the quota's name (Cloud Quotas REST reference).
     (QUOTAS, "limit"): frozenset({"cloudquotas.quotas.get"}),
     (QUOTAS, "limit_in_words"): frozenset({"cloudquotas.quotas.get"}),  # trainctl plan --quota, as `limit`
-    # The ModelService (functions/registry.py), each method's permission from its REST reference page
+    # The ModelService (functions/cloud/registry.py), each method's permission from its REST reference page
     # (cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.models…, "IAM Permissions"). Not stated
     # there: ListModelVersions (models.list assumed; models.get is granted as well) and GetOperation of an upload
     # (the IAM permissions page gives a long-running operation's GET the resource's `.get`).
@@ -68,51 +68,51 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
 # function, or by a class for all its methods, and the adapter method ("*": any).
 SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     # Ledger(gcs, settings.control_bucket), built in handlers.controller().
-    ("functions.ledger.Ledger", "*"): frozenset({"control"}),
+    ("functions.ledger.requests.Ledger", "*"): frozenset({"control"}),
     # QuotaPools(gcs, ledger.bucket): trainctl's GPU holdings live in the control bucket beside the ledger.
-    ("functions.quota_pool.QuotaPools", "*"): frozenset({"control"}),
+    ("functions.capacity.quota_pool.QuotaPools", "*"): frozenset({"control"}),
     # The one EventPublisher is built for settings.events_topic.
     (PUBLISHER, "*"): frozenset({"events"}),
     # GpuQuotas(settings.project, …) reads the project's QuotaInfos.
     (QUOTAS, "*"): frozenset({"project"}),
     # ModelRegistry(settings.project, settings.region, …): the project's models (a project-level grant).
     (REGISTRY, "*"): frozenset({"project"}),
-    # The per-model records (functions/model_ledger.py) live in the control bucket beside the ledger.
-    ("functions.model_ledger.ModelLedger", "*"): frozenset({"control"}),
+    # The per-model records (functions/ledger/model_records.py) live in the control bucket beside the ledger.
+    ("functions.ledger.model_records.ModelLedger", "*"): frozenset({"control"}),
     # Each model's charter (issue 38) beside them.
-    ("functions.model_ledger.ModelCharters", "*"): frozenset({"control"}),
-    # The registered copies (functions/model_artifacts.py) are written to the control bucket: a run's model folder
+    ("functions.ledger.model_records.ModelCharters", "*"): frozenset({"control"}),
+    # The registered copies (functions/models/artifacts.py) are written to the control bucket: a run's model folder
     # (listed where it is: the control bucket or an operator output bucket, both read by the observers), and a
     # reference set from a data bucket (read by the intake functions, function_reads_data) or a version's copy.
-    ("functions.model_artifacts.copy_model_folder", "objects_under"): frozenset({"control", "outputs"}),
-    ("functions.model_artifacts.copy_model_folder", "copy"): frozenset({"control"}),
-    ("functions.model_artifacts.copy_reference", "objects_under"): frozenset({"data"}),
-    ("functions.model_artifacts.copy_reference", "copy"): frozenset({"control"}),
-    ("functions.model_artifacts.reference_from_version", "copy"): frozenset({"control"}),
+    ("functions.models.artifacts.copy_model_folder", "objects_under"): frozenset({"control", "outputs"}),
+    ("functions.models.artifacts.copy_model_folder", "copy"): frozenset({"control"}),
+    ("functions.models.artifacts.copy_reference", "objects_under"): frozenset({"data"}),
+    ("functions.models.artifacts.copy_reference", "copy"): frozenset({"control"}),
+    ("functions.models.artifacts.reference_from_version", "copy"): frozenset({"control"}),
     # metrics.json of the run being registered: its output folder (control bucket, or an operator output bucket).
-    ("functions.promotion.Promotion._metrics", "read"): frozenset({"control", "outputs"}),
+    ("functions.models.promotion.Promotion._metrics", "read"): frozenset({"control", "outputs"}),
     # The marker is read from the bucket its event came from: a watched (data) bucket.
     ("functions.handlers._marker", "read"): frozenset({"data"}),
     # Trigger templates (gs:// in trigger_rules) are kept in the control bucket (terraform/README.md).
     ("functions.handlers._template", "read"): frozenset({"control"}),
     # OutputClaims(gcs, ledger, …): the index of output folders lives in the control bucket beside the ledger.
-    ("functions.output_claims.OutputClaims", "*"): frozenset({"control"}),
+    ("functions.ledger.output_claims.OutputClaims", "*"): frozenset({"control"}),
     # What the job wrote under output_dir (metrics.json, progress.json, the trainer's failure note), which the
     # guardrails keep in the request's own folder of the control bucket or, for a custom image, in an operator
     # output bucket (var.output_buckets).
-    ("functions.observation.Observation._job_output", "read"): frozenset({"control", "outputs"}),
+    ("functions.lifecycle.observation.Observation._job_output", "read"): frozenset({"control", "outputs"}),
     # Diagnosis lists the dataset (data) and the run's output folder (control or an output bucket).
-    ("functions.observation.Observation._diagnose", "any_under"): frozenset({"data", "control", "outputs"}),
+    ("functions.lifecycle.observation.Observation._diagnose", "any_under"): frozenset({"data", "control", "outputs"}),
     # Admission's preflight lists the request's dataset.
-    ("functions.preparation.Preparation._dataset_problem", "objects_under"): frozenset({"data"}),
+    ("functions.intake.preparation.Preparation._dataset_problem", "objects_under"): frozenset({"data"}),
     # The data check at admission (issue 27): the champion's schema.json, read only from the control bucket (the
-    # built-in trainer's runs; functions/data_admission.py leaves a champion elsewhere unchecked), then the
+    # built-in trainer's runs; functions/data/admission.py leaves a champion elsewhere unchecked), then the
     # dataset's listing and the first data file's header or footer.
-    ("functions.data_admission.check_dataset", "read"): frozenset({"control"}),
-    ("functions.data_admission.check_dataset", "objects_under"): frozenset({"data"}),
-    ("functions.data_admission._read_header", "read_range"): frozenset({"data"}),
+    ("functions.data.admission.check_dataset", "read"): frozenset({"control"}),
+    ("functions.data.admission.check_dataset", "objects_under"): frozenset({"data"}),
+    ("functions.data.admission._read_header", "read_range"): frozenset({"data"}),
     # Packages verified at intake (issue 38): admission keeps a package's URIs to the data buckets.
-    ("functions.package_check.check_packages", "digest"): frozenset({"data"}),
+    ("functions.intake.package_check.check_packages", "digest"): frozenset({"data"}),
 }
 
 # The storage and Pub/Sub permissions of the roles Terraform grants the functions
@@ -169,10 +169,10 @@ def graph() -> CallGraph:
     return CallGraph(
         {GCS, PUBLISHER, QUOTAS, REGISTRY},
         ports={
-            "functions.ports.Storage": GCS,
-            "functions.ports.Events": PUBLISHER,
-            "functions.ports.Quotas": QUOTAS,
-            "functions.ports.Registry": REGISTRY,
+            "functions.cloud.ports.Storage": GCS,
+            "functions.cloud.ports.Events": PUBLISHER,
+            "functions.cloud.ports.Quotas": QUOTAS,
+            "functions.cloud.ports.Registry": REGISTRY,
         },
     )
 
@@ -239,10 +239,10 @@ def granted(tf, function: str) -> set[tuple[str, str]]:
 def test_every_adapter_method_is_classified():
     """Guards issue 12 point 11: a new Gcs or EventPublisher method must say which permissions it needs."""
     for adapter, path in [
-        (GCS, "gcs.py"),
-        (PUBLISHER, "publisher.py"),
-        (QUOTAS, "quotas.py"),
-        (REGISTRY, "registry.py"),
+        (GCS, "cloud/gcs.py"),
+        (PUBLISHER, "cloud/publisher.py"),
+        (QUOTAS, "cloud/quotas.py"),
+        (REGISTRY, "cloud/registry.py"),
     ]:
         class_name = adapter.rsplit(".", 1)[1]
         tree = ast.parse((FUNCTIONS_DIR / path).read_text())
@@ -263,8 +263,8 @@ def test_the_call_graph_finds_known_paths(graph):
     """The graph is not vacuous: the ledger's writes and the failure diagnosis are reached where expected."""
     assert set(entry_points()) == set(functions.main.__all__)
     sites = graph.reachable_sites("functions.main.on_job_request")
-    assert Site("functions.ledger.Ledger.create", GCS, "write") in sites
-    assert Site("functions.observation.Observation._diagnose", GCS, "any_under") in graph.reachable_sites(
+    assert Site("functions.ledger.requests.Ledger.create", GCS, "write") in sites
+    assert Site("functions.lifecycle.observation.Observation._diagnose", GCS, "any_under") in graph.reachable_sites(
         "functions.main.reconcile"
     )
 
@@ -304,11 +304,11 @@ def test_the_model_steps_reach_the_registry_and_it_is_granted(tf, graph):
     versions, and the intake functions read the champion; roles/aiplatform.user, granted to every function for its
     CustomJobs, covers each of those ModelService calls."""
     observed = {(site.method, site.caller) for site in graph.reachable_sites("functions.main.reconcile")}
-    assert ("upload", "functions.promotion.Promotion._upload") in observed
-    assert ("merge_aliases", "functions.alias_moves.finish_move") in observed
-    assert ("import_evaluation", "functions.promotion.Promotion._evaluate") in observed
+    assert ("upload", "functions.models.promotion.Promotion._upload") in observed
+    assert ("merge_aliases", "functions.models.alias_moves.finish_move") in observed
+    assert ("import_evaluation", "functions.models.promotion.Promotion._evaluate") in observed
     intake = graph.reachable_sites("functions.main.on_job_request")
-    assert Site("functions.model_intake.ModelIntake._champion", REGISTRY, "get") in intake
+    assert Site("functions.models.intake.ModelIntake._champion", REGISTRY, "get") in intake
     for function in functions.main.__all__:
         assert ("project", "aiplatform.models.upload") in granted(tf, function)
 
@@ -318,6 +318,6 @@ def test_the_data_check_reads_are_reached_by_intake_and_granted(tf, graph, funct
     """Issue 27, point 2: the intake functions read the champion's schema.json (control bucket) and the new dataset's
     header (data buckets) before any claim; both reads are in the graph, and granted."""
     sites = graph.reachable_sites(f"functions.main.{function}")
-    assert Site("functions.data_admission._read_header", GCS, "read_range") in sites
-    assert Site("functions.data_admission.check_dataset", GCS, "read") in sites
+    assert Site("functions.data.admission._read_header", GCS, "read_range") in sites
+    assert Site("functions.data.admission.check_dataset", GCS, "read") in sites
     assert {("data", "storage.objects.get"), ("control", "storage.objects.get")} <= granted(tf, function)

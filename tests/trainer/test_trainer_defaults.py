@@ -3,7 +3,7 @@ own package (trainer/request_defaults.py, `make schemas`), which its command lin
 
 from __future__ import annotations
 
-from functions.planning import hyperparameter_args
+from functions.jobs.planning import hyperparameter_args
 from schemas.export import TRAINER_DEFAULTS, trainer_defaults
 from schemas.request import Dataset, TabularHyperparameters
 from trainer.flags import parse_args

@@ -15,7 +15,7 @@ import pytest
 import torch.distributed as dist
 from trainer_runs import output_dirs, process_env, run
 
-from functions import job_outputs
+from functions.untrusted import job_outputs
 from trainer import drift, outputs
 from trainer.data_schema import describe, schema_bytes
 from trainer.drift import DataDrift, drift_against_champion, measure, psi

@@ -19,7 +19,7 @@ from test_trainer_skill_and_bootstrap import reference_interval
 from trainer_runs import output_dirs, process_env, run
 
 import trainer.reference_set
-from functions import job_outputs
+from functions.untrusted import job_outputs
 from trainer import bootstrap
 from trainer.evidence import Evidence, after_training
 from trainer.model import BUILTIN_MLP, build_model

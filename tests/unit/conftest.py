@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from functions.acceptance import artifacts
-from functions.model_charter import Charter, rule_of
-from functions.record import Record
+from functions.intake.acceptance import artifacts
+from functions.ledger.model_charter import Charter, rule_of
+from functions.ledger.record import Record
 from functions.settings import Settings
 from schemas.errors import parse_request
 from schemas.events import CostEstimate

@@ -1,5 +1,5 @@
 """The controller on trainctl replay's in-memory Cloud Storage (compare-and-swap included), with Vertex, Pub/Sub and
-Cloud Quotas kept in memory behind the interfaces of functions/ports.py and a clock the test moves: submission and
+Cloud Quotas kept in memory behind the interfaces of functions/cloud/ports.py and a clock the test moves: submission and
 observation (issue 29, point 6) tested through the Controller's public calls, at unit-test cost."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from functions.cloud.errors import Transient
+from functions.cloud.job_labels import ATTEMPT, DEPLOYMENT, KEY
+from functions.cloud.job_snapshot import JobSnapshot
+from functions.cloud.vertex import CallRejected
 from functions.controller import Controller, Delivery
-from functions.errors import Transient
-from functions.job_labels import ATTEMPT, DEPLOYMENT, KEY
-from functions.job_snapshot import JobSnapshot
-from functions.keys import key_hash
-from functions.ledger import ACTIVE_PREFIX, Ledger
-from functions.record import Record
+from functions.ledger.keys import key_hash
+from functions.ledger.record import Record
+from functions.ledger.requests import ACTIVE_PREFIX, Ledger
 from functions.settings import Settings
-from functions.vertex import CallRejected
 from schemas.events import JobEvent, Trigger
 from tests.unit.conftest import make_request
 from trainctl.replay import MemoryGcs
@@ -53,7 +53,7 @@ class Clock:
 
 @dataclass
 class MemoryVertex:
-    """Vertex's JobService (ports.Jobs): jobs in memory, adopted by their attempt's labels as functions/vertex.py
+    """Vertex's JobService (ports.Jobs): jobs in memory, adopted by their attempt's labels as functions/cloud/vertex.py
     finds them; `refusals` are raised by the next creates, in order."""
 
     clock: Clock

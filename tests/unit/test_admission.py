@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from functions.admission import admission_problems, dataset_problem
-from functions.planning import plan_custom_job
+from functions.jobs.admission import admission_problems, dataset_problem
+from functions.jobs.planning import plan_custom_job
 from schemas import catalog
 from tests.unit.conftest import make_request
 

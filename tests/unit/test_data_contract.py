@@ -8,17 +8,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from functions.data_admission import DataCheck, check_dataset, first_data_file
-from functions.data_contract import MAX_ERRORS, MAX_SCHEMA_BYTES, compare_header, parse_schema
-from functions.dataset_header import Column
-from functions.gcs import StorageError
-from functions.job_outputs import Unreadable
+from functions.cloud.gcs import StorageError
+from functions.data.admission import DataCheck, check_dataset, first_data_file
+from functions.data.contract import MAX_ERRORS, MAX_SCHEMA_BYTES, compare_header, parse_schema
+from functions.data.header import Column
+from functions.untrusted.job_outputs import Unreadable
 from tests.unit.conftest import make_request
 from trainctl.replay import MemoryGcs
 
 
 def schema_json(**changes) -> dict:
-    """A schema.json as the built-in trainer writes it (the contract in functions/data_contract.py)."""
+    """A schema.json as the built-in trainer writes it (the contract in functions/data/contract.py)."""
     document = {
         "schema_version": 1,
         "format": "csv",

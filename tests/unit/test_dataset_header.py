@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pytest
 
-from functions.dataset_header import (
+from functions.data.header import (
     BOOLEAN_VALUES,
     NULL_VALUES,
     SAMPLE_ROWS,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from functions import deadline
-from functions.errors import Transient
-from functions.retry import Retryable, RetryPolicy
+from functions.cloud import deadline
+from functions.cloud.errors import Transient
+from functions.cloud.retry import Retryable, RetryPolicy
 
 FAST = RetryPolicy(attempts=4, first_pause=0.01, max_pause=0.02, call_timeout=30.0)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from functions.documents import DocumentInvalid, load_document, load_json
+from functions.untrusted.documents import DocumentInvalid, load_document, load_json
 
 
 def test_json_and_yaml_give_the_same_value():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from functions.failures import (
+from functions.cloud.failures import (
     call_failure_reason,
     call_is_transient,
     classify_job_failure,

@@ -1,4 +1,4 @@
-"""The fair-share admission order among teams (functions/fair_share.py), simulated over a few hundred requests
+"""The fair-share admission order among teams (functions/capacity/fair_share.py), simulated over a few hundred requests
 (issue 32, points 2 and 3): a pool that admits whoever fair share names next while it fits, jobs that end after
 their run time, and the invariants checked at every step."""
 
@@ -8,7 +8,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 
-from functions.fair_share import Ask, admission_order, decide, next_to_admit
+from functions.capacity.fair_share import Ask, admission_order, decide, next_to_admit
 from functions.teams import Share
 
 

@@ -1,4 +1,4 @@
-"""The history index (functions/history.py) within Cloud Storage's custom-metadata limits, and a history write
+"""The history index (functions/ledger/history.py) within Cloud Storage's custom-metadata limits, and a history write
 that fails unable to keep a final event republished or its record active (issue 24, point 8).
 
 fake-gcs-server enforces none of these limits, so the encoding is held to them here, against the documented
@@ -14,13 +14,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.errors import Transient
-from functions.gcs import StorageError
-from functions.history import Outcome, history_entry
-from functions.ledger import ACTIVE_PREFIX, Ledger
-from functions.outbox import Outbox
-from functions.output_claims import OutputClaims
-from functions.record import Record
+from functions.cloud.errors import Transient
+from functions.cloud.gcs import StorageError
+from functions.ledger.history import Outcome, history_entry
+from functions.ledger.outbox import Outbox
+from functions.ledger.output_claims import OutputClaims
+from functions.ledger.record import Record
+from functions.ledger.requests import ACTIVE_PREFIX, Ledger
 from schemas.events import Succeeded
 from schemas.rules import MAX_LABELS
 from tests.unit.conftest import make_record

@@ -56,10 +56,43 @@ def test_the_circle_finder_finds_a_type_only_circle(tmp_path):
     assert circles(graph) == {("functions.a", "functions.b")}
 
 
+def modules() -> dict[str, set[str]]:
+    """Every module of functions/ (its subpackages' too), by dotted name, with the functions.* modules it imports."""
+    found = {}
+    for path in FUNCTIONS.rglob("*.py"):
+        parts = path.relative_to(FUNCTIONS.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = imported(path)
+    return found
+
+
+def folder(module: str) -> str:
+    """The subpackage a module is in (`functions.ledger` for functions.ledger.record, and for the package itself);
+    the top level is `functions`."""
+    parts = module.split(".")
+    return f"functions.{parts[1]}" if len(parts) > 1 and (FUNCTIONS / parts[1]).is_dir() else "functions"
+
+
 def test_the_controller_modules_import_each_other_without_circles():
     """Guards issue 29, 'a state machine one can read', point 3: ladder.py and lifecycle.py imported each other (a
-    type-only import); the record they share is in functions/record.py now. ports.py named registry.py's types, and
-    registry.py builds on vertex.py, which implements ports.Jobs; the types are in functions/registry_types.py now.
-    A new circle fails here."""
-    graph = {f"functions.{path.stem}": imported(path) for path in FUNCTIONS.glob("*.py")}
+    type-only import); the record they share is in functions/ledger/record.py now. ports.py named registry.py's types,
+    and registry.py builds on vertex.py, which implements ports.Jobs; the types are in
+    functions/cloud/registry_types.py now. A new circle fails here."""
+    assert circles(modules()) == set()
+
+
+def test_imports_between_the_controllers_folders_point_one_way():
+    """Guards issue 39: each folder of functions/ is a capability, and the folders import one another one way only
+    (cloud and untrusted at the bottom, the entry points on top), so each can be read without those above it. The
+    top level (entry points, handlers, the controller, settings) may import any folder; no folder imports the top
+    level but for the settings, the teams setting and the logs."""
+    graph: dict[str, set[str]] = {}
+    for module, imports in modules().items():
+        graph.setdefault(folder(module), set()).update(folder(i) for i in imports if folder(i) != folder(module))
+    top_level_used = {
+        i for m, imports in modules().items() if folder(m) != "functions" for i in imports if folder(i) == "functions"
+    }
+    assert top_level_used <= {"functions.settings", "functions.teams", "functions.logs"}, top_level_used
+    graph.pop("functions", None)
+    for imports in graph.values():
+        imports.discard("functions")
     assert circles(graph) == set()

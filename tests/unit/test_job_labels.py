@@ -7,8 +7,8 @@ import datetime as dt
 import pytest
 from google.cloud.aiplatform_v1.types import CustomJob, JobState
 
-from functions import job_labels
-from functions.job_labels import (
+from functions.cloud import job_labels
+from functions.cloud.job_labels import (
     active_filter,
     attempt_filter,
     deployment_label,

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from functions.job_outputs import (
+from functions.untrusted.job_outputs import (
     MAX_FAILURE_CHARS,
     MAX_METRICS,
     MAX_OUTPUT_BYTES,

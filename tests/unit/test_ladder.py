@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.admission import admission_problems
-from functions.delivery import spec_hash
-from functions.job_snapshot import JobSnapshot, job_ref
-from functions.ladder import ladder_of
-from functions.lifecycle import observe
-from functions.planning import plan_custom_job
-from functions.record import Record
+from functions.capacity.ladder import ladder_of
+from functions.cloud.job_snapshot import JobSnapshot, job_ref
+from functions.intake.delivery import spec_hash
+from functions.jobs.admission import admission_problems
+from functions.jobs.planning import plan_custom_job
+from functions.ledger.record import Record
+from functions.lifecycle.transitions import observe
 from schemas.errors import RequestInvalid, parse_request
 from schemas.events import Failed, Retrying
 from tests.unit.conftest import BASE_REQUEST, make_request
@@ -196,7 +196,7 @@ def test_a_job_that_ran_and_then_stocked_out_moves_down_whatever_its_preemption_
 
 def test_the_reducers_image_comes_from_the_multi_region_nearest_the_rungs_region(settings):
     """reference/vertex.md §3.3: the image exists in the us, europe and asia multi-regions."""
-    from functions.planning import reduction_server_image
+    from functions.jobs.planning import reduction_server_image
 
     assert reduction_server_image(settings, "us-central1") == settings.reduction_server_image
     assert reduction_server_image(settings, "europe-west4").startswith("europe-docker.pkg.dev/vertex-ai-restricted/")
@@ -208,7 +208,7 @@ def test_the_reducers_image_comes_from_the_multi_region_nearest_the_rungs_region
 def test_each_call_goes_to_the_endpoint_of_its_region(monkeypatch):
     """https://cloud.google.com/vertex-ai/docs/general/locations: a request about a resource in a region is
     made at that region's endpoint, https://{region}-aiplatform.googleapis.com."""
-    import functions.vertex as vertex
+    import functions.cloud.vertex as vertex
 
     urls: list[str] = []
 
@@ -236,7 +236,7 @@ def test_each_call_goes_to_the_endpoint_of_its_region(monkeypatch):
 
 def test_status_shows_the_rung_and_what_became_of_the_rungs_left():
     """Guards issue 14 item 5: `trainctl status` names the current rung and the history of rungs."""
-    from functions import ladder
+    from functions.capacity import ladder
     from trainctl.jobs import summary
 
     rec = ladder_record()

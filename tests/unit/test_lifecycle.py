@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from functions.job_snapshot import JobSnapshot, job_ref
-from functions.lifecycle import _silence, observe
-from functions.repeats import decide_on_existing
+from functions.cloud.job_snapshot import JobSnapshot, job_ref
+from functions.intake.repeats import decide_on_existing
+from functions.lifecycle.transitions import _silence, observe
 from tests.unit.conftest import RECORD_JOB, RECORD_TIME, make_record
 
 NOW = RECORD_TIME

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.documents import DocumentInvalid
-from functions.marker_policy import DEFAULT_MAY_SET, changed_fields, request_fields, template_policy
+from functions.intake.marker_policy import DEFAULT_MAY_SET, changed_fields, request_fields, template_policy
+from functions.untrusted.documents import DocumentInvalid
 
 RULE = "gs://data/churn/"
 FOLDER = "gs://data/churn/d1/"

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from functions import planning
+from functions.jobs import planning
 from schemas import catalog
 from tests.unit.conftest import make_request
 from trainctl import plan as plan_command

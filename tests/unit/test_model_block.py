@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from functions.delivery import spec_hash
-from functions.marker_policy import template_policy
-from functions.model_versions import LEGACY_TRAINER_LABEL, kind_of_version, trainer_kind, version_labels
-from functions.planning import CHAMPION_ARG, REFERENCE_ARG, Evidence, plan_custom_job
+from functions.intake.delivery import spec_hash
+from functions.intake.marker_policy import template_policy
+from functions.jobs.planning import CHAMPION_ARG, REFERENCE_ARG, Evidence, plan_custom_job
+from functions.models.versions import LEGACY_TRAINER_LABEL, kind_of_version, trainer_kind, version_labels
 from schemas.errors import RequestInvalid
 from tests.unit.conftest import make_record, make_request
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from functions.model_charter import disagreements, judged_by, rule_of
+from functions.ledger.model_charter import disagreements, judged_by, rule_of
 from schemas.request import ModelBlock
 from tests.unit.conftest import make_charter
 

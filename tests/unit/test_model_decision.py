@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.model_charter import Rule, rule_of
-from functions.model_decision import NoMetric, decide, figures_of, metric_and_goal
+from functions.ledger.model_charter import Rule, rule_of
+from functions.models.decision import NoMetric, decide, figures_of, metric_and_goal
 from schemas.request import ModelBlock
 
 RULE = rule_of(ModelBlock(name="churn"))

@@ -1,4 +1,4 @@
-"""What a run's Model Registry version is made of (functions/model_versions.py, issue 38 point 7): a serving
+"""What a run's Model Registry version is made of (functions/models/versions.py, issue 38 point 7): a serving
 container only when something serves it, a version description that is always whole JSON, and an evaluation whose
 metrics are the fields of the schema it is imported under."""
 
@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from functions.admission import admission_problems
-from functions.model_versions import (
+from functions.jobs.admission import admission_problems
+from functions.jobs.planning import plan_custom_job
+from functions.models.versions import (
     EVALUATION_SCHEMAS,
     FIGURES_KEY,
     MAX_DESCRIPTION,
@@ -24,7 +25,6 @@ from functions.model_versions import (
     upload_body,
     version_description,
 )
-from functions.planning import plan_custom_job
 from schemas.errors import RequestInvalid
 from schemas.events import Lineage
 from tests.unit.conftest import make_record, make_request

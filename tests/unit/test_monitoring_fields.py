@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from functions.monitoring_fields import EVENT_REASON, EVENT_STATE, published_fields, rejection_rule
+from functions.ledger.monitoring_fields import EVENT_REASON, EVENT_STATE, published_fields, rejection_rule
 from schemas.events import Failed, Running
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from functions.errors import Transient
-from functions.history import Outcome
-from functions.keys import key_hash
-from functions.ledger import HISTORY_PREFIX, LEDGER_PREFIX
+from functions.cloud.errors import Transient
+from functions.ledger.history import Outcome
+from functions.ledger.keys import key_hash
+from functions.ledger.requests import HISTORY_PREFIX, LEDGER_PREFIX
 from schemas.events import Failed, Spend, Stuck
 from tests.unit.controller_harness import STOCKOUT, InterferingGcs, harness
 from trainctl.report import figures

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.keys import key_hash
-from functions.output_claims import _entry_name, _parse, max_output_path_bytes, overlap
+from functions.ledger.keys import key_hash
+from functions.ledger.output_claims import _entry_name, _parse, max_output_path_bytes, overlap
 
 
 @pytest.mark.parametrize(

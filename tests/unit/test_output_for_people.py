@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from functions.documents import DocumentInvalid, load_document
+from functions.untrusted.documents import DocumentInvalid, load_document
 from schemas.errors import RequestInvalid, parse_request
 from schemas.events import Trigger
 from tests.unit.conftest import BASE_REQUEST, make_record

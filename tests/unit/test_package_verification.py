@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from functions.gcs import ObjectDigest, _stated_hashes
-from functions.package_check import digest_problem
+from functions.cloud.gcs import ObjectDigest, _stated_hashes
+from functions.intake.package_check import digest_problem
 from functions.settings import Settings
 from functions.teams import parse_teams
 from schemas.request import code_digest, package_digest

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from functions.dataset_header import Column
-from functions.parquet_footer import TAIL_BYTES, FooterUnreadable, footer_columns, footer_length
+from functions.data.header import Column
+from functions.data.parquet_footer import TAIL_BYTES, FooterUnreadable, footer_columns, footer_length
 
 
 def parquet_bytes(table: pa.Table, **options) -> bytes:

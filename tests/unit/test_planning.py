@@ -7,8 +7,8 @@ import json
 import pytest
 from google.cloud.aiplatform_v1 import CustomJob
 
-from functions.keys import key_hash
-from functions.planning import REDUCTION_SERVER_BUCKET_CAP_MB, plan_custom_job
+from functions.jobs.planning import REDUCTION_SERVER_BUCKET_CAP_MB, plan_custom_job
+from functions.ledger.keys import key_hash
 from schemas import catalog
 from tests.unit.conftest import make_request
 
@@ -228,7 +228,7 @@ def test_a_team_cannot_run_its_code_as_another_teams_account(settings):
     """Issue 38, point 4: naming another team's account would write that team's outputs."""
     import dataclasses
 
-    from functions.admission import admission_problems
+    from functions.jobs.admission import admission_problems
     from functions.teams import parse_teams
 
     teamed = dataclasses.replace(settings, custom_service_account="custom@p.iam.gserviceaccount.com",

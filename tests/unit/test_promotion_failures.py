@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from functions import promotion
+from functions.cloud.errors import Transient
+from functions.cloud.job_snapshot import JobSnapshot
+from functions.cloud.registry_types import ModelVersion, Upload
+from functions.cloud.vertex import CallRejected
 from functions.controller import Controller
-from functions.errors import Transient
-from functions.job_snapshot import JobSnapshot
-from functions.ledger import ACTIVE_PREFIX, Ledger
-from functions.record import ModelSteps
-from functions.registry_types import ModelVersion, Upload
+from functions.ledger.record import ModelSteps
+from functions.ledger.requests import ACTIVE_PREFIX, Ledger
+from functions.models import promotion
 from functions.settings import Settings
-from functions.vertex import CallRejected
 from tests.unit.conftest import make_charter, make_record, make_request
 from trainctl.replay import MemoryGcs
 

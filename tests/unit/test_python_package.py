@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from functions.admission import admission_problems
-from functions.planning import plan_custom_job
+from functions.jobs.admission import admission_problems
+from functions.jobs.planning import plan_custom_job
 from schemas import catalog
 from schemas.errors import RequestInvalid
 from schemas.request import code_digest

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functions.quotas import limit_of, region_value
+from functions.cloud.quotas import limit_of, region_value
 from functions.settings import Settings
 from local.jobservice.cloud_quotas import quota_id as stand_in_quota_id
 from schemas.catalog import ACCELERATORS, GPU_QUOTA_NAMES, quota_id, quota_metric

@@ -1,5 +1,5 @@
-"""trainctl's count of the GPU quota (functions/quota_pool.py) under the load it is built for (issue 29, points 1
-and 2): many admissions at once against one pool object changed only by compare-and-swap. The storage is
+"""trainctl's count of the GPU quota (functions/capacity/quota_pool.py) under the load it is built for (issue 29,
+points 1 and 2): many admissions at once against one pool object changed only by compare-and-swap. The storage is
 trainctl replay's in-memory Cloud Storage, made to interleave its callers and to check every write it accepts."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from functions.fair_share import Ask, next_to_admit
-from functions.gcs import Conflict
-from functions.quota_pool import QUOTA_PREFIX, QuotaPools
+from functions.capacity.fair_share import Ask, next_to_admit
+from functions.capacity.quota_pool import QUOTA_PREFIX, QuotaPools
+from functions.cloud.gcs import Conflict
 from functions.teams import Share
 from trainctl.replay import MemoryGcs
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from functions.cloud.errors import Transient
+from functions.cloud.job_snapshot import JobSnapshot
 from functions.controller import Controller
-from functions.errors import Transient
-from functions.job_snapshot import JobSnapshot
-from functions.ledger import ACTIVE_PREFIX, Ledger
+from functions.ledger.requests import ACTIVE_PREFIX, Ledger
 from functions.settings import Settings
 from tests.unit.conftest import make_record
 from trainctl.replay import MemoryGcs

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
-from functions.history import Outcome
+from functions.ledger.history import Outcome
 from trainctl.report import build_report
 from trainctl.report_chart import chart
 

@@ -8,14 +8,14 @@ from datetime import datetime
 
 import pytest
 
-from functions import keys
-from functions.admission import admission_problems
+from functions.cloud.vertex import CallRejected
 from functions.controller import Delivery
-from functions.keys import key_hash
-from functions.ledger import Ledger
-from functions.planning import own_folder, plan_custom_job
+from functions.jobs.admission import admission_problems
+from functions.jobs.planning import own_folder, plan_custom_job
+from functions.ledger import keys
+from functions.ledger.keys import key_hash
+from functions.ledger.requests import Ledger
 from functions.teams import parse_teams
-from functions.vertex import CallRejected
 from schemas.events import Rejected, Trigger
 from tests.unit.conftest import make_record, make_request
 from tests.unit.controller_harness import Harness, harness

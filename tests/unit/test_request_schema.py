@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from functions.documents import load_document
+from functions.untrusted.documents import load_document
 from schemas.errors import RequestInvalid, parse_request
 from schemas.export import request_schema
 from schemas.trainer_env import ENV_RULES

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from functions.gcs import StorageError
-from functions.keys import key_hash
+from functions.cloud.gcs import StorageError
+from functions.ledger.keys import key_hash
 from schemas.events import Cancelled, Failed, Retrying
 from tests.unit.controller_harness import (
     A100_POOL,

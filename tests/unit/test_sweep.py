@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from functions.job_snapshot import JobSnapshot
-from functions.sweep import (
+from functions.cloud.job_snapshot import JobSnapshot
+from functions.lifecycle.sweep import (
     NOTHING_SEEN,
     RELOOK_EVERY,
     WINDOW_JOBS,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from functions.budgets import costliest_attempt_usd, worst_case_usd
+from functions.capacity.budgets import costliest_attempt_usd, worst_case_usd
 from functions.settings import Settings, SettingsError
 from functions.teams import label_problem, parse_teams
 from tests.unit.conftest import make_record, make_request
@@ -83,7 +83,7 @@ def test_report_by_team_groups_by_arrival_and_shows_spend_against_budget():
     shows the month's spend against each budget."""
     from datetime import UTC, datetime, timedelta
 
-    from functions.history import Outcome
+    from functions.ledger.history import Outcome
     from trainctl.report import budgets, build_report, format_report
 
     now = datetime(2025, 6, 20, tzinfo=UTC)
@@ -105,8 +105,8 @@ def test_a_markers_team_is_its_templates_and_a_template_naming_no_team_is_the_de
     rule, so an operator's typo never files one team's runs under another."""
     from types import SimpleNamespace
 
-    from functions.documents import DocumentInvalid
     from functions.handlers import _template_team
+    from functions.untrusted.documents import DocumentInvalid
 
     controller: Any = SimpleNamespace(settings=SimpleNamespace(teams=parse_teams(TEAMS)))
     template = {"dataset": {"target": "y"}, "team": "vision"}

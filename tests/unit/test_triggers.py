@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from functions.triggers import (
+from functions.intake.triggers import (
     DERIVED_ID_PREFIX,
     derive_request_id,
     explicit_id_problem,

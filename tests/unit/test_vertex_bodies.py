@@ -1,5 +1,5 @@
 """The bodies the controller's REST adapter sends to CreateCustomJob, held to the client library's own types:
-every example and every plan shape, renamed as functions/vertex.py sends it, must parse into
+every example and every plan shape, renamed as functions/cloud/vertex.py sends it, must parse into
 `aiplatform_v1.CustomJob` with `json_format` (unknown fields refused) and mean exactly the job the plan
 describes. So google-cloud-aiplatform stays the source of truth for the API's shape without being imported
 by the functions."""
@@ -13,9 +13,9 @@ import pytest
 from google.cloud.aiplatform_v1 import CustomJob, JobState
 from google.protobuf import json_format
 
-from functions.planning import plan_custom_job
-from functions.rest import RPC_CODES
-from functions.vertex import json_names, snapshot
+from functions.cloud.rest import RPC_CODES
+from functions.cloud.vertex import json_names, snapshot
+from functions.jobs.planning import plan_custom_job
 from tests.unit.conftest import make_request
 from trainctl.validate import load_request_file
 

@@ -1,0 +1,151 @@
+"""The data check at admission (issue 27, point 2): before any claim, a request whose model has a champion with a
+recorded schema has its new dataset's header compared with that schema — bad data is `rejected` (reason `data`)
+and never reaches a GPU.
+
+Only the header is read, with bounded ranged reads: for CSV the first bytes of the first data file (its header line
+and a few rows, to see each column's type), for Parquet its footer. The first data file is the one the trainer reads
+first (trainer/data.py list_shards: every CSV or Parquet object below the folder, by name, leaving out names that
+start with `_` or `.`).
+
+Whatever cannot be read here — a champion without a schema.json (trained before it was written, or by a custom
+image that writes none), one that is not the contract's, a header longer than the bound, a footer this parser
+cannot follow — leaves the request unchecked, never rejected: the check stops bad data, it must not stop good
+data. A file that is certainly not what its format says (a .parquet that does not end in PAR1) is rejected: the
+trainer could not read it either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from functions import logs
+from functions.cloud.gcs import StorageError, TooLarge
+from functions.cloud.ports import Storage
+from functions.data.contract import MAX_SCHEMA_BYTES, SCHEMA_FILE, compare_header, parse_schema
+from functions.data.header import Column, HeaderUnreadable, csv_columns
+from functions.data.parquet_footer import MAGIC, TAIL_BYTES, FooterUnreadable, footer_columns, footer_length
+from functions.untrusted.job_outputs import Unreadable
+from schemas.request import TrainingJobRequest
+from schemas.rules import split_gs_uri
+
+# A CSV header line and the first rows after it; a Parquet file's last bytes (footer length, magic and, for most
+# files, the whole footer), and at most this much of a longer footer's beginning, where the schema is.
+CSV_HEAD_BYTES = 64 * 1024
+PARQUET_TAIL_BYTES = 64 * 1024
+PARQUET_FOOTER_BYTES = 1024 * 1024
+_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+MAX_NEW_COLUMNS = 100
+
+
+@dataclass(frozen=True)
+class DataCheck:
+    """The check's outcome: `errors` (one per column; [] when the header keeps the contract), the columns the
+    champion never saw, and what was compared — or why nothing was — in words."""
+
+    errors: list[str] = field(default_factory=list)
+    new_columns: list[str] = field(default_factory=list)
+    summary: str = ""
+    checked: bool = False
+
+
+def check_dataset(
+    gcs: Storage, control_bucket: str, request: TrainingJobRequest, champion_uri: str, champion_version: str | None
+) -> DataCheck:
+    """The request's dataset against the schema.json in the champion's artifact folder `champion_uri`."""
+    schema_uri = champion_uri.rstrip("/") + "/" + SCHEMA_FILE
+    champion = f"the champion (version {champion_version})" if champion_version else "the champion"
+    if not schema_uri.startswith(f"gs://{control_bucket}/"):
+        # Built-in trainer runs write in the control bucket; the intake functions read no operator output bucket.
+        return _unchecked(f"{champion}'s artifacts are outside the control bucket ({champion_uri})")
+    if not request.dataset.uri.startswith("gs://"):
+        return _unchecked(f"the dataset {request.dataset.uri} is not in Cloud Storage")
+    bucket, name = split_gs_uri(schema_uri)
+    try:
+        found = gcs.read(bucket, name, max_bytes=MAX_SCHEMA_BYTES)
+        if found is None:
+            return _unchecked(f"{champion} has no {SCHEMA_FILE} (it was trained before trainctl recorded one)")
+        schema = parse_schema(found[0])
+    except TooLarge:
+        return _unchecked(f"{schema_uri} is larger than {MAX_SCHEMA_BYTES} bytes")
+    except Unreadable as exc:
+        return _unchecked(f"{schema_uri} cannot be used: {exc}")
+    except StorageError as exc:
+        return _unchecked(f"{schema_uri} cannot be read (Cloud Storage answered {exc.status})")
+    try:
+        shard = first_data_file(request, gcs.objects_under(*_listing(request.dataset.uri)))
+        if shard is None:
+            return _unchecked(f"{request.dataset.uri} holds no CSV or Parquet file to read a header from")
+        path, size, file_format = shard
+        uri = f"gs://{split_gs_uri(request.dataset.uri)[0]}/{path}"
+        header = _read_header(gcs, uri, size, file_format)
+    except _NotItsFormat as exc:
+        return DataCheck([f"dataset: {exc}"], summary=str(exc), checked=True)
+    except (HeaderUnreadable, FooterUnreadable) as exc:
+        return _unchecked(f"the header of {request.dataset.uri}'s first data file cannot be read here: {exc}")
+    except StorageError as exc:
+        # The job's service account may read what the functions' cannot: the trainer will say.
+        return _unchecked(f"the dataset {request.dataset.uri} cannot be read (Cloud Storage answered {exc.status})")
+    result = compare_header(schema, header, request.dataset.target, request.dataset.features)
+    summary = f"the header of {uri} ({len(header)} columns) against {champion}'s schema ({len(schema.columns)} columns)"
+    logs.info(f"data check: {summary}", errors=len(result.errors), new_columns=len(result.new_columns))
+    return DataCheck(result.errors, result.new_columns[:MAX_NEW_COLUMNS], summary, checked=True)
+
+
+def _unchecked(why: str) -> DataCheck:
+    logs.info(f"the dataset's header is not checked: {why}")
+    return DataCheck(summary=f"not checked: {why}")
+
+
+def _listing(uri: str) -> tuple[str, str]:
+    """(bucket, prefix) to list the dataset's objects: a folder's, or the one object a file URI names."""
+    return split_gs_uri(uri)
+
+
+def first_data_file(request: TrainingJobRequest, objects: Iterable[tuple[str, int]]) -> tuple[str, int, str] | None:
+    """(name, size, format) of the file the trainer reads first, from the listing under the dataset's URI: the
+    object the URI names when there is one, else the first CSV or Parquet object below it as a folder (its format
+    from its suffix, or the request's format), leaving out markers and hidden files; None when there is none."""
+    _, prefix = split_gs_uri(request.dataset.uri)
+    requested = request.dataset.format
+    folder = prefix if prefix.endswith("/") or not prefix else prefix + "/"
+    for name, size in objects:
+        if name == prefix and not prefix.endswith("/"):
+            file_format = requested if requested != "auto" else _suffix_format(name)
+            return (name, size, file_format) if file_format else None
+        if not name.startswith(folder) or name.endswith("/"):
+            continue
+        basename = name.rsplit("/", 1)[-1]
+        if basename.startswith(("_", ".")) or size == 0:
+            continue
+        file_format = requested if requested != "auto" else _suffix_format(basename)
+        if file_format:
+            return name, size, file_format
+    return None
+
+
+def _suffix_format(name: str) -> str | None:
+    dot = name.rfind(".")
+    return _SUFFIXES.get(name[dot:].lower()) if dot >= 0 else None
+
+
+class _NotItsFormat(ValueError):
+    """The file is certainly not in the format it is read as."""
+
+
+def _read_header(gcs: Storage, uri: str, size: int, file_format: str) -> list[Column]:
+    bucket, name = split_gs_uri(uri)
+    if file_format == "csv":
+        head = gcs.read_range(bucket, name, 0, min(size, CSV_HEAD_BYTES)) or b""
+        return csv_columns(head, whole=size <= CSV_HEAD_BYTES)
+    tail_bytes = min(size, PARQUET_TAIL_BYTES)
+    tail = gcs.read_range(bucket, name, size - tail_bytes, tail_bytes) or b""
+    if len(tail) < TAIL_BYTES or tail[-4:] not in (MAGIC, b"PARE"):
+        raise _NotItsFormat(f"{uri} is not a Parquet file: it does not end in {MAGIC.decode()}")
+    length = footer_length(tail)
+    if length + TAIL_BYTES > size:
+        raise _NotItsFormat(f"{uri} is not a Parquet file: its footer would be {length} bytes, more than the file")
+    if length + TAIL_BYTES <= len(tail):
+        return footer_columns(tail[-TAIL_BYTES - length : -TAIL_BYTES])
+    start = size - TAIL_BYTES - length
+    return footer_columns(gcs.read_range(bucket, name, start, min(length, PARQUET_FOOTER_BYTES)) or b"")

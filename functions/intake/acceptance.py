@@ -1,0 +1,108 @@
+"""The ledger record a new request's claim creates (DESIGN.md §4 step 1): everything later steps read of it — its
+request, ladder, plan, model steps — and its `accepted` event, queued in its outbox with it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from functions.capacity.ladder import skipped_outcomes
+from functions.intake.delivery import Delivery
+from functions.intake.preparation import Prepared
+from functions.ledger.keys import key_hash
+from functions.ledger.record import Record
+from schemas.events import Accepted, Artifacts, cost_summary
+from schemas.request import TrainingJobRequest, code_digest
+
+
+def _naming(columns: list[str]) -> str:
+    """The new columns a passed data check found, in words for the `accepted` message."""
+    if not columns:
+        return ""
+    shown = ", ".join(repr(name) for name in columns[:5])
+    more = f" and {len(columns) - 5} more" if len(columns) > 5 else ""
+    return f" (new columns, allowed: {shown}{more})"
+
+
+def artifacts(output_dir: str) -> Artifacts:
+    return Artifacts(
+        model_dir=f"{output_dir}model/",
+        metrics_uri=f"{output_dir}model/metrics.json",
+        checkpoint_dir=f"{output_dir}checkpoints/",
+        tensorboard_dir=f"{output_dir}logs/",
+    )
+
+
+def accepted_record(
+    request: TrainingJobRequest,
+    key: str,
+    explicit_id: bool,
+    delivery: Delivery,
+    prepared: Prepared,
+    digest: str,
+    team: str | None,
+    owner: str,
+    lease_until: datetime,
+    now: datetime,
+) -> Record:
+    """The new request's record, claimed by `owner` until `lease_until`, with `accepted` in its outbox."""
+    plan, rungs, start = prepared.plan, prepared.rungs, prepared.start
+    record = Record(
+        team=team,
+        key=key,
+        key_hash=key_hash(key),
+        request_id=request.request_id,
+        spec_hash=digest,
+        explicit_id=explicit_id,
+        request=request.model_dump(mode="json"),
+        trigger=delivery.trigger,
+        max_attempts=request.scheduling.max_attempts,
+        max_pending=rungs[start].max_pending,
+        max_silence=request.scheduling.max_silence,
+        lease_until=lease_until,
+        owner=owner,
+        cost=plan.cost,
+        artifacts=artifacts(plan.output_dir),
+        created=now,
+        updated=now,
+        ladder=rungs,
+        rung=start,
+        rung_history=skipped_outcomes(rungs),
+        model_steps=prepared.model.steps() if prepared.model else None,
+        code_objects=prepared.code_objects or None,
+    )
+    record.add_events([_accepted(request, key, delivery, prepared, record, team, now)])
+    return record
+
+
+def _accepted(
+    request: TrainingJobRequest,
+    key: str,
+    delivery: Delivery,
+    prepared: Prepared,
+    record: Record,
+    team: str | None,
+    now: datetime,
+) -> Accepted:
+    plan, data, start = prepared.plan, prepared.data, prepared.start
+    resources = request.at_rung(start).resources
+    nodes = "node" if resources.replica_count == 1 else "nodes"
+    message = (
+        f"accepted: {resources.total_gpus} GPUs on {resources.replica_count} {nodes}"
+        + (f" (rung {start} of the ladder; earlier rungs never fit the GPU quota)" if start else "")
+        + f", {cost_summary(plan.cost)}; {plan.reduction_server.reason}"
+        + (f"; the dataset's header matches the champion's schema{_naming(data.new_columns)}" if data.checked else "")
+    )
+    return Accepted(
+        request_id=request.request_id,
+        request_key=key,
+        time=now,
+        message=message,
+        trigger=delivery.trigger,
+        cost=plan.cost,
+        skipped_rungs=skipped_outcomes(prepared.rungs) or None,
+        labels=request.labels or None,
+        team=team,
+        new_columns=data.new_columns or None,
+        code_digest=code_digest(record.request),
+        code_objects=prepared.code_objects or None,
+    )

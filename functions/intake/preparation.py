@@ -1,0 +1,136 @@
+"""What a new request needs before its claim (DESIGN.md §4, step 0, after the guardrails), each answered by the module
+that owns it: its dataset holds data (admission), its packages are what their names say (package_check), a rung of
+its ladder can ever fit the quota (quota_queue), its team's budget has room (budgets), its model may take it and what
+its run is judged by (model_intake), the new data matches the champion's (data_admission). Submission gets one
+Prepared request, or the Refusal that rejects it; nothing is written here but a new model's charter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from functions.capacity.budgets import budget_error, over_budget
+from functions.capacity.quota_queue import QuotaQueue
+from functions.cloud.gcs import StorageError
+from functions.cloud.ports import Storage
+from functions.data.admission import DataCheck, check_dataset
+from functions.intake.package_check import check_packages
+from functions.jobs.admission import dataset_problem
+from functions.jobs.planning import Plan, plan_custom_job
+from functions.ledger.record import LadderRung
+from functions.ledger.requests import Ledger
+from functions.models.intake import ModelAdmission, ModelIntake, ModelRefused
+from functions.settings import Settings
+from schemas.errors import FieldError
+from schemas.events import Budget, CodeObject, CostEstimate, cost_summary
+from schemas.request import TrainingJobRequest, rung_prefix
+from schemas.rules import split_gs_uri
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a new request is rejected before its claim: the `rejected` event's errors, message and figures."""
+
+    errors: list[str]
+    message: str
+    reason: str = "invalid"
+    cost: CostEstimate | None = None
+    saved_gpu_hours: float | None = None
+    budget: Budget | None = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A new request ready to be claimed: its plan (on its first rung that can fit, with its model's evidence), its
+    ladder, its model, its data check and the package objects read."""
+
+    plan: Plan
+    rungs: list[LadderRung]
+    start: int
+    model: ModelAdmission | None
+    data: DataCheck
+    code_objects: list[CodeObject] = field(default_factory=list)
+
+
+@dataclass
+class Preparation:
+    settings: Settings
+    gcs: Storage
+    ledger: Ledger  # the history and active records a budget is counted from
+    queue: QuotaQueue  # which rungs can ever fit the quota, or the team's share of it
+    models: ModelIntake
+    clock: Callable[[], datetime]
+
+    def prepare(self, request: TrainingJobRequest, key: str, team: str) -> Prepared | Refusal:
+        if (problem := self._dataset_problem(request)) is not None:
+            return Refusal([str(problem)], "the dataset holds no data")
+        packages = check_packages(self.gcs, request)
+        if packages.errors:
+            return Refusal(packages.errors, "a package is not what its name says")
+        rungs = self.queue.ladder(request, team)
+        start = next((index for index, rung in enumerate(rungs) if rung.skipped is None), None)
+        if start is None:
+            share = f" or team {team}'s share of it" if self.settings.teams else ""
+            return Refusal(
+                [f"{rung_prefix(index)}resources: {rung.skipped}" for index, rung in enumerate(rungs)],
+                f"no rung of the request can ever fit the project's GPU quota{share}",
+                reason="quota",
+            )
+        budget = over_budget(
+            self.settings.teams, team, request, self.clock(), self.ledger.outcomes, self.ledger.active_records
+        )
+        if budget is not None:
+            message = f"team {budget.team}'s monthly budget would be exceeded"
+            return Refusal([budget_error(budget)], message, reason="budget", budget=budget)
+        try:
+            model = self.models.admit(request, team)
+        except ModelRefused as refused:
+            return Refusal(refused.errors, refused.message)
+        evidence = model.evidence() if model else None
+        plan = plan_custom_job(request, self.settings, key, 1, start, evidence, team)
+        data = self._data_check(request, model)
+        if data.errors:
+            return self._data_refusal(request, data, plan.cost, start)
+        return Prepared(plan, rungs, start, model, data, packages.objects)
+
+    def _dataset_problem(self, request: TrainingJobRequest) -> FieldError | None:
+        """Preflight of a new request's dataset (issue 12 point 17): it exists, holds data and can be read."""
+        uri = request.dataset.uri
+        if not uri.startswith("gs://"):
+            return None  # file:// in local mode: the nodes read it where the controller runs
+        bucket, prefix = split_gs_uri(uri)
+        try:
+            return dataset_problem(uri, self.gcs.objects_under(bucket, prefix), self.settings.marker_names)
+        except StorageError as exc:
+            return FieldError(
+                "dataset.uri",
+                f"{uri} cannot be read by trainctl's controller (Cloud Storage answered {exc.status}); "
+                f"its service account needs storage.objects.list on gs://{bucket}",
+            )
+
+    def _data_check(self, request: TrainingJobRequest, model: ModelAdmission | None) -> DataCheck:
+        """The new dataset's header against the champion's recorded schema (issue 27, point 2); an empty check
+        without a champion."""
+        champion = model.champion if model else None
+        if champion is None or not champion.artifact_uri:
+            return DataCheck()
+        bucket = self.settings.control_bucket
+        return check_dataset(self.gcs, bucket, request, champion.artifact_uri, champion.version_id)
+
+    @staticmethod
+    def _data_refusal(request: TrainingJobRequest, data: DataCheck, cost: CostEstimate, rung: int) -> Refusal:
+        """Reason `data`, carrying the run's own estimate: the GPU time the check saved at most (its GPUs for its
+        whole timeout), for `trainctl report`."""
+        assert request.model is not None
+        hours = cost.gpus * request.at_rung(rung).scheduling.timeout / 3600
+        return Refusal(
+            data.errors,
+            f"the dataset does not match the schema of model {request.model.name}'s champion "
+            f"({data.summary}); nothing was claimed and no GPU started, saving up to {hours:,.1f} GPU-hours "
+            f"({cost_summary(cost)})",
+            reason="data",
+            cost=cost,
+            saved_gpu_hours=round(hours, 4),
+        )

@@ -94,10 +94,11 @@ def save_now(checkpoints, step: int, state: dict) -> dict:
 
 
 def save_as_before(uri: str, step: int, state: dict) -> dict:
-    """The save this replaces (trainer/checkpoint.py before issue 17 item 9), all of it while training waits."""
+    """The save this replaces (trainer/checkpoints/committed.py before issue 17 item 9), all of it while training
+    waits."""
     import torch
 
-    from trainer.storage import open_folder
+    from trainer.storage.folders import open_folder
 
     folder = open_folder(uri)
     with PeakMemory() as memory:
@@ -115,7 +116,7 @@ def save_as_before(uri: str, step: int, state: dict) -> dict:
 
 
 def measure(target: str, uri: str, state: dict, rounds: int) -> list[Figure]:
-    from trainer.checkpoint import Checkpoints
+    from trainer.checkpoints.committed import Checkpoints
 
     # One Checkpoints for the whole run, as in training: the first save allocates the CPU copy's buffers, every
     # later one copies into them.
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace, gcs_url: str | None) -> tuple[list[Figure], li
     """Measure each target; gs:// goes to the fake-gcs-server at `gcs_url`."""
     import os
 
-    from trainer import storage
+    from trainer.storage import folders
 
     state = generated_state(args.gigabytes)
     width = state["model"]["0.weight"].shape[0]
@@ -182,10 +183,10 @@ def run(args: argparse.Namespace, gcs_url: str | None) -> tuple[list[Figure], li
                 if gcs_url is None:
                     raise ValueError("the gcs target needs a fake-gcs-server")
                 os.environ["STORAGE_EMULATOR_HOST"] = gcs_url
-                storage.gcs_client.cache_clear()
+                folders.gcs_client.cache_clear()
                 # Unversioned: fake-gcs-server's filesystem backend (objects on disk, not in its memory) has no
                 # versioning; the bucket's versioning does not change how an upload goes.
-                storage.gcs_client().create_bucket("checkpoint-bench")
+                folders.gcs_client().create_bucket("checkpoint-bench")
                 uri = "gs://checkpoint-bench/run/checkpoints"
             figures += measure(target, uri, state, args.rounds)
     notes = [

@@ -4,8 +4,8 @@
 
 It prints each check and whether it held, and exits non-zero if one did not:
 1. CUDA is usable by this PyTorch build (the check `trainer.launch` makes before refusing a GPU machine);
-2. collectives run on the process group's device: `trainer.collectives` under a real NCCL group of one process
-   (NCCL refuses CPU tensors, so a misplaced tensor fails here as it would on Vertex);
+2. collectives run on the process group's device: `trainer.distributed.collectives` under a real NCCL group of one
+   process (NCCL refuses CPU tensors, so a misplaced tensor fails here as it would on Vertex);
 3. bf16 autocast is used where the GPU runs it natively (compute capability 8.0+) and the step's matmul is bf16;
 4. `torch.compile` builds and runs forward and backward of the built-in MLP (skip with --skip-compile);
 5. a short `trainer.launch` run with NCCL: `--processes` processes (default: one per visible GPU; NCCL refuses two
@@ -39,7 +39,7 @@ def check(name: str, held: bool, detail: str = "") -> bool:
 def cuda_usable() -> bool:
     import torch
 
-    from trainer.accelerators import cuda_problem
+    from trainer.distributed.accelerators import cuda_problem
 
     problem = cuda_problem()
     if problem:
@@ -55,7 +55,7 @@ def collectives_on_the_group_device() -> bool:
     import torch
     import torch.distributed as dist
 
-    from trainer import collectives
+    from trainer.distributed import collectives
 
     torch.cuda.set_device(0)
     dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=torch.device("cuda", 0))
@@ -79,7 +79,7 @@ def collectives_on_the_group_device() -> bool:
 def bf16_where_native() -> bool:
     import torch
 
-    from trainer import gpu_feeding
+    from trainer.model import gpu_feeding
 
     device = torch.device("cuda", 0)
     use_bf16 = gpu_feeding.configure(device)
@@ -95,7 +95,7 @@ def bf16_where_native() -> bool:
 def compile_runs() -> bool:
     import torch
 
-    from trainer.model import mlp
+    from trainer.model.network import mlp
 
     device = torch.device("cuda", 0)
     try:

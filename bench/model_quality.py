@@ -8,7 +8,7 @@ accuracy, or within 5 % of RMSE. Figures are appended to bench/RESULTS.md.
 The trainer runs as `python -m trainer.train` (a world of one process) with the flags a request's default
 hyperparameters plan into (`TabularHyperparameters()` through `functions.jobs.planning.hyperparameter_args`, so
 what is measured is what a request that sets none gets), then any `--trainer-args`; the split is the
-trainer's own (`trainer.data._split`, seeded per shard), reproduced here for the baseline, so both are scored
+trainer's own (`trainer.data.tables._split`, seeded per shard), reproduced here for the baseline, so both are scored
 on the same validation rows.
 """
 
@@ -84,7 +84,7 @@ def trainer_metric(path: Path, out: Path, task: str, extra: list[str]) -> dict:
 
 
 def main() -> None:
-    from trainer.data import _split
+    from trainer.data.tables import _split
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=None, help="dataset names to run (default: all)")

@@ -68,9 +68,9 @@ def hand_written_loop(data: str, epochs: int, bucket_view: bool) -> tuple[dict, 
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from trainer.data import load_rank_data
-    from trainer.model import mlp
-    from trainer.preprocess import Combine, Preprocessor
+    from trainer.data.preprocess import Combine, Preprocessor
+    from trainer.data.tables import load_rank_data
+    from trainer.model.network import mlp
 
     rank, world = dist.get_rank(), dist.get_world_size()
     rows = load_rank_data(data, "auto", SEED, 0.2)
@@ -119,7 +119,7 @@ def trainer_run(data: str, epochs: int, out: Path) -> tuple[dict, dict]:
     """The trainer's train(), exactly as trainer.train's main() calls it in each process."""
     import torch
 
-    from trainer.distributed import StopSignal
+    from trainer.distributed.process_group import StopSignal
     from trainer.flags import parse_args
     from trainer.train import set_up, train
 

@@ -489,7 +489,7 @@ MODEL_ALIAS_RE = re.compile(r"[a-z][a-z0-9-]{0,126}[a-z0-9]")
 # Vertex gives a model's first version the alias `default` and keeps exactly one version under it (model.proto,
 # Model.version_aliases); promotion moves it with the model block's alias, so the block cannot name it.
 DEFAULT_ALIAS = "default"
-# The metrics the built-in trainer writes to metrics.json, and which way is better (trainer/objective.py).
+# The metrics the built-in trainer writes to metrics.json, and which way is better (trainer/model/objective.py).
 BUILTIN_METRIC_GOALS: dict[str, Literal["maximize", "minimize"]] = {
     "val_accuracy": "maximize",
     "val_rmse": "minimize",

@@ -8,9 +8,9 @@ import json
 import math
 import os
 
-from trainer.data import FORMATS
-from trainer.model import BUILTIN_MLP
-from trainer.preprocess import TASKS
+from trainer.data.preprocess import TASKS
+from trainer.data.tables import FORMATS
+from trainer.model.network import BUILTIN_MLP
 from trainer.request_defaults import DATASET, HYPERPARAMETERS
 
 # Every training setting a request can carry defaults to the request's own default (schemas/request.py, generated
@@ -146,7 +146,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def add_evidence_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of the evidence the challenger does not choose (trainer/evidence.py)."""
+    """The flags of the evidence the challenger does not choose (trainer/judging/evidence.py)."""
     p.add_argument(
         "--reference-data",
         default=None,

@@ -18,8 +18,10 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainer import accelerators, collector, finished_watch, logs, nccl_env, net_plugin, shared_memory
-from trainer.accelerators import LOCAL_PROCS_ENV
+from trainer import collector, logs
+from trainer.distributed import accelerators, nccl_env, net_plugin, shared_memory
+from trainer.distributed.accelerators import LOCAL_PROCS_ENV
+from trainer.outputs import finished_watch
 
 DEFAULT_MASTER_PORT = 29500
 TRAINING_POOLS = ("workerpool0", "workerpool1")  # workerpool2: Reduction Server, workerpool3: evaluators
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if refusal:
         logs.error(refusal)
         if os.environ.get("AIP_MODEL_DIR"):  # so the controller's `failed` event can say why
-            from trainer.outputs import report_failure
+            from trainer.outputs.model_folder import report_failure
 
             report_failure(os.environ["AIP_MODEL_DIR"], RuntimeError(refusal))
         return 1

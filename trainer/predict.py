@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from trainer import logs
-from trainer.data import FORMATS, list_shards, read_table
-from trainer.outputs import load_model
-from trainer.preprocess import Preprocessor
-from trainer.storage import read_uri, write_uri
+from trainer.data.preprocess import Preprocessor
+from trainer.data.tables import FORMATS, list_shards, read_table
+from trainer.outputs.model_folder import load_model
+from trainer.storage.folders import read_uri, write_uri
 
 CHUNK_ROWS = 8192
 

@@ -29,9 +29,9 @@ import pyarrow as pa
 from torch import nn
 
 from trainer import logs
-from trainer.outputs import load_model
+from trainer.data.preprocess import Preprocessor
+from trainer.outputs.model_folder import load_model
 from trainer.predict import predict_rows
-from trainer.preprocess import Preprocessor
 
 DEFAULT_HTTP_PORT = 8080
 # The routes Vertex sets in AIP_HEALTH_ROUTE and AIP_PREDICT_ROUTE; these (the SDK's LocalModel defaults) serve

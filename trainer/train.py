@@ -1,11 +1,11 @@
 """The per-process training program that torchrun starts on every rank: `python -m trainer.train ARGS`.
 
-Read top to bottom: `set_up` (data, the champion and the label check — trainer/evidence.py — model, resume:
+Read top to bottom: `set_up` (data, the champion and the label check — trainer/judging/evidence.py — model, resume:
 everything decided once), `train_step` (one optimizer step), `train` (the loop: steps, agreement between ranks,
 evaluation, checkpoints), `finish` (outputs). Rank 0 logs progress and writes checkpoints and outputs; nothing else
 differs between ranks. For a given seed and world size a run is deterministic, and a run stopped by SIGTERM and
 resumed ends with the same weights as one that never stopped. Flags: `trainer/flags.py`; what a checkpoint
-holds: `trainer/state.py`.
+holds: `trainer/checkpoints/state.py`.
 """
 
 from __future__ import annotations
@@ -30,27 +30,36 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import collectives, collector, data_budget, gpu_feeding, logs, net_plugin, streaming
-from trainer.batches import EpochBatches
-from trainer.checkpoint import Checkpoints
-from trainer.data import Shard, concat_tables, list_shards, load_rank_data
-from trainer.data_schema import DataDescription, describe, description_of, merge_types, schema_bytes
-from trainer.distributed import PREEMPTED_EXIT_CODE, Coordination, StopSignal, process_group, stop_when_launcher_dies
-from trainer.drift import drift_against_champion, refused_by_earlier_attempt
-from trainer.evidence import Evidence, after_training, before_training
+from trainer import collector, logs
+from trainer.checkpoints.committed import Checkpoints
+from trainer.checkpoints.state import StepLosses, TrainState
+from trainer.data import memory_budget, streaming
+from trainer.data.batches import EpochBatches
+from trainer.data.preprocess import Combine, FitAccumulator, Preprocessor, drop_unlabelled, keep_columns
+from trainer.data.schema import DataDescription, describe, description_of, merge_types, schema_bytes
+from trainer.data.streaming import WindowedStream, numeric_columns
+from trainer.data.tables import Shard, concat_tables, list_shards, load_rank_data
+from trainer.distributed import collectives, net_plugin
+from trainer.distributed.process_group import (
+    PREEMPTED_EXIT_CODE,
+    Coordination,
+    StopSignal,
+    process_group,
+    stop_when_launcher_dies,
+)
 from trainer.flags import model_spec, parse_args, wants_determinism
-from trainer.label_check import LabelsChanged
-from trainer.model import BUILTIN_MLP, build_model
-from trainer.objective import Objective
-from trainer.outputs import RunRefused, report_failure, write_history, write_outputs
-from trainer.preprocess import Combine, FitAccumulator, Preprocessor, drop_unlabelled, keep_columns
-from trainer.progress import ProgressRecord
-from trainer.reference_set import parquet_bytes, validation_sample
-from trainer.state import StepLosses, TrainState
-from trainer.storage import size_of
-from trainer.streaming import WindowedStream, numeric_columns
-from trainer.tensorboard import DiscardedScalars, ScalarWriter
-from trainer.throughput import Throughput
+from trainer.judging.drift import drift_against_champion, refused_by_earlier_attempt
+from trainer.judging.evidence import Evidence, after_training, before_training
+from trainer.judging.label_check import LabelsChanged
+from trainer.judging.reference_set import parquet_bytes, validation_sample
+from trainer.model import gpu_feeding
+from trainer.model.network import BUILTIN_MLP, build_model
+from trainer.model.objective import Objective
+from trainer.outputs.model_folder import RunRefused, report_failure, write_history, write_outputs
+from trainer.outputs.progress import ProgressRecord
+from trainer.outputs.tensorboard import DiscardedScalars, ScalarWriter
+from trainer.outputs.throughput import Throughput
+from trainer.storage.folders import size_of
 
 gc.enable()
 
@@ -94,7 +103,9 @@ class Run:
     state: TrainState
     checkpoints: Checkpoints
     started: float
-    evidence: Evidence  # the champion's figures, the label check's verdict, the reference rows (trainer/evidence.py)
+    evidence: (
+        Evidence  # the champion's figures, the label check's verdict, the reference rows (trainer/judging/evidence.py)
+    )
 
     @property
     def is_main(self) -> bool:
@@ -112,7 +123,7 @@ class Run:
 def memory_budget_bytes(args: argparse.Namespace) -> int:
     if args.memory_budget_mb is not None:
         return int(args.memory_budget_mb * 2**20)
-    return data_budget.default_budget_bytes(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return memory_budget.default_budget_bytes(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def load_tables(args: argparse.Namespace, device: torch.device) -> Tables:
@@ -124,7 +135,7 @@ def load_tables(args: argparse.Namespace, device: torch.device) -> Tables:
     shards = list_shards(args.data, args.format)
     mine = shards[rank::world_size] if len(shards) >= world_size else shards
     budget = memory_budget_bytes(args)
-    if collectives.max_across_ranks(int(data_budget.must_stream([(size_of(s.uri), s.format) for s in mine], budget))):
+    if collectives.max_across_ranks(int(memory_budget.must_stream([(size_of(s.uri), s.format) for s in mine], budget))):
         return load_streamed(args, shards, budget, device)
     data = load_rank_data(args.data, args.format, args.seed, args.validation_fraction)
     combine = Combine(across_ranks=data.sharded)
@@ -157,7 +168,7 @@ def load_tables(args: argparse.Namespace, device: torch.device) -> Tables:
 
 
 def load_streamed(args: argparse.Namespace, shards: list[Shard], budget: int, device: torch.device) -> Tables:
-    """The streamed path (trainer/streaming.py): one statistics pass over the rank's blocks, validation rows kept,
+    """The streamed path (trainer/data/streaming.py): one statistics pass over the rank's blocks, validation rows kept,
     training rows read window by window while training."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     sharded = len(shards) >= world_size
@@ -420,7 +431,7 @@ def stopping_early(run: Run) -> bool:
 
 def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | DiscardedScalars) -> None:
     """The final metrics (with the champion's, scored on the same validation rows before training, when there is
-    one), and on rank 0 the figures on the reference rows (trainer/evidence.py) and the model and metrics files
+    one), and on rank 0 the figures on the reference rows (trainer/judging/evidence.py) and the model and metrics files
     (`_SUCCESS` last)."""
     args, state, tables = run.args, run.state, run.tables
     rows = tables.train_rows

@@ -4,7 +4,7 @@ and never reaches a GPU.
 
 Only the header is read, with bounded ranged reads: for CSV the first bytes of the first data file (its header line
 and a few rows, to see each column's type), for Parquet its footer. The first data file is the one the trainer reads
-first (trainer/data.py list_shards: every CSV or Parquet object below the folder, by name, leaving out names that
+first (trainer/data/tables.py list_shards: every CSV or Parquet object below the folder, by name, leaving out names that
 start with `_` or `.`).
 
 Whatever cannot be read here — a champion without a schema.json (trained before it was written, or by a custom

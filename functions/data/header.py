@@ -3,7 +3,7 @@ after it — for admission to compare with the champion's schema (issue 27, poin
 
 The classes are the schema contract's (trainer/ writes them in schema.json): `number`, `string`, `boolean`. They
 follow the type pyarrow's CSV reader would give the column with its default options, which is how the trainer reads
-it (trainer/data.py): a column holds the first type, in the order int64 → boolean → … → double → string, that all
+it (trainer/data/tables.py): a column holds the first type, in the order int64 → boolean → … → double → string, that all
 its values convert to, values in `null_values` being nulls for every type but string (pyarrow.csv.ConvertOptions;
 arrow/cpp/src/arrow/csv/inference_internal.h). Integers (decimal, or hexadecimal with 0x) and doubles are numbers;
 the true and false values are booleans; anything else is a string, except that a column of dates or times alone

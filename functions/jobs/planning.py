@@ -176,9 +176,9 @@ def estimate_cost(request: TrainingJobRequest, reducers: ReductionServerPlan) ->
     )
 
 
-# The built-in trainer's own rule for streaming (trainer/data_budget.py; a test keeps the two equal): a rank streams
-# its share when the share's estimated peak in memory exceeds MEMORY_BUDGET_FRACTION of the node's memory divided
-# by the node's ranks. The peak is estimated from the bytes stored: about 2.5 × the float32 rows in memory
+# The built-in trainer's own rule for streaming (trainer/data/memory_budget.py; a test keeps the two equal): a rank
+# streams its share when the share's estimated peak in memory exceeds MEMORY_BUDGET_FRACTION of the node's memory
+# divided by the node's ranks. The peak is estimated from the bytes stored: about 2.5 × the float32 rows in memory
 # (bench/trainer_memory.py), and a Parquet float stored in at most its own size, a CSV one in about two or more.
 MEMORY_BUDGET_FRACTION = 0.5
 PEAK_PER_STORED_BYTE = {"parquet": 3.0, "csv": 1.5}

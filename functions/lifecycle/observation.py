@@ -50,9 +50,9 @@ from schemas.rules import split_gs_uri
 # A reconcile tick starts observing a record only with at least this much of its deadline left; the records it
 # does not reach are the next tick's (every record is visited in a fresh order, so none is always last).
 MIN_OBSERVE_SECONDS = 10.0
-# What the trainer leaves in its model folder when it fails (trainer/outputs.py), and the heartbeat it keeps in
-# its checkpoint folder (trainer/progress.py); the trainer is configured only by its command line, so the names
-# are agreed here rather than imported.
+# What the trainer leaves in its model folder when it fails (trainer/outputs/model_folder.py), and the heartbeat it
+# keeps in its checkpoint folder (trainer/outputs/progress.py); the trainer is configured only by its command line, so
+# the names are agreed here rather than imported.
 FAILURE_NOTE = "failure.json"
 PROGRESS_FILE = "progress.json"
 
@@ -184,8 +184,8 @@ class Observation:
             return Metrics({}, f"its metrics.json could not be read, so no metrics are reported: {exc}")
 
     def _progress(self, record: Record) -> dict[str, Any]:
-        """The built-in trainer's heartbeat (trainer/progress.py); {} when there is none, or none that can be read
-        (its progress is then not judged)."""
+        """The built-in trainer's heartbeat (trainer/outputs/progress.py); {} when there is none, or none that can be
+        read (its progress is then not judged)."""
         uri = record.artifacts.checkpoint_dir + PROGRESS_FILE
         try:
             raw = self._job_output(uri)

@@ -3,9 +3,9 @@
 
 Each is read with a bound on its size (`MAX_OUTPUT_BYTES`, never downloaded whole), parsed by
 documents.load_json (bounded nesting) and checked against the shape the built-in trainer writes
-(trainer/outputs.py, trainer/progress.py; not imported: the trainer stands alone, DESIGN.md §2). Pure: the
-functions take the bytes; what cannot be used raises `Unreadable` with the reason in words, or is left out and
-named, and never anything else.
+(trainer/outputs/model_folder.py, trainer/outputs/progress.py; not imported: the trainer stands alone, DESIGN.md
+§2). Pure: the functions take the bytes; what cannot be used raises `Unreadable` with the reason in words, or is left
+out and named, and never anything else.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ DRIFT = "drift"
 MAX_NAME_CHARS = 128
 MAX_TEXT_CHARS = 1024
 INT64 = 2**63  # BigQuery's JSON columns (the events table) hold 64-bit integers
-# failure.json: the trainer clips its own note to this many characters (trainer/outputs.py report_failure).
+# failure.json: the trainer clips its own note to this many characters (trainer/outputs/model_folder.py report_failure).
 MAX_FAILURE_CHARS = 2000
 SHOWN_PROBLEMS = 5
 # Control characters other than tab and newline, kept out of the text events and terminals show.
@@ -74,7 +74,7 @@ def parse_metrics(raw: bytes) -> Metrics:
 
 
 class Progress(BaseModel):
-    """The heartbeat the built-in trainer keeps (trainer/progress.py); the fields the controller reads."""
+    """The heartbeat the built-in trainer keeps (trainer/outputs/progress.py); the fields the controller reads."""
 
     model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
@@ -88,7 +88,7 @@ def parse_progress(raw: bytes) -> Progress:
 
 
 class FailureNote(BaseModel):
-    """What the built-in trainer leaves when it fails (trainer/outputs.py report_failure)."""
+    """What the built-in trainer leaves when it fails (trainer/outputs/model_folder.py report_failure)."""
 
     model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from trainer_runs import free_port, output_dirs, process_env, run, write_breast_cancer_shards
 
-import trainer.storage
+import trainer.storage.folders
 from local.fake_gcs import create_bucket
 
 
@@ -60,11 +60,11 @@ def fake_gcs_url():
 def gcs_bucket(fake_gcs_url, monkeypatch):
     """A fresh bucket on the fake server; STORAGE_EMULATOR_HOST points this process at it."""
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs_url)
-    trainer.storage.gcs_client.cache_clear()
+    trainer.storage.folders.gcs_client.cache_clear()
     name = f"test-{uuid.uuid4().hex[:12]}"
     create_bucket(fake_gcs_url, "test-project", name)  # versioned, as Terraform's control bucket
     yield name
-    trainer.storage.gcs_client.cache_clear()
+    trainer.storage.folders.gcs_client.cache_clear()
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,13 @@ from pathlib import Path
 
 from trainer_runs import process_env, run
 
-from trainer.accelerators import LOCAL_PROCS_ENV, Requested, missing_kernels, refusal, requested_accelerators
+from trainer.distributed.accelerators import (
+    LOCAL_PROCS_ENV,
+    Requested,
+    missing_kernels,
+    refusal,
+    requested_accelerators,
+)
 
 CU126_ARCHES = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
 

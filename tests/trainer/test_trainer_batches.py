@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.batches import EpochBatches
+from trainer.data.batches import EpochBatches
 
 
 def batches(rank: int, world: int = 2, rows: int = 101, sharded: bool = False, largest: int | None = None):

@@ -19,14 +19,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from trainer_runs import output_dirs, process_env, run
 
-import trainer.champion
-from trainer.champion import MAX_ERROR_CHARS, score_champion
-from trainer.data import _split
-from trainer.model import BUILTIN_MLP, build_model
-from trainer.outputs import load_model, model_from_bytes, write_outputs
+import trainer.judging.champion
+from trainer.data.preprocess import MAX_CATEGORIES, Combine, Preprocessor
+from trainer.data.tables import _split
+from trainer.judging.champion import MAX_ERROR_CHARS, score_champion
+from trainer.model.network import BUILTIN_MLP, build_model
+from trainer.outputs.model_folder import load_model, model_from_bytes, write_outputs
 from trainer.predict import predict_rows
-from trainer.preprocess import MAX_CATEGORIES, Combine, Preprocessor
-from trainer.storage import gcs_client
+from trainer.storage.folders import gcs_client
 
 FACTORIES = {BUILTIN_MLP}
 CPU = torch.device("cpu")
@@ -207,7 +207,7 @@ def test_weights_that_do_not_match_their_settings_are_refused_before_the_module_
 
 def test_a_champion_file_over_the_bound_is_not_read(world_of_one, rows, champion, tmp_path, monkeypatch):
     """issue 26, step 1 (bound what you read)."""
-    monkeypatch.setattr(trainer.champion, "MAX_CHAMPION_BYTES", 1000)
+    monkeypatch.setattr(trainer.judging.champion, "MAX_CHAMPION_BYTES", 1000)
     scored = score_champion(save(champion, tmp_path / "m"), rows, run_prep(champion), FACTORIES, CPU).metrics
     assert "is larger than the 1,000 bytes this reader accepts" in scored["champion_error"]
 
@@ -215,7 +215,7 @@ def test_a_champion_file_over_the_bound_is_not_read(world_of_one, rows, champion
 def test_a_missing_champion_and_long_errors_are_reported_within_bounds(world_of_one, rows, champion, tmp_path):
     scored = score_champion(str(tmp_path / "nothing"), rows, run_prep(champion), FACTORIES, CPU).metrics
     assert scored["champion_error"].startswith(f"cannot read {tmp_path / 'nothing'}/model.pt: FileNotFoundError")
-    assert len(trainer.champion._unscored("d", "x" * 5000)["champion_error"]) == MAX_ERROR_CHARS
+    assert len(trainer.judging.champion._unscored("d", "x" * 5000)["champion_error"]) == MAX_ERROR_CHARS
 
 
 def test_preprocessing_beyond_what_fit_makes_is_refused(champion):
@@ -252,6 +252,6 @@ def test_a_champion_in_cloud_storage_is_read_with_a_bounded_read(
     bucket.blob("runs/r1/model/model.pt").upload_from_filename(str(trained_breast_cancer_model / "model.pt"))
     uri = f"gs://{gcs_bucket}/runs/r1/model"
     assert score_champion(uri, rows, run_prep(champion), FACTORIES, CPU).metrics["champion_scored_on_same_rows"] is True
-    monkeypatch.setattr(trainer.champion, "MAX_CHAMPION_BYTES", 1000)
+    monkeypatch.setattr(trainer.judging.champion, "MAX_CHAMPION_BYTES", 1000)
     scored = score_champion(uri, rows, run_prep(champion), FACTORIES, CPU).metrics
     assert f"gs://{gcs_bucket}/runs/r1/model/model.pt is larger than the 1,000 bytes" in scored["champion_error"]

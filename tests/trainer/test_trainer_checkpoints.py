@@ -11,8 +11,8 @@ import threading
 import pytest
 import torch
 
-from trainer.checkpoint import Checkpoints
-from trainer.storage import open_folder
+from trainer.checkpoints.committed import Checkpoints
+from trainer.storage.folders import open_folder
 
 
 @pytest.fixture(params=["local", "gcs"])

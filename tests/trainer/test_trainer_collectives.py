@@ -25,10 +25,10 @@ WORLD = 2
 def _rank_program(rank: int, store_path: str, out_path: str) -> None:
     from fake_cuda import BACKEND, use_fake_cuda
 
-    from trainer import collectives
-    from trainer.distributed import Coordination
-    from trainer.objective import Objective
-    from trainer.preprocess import Combine, Preprocessor
+    from trainer.data.preprocess import Combine, Preprocessor
+    from trainer.distributed import collectives
+    from trainer.distributed.process_group import Coordination
+    from trainer.model.objective import Objective
 
     os.environ["LOCAL_RANK"] = str(rank)
     on_fake_cuda = use_fake_cuda(local_rank=rank)
@@ -112,7 +112,7 @@ def test_no_trainer_module_but_collectives_calls_a_collective_itself():
     """Guards issue 17 item 1: one module places every collective's tensors, so none can bypass it."""
     offenders = {
         path.name: COLLECTIVE_CALL.findall(path.read_text())
-        for path in TRAINER.glob("*.py")
+        for path in TRAINER.rglob("*.py")
         if path.name != "collectives.py"
     }
     assert {name: calls for name, calls in offenders.items() if calls} == {}
@@ -121,7 +121,7 @@ def test_no_trainer_module_but_collectives_calls_a_collective_itself():
 def test_the_gloo_group_communicates_on_the_cpu():
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        from trainer import collectives
+        from trainer.distributed import collectives
 
         assert collectives.group_device() == torch.device("cpu")
         assert collectives.sum_array(np.array([1.0, 2.0])).tolist() == [1.0, 2.0]

@@ -13,8 +13,9 @@ import pyarrow.csv as pa_csv
 import pytest
 from trainer_runs import output_dirs, process_env, run
 
-import trainer.data_schema
-from trainer.data_schema import (
+import trainer.data.schema
+from trainer.data.preprocess import Combine
+from trainer.data.schema import (
     MAX_VALUE_CHARS,
     QUANTILES,
     TOP_CATEGORIES,
@@ -26,7 +27,6 @@ from trainer.data_schema import (
     schema_bytes,
     schema_problem,
 )
-from trainer.preprocess import Combine
 
 ALONE = Combine(across_ranks=False)
 
@@ -124,12 +124,12 @@ def test_shards_summarised_apart_merge_into_the_whole_tables_description():
 def test_a_large_column_is_summarised_from_a_bounded_sample(monkeypatch):
     """issue 27, point 1 (cheap, bounded): quantiles of more values than the sample come from a seeded sample and
     are within a small share of the exact ones; what a rank hands the merge is at most SKETCH_POINTS values."""
-    monkeypatch.setattr(trainer.data_schema, "SAMPLED_VALUES", 20_000)
+    monkeypatch.setattr(trainer.data.schema, "SAMPLED_VALUES", 20_000)
     values = np.random.default_rng(5).exponential(size=200_000)
     table = pa.table({"x": values})
     types = merge_types([table.schema])
     summary = local_summaries(table, types, seed=1)["x"]
-    assert len(summary["sketch"]) == trainer.data_schema.SKETCH_POINTS
+    assert len(summary["sketch"]) == trainer.data.schema.SKETCH_POINTS
     _, stats = merge_summaries("number", [summary])
     exact = np.quantile(values, QUANTILES)
     ranks = np.searchsorted(np.sort(values), [stats["quantiles"][str(q)] for q in QUANTILES]) / len(values)
@@ -144,7 +144,7 @@ def test_a_champions_schema_is_read_with_a_bound_and_checked(tmp_path, monkeypat
     (tmp_path / "schema.json").write_bytes(schema_bytes(document))
     assert read_schema(str(tmp_path)) == json.loads(schema_bytes(document))
 
-    monkeypatch.setattr(trainer.data_schema, "MAX_SCHEMA_BYTES", 100)
+    monkeypatch.setattr(trainer.data.schema, "MAX_SCHEMA_BYTES", 100)
     with pytest.raises(ValueError, match="larger than the 100 bytes"):
         read_schema(str(tmp_path))
     number = document["columns"][0]

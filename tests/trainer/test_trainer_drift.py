@@ -16,11 +16,12 @@ import torch.distributed as dist
 from trainer_runs import output_dirs, process_env, run
 
 from functions.untrusted import job_outputs
-from trainer import drift, outputs
-from trainer.data_schema import describe, schema_bytes
-from trainer.drift import DataDrift, drift_against_champion, measure, psi
+from trainer.data.preprocess import Combine
+from trainer.data.schema import describe, schema_bytes
 from trainer.flags import parse_args
-from trainer.preprocess import Combine
+from trainer.judging import drift
+from trainer.judging.drift import DataDrift, drift_against_champion, measure, psi
+from trainer.outputs import model_folder
 
 ALONE = Combine(across_ranks=False)
 
@@ -152,7 +153,7 @@ def test_what_the_trainer_writes_fits_what_the_controller_reads():
     """issue 27, point 3: metrics.json's `drift` keeps no more entries than the controller reads of a nested
     metric, and the note's error is clipped where the controller clips it."""
     assert drift.REPORTED_FEATURES <= job_outputs.MAX_NESTED_ENTRIES
-    assert outputs.MAX_FAILURE_CHARS == job_outputs.MAX_FAILURE_CHARS
+    assert model_folder.MAX_FAILURE_CHARS == job_outputs.MAX_FAILURE_CHARS
 
 
 def test_a_run_past_max_drift_stops_before_its_first_epoch(

@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import gpu_feeding
 from trainer.flags import parse_args
+from trainer.model import gpu_feeding
 
 
 @pytest.fixture

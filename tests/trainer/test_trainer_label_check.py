@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 from trainer_runs import output_dirs, process_env, run
 
-from trainer.data_schema import describe, read_schema, schema_bytes, schema_problem
-from trainer.drift import measure_target
+from trainer.data.preprocess import Combine
+from trainer.data.schema import describe, read_schema, schema_bytes, schema_problem
 from trainer.flags import parse_args
-from trainer.label_check import LabelsChanged, check_labels
-from trainer.preprocess import Combine
+from trainer.judging.drift import measure_target
+from trainer.judging.label_check import LabelsChanged, check_labels
 
 ALONE = Combine(across_ranks=False)
 CHAMPION = {"champion_val_accuracy": 0.03, "champion_skill": -1.8, "champion_skill_baseline": 0.52,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainer import nccl_env, shared_memory
+from trainer.distributed import nccl_env, shared_memory
 from trainer.launch import LOCAL_PROCS_ENV, Cluster, cluster_from_env, parse_args, processes_per_node, torchrun_argv
 
 

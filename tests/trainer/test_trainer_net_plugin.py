@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer import net_plugin
+from trainer.distributed import net_plugin
 
 REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
 

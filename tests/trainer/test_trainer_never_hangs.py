@@ -117,7 +117,7 @@ def test_a_rank_stuck_for_good_after_start_up_fails_the_run_after_the_collective
 def test_the_finished_watch_reads_the_checkpoint_folder_and_ignores_an_earlier_runs_record(tmp_path):
     """Guards issue 16 item 5: the launcher's watch finds progress.json where trainer.train writes it, and only a
     `finished` record counts."""
-    from trainer.finished_watch import checkpoint_dir, finished_at
+    from trainer.outputs.finished_watch import checkpoint_dir, finished_at
 
     assert checkpoint_dir(["--data", "d", "--checkpoint-dir", "gs://b/c/"], {}) == "gs://b/c/"
     assert checkpoint_dir(["--checkpoint-dir=/x"], {"AIP_CHECKPOINT_DIR": "gs://b/y/"}) == "/x"

@@ -13,20 +13,23 @@ import pyarrow.parquet as pq
 import pytest
 from trainer_runs import free_port, process_env, run, started
 
-import trainer.storage
+import trainer.storage.folders
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def upload_folder(bucket: str, prefix: str, folder: Path) -> str:
-    gcs = trainer.storage.gcs_client().bucket(bucket)
+    gcs = trainer.storage.folders.gcs_client().bucket(bucket)
     for path in sorted(folder.iterdir()):
         gcs.blob(f"{prefix}/{path.name}").upload_from_filename(str(path))
     return f"gs://{bucket}/{prefix}"
 
 
 def objects(bucket: str, prefix: str) -> dict[str, object]:
-    return {b.name[len(prefix) + 1 :]: b for b in trainer.storage.gcs_client().list_blobs(bucket, prefix=prefix + "/")}
+    return {
+        b.name[len(prefix) + 1 :]: b
+        for b in trainer.storage.folders.gcs_client().list_blobs(bucket, prefix=prefix + "/")
+    }
 
 
 def test_one_node_two_processes_train_from_and_to_gcs(gcs_bucket, breast_cancer_csv_shards, fake_gcs_url, tmp_path):
@@ -105,7 +108,7 @@ def test_two_nodes_of_two_processes_train_on_gcs_and_predict_reads_the_model(
         tmp_path / "predict.log",
     )
     assert predicted.returncode == 0, predicted.output[-4000:]
-    blob = trainer.storage.gcs_client().bucket(gcs_bucket).blob("runs/two-nodes/predictions/predictions.csv")
+    blob = trainer.storage.folders.gcs_client().bucket(gcs_bucket).blob("runs/two-nodes/predictions/predictions.csv")
     table = pa_csv.read_csv(io.BytesIO(blob.download_as_bytes()))
     assert table.num_rows == 569
     hits = sum(a == b for a, b in zip(table["prediction"].to_pylist(), table["target"].to_pylist(), strict=True))

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from trainer.preprocess import MAX_CATEGORIES, Combine, Preprocessor, drop_unlabelled
+from trainer.data.preprocess import MAX_CATEGORIES, Combine, Preprocessor, drop_unlabelled
 
 LOCAL = Combine(across_ranks=False)
 

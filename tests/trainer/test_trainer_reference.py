@@ -18,17 +18,22 @@ import torch.nn.functional as F
 from test_trainer_skill_and_bootstrap import reference_interval
 from trainer_runs import output_dirs, process_env, run
 
-import trainer.reference_set
+import trainer.judging.reference_set
 from functions.untrusted import job_outputs
-from trainer import bootstrap
-from trainer.evidence import Evidence, after_training
-from trainer.model import BUILTIN_MLP, build_model
-from trainer.outputs import load_model
+from trainer.data.preprocess import Combine, Preprocessor
+from trainer.judging import bootstrap
+from trainer.judging.evidence import Evidence, after_training
+from trainer.judging.reference_set import (
+    ReferenceUnusable,
+    read_reference_set,
+    reference_on_rank_zero,
+    validation_sample,
+)
+from trainer.judging.row_scores import score_rows
+from trainer.model.network import BUILTIN_MLP, build_model
+from trainer.outputs.model_folder import load_model
 from trainer.predict import predict_rows
-from trainer.preprocess import Combine, Preprocessor
-from trainer.reference_set import ReferenceUnusable, read_reference_set, reference_on_rank_zero, validation_sample
-from trainer.row_scores import score_rows
-from trainer.storage import gcs_client
+from trainer.storage.folders import gcs_client
 
 
 @pytest.fixture
@@ -61,15 +66,15 @@ def test_a_reference_set_beyond_its_bounds_or_without_the_target_is_refused(tmp_
     """Bound what you read: rows (from a Parquet file's footer before it is decoded, else once read) and bytes."""
     pq.write_table(rows(50), tmp_path / "reference.parquet")
     pa_csv.write_csv(rows(50), tmp_path / "reference.csv")
-    monkeypatch.setattr(trainer.reference_set, "MAX_REFERENCE_ROWS", 49)
+    monkeypatch.setattr(trainer.judging.reference_set, "MAX_REFERENCE_ROWS", 49)
     for name in ("reference.parquet", "reference.csv"):
         with pytest.raises(ValueError, match="it holds more than 49 rows"):
             read_reference_set(str(tmp_path / name), "y")
-    monkeypatch.setattr(trainer.reference_set, "MAX_REFERENCE_ROWS", 50)
-    monkeypatch.setattr(trainer.reference_set, "MAX_REFERENCE_BYTES", 100)
+    monkeypatch.setattr(trainer.judging.reference_set, "MAX_REFERENCE_ROWS", 50)
+    monkeypatch.setattr(trainer.judging.reference_set, "MAX_REFERENCE_BYTES", 100)
     with pytest.raises(ValueError, match="its files hold more than 100 bytes"):
         read_reference_set(str(tmp_path / "reference.parquet"), "y")
-    monkeypatch.setattr(trainer.reference_set, "MAX_REFERENCE_BYTES", 1 << 20)
+    monkeypatch.setattr(trainer.judging.reference_set, "MAX_REFERENCE_BYTES", 1 << 20)
     with pytest.raises(ValueError, match=r"it has no column 'target' \(the target\)"):
         read_reference_set(str(tmp_path / "reference.parquet"), "target")
 
@@ -85,7 +90,9 @@ def test_an_unusable_reference_set_stops_the_run_before_training(world_of_one, t
 
 def test_a_reference_set_in_cloud_storage_is_read(world_of_one, gcs_bucket):
     bucket = gcs_client().bucket(gcs_bucket)
-    bucket.blob("models/m/reference/reference.parquet").upload_from_string(trainer.reference_set.parquet_bytes(rows(8)))
+    bucket.blob("models/m/reference/reference.parquet").upload_from_string(
+        trainer.judging.reference_set.parquet_bytes(rows(8))
+    )
     read = reference_on_rank_zero(f"gs://{gcs_bucket}/models/m/reference/reference.parquet", "y")
     assert read is not None and read.num_rows == 8
 

@@ -26,8 +26,8 @@ from trainer_runs import (
     wait_for,
 )
 
-from trainer.checkpoint import Checkpoints
-from trainer.distributed import PREEMPTED_EXIT_CODE
+from trainer.checkpoints.committed import Checkpoints
+from trainer.distributed.process_group import PREEMPTED_EXIT_CODE
 
 pytestmark = pytest.mark.slow
 

@@ -19,9 +19,9 @@ import pytest
 import torch
 from trainer_runs import Running, free_port, process_env, run, started, wait_for
 
-from trainer.preprocess import Combine, Preprocessor
+from trainer.data.preprocess import Combine, Preprocessor
 from trainer.serve import MAX_REQUEST_BYTES, PredictionServer, answer, instances_table
-from trainer.storage import gcs_client
+from trainer.storage.folders import gcs_client
 
 HEALTH_ROUTE = "/v1/endpoints/123/deployedModels/456"
 PREDICT_ROUTE = "/v1/endpoints/123/deployedModels/456:predict"

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainer import bootstrap
-from trainer.bootstrap import mean, paired_interval, root_mean
-from trainer.skill import classification_skill, regression_skill
+from trainer.judging import bootstrap
+from trainer.judging.bootstrap import mean, paired_interval, root_mean
+from trainer.judging.skill import classification_skill, regression_skill
 
 
 def test_classification_skill_is_accuracy_above_the_most_frequent_class_over_what_is_left():

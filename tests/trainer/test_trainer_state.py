@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainer.state import TrainState
+from trainer.checkpoints.state import TrainState
 
 
 def fresh_state(seed: int) -> TrainState:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.state import TrainState
+from trainer.checkpoints.state import TrainState
 
 _MALLINFO2_FIELDS = [
     "arena",

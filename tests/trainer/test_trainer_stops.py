@@ -14,7 +14,7 @@ from test_trainer_best_model import noisy_labels
 from trainer_runs import output_dirs
 
 from trainer import train
-from trainer.distributed import PREEMPTED_EXIT_CODE
+from trainer.distributed.process_group import PREEMPTED_EXIT_CODE
 
 
 @pytest.fixture

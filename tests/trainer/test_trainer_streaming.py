@@ -14,11 +14,11 @@ import pytest
 import torch
 from trainer_runs import assert_bitwise_equal, output_dirs, process_env, run, signal_table
 
-from trainer import data_budget, streaming
-from trainer.data import Shard, _split, concat_tables
-from trainer.data_schema import describe, description_of, merge_types
-from trainer.preprocess import Combine, FitAccumulator, Preprocessor, drop_unlabelled
-from trainer.streaming import WindowedStream, numeric_columns
+from trainer.data import memory_budget, streaming
+from trainer.data.preprocess import Combine, FitAccumulator, Preprocessor, drop_unlabelled
+from trainer.data.schema import describe, description_of, merge_types
+from trainer.data.streaming import WindowedStream, numeric_columns
+from trainer.data.tables import Shard, _split, concat_tables
 
 LOCAL = Combine(across_ranks=False)
 SEED, VALIDATION = 3, 0.2
@@ -133,9 +133,9 @@ def test_windows_visit_every_training_row_once_in_a_seeded_order_and_a_resume_re
 
 def test_a_share_streams_when_its_estimated_peak_exceeds_the_budget():
     """Issue 30, point 2: the budget decision, from the stored sizes of a rank's files."""
-    assert data_budget.must_stream([(400, "parquet")], budget_bytes=1000)  # 1,200 bytes estimated
-    assert not data_budget.must_stream([(300, "parquet"), (100, "csv")], budget_bytes=1100)  # 900 + 150
-    assert data_budget.default_budget_bytes(4, memory=96 * 10**9) == 12 * 10**9
+    assert memory_budget.must_stream([(400, "parquet")], budget_bytes=1000)  # 1,200 bytes estimated
+    assert not memory_budget.must_stream([(300, "parquet"), (100, "csv")], budget_bytes=1100)  # 900 + 150
+    assert memory_budget.default_budget_bytes(4, memory=96 * 10**9) == 12 * 10**9
 
 
 @pytest.mark.slow

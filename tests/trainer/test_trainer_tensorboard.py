@@ -9,7 +9,7 @@ import google_crc32c
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from trainer.tensorboard import ScalarWriter, crc32c
+from trainer.outputs.tensorboard import ScalarWriter, crc32c
 
 
 def event_class():

@@ -11,8 +11,8 @@ import time
 
 from torch import nn
 
-from trainer import storage
-from trainer.model import mlp
+from trainer.model.network import mlp
+from trainer.storage import folders
 
 
 class PacedModel(nn.Module):
@@ -70,7 +70,7 @@ def paced_mlp(
 
 def slow_down_local_uploads(seconds: float) -> None:
     """Every file streamed into a local folder (a checkpoint's state) takes `seconds` longer to complete."""
-    real_open_writer = storage.LocalFolder.open_writer
+    real_open_writer = folders.LocalFolder.open_writer
 
     @contextlib.contextmanager
     def open_writer(self, name):
@@ -78,7 +78,7 @@ def slow_down_local_uploads(seconds: float) -> None:
             yield file
             time.sleep(seconds)
 
-    storage.LocalFolder.open_writer = open_writer  # type: ignore[method-assign]
+    folders.LocalFolder.open_writer = open_writer  # type: ignore[method-assign]
 
 
 class TinyResidual(nn.Module):

@@ -142,7 +142,7 @@ def test_a_dataset_that_lost_hundreds_of_columns_lists_a_bounded_number():
 
 
 def test_the_first_data_file_is_the_one_the_trainer_reads_first():
-    """trainer/data.py reads every CSV or Parquet object below the folder by name, leaving out markers and hidden
+    """trainer/data/tables.py reads every CSV or Parquet object below the folder by name, leaving out markers and hidden
     files; the header comes from the first."""
     request = make_request(dataset={"uri": "gs://data-bucket/churn/day=1/", "target": "churned"})
     listing = [

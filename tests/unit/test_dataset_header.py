@@ -34,7 +34,7 @@ VALUES = [
 
 
 def pyarrow_type(values: list[str]) -> str | None:
-    """The class pyarrow's CSV reader (default options, as trainer/data.py reads) gives a column of `values`;
+    """The class pyarrow's CSV reader (default options, as trainer/data/tables.py reads) gives a column of `values`;
     `temporal` for dates, times and timestamps."""
     text = "x\n" + "".join('"' + v.replace('"', '""') + '"\n' for v in values)
     kind = pa_csv.read_csv(io.BytesIO(text.encode())).schema.field("x").type

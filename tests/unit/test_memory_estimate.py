@@ -11,7 +11,7 @@ from functions.jobs import planning
 from schemas import catalog
 from tests.unit.conftest import make_request
 from trainctl import plan as plan_command
-from trainer import data_budget
+from trainer.data import memory_budget
 
 GB = 10**9
 L4_PAIR = {"machine_type": "g2-standard-24"}  # 2 × L4 on one node, 96 GB
@@ -42,8 +42,8 @@ def test_a_share_beyond_the_budget_streams_and_fewer_files_than_ranks_means_ever
 
 def test_the_plan_and_the_trainer_share_one_rule():
     """Issue 30, point 4: the plan says what the trainer will do only while both use the same figures."""
-    assert planning.MEMORY_BUDGET_FRACTION == data_budget.MEMORY_BUDGET_FRACTION
-    assert planning.PEAK_PER_STORED_BYTE == data_budget.PEAK_PER_STORED_BYTE
+    assert planning.MEMORY_BUDGET_FRACTION == memory_budget.MEMORY_BUDGET_FRACTION
+    assert planning.PEAK_PER_STORED_BYTE == memory_budget.PEAK_PER_STORED_BYTE
 
 
 def test_every_machine_in_the_catalog_knows_its_memory():

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer import logs
-from trainer.accelerators import _field, machine_spec
+from trainer.distributed.accelerators import _field, machine_spec
 
 # Where the loader looks after LD_LIBRARY_PATH on the image's Debian/Ubuntu base (ld.so.conf's usual entries).
 SYSTEM_LIBRARY_DIRS = ("/usr/local/lib", "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib", "/lib")

@@ -1,17 +1,17 @@
 """Scoring the model in use — the champion — on this run's own validation rows, before the first epoch, so that the
 controller compares challenger and champion on the same data (`--champion-model-dir`) and the labels can be
-checked before any GPU time is spent on them (trainer/label_check.py).
+checked before any GPU time is spent on them (trainer/judging/label_check.py).
 
 The champion's `model.pt` carries its own preprocessing, so it reads the raw rows as it was trained to. Every rank
 scores its own validation rows (the very rows, and the same split, that the challenger's figures come from) and
 the sums are all-reduced, exactly as the challenger's evaluation is. Beside its figures comes its skill on these
-rows (trainer/skill.py): how much better it does than predicting their most frequent class, or their mean. A
+rows (trainer/judging/skill.py): how much better it does than predicting their most frequent class, or their mean. A
 champion that cannot score these rows — a column it needs is gone, a label it never saw, a different target or
 task, an unreadable file — is reported in `champion_error` and the run goes on: a new model must never fail
 because the old one no longer fits the data.
 
 The file was written by another run, so it is read with a size bound, unpickled as plain values and tensors
-only, and may be built only by the built-in MLP or this run's own `--model` (trainer/outputs.py).
+only, and may be built only by the built-in MLP or this run's own `--model` (trainer/outputs/model_folder.py).
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import collectives, logs
-from trainer.objective import Objective
-from trainer.outputs import MODEL_FILE, model_from_bytes
-from trainer.preprocess import Preprocessor
-from trainer.skill import Skill, classification_skill, regression_skill
-from trainer.storage import open_folder
+from trainer import logs
+from trainer.data.preprocess import Preprocessor
+from trainer.distributed import collectives
+from trainer.judging.skill import Skill, classification_skill, regression_skill
+from trainer.model.objective import Objective
+from trainer.outputs.model_folder import MODEL_FILE, model_from_bytes
+from trainer.storage.folders import open_folder
 
 MAX_CHAMPION_BYTES = 1 << 30  # model.pt of the built-in MLP is kilobytes; a user's --model may be far larger
 MAX_ERROR_CHARS = 500

@@ -21,7 +21,7 @@ import os
 import time
 
 from trainer import logs
-from trainer.storage import open_folder
+from trainer.storage.folders import open_folder
 
 PROGRESS_FILE = "progress.json"
 

@@ -35,10 +35,11 @@ import numpy as np
 import pyarrow as pa
 import torch.distributed as dist
 
-from trainer import collectives, logs
-from trainer.data_schema import QUANTILES, DataDescription, category_keys, numbers_of, read_schema, value_counts
-from trainer.outputs import RunRefused, read_failure_note
-from trainer.preprocess import Combine
+from trainer import logs
+from trainer.data.preprocess import Combine
+from trainer.data.schema import QUANTILES, DataDescription, category_keys, numbers_of, read_schema, value_counts
+from trainer.distributed import collectives
+from trainer.outputs.model_folder import RunRefused, read_failure_note
 
 DRIFT_MEASURE = "psi"
 EMPTY_BIN = 1e-4  # the share an empty bin counts as (Evidently's get_binned_data fills zeros with 0.0001)

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer import collectives
-from trainer.preprocess import Preprocessor
+from trainer.data.preprocess import Preprocessor
+from trainer.distributed import collectives
 
 EVAL_CHUNK_ROWS = 8192
 
@@ -49,7 +49,7 @@ class Objective:
     ) -> torch.Tensor:
         """This rank's part of an evaluation: loss sum, model hits (or squared error), baseline hits (or squared
         error) and rows. Kept apart from the all-reduce so a caller can make sure every rank got this far before
-        any of them enters the collective (a champion that cannot score, trainer/champion.py)."""
+        any of them enters the collective (a champion that cannot score, trainer/judging/champion.py)."""
         was_training = model.training
         model.eval()
         sums = torch.zeros(4, dtype=torch.float64, device=device)

@@ -3,11 +3,11 @@ request cannot pick.
 
 Before the first epoch (`before_training`, every rank): the champion scored on this run's validation rows and, with
 `--reference-data`, on the model's reference rows (rank 0 alone: a reference set is small); then the label check
-(trainer/label_check.py), which may stop every rank together. After training (`after_training`, rank 0): the
+(trainer/judging/label_check.py), which may stop every rank together. After training (`after_training`, rank 0): the
 challenger scored on the same reference rows and, with a champion, the paired bootstrap interval of its
-improvement for every validation metric of the task (trainer/bootstrap.py). With `--write-reference-rows` (the
+improvement for every validation metric of the task (trainer/judging/bootstrap.py). With `--write-reference-rows` (the
 model has no reference set yet) rank 0 writes a sample of the validation rows as `reference.parquet` beside the
-model (trainer/reference_set.py): the first version's becomes the model's reference set.
+model (trainer/judging/reference_set.py): the first version's becomes the model's reference set.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import collectives, logs
-from trainer.bootstrap import METHOD, mean, paired_interval, root_mean
-from trainer.champion import MAX_ERROR_CHARS, ChampionScore, score_champion
-from trainer.label_check import check_labels
-from trainer.preprocess import Preprocessor
-from trainer.reference_set import reference_on_rank_zero
-from trainer.row_scores import RowScores, score_rows
+from trainer import logs
+from trainer.data.preprocess import Preprocessor
+from trainer.distributed import collectives
+from trainer.judging.bootstrap import METHOD, mean, paired_interval, root_mean
+from trainer.judging.champion import MAX_ERROR_CHARS, ChampionScore, score_champion
+from trainer.judging.label_check import check_labels
+from trainer.judging.reference_set import reference_on_rank_zero
+from trainer.judging.row_scores import RowScores, score_rows
 
 # Each validation metric of a task: which per-row values, the statistic over rows, and whether higher is better.
 COMPARED = {

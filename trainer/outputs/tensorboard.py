@@ -15,7 +15,7 @@ import socket
 import struct
 import time
 
-from trainer.storage import open_folder
+from trainer.storage.folders import open_folder
 
 
 def _crc32c_table() -> list[int]:

@@ -3,10 +3,10 @@ read in turn, block by block (Parquet row groups, CSV blocks), never whole.
 
 - *Layout* (reading no data but Parquet footers; a CSV file is counted once): the blocks each rank reads — its
   own files' when there are at least as many files as ranks, else every `world`-th block of them all — and
-  each file's train/validation split, drawn exactly as for data held in memory (trainer/data.py `_split`), so
+  each file's train/validation split, drawn exactly as for data held in memory (trainer/data/tables.py `_split`), so
   the same rows are validation rows either way.
-- *The statistics pass*: one read of every block gives schema.json's description (trainer/data_schema.py
-  `fold_summaries`) and the preprocessing (trainer/preprocess.py `FitAccumulator`); the validation rows are kept
+- *The statistics pass*: one read of every block gives schema.json's description (trainer/data/schema.py
+  `fold_summaries`) and the preprocessing (trainer/data/preprocess.py `FitAccumulator`); the validation rows are kept
   (as tensors, with their Arrow rows only for a champion) — the share held in memory is validation_fraction of it.
 - *Training*: every epoch the rank's files come in a seeded order, their blocks in turn, cut into windows of at
   most `window_rows` training rows; a window's rows are shuffled with a seed of (seed, epoch, rank, window) and
@@ -31,10 +31,10 @@ import pyarrow.parquet as pq
 import torch
 
 from trainer import logs
-from trainer.data import Shard
-from trainer.data_schema import ColumnType, fold_summaries, local_summaries
-from trainer.preprocess import FitAccumulator, Preprocessor, _is_numeric, drop_unlabelled, keep_columns
-from trainer.storage import download_to, is_gcs
+from trainer.data.preprocess import FitAccumulator, Preprocessor, _is_numeric, drop_unlabelled, keep_columns
+from trainer.data.schema import ColumnType, fold_summaries, local_summaries
+from trainer.data.tables import Shard
+from trainer.storage.folders import download_to, is_gcs
 
 CSV_BLOCK_BYTES = 16 << 20  # one CSV block: what pyarrow's streaming reader parses at a time
 TENSOR_COPIES = 3  # a window as tensors, its shuffled copy while it is made, and the next window being read
@@ -58,7 +58,7 @@ class StreamedFile:
     rows: int = 0
     blocks: list[Block] = field(default_factory=list)
     schema: pa.Schema | None = None
-    validation: np.ndarray | None = None  # True for each validation row, drawn as trainer/data.py `_split` does
+    validation: np.ndarray | None = None  # True for each validation row, drawn as trainer/data/tables.py `_split` does
 
     def read_blocks(self, first: int = 0):
         """(block, table) from block `first` on. A CSV file is parsed from its start (its blocks have no index)."""
@@ -103,7 +103,7 @@ def open_files(shards: list[tuple[int, Shard]], cache: Path) -> list[StreamedFil
 
 
 def validation_mask(rows: int, shard_index: int, seed: int, validation_fraction: float) -> np.ndarray:
-    """The rows of a file that are validation rows: trainer/data.py `_split`'s draw, as a mask."""
+    """The rows of a file that are validation rows: trainer/data/tables.py `_split`'s draw, as a mask."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + shard_index)
     order = torch.randperm(rows, generator=generator).numpy()
     mask = np.zeros(rows, dtype=bool)

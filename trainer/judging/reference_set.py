@@ -1,5 +1,5 @@
 """A model's reference set (issue 38): rows the challenger does not choose, on which it and the champion are both
-scored (trainer/evidence.py).
+scored (trainer/judging/evidence.py).
 
 - Reading one (`--reference-data`, a file or folder read like `--data`): rank 0 alone reads it — a reference set
   is small — within bounds (MAX_REFERENCE_BYTES stored, MAX_REFERENCE_ROWS rows, a Parquet file's decoded size
@@ -21,10 +21,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch.distributed as dist
 
-from trainer import collectives, logs
-from trainer.data import concat_tables, list_shards, read_table
-from trainer.outputs import RunRefused
-from trainer.storage import open_folder
+from trainer import logs
+from trainer.data.tables import concat_tables, list_shards, read_table
+from trainer.distributed import collectives
+from trainer.outputs.model_folder import RunRefused
+from trainer.storage.folders import open_folder
 
 MAX_REFERENCE_ROWS = 100_000
 MAX_REFERENCE_BYTES = 256 << 20  # stored; a Parquet file's decoded size is bounded by MAX_DECODED_BYTES

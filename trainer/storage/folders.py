@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from trainer.gcs_composite import CompositeWriter
+from trainer.storage.gcs_composite import CompositeWriter
 
 
 def is_gcs(uri: str) -> bool:

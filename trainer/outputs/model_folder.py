@@ -1,6 +1,6 @@
 """What a finished run leaves in the model folder: `model.pt` (weights, how to rebuild the module, and the
 preprocessing), `schema.json` (what the data looked like), `reference.parquet` (a sample of the validation rows,
-when no reference set was given: trainer/reference_set.py), `metrics.json` (the final numbers), `metrics.jsonl`
+when no reference set was given: trainer/judging/reference_set.py), `metrics.json` (the final numbers), `metrics.jsonl`
 (one line per evaluation) and `_SUCCESS`, written last so a reader that sees it knows everything else is
 complete; or `failure.json` when the run failed."""
 
@@ -16,14 +16,14 @@ import torch
 from torch import nn
 
 from trainer import logs
-from trainer.model import build_model
-from trainer.preprocess import Preprocessor
-from trainer.storage import open_folder
+from trainer.data.preprocess import Preprocessor
+from trainer.data.schema import SCHEMA_FILE  # what the data looked like
+from trainer.model.network import build_model
+from trainer.storage.folders import open_folder
 
 MODEL_FORMAT = "trainctl-model/1"
 MODEL_FILE = "model.pt"
-SCHEMA_FILE = "schema.json"  # what the data looked like (trainer/data_schema.py)
-REFERENCE_FILE = "reference.parquet"  # the rows a model's later versions are compared on (trainer/evidence.py)
+REFERENCE_FILE = "reference.parquet"  # the rows a model's later versions are compared on (trainer/judging/evidence.py)
 FAILURE_NOTE = "failure.json"
 MAX_FAILURE_CHARS = 2000  # functions/untrusted/job_outputs.py reads the note's error clipped to this
 
@@ -54,7 +54,7 @@ def write_outputs(
     schema: bytes,
     reference: bytes | None = None,
 ) -> None:
-    """Everything a finished run leaves; `schema` is schema.json's bytes (trainer/data_schema.py), `reference`
+    """Everything a finished run leaves; `schema` is schema.json's bytes (trainer/data/schema.py), `reference`
     reference.parquet's (None: not written)."""
     folder = open_folder(model_dir)
     package = {
@@ -78,7 +78,7 @@ def report_failure(model_dir: str, error: Exception) -> None:
     """Leave `failure.json` in the model folder, best effort, so the controller's `failed` event can say what
     went wrong (a missing dataset, say) in the trainer's own words; Vertex itself reports only an exit code. A
     refusal also names its `reason`, its details and the torchrun run it belongs to (a restarted worker group reads
-    it back: trainer/drift.py)."""
+    it back: trainer/judging/drift.py)."""
     try:
         note: dict = {"error": f"{type(error).__name__}: {error}"[:MAX_FAILURE_CHARS]}
         if isinstance(error, RunRefused):

@@ -3,10 +3,10 @@ marker `COMMITTED` written last; the marker records the size and SHA-256 of `sta
 marker, or whose state does not match its marker, never counts: resuming skips it with a log line and takes
 the next older one. Rank 0 writes (DDP replicas are identical); the last `keep` committed ones are kept.
 
-Saving fits a Spot VM's 30 s notice: `start_save` copies the state once into CPU memory (trainer/snapshot.py)
-and returns, so training goes on while a background thread streams the copy to storage (serialised straight
-into the file, or into the multi-stream Cloud Storage upload, which holds at most its parts in flight — not a
-second copy of the state), then writes the marker.
+Saving fits a Spot VM's 30 s notice: `start_save` copies the state once into CPU memory
+(trainer/checkpoints/snapshot.py) and returns, so training goes on while a background thread streams the copy to
+storage (serialised straight into the file, or into the multi-stream Cloud Storage upload, which holds at most its
+parts in flight — not a second copy of the state), then writes the marker.
 At most one upload is in flight: the next `start_save` first waits for the previous one, and `wait` is called
 before the process ends (the last step, SIGTERM). A background thread rather than torch.distributed.checkpoint's
 `async_save`: DCP writes a folder of per-rank files committed by its own `.metadata` and reaches gs:// only
@@ -28,8 +28,8 @@ from typing import IO, cast
 import torch
 
 from trainer import logs
-from trainer.snapshot import Snapshots
-from trainer.storage import open_folder
+from trainer.checkpoints.snapshot import Snapshots
+from trainer.storage.folders import open_folder
 
 STATE = "state.pt"
 MARKER = "COMMITTED"

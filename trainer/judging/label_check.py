@@ -1,5 +1,5 @@
 """The label check (issue 38): before the first epoch, whether this run's labels still mean what the champion
-learned. Two signs, from figures every rank already holds alike (trainer/champion.py, trainer/drift.py):
+learned. Two signs, from figures every rank already holds alike (trainer/judging/champion.py, trainer/judging/drift.py):
 
 - the champion has no skill on these rows (`champion_skill` below `--min-champion-skill`) while it does on its
   reference set (`champion_reference_skill` above 0, or no reference set given): the model did not get worse at
@@ -12,7 +12,7 @@ naming the figures. A champion that could not be scored never stops the run: the
 
 from __future__ import annotations
 
-from trainer.outputs import RunRefused
+from trainer.outputs.model_folder import RunRefused
 
 PASSED = "passed"
 

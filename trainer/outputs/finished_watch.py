@@ -2,7 +2,7 @@
 or aborted while the process tears down), its node's torchrun restarts the worker group and waits at the
 rendezvous for nodes whose workers have already succeeded — and those wait in torchrun's exit barrier (300 s)
 for it: both launchers hang though the model is written (seen in the two-node kill test). The launcher
-therefore watches the progress record (trainer/progress.py): once it says `finished` (written after the outputs,
+therefore watches the progress record (trainer/outputs/progress.py): once it says `finished` (written after the outputs,
 before the last barrier) and this node is still running `grace` seconds later, the launcher exits 0.
 """
 
@@ -15,8 +15,8 @@ import threading
 import time
 
 from trainer import logs
-from trainer.progress import PROGRESS_FILE
-from trainer.storage import open_folder
+from trainer.outputs.progress import PROGRESS_FILE
+from trainer.storage.folders import open_folder
 
 GRACE_SECONDS = 45.0
 POLL_SECONDS = 5.0

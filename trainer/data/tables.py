@@ -26,8 +26,9 @@ import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
 
-from trainer import collectives, logs
-from trainer.storage import download_to, is_file, is_gcs, open_folder, read_uri
+from trainer import logs
+from trainer.distributed import collectives
+from trainer.storage.folders import download_to, is_file, is_gcs, open_folder, read_uri
 
 FORMATS = ("auto", "csv", "parquet")
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}

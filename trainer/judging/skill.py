@@ -1,7 +1,7 @@
 """Skill: how much better a model does than the trivial prediction on the same rows, on one scale for both tasks —
 1 perfect, 0 no better than predicting the most frequent class (classification) or the rows' mean (regression),
 below 0 worse than that. A champion with skill on its reference set and none on a run's rows says the labels
-changed, not the model (trainer/label_check.py).
+changed, not the model (trainer/judging/label_check.py).
 
 Classification: (accuracy − p) / (1 − p), p the share of the most frequent class in these rows (Cohen's kappa
 against that one guess). Regression: 1 − MSE / variance of these rows' target (the coefficient of determination).

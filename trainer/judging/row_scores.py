@@ -1,4 +1,5 @@
-"""One model's score on each row of a reference set, so two models can be compared row by row (trainer/bootstrap.py).
+"""One model's score on each row of a reference set, so two models can be compared row by row
+(trainer/judging/bootstrap.py).
 
 Each model reads the raw rows through its own preprocessing (its `model.pt` holds it), so each model's outputs are
 turned back into the target's own units with its own statistics before they are compared: a squared error in the
@@ -18,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.bootstrap import mean, root_mean
-from trainer.data_schema import numbers_of
-from trainer.preprocess import Preprocessor
-from trainer.skill import Skill, classification_skill, regression_skill
+from trainer.data.preprocess import Preprocessor
+from trainer.data.schema import numbers_of
+from trainer.judging.bootstrap import mean, root_mean
+from trainer.judging.skill import Skill, classification_skill, regression_skill
 
 CHUNK_ROWS = 8192
 

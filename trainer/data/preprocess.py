@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from trainer import collectives
+from trainer.distributed import collectives
 
 MAX_CATEGORIES = 50  # one-hot slots per string column; rarer values share the "other" slot
 MAX_CLASSES = 32  # --task auto: an integer or string target with at most this many values is a class label

@@ -1,6 +1,6 @@
 """What the data a model learned from looked like: `schema.json` beside `model.pt`. It travels with the registered
 version, so the controller can check a new dataset's header against it before any GPU starts, and the next run's
-trainer can measure how far its data drifted from it (trainer/drift.py).
+trainer can measure how far its data drifted from it (trainer/judging/drift.py).
 
 Taken over every row the run read (both splits), from the tables already in memory — the dataset is not read
 again. With sharded data each rank summarises its own rows and the summaries are merged on every rank: counts,
@@ -30,10 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trainer.outputs import SCHEMA_FILE
-from trainer.preprocess import MAX_CLASSES, Combine
-from trainer.storage import open_folder
+from trainer.data.preprocess import MAX_CLASSES, Combine
+from trainer.storage.folders import open_folder
 
+SCHEMA_FILE = "schema.json"  # beside model.pt in the model folder (trainer/outputs/model_folder.py)
 SCHEMA_VERSION = 1
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 TYPES = ("number", "string", "boolean")

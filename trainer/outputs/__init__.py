@@ -1,0 +1,1 @@
+"""What a run leaves and reports: the model folder, metrics, the progress heartbeat, throughput, TensorBoard scalars."""

@@ -1,0 +1,1 @@
+"""Where the trainer reads and writes: local folders (the /gcs/ mount too) and gs:// ones, uploading in parallel."""

@@ -19,8 +19,8 @@ from functions.record import ModelSteps
 from functions.registry_types import ModelVersion, Upload
 from functions.settings import Settings
 from functions.vertex import CallRejected
+from local.memory_gcs import MemoryGcs
 from tests.unit.conftest import make_charter, make_record, make_request
-from trainctl.replay import MemoryGcs
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 JOB = "projects/p/locations/us-central1/customJobs/1"

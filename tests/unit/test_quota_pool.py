@@ -15,7 +15,7 @@ import pytest
 from functions.fair_share import Ask, Share, next_to_admit
 from functions.gcs import Conflict
 from functions.quota_pool import QUOTA_PREFIX, QuotaPools
-from trainctl.replay import MemoryGcs
+from local.memory_gcs import MemoryGcs
 
 POOL = "us-central1/custom_model_training_nvidia_l4_gpus"
 NAME = f"{QUOTA_PREFIX}{POOL}.json"

@@ -16,10 +16,10 @@ from functions.ledger import Ledger
 from functions.planning import own_folder, plan_custom_job
 from functions.teams import parse_teams
 from functions.vertex import CallRejected
+from local.memory_gcs import MemoryGcs
 from schemas.events import Rejected, Trigger
 from tests.unit.conftest import make_record, make_request
 from tests.unit.controller_harness import Harness, harness
-from trainctl.replay import MemoryGcs
 
 TEAMS = parse_teams({"default_team": "shared", "teams": {"shared": {}, "red": {}, "blue": {}}})
 

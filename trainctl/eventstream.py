@@ -142,7 +142,8 @@ class EventStream:
     def _not_answered(self, exc: Exception) -> None:
         """A pull Pub/Sub did not answer. An emulator that keeps refusing has stopped with its stack: raise a
         Problem saying so. Google's Pub/Sub: say once that it does not answer, and keep trying."""
-        from trainctl.problems import Problem, local_stack_hint
+        from trainctl.hints import local_stack_hint
+        from trainctl.problems import Problem
 
         now = time.monotonic()
         since = self._unanswered_since = self._unanswered_since or now

@@ -21,7 +21,6 @@ from trainctl.context import (
     events_subscription,
     requests_topic,
     team_requests_topic,
-    trainctl_command,
 )
 from trainctl.eventstream import (
     EXIT_CANNOT_FOLLOW,
@@ -32,6 +31,7 @@ from trainctl.eventstream import (
     of_delivery,
     rejected_delivery,
 )
+from trainctl.hints import trainctl_command
 from trainctl.source_package import SourceError, build_source_archive
 from trainctl.validate import EXIT_INVALID, load_request_file
 

@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: bench/ is on sys.path, the repository root is not
@@ -41,6 +40,7 @@ from bench.report import RESULTS, Figure  # noqa: E402
 from bench.stack import Stack, run_benchmark  # noqa: E402
 from local.names import LOCAL_PROJECT, LOCAL_REGION  # noqa: E402
 from schemas.catalog import quota_metric  # noqa: E402
+from tests.integration.deployment import Deployment  # noqa: E402
 
 CHILD = REPO_ROOT / "bench" / "cold_child.py"
 TARGET = "on_dataset_upload"
@@ -152,12 +152,12 @@ def measure(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[
         deployment.provision()
         deploy_main = Path(tmp, "deploy", "main.py")
         baseline_main = Path(tmp, "baseline", "main.py")
-        for path, text in (
+        for main_py, text in (
             (deploy_main, (REPO_ROOT / "terraform" / "root_main.py").read_text()),
             (baseline_main, BASELINE_MAIN),
         ):
-            path.parent.mkdir()
-            path.write_text(text)
+            main_py.parent.mkdir()
+            main_py.write_text(text)
         env = {**os.environ, **deployment.settings_env(), "PYTHONPATH": str(REPO_ROOT)}
         rounds = args.warmups + args.runs
         control = stack.jobservice.control
@@ -272,7 +272,7 @@ def quota_read_figures(stack: Stack, endpoint: str, runs: int) -> list[Figure]:
     return [Figure(f"{name}: time", f"{statistics.median(seconds) * 1000:.0f} ms ({calls:.0f} calls)")]
 
 
-def register_champion(deployment: Any, endpoint: str) -> None:
+def register_champion(deployment: Deployment, endpoint: str) -> None:
     """Path (d)'s model in the local registry, its `champion` a version whose folder holds CHAMPION_SCHEMA."""
     from functions.cloud.gcs import Gcs
     from functions.cloud.registry import ModelRegistry
@@ -280,7 +280,7 @@ def register_champion(deployment: Any, endpoint: str) -> None:
 
     folder = f"gs://{deployment.control_bucket}/cold-start-champion/model/"
     Gcs(LOCAL_PROJECT).write(deployment.control_bucket, "cold-start-champion/model/schema.json",
-                             json.dumps(CHAMPION_SCHEMA).encode(), None)  # fmt: skip
+                             json.dumps(CHAMPION_SCHEMA).encode(), 0)  # fmt: skip
     registry = ModelRegistry(LOCAL_PROJECT, LOCAL_REGION, endpoint)
     model = {"displayName": COLD_MODEL, "artifactUri": folder, "containerSpec": {"imageUri": "localhost/cold:1"}}
     upload = registry.upload({"modelId": COLD_MODEL, "model": model})
@@ -294,7 +294,7 @@ def register_champion(deployment: Any, endpoint: str) -> None:
     registry.merge_aliases(version.name, ["champion"])
 
 
-def data_check_figures(deployment: Any, runs: int) -> list[Figure]:
+def data_check_figures(deployment: Deployment, runs: int) -> list[Figure]:
     """The data check alone, in this process, `runs` times with a fresh Storage client each (as a cold instance
     has): the champion's schema.json read, the dataset listed, the first shard's first bytes read and compared."""
     from functions.cloud.gcs import Gcs

@@ -68,8 +68,7 @@ class RecordingBridge:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/"
+        return f"http://127.0.0.1:{self._server.server_port}/"  # where __init__ bound it
 
     def forward(self, name: str, event: tuple[dict[str, str], bytes], published: float) -> int:
         arrived = time.time()

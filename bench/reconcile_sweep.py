@@ -23,15 +23,13 @@ run in this process, on the real adapters, each under the function's deadline:
 from __future__ import annotations
 
 import argparse
-import bisect
 import collections
 import dataclasses
-import itertools
 import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -39,19 +37,20 @@ from typing import Any, ClassVar
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: bench/ is on sys.path, the repository root is not
 
-from google.cloud import pubsub_v1  # noqa: E402
+import google.cloud.pubsub_v1 as pubsub_v1  # noqa: E402
 from google.cloud.aiplatform_v1.types import CustomJob  # noqa: E402
 
 from bench.report import RESULTS, Figure  # noqa: E402
 from bench.stack import Stack, run_benchmark  # noqa: E402
-from functions import deadline  # noqa: E402
-from functions.cloud.gcs import Conflict, TooLarge  # noqa: E402
+from functions.cloud import deadline  # noqa: E402
 from functions.cloud.job_labels import deployment_label, job_labels  # noqa: E402
+from functions.cloud.retry import RetryPolicy  # noqa: E402
 from functions.cloud.vertex import VertexJobs  # noqa: E402
 from functions.controller import Controller  # noqa: E402
 from functions.ledger.keys import key_hash, request_key  # noqa: E402
 from functions.settings import Settings  # noqa: E402
 from local.jobservice.client import job_service_client  # noqa: E402
+from local.memory_gcs import MemoryGcs  # noqa: E402
 from local.names import LOCAL_PROJECT, LOCAL_REGION  # noqa: E402
 from local.pubsub_emulator import pull_now  # noqa: E402
 from schemas.events import parse_event  # noqa: E402
@@ -67,17 +66,12 @@ PARENT = f"projects/{LOCAL_PROJECT}/locations/{LOCAL_REGION}"
 PARK_BATCH = 1000  # jobs per control call (gRPC's 4 MiB message limit)
 
 
-class FarStorage:
-    """Cloud Storage in this process, as far away as the real one: each call waits STORAGE_LATENCY first (a listing,
-    each page of LISTING_PAGE). Generations, preconditions, custom metadata and sorted listings as Cloud Storage
-    keeps them; `seed` writes without waiting, to set the ledger up."""
+@dataclasses.dataclass
+class FarStorage(MemoryGcs):
+    """The in-memory Cloud Storage, as far away as the real one: each call waits STORAGE_LATENCY first (a listing,
+    each page of LISTING_PAGE) and is counted in `calls`; `seed` writes without waiting, to set the ledger up."""
 
-    def __init__(self) -> None:
-        self._objects: dict[tuple[str, str], tuple[bytes, int, dict[str, str]]] = {}
-        self._sorted: dict[str, list[str]] = collections.defaultdict(list)
-        self._lock = threading.Lock()
-        self._generations = itertools.count(1_000_000)
-        self.calls = 0
+    calls: int = 0
 
     def _far(self, calls: int = 1) -> None:
         with self._lock:
@@ -85,25 +79,13 @@ class FarStorage:
         time.sleep(STORAGE_LATENCY * calls)
 
     def seed(self, bucket: str, name: str, data: bytes | str) -> None:
-        self._put(bucket, name, data.encode() if isinstance(data, str) else data, {})
-
-    def _put(self, bucket: str, name: str, data: bytes, metadata: dict[str, str]) -> int:
-        generation = next(self._generations)
-        if (bucket, name) not in self._objects:
-            bisect.insort(self._sorted[bucket], name)
-        self._objects[(bucket, name)] = (data, generation, metadata)
-        return generation
+        super().write(bucket, name, data, 0)
 
     def read(
         self, bucket: str, name: str, generation: int | None = None, max_bytes: int | None = None
     ) -> tuple[bytes, int] | None:
         self._far()
-        found = self._objects.get((bucket, name))
-        if found is None or generation not in (None, found[1]):
-            return None
-        if max_bytes is not None and len(found[0]) > max_bytes:
-            raise TooLarge(f"gs://{bucket}/{name}", max_bytes, len(found[0]))
-        return found[0], found[1]
+        return super().read(bucket, name, generation, max_bytes)
 
     def write(
         self,
@@ -114,54 +96,30 @@ class FarStorage:
         custom_metadata: dict[str, str] | None = None,
     ) -> int:
         self._far()
-        with self._lock:
-            current = self._objects.get((bucket, name))
-            if (current[1] if current else 0) != if_generation_match:
-                raise Conflict(f"gs://{bucket}/{name} is not at generation {if_generation_match}")
-            body = data.encode() if isinstance(data, str) else data
-            return self._put(bucket, name, body, dict(custom_metadata or {}))
+        return super().write(bucket, name, data, if_generation_match, custom_metadata)
+
+    def copy(self, bucket: str, name: str, to_bucket: str, to_name: str) -> int | None:
+        self._far()
+        return super().copy(bucket, name, to_bucket, to_name)
 
     def delete(self, bucket: str, name: str) -> None:
         self._far()
-        with self._lock:
-            if self._objects.pop((bucket, name), None) is not None:
-                self._sorted[bucket].remove(name)
+        super().delete(bucket, name)
 
     def set_metadata(self, bucket: str, name: str, custom_metadata: dict[str, str]) -> bool:
         self._far()
-        with self._lock:
-            found = self._objects.get((bucket, name))
-            if found is None:
-                return False
-            self._objects[(bucket, name)] = (found[0], found[1], found[2] | custom_metadata)
-            return True
-
-    def _listing(self, bucket: str, prefix: str, start: str = "") -> list[str]:
-        with self._lock:
-            names = self._sorted[bucket]
-            chosen = names[bisect.bisect_left(names, max(prefix, start)) :]
-            return list(itertools.takewhile(lambda name: name.startswith(prefix), chosen))
-
-    def metadata_under(self, bucket: str, prefix: str, start_offset: str = "") -> Iterator[tuple[str, dict[str, str]]]:
-        names = self._listing(bucket, prefix, start_offset)
-        for first in range(0, max(1, len(names)), LISTING_PAGE):
-            self._far()
-            page = names[first : first + LISTING_PAGE]
-            yield from ((name, dict(found[2])) for name in page if (found := self._objects.get((bucket, name))))
+        return super().set_metadata(bucket, name, custom_metadata)
 
     def names(self, bucket: str, prefix: str) -> list[str]:
-        names = self._listing(bucket, prefix)
+        names = super().names(bucket, prefix)
         self._far(max(1, -(-len(names) // LISTING_PAGE)))
         return names
 
-    def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
-        for name in self.names(bucket, prefix):
-            found = self._objects.get((bucket, name))
-            if found is not None:
-                yield name, len(found[0])
-
-    def any_under(self, bucket: str, prefix: str) -> bool:
-        return next(self.objects_under(bucket, prefix), None) is not None
+    def metadata_under(self, bucket: str, prefix: str, start_offset: str = "") -> Iterator[tuple[str, dict[str, str]]]:
+        listing = list(super().metadata_under(bucket, prefix, start_offset))
+        for first in range(0, max(1, len(listing)), LISTING_PAGE):
+            self._far()
+            yield from listing[first : first + LISTING_PAGE]
 
 
 class DistantVertex(VertexJobs):
@@ -170,11 +128,19 @@ class DistantVertex(VertexJobs):
     calls: ClassVar[collections.Counter[str]] = collections.Counter()
     lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def _call(self, what: str, method: str, path: str, before_retry: Any = None, **kwargs: Any) -> Any:
+    def _call(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        before_retry: Callable[[], Any] | None = None,
+        policy: RetryPolicy | None = None,
+        **kwargs: Any,
+    ) -> Any:
         with self.lock:
             self.calls[what] += 1
         time.sleep(VERTEX_LATENCY)
-        return super()._call(what, method, path, before_retry, **kwargs)
+        return super()._call(what, method, path, before_retry, policy, **kwargs)
 
 
 def swept_id(i: int) -> str:

@@ -30,9 +30,11 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: bench/ is on sys.path, the repository root is not
@@ -44,6 +46,8 @@ from functions.ledger.history import METADATA_KEY, Outcome  # noqa: E402
 from functions.ledger.requests import HISTORY_PREFIX, Ledger  # noqa: E402
 from local.names import LOCAL_PROJECT  # noqa: E402
 from trainctl.report import build_report  # noqa: E402
+
+T = TypeVar("T")
 
 PAGE = 1000  # objects per listing call (Gcs.metadata_under's maxResults, the JSON API's largest page)
 READ_SAMPLE = 500
@@ -101,8 +105,9 @@ def write_history(stack: Stack, bucket: str, count: int, days: int, now: datetim
     return time.monotonic() - start
 
 
-def timed(action, runs: int) -> tuple[float, object]:
-    times, result = [], None
+def timed(action: Callable[[], T], runs: int) -> tuple[float, T]:
+    """The median seconds of `runs` (at least one) calls of `action`, and what its last call returned."""
+    times = []
     for _ in range(runs):
         start = time.monotonic()
         result = action()
@@ -119,7 +124,7 @@ def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]
     ledger = Ledger(Gcs(LOCAL_PROJECT), deployment.control_bucket)
 
     listing_seconds, listed = timed(lambda: ledger.outcomes(since), args.runs)
-    assert isinstance(listed, list) and len(listed) == args.stored, f"listed {len(listed)} of {args.stored}"
+    assert len(listed) == args.stored, f"listed {len(listed)} of {args.stored}"
     stored_calls = math.ceil(args.stored / PAGE)
     per_call = listing_seconds / stored_calls
 
@@ -131,7 +136,7 @@ def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]
         return build_report([o for o in parsed if o.time >= since], since, now, "team")
 
     client_seconds, report = timed(client_share, args.runs)
-    assert isinstance(report, dict) and report["total"]["requests"] == args.finished
+    assert report["total"]["requests"] == args.finished
     calls = math.ceil(args.finished / PAGE)
     estimate = calls * per_call + client_seconds
 

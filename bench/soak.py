@@ -43,14 +43,14 @@ from functions.models.versions import KEY_LABEL  # noqa: E402
 from local.jobservice.client import JobServiceControl, job_service_client  # noqa: E402
 from local.processes import leftover_processes  # noqa: E402
 from local.pubsub_emulator import pull_now  # noqa: E402
-from local.stack_state import LOCAL_DIR_VAR, STACK_MARKER_VAR, read_state  # noqa: E402
+from local.stack_state import LOCAL_DIR_VAR, STACK_MARKER_VAR, StackState, read_state  # noqa: E402
 from schemas.events import TERMINAL_STATES, parse_event  # noqa: E402
 
 FAKE_IMAGE = "localhost/tests/fake-node"
 IMAGE_MAP = json.dumps({FAKE_IMAGE: ["python", "tests/local/programs/fake_node.py"]})
 PINNED_IMAGE = f"{FAKE_IMAGE}@sha256:{'0' * 64}"
 REFERENCE = "gs://trainctl-local-trainctl-data/soak/x/"  # the models' reference set: any rows will do here
-TEMPLATE = {
+TEMPLATE: dict[str, dict[str, Any]] = {
     "dataset": {"target": "y"},
     "trainer": {"image": f"{FAKE_IMAGE}:1", "args": ["--sleep", "1", "--metrics", '{"rows": 1}']},
     "resources": {"machine_type": "g2-standard-24"},
@@ -112,6 +112,7 @@ class Soak:
     preempted: int = 0  # preemptions that hit a running job (the others found none running)
     sent: list[bytes] = field(default_factory=list)
     model_requests: set[str] = field(default_factory=set)  # request keys of the requests with a model block
+    state: StackState = field(init=False)  # the stack that `up` started
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -150,9 +151,13 @@ class Soak:
         )  # fmt: skip
         if started.returncode != 0:
             raise RuntimeError(f"trainctl local up failed:\n{started.stdout}\n{started.stderr}")
-        self.state = read_state(self.local_dir)
+        state = read_state(self.local_dir)
+        if state is None:
+            raise RuntimeError(f"trainctl local up reported success but recorded no stack in {self.local_dir}")
+        self.state = state
+        import google.cloud.pubsub_v1 as pubsub_v1
+        import google.cloud.storage as storage
         from google.auth.credentials import AnonymousCredentials
-        from google.cloud import pubsub_v1, storage
 
         # The clients read the emulator variables when they are built; this process's environment (a test
         # session's, say) is left as it was.

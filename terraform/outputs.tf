@@ -22,7 +22,7 @@ output "topics" {
 output "subscriptions" {
   description = "Subscription names: the push subscription feeding on_job_request, and the operators' dead-letter pull subscription."
   value = {
-    requests_push    = google_pubsub_subscription.requests_push.name
+    requests_push    = google_pubsub_subscription.on_job_request["(shared)"].name
     dead_letter_pull = google_pubsub_subscription.dead_letter.name
   }
 }

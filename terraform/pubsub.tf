@@ -51,15 +51,28 @@ resource "google_pubsub_subscription" "dead_letter" {
 }
 
 # The Pub/Sub service agent forwards undeliverable requests: it publishes to the dead-letter topic and
-# acknowledges the original on the requests subscription. Nothing else.
+# acknowledges the original on the requests subscription it came from (the shared one, or a team's). Nothing else.
 resource "google_pubsub_topic_iam_member" "pubsub_agent_publishes_dead_letters" {
   topic  = google_pubsub_topic.dead_letter.id
   role   = "roles/pubsub.publisher"
   member = local.pubsub_service_agent
 }
 
-resource "google_pubsub_subscription_iam_member" "pubsub_agent_acks_forwarded_requests" {
-  subscription = google_pubsub_subscription.requests_push.id
+resource "google_pubsub_subscription_iam_member" "pubsub_agent_acks_undeliverable_requests" {
+  for_each = google_pubsub_subscription.on_job_request
+
+  subscription = each.value.id
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
+}
+
+# Until issue 39 the shared subscription's grant and the teams' were two resources.
+moved {
+  from = google_pubsub_subscription_iam_member.pubsub_agent_acks_forwarded_requests
+  to   = google_pubsub_subscription_iam_member.pubsub_agent_acks_undeliverable_requests["(shared)"]
+}
+
+moved {
+  from = google_pubsub_subscription_iam_member.pubsub_agent_acks_forwarded_team_requests
+  to   = google_pubsub_subscription_iam_member.pubsub_agent_acks_undeliverable_requests
 }

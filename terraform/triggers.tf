@@ -77,10 +77,21 @@ resource "google_service_account_iam_member" "pubsub_agent_mints_tokens" {
   member             = local.pubsub_service_agent
 }
 
-resource "google_pubsub_subscription" "requests_push" {
-  name   = local.names.requests_subscription
-  topic  = google_pubsub_topic.requests.id
-  labels = local.labels
+# Every topic requests arrive on, and how its subscription is named and labelled: the shared one (the default team's,
+# or everyone's without teams), under a key no team's name can be, and each team's own (teams.tf).
+locals {
+  shared_requests = { topic = google_pubsub_topic.requests.id, subscription = local.names.requests_subscription, labels = local.labels }
+  team_requests   = { for name, topic in google_pubsub_topic.team_requests : name => { topic = topic.id, subscription = "${var.name_prefix}-requests-${name}-push", labels = merge(local.labels, { team = name }) } }
+  request_topics  = merge({ "(shared)" = local.shared_requests }, local.team_requests)
+}
+
+# One delivery for every requests topic: the same deadline, OIDC, retries and dead letters.
+resource "google_pubsub_subscription" "on_job_request" {
+  for_each = local.request_topics
+
+  name   = each.value.subscription
+  topic  = each.value.topic
+  labels = each.value.labels
 
   # For a push subscription this is how long Pub/Sub waits for the function's answer.
   ack_deadline_seconds = var.function_timeout_seconds
@@ -89,8 +100,9 @@ resource "google_pubsub_subscription" "requests_push" {
 
   push_config {
     # The path names the topic: functions-framework turns it into the CloudEvent's source
-    # (//pubsub.googleapis.com/projects/P/topics/T), as Eventarc would, and as the local stack does.
-    push_endpoint = "${google_cloudfunctions2_function.function["on_job_request"].service_config[0].uri}/${google_pubsub_topic.requests.id}"
+    # (//pubsub.googleapis.com/projects/P/topics/T), as Eventarc would, and as the local stack does. The controller
+    # knows a request's team from it (teams.tf), which no publisher can change.
+    push_endpoint = "${google_cloudfunctions2_function.function["on_job_request"].service_config[0].uri}/${each.value.topic}"
     oidc_token {
       service_account_email = google_service_account.push.email
       # Cloud Run checks the audience against the service URL, not the path above.
@@ -114,4 +126,15 @@ resource "google_pubsub_subscription" "requests_push" {
   }
 
   depends_on = [google_cloud_run_v2_service_iam_member.push_invokes_on_job_request]
+}
+
+# Until issue 39 the shared topic's subscription and the teams' were two resources: the same objects, moved.
+moved {
+  from = google_pubsub_subscription.requests_push
+  to   = google_pubsub_subscription.on_job_request["(shared)"]
+}
+
+moved {
+  from = google_pubsub_subscription.team_requests_push
+  to   = google_pubsub_subscription.on_job_request
 }

@@ -200,13 +200,19 @@ variable "max_nodes" {
   }
 }
 
+# The durations the controller reads (schemas/rules.py, parse_duration): whole seconds, or days, hours, minutes and
+# seconds such as 10m or 1d12h. Each validation below that takes one refers to this.
+locals {
+  duration_pattern = "^([0-9]+|([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?)$"
+}
+
 variable "max_timeout" {
   description = "Longest timeout a job may ask for, as seconds or a duration such as 24h, 7d or 1h30m."
   type        = string
   default     = "7d"
 
   validation {
-    condition     = can(regex("^([0-9]+|([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?)$", var.max_timeout)) && var.max_timeout != ""
+    condition     = can(regex(local.duration_pattern, var.max_timeout)) && var.max_timeout != ""
     error_message = "max_timeout must be seconds or a duration such as 24h, 7d or 1h30m."
   }
 }
@@ -262,7 +268,7 @@ variable "lease" {
   default     = "10m"
 
   validation {
-    condition     = can(regex("^([0-9]+|([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?)$", var.lease)) && var.lease != ""
+    condition     = can(regex(local.duration_pattern, var.lease)) && var.lease != ""
     error_message = "lease must be seconds or a duration such as 10m."
   }
 }
@@ -273,7 +279,7 @@ variable "permission_wait" {
   default     = "20m"
 
   validation {
-    condition     = can(regex("^([0-9]+|([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?)$", var.permission_wait)) && var.permission_wait != ""
+    condition     = can(regex(local.duration_pattern, var.permission_wait)) && var.permission_wait != ""
     error_message = "permission_wait must be seconds or a duration such as 20m."
   }
 }
@@ -284,7 +290,7 @@ variable "max_event_age" {
   default     = "24h"
 
   validation {
-    condition     = can(regex("^([0-9]+|([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?)$", var.max_event_age)) && var.max_event_age != ""
+    condition     = can(regex(local.duration_pattern, var.max_event_age)) && var.max_event_age != ""
     error_message = "max_event_age must be seconds or a duration such as 24h."
   }
 }

@@ -6,13 +6,13 @@ stack's defaults."""
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 from functions.ledger.keys import id_namespace
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
 from local.stack_state import running_stack
+from trainctl.hints import local_stack_hint
+from trainctl.problems import Problem
 
 
 def cli_settings(offline: bool = False) -> Settings:
@@ -27,8 +27,6 @@ def cli_settings(offline: bool = False) -> Settings:
         os.environ.update(stack.emulator_env())
         return Settings.from_env(stack.settings_env)
     if not offline:
-        from trainctl.problems import Problem, local_stack_hint
-
         raise Problem(
             f"no local stack is running and no project is set: {local_stack_hint()}; for a deployment, set "
             "TRAINCTL_PROJECT and the other TRAINCTL_* settings (`terraform -chdir=terraform output "
@@ -53,8 +51,6 @@ def cli_team(settings: Settings, named: str | None = None) -> str | None:
     """The team this user's commands act as: `--team NAME`, else the team whose request topic this shell publishes to
     (TRAINCTL_REQUESTS_TOPIC; the shared topic is the default team's); None where the deployment has no teams. A
     request id names a request within its team (functions/ledger/keys.py), so `status`, `cancel` and `watch` need it."""
-    from trainctl.problems import Problem
-
     teams = settings.teams
     if teams is None:
         if named is not None:
@@ -83,18 +79,3 @@ def events_subscription() -> str | None:
     """The watcher's own subscription on the events topic (Terraform's `event_watchers` makes one per watcher),
     or None: the command then makes a subscription of its own for as long as it runs."""
     return os.environ.get("TRAINCTL_EVENTS_SUBSCRIPTION") or None
-
-
-def trainctl_command() -> str:
-    """`trainctl` as the user can type it in a fresh shell, for the commands the CLI suggests: a new shell has not
-    activated .venv, so the path the user typed (`.venv/bin/trainctl`), or this installation's script by its
-    path, relative to the current folder when it lies inside it."""
-    typed = Path(sys.argv[0]) if sys.argv and Path(sys.argv[0]).name == "trainctl" else None
-    if typed is not None and not typed.is_absolute():
-        return str(typed)
-    script = typed or Path(sys.executable).parent / "trainctl"
-    try:
-        relative = script.relative_to(Path.cwd())
-    except ValueError:
-        return str(script)
-    return str(relative) if relative.parent != Path() else f"./{relative}"  # a bare name would be looked up on PATH

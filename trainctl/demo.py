@@ -261,8 +261,8 @@ def _dataset() -> tuple[Any, Any]:
 
 
 def _bucket(project: str, bucket_name: str) -> Any:
+    import google.cloud.storage as storage
     from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
 
     return storage.Client(project=project, credentials=AnonymousCredentials()).bucket(bucket_name)
 
@@ -330,8 +330,8 @@ def _predict(model_dir: str, data: str) -> int:
 
 
 def _read(uri: str) -> bytes:
+    import google.cloud.storage as storage
     from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
 
     bucket, _, name = uri.removeprefix("gs://").partition("/")
     return storage.Client(credentials=AnonymousCredentials()).bucket(bucket).blob(name).download_as_bytes()

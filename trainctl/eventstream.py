@@ -41,8 +41,8 @@ class EventStream:
     def __init__(self, project: str, topic: str, subscription: str | None = None):
         """Follow `topic`: through `subscription` (a watcher's own: name or full path) when given, else through
         a subscription made now. Raises CannotFollow when Pub/Sub refuses to make it."""
+        import google.cloud.pubsub_v1 as pubsub_v1
         from google.api_core import exceptions as gexc
-        from google.cloud import pubsub_v1
 
         self._subscriber = pubsub_v1.SubscriberClient()
         self._seen: set[str] = set()
@@ -142,7 +142,8 @@ class EventStream:
     def _not_answered(self, exc: Exception) -> None:
         """A pull Pub/Sub did not answer. An emulator that keeps refusing has stopped with its stack: raise a
         Problem saying so. Google's Pub/Sub: say once that it does not answer, and keep trying."""
-        from trainctl.problems import Problem, local_stack_hint
+        from trainctl.hints import local_stack_hint
+        from trainctl.problems import Problem
 
         now = time.monotonic()
         since = self._unanswered_since = self._unanswered_since or now

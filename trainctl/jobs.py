@@ -13,7 +13,7 @@ from functions.ledger.keys import request_key
 from functions.ledger.record import Record
 from functions.ledger.requests import Ledger
 from schemas.events import CostEstimate, JobEvent, cost_summary
-from trainctl.context import cli_namespace, cli_settings, events_subscription, trainctl_command
+from trainctl.context import cli_namespace, cli_settings, events_subscription
 from trainctl.eventstream import (
     EXIT_CANNOT_FOLLOW,
     HOW_TO_WATCH,
@@ -22,6 +22,7 @@ from trainctl.eventstream import (
     format_event,
     rejected_delivery,
 )
+from trainctl.hints import trainctl_command
 
 EXIT_NOT_FOUND = 3
 

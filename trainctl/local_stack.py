@@ -33,8 +33,7 @@ from local.stack_state import (
     take_stack_lock,
     write_state,
 )
-from trainctl.context import trainctl_command
-from trainctl.problems import local_stack_hint
+from trainctl.hints import local_stack_hint, trainctl_command
 
 EXIT_NOT_RUNNING = 1
 EXIT_USAGE = 2

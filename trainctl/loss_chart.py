@@ -13,6 +13,7 @@ def loss_figure(history: list[dict[str, Any]], final: dict[str, Any], title: str
 
     matplotlib.use("Agg")  # no display: write the file only
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import AutoLocator
 
     points = [h for h in history if "val_loss" in h]
     x_key = "epoch" if points and "epoch" in points[0] else "step"
@@ -41,7 +42,10 @@ def loss_figure(history: list[dict[str, Any]], final: dict[str, Any], title: str
         handles.append(losses.axvline(xs[-1], color="#c62828", linestyle=":", linewidth=1.5))
         labels.append(f"stopped early after {x_key} {xs[-1]}")
     losses.set_title(title)
-    losses.xaxis.get_major_locator().set_params(integer=True)
+    # matplotlib's default locator, held to whole epochs or steps.
+    whole = AutoLocator()
+    whole.set_params(integer=True)
+    losses.xaxis.set_major_locator(whole)
     # Below the panel, outside the curves.
     figure.legend(handles, labels, loc="lower center", ncol=3, fontsize="small", frameon=False)
     figure.tight_layout(rect=(0, 0.12, 1, 1))

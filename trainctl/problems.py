@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from trainctl.hints import local_stack_hint
+
 EXIT_PROBLEM = 1
 # Ctrl-C, as a shell reports a process it interrupted.
 EXIT_INTERRUPTED = 130
@@ -18,13 +20,6 @@ class Problem(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_PROBLEM):
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def local_stack_hint() -> str:
-    """How to bring the local stack up, typed as this shell can run it."""
-    from trainctl.context import trainctl_command
-
-    return f"`{trainctl_command()} local up --detach` starts one"
 
 
 def _unreachable(what: str, detail: str) -> str:

@@ -12,10 +12,8 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
-import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,10 +21,11 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from functions import handlers, logs
-from functions.cloud.gcs import Conflict, ObjectDigest, TooLarge
+from functions.cloud.gcs import ObjectDigest
 from functions.cloud.job_snapshot import JobSnapshot
 from functions.cloud.registry_types import ModelVersion, Upload
 from functions.controller import Controller
+from local.memory_gcs import MemoryGcs
 from schemas.request import package_digest
 from trainctl.context import cli_settings
 
@@ -72,35 +71,18 @@ def entry_point(event: CloudEvent) -> str:
     return "state" if isinstance(decoded, dict) and "resource" in decoded else "request"
 
 
-@dataclass
-class MemoryGcs:
-    """Cloud Storage with generations, in memory: the dry run's ledger starts empty and is thrown away."""
-
-    objects: dict[tuple[str, str], tuple[bytes, int]] = field(default_factory=dict)
-    generation: int = 1000
-
-    def read(
-        self, bucket: str, name: str, generation: int | None = None, max_bytes: int | None = None
-    ) -> tuple[bytes, int] | None:
-        found = self.objects.get((bucket, name))
-        if not found or generation not in (None, found[1]):
-            return None
-        if max_bytes is not None and len(found[0]) > max_bytes:
-            raise TooLarge(f"gs://{bucket}/{name}", max_bytes, len(found[0]))
-        return found
+class DryRunGcs(MemoryGcs):
+    """The dry run's Cloud Storage: its ledger starts empty in memory and is thrown away; every write is printed,
+    and the user's own objects, which it cannot see, are assumed to be what the request says."""
 
     def digest(self, bucket: str, name: str, max_bytes: int) -> ObjectDigest | None:
         """An object of the dry run's own, hashed; the dry run cannot see the user's packages: one is assumed to be
         what its name says, and the run says so."""
-        found = self.read(bucket, name, max_bytes=max_bytes)
+        found = super().digest(bucket, name, max_bytes)
         if found is not None:
-            return ObjectDigest(hashlib.sha256(found[0]).hexdigest(), len(found[0]), found[1], None, None)
+            return found
         logs.info("dry run: the package is not read; assumed to be what its name says", package=f"gs://{bucket}/{name}")
         return ObjectDigest(package_digest(f"gs://{bucket}/{name}") or "", 0, 0, None, None)
-
-    def read_range(self, bucket: str, name: str, start: int, length: int) -> bytes | None:
-        found = self.read(bucket, name)
-        return found[0][start : start + length] if found else None
 
     def write(
         self,
@@ -108,49 +90,21 @@ class MemoryGcs:
         name: str,
         data: bytes | str,
         if_generation_match: int,
-        custom_metadata: dict[str, str] | None = None,  # the history index's outcome; the dry run keeps none
+        custom_metadata: dict[str, str] | None = None,
     ) -> int:
-        current = self.objects.get((bucket, name))
-        if (current[1] if current else 0) != if_generation_match:
-            raise Conflict(f"gs://{bucket}/{name} is not at generation {if_generation_match}")
-        self.generation += 1
-        self.objects[(bucket, name)] = (data.encode() if isinstance(data, str) else data, self.generation)
-        logs.info("dry run: would write", object=f"gs://{bucket}/{name}", generation=self.generation)
-        return self.generation
-
-    def copy(self, bucket: str, name: str, to_bucket: str, to_name: str) -> int | None:
-        found = self.objects.get((bucket, name))
-        if found is None:
-            return None
-        self.generation += 1
-        self.objects[(to_bucket, to_name)] = (found[0], self.generation)
-        return self.generation
-
-    def delete(self, bucket: str, name: str) -> None:
-        self.objects.pop((bucket, name), None)
-
-    def set_metadata(self, bucket: str, name: str, custom_metadata: dict[str, str]) -> bool:
-        return (bucket, name) in self.objects  # the dry run keeps no metadata: its sweep looks at every request
-
-    def names(self, bucket: str, prefix: str) -> list[str]:
-        return [n for b, n in self.objects if b == bucket and n.startswith(prefix)]
-
-    def any_under(self, bucket: str, prefix: str) -> bool:
-        return bool(self.names(bucket, prefix))
+        generation = super().write(bucket, name, data, if_generation_match, custom_metadata)
+        logs.info("dry run: would write", object=f"gs://{bucket}/{name}", generation=generation)
+        return generation
 
     def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
         """What the dry run wrote under `prefix`; elsewhere it cannot see the user's data: the dataset preflight is
         skipped, and says so."""
-        written = sorted(n for b, n in self.objects if b == bucket and n.startswith(prefix))
+        written = list(super().objects_under(bucket, prefix))
         if written:
-            yield from ((n, len(self.objects[(bucket, n)][0])) for n in written)
+            yield from written
             return
         logs.info("dry run: the dataset is not checked; assumed to hold data", dataset=f"gs://{bucket}/{prefix}")
         yield f"{prefix}assumed-data", 1
-
-    def metadata_under(self, bucket: str, prefix: str, start_offset: str = "") -> Iterator[tuple[str, dict[str, str]]]:
-        """The dry run's history index is as empty as its ledger (it keeps no metadata)."""
-        yield from ((n, {}) for n in sorted(self.names(bucket, prefix)) if n >= start_offset)
 
 
 class PrintingPublisher:
@@ -221,7 +175,7 @@ NO_AGE_LIMIT = 100 * 365 * 86400
 
 def dry_run_controller() -> Controller:
     settings = dataclasses.replace(cli_settings(offline=True), max_event_age=NO_AGE_LIMIT)
-    gcs = MemoryGcs()
+    gcs = DryRunGcs()
     return Controller.from_settings(
         settings,
         gcs=gcs,

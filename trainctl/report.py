@@ -18,7 +18,7 @@ import math
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from functions.ledger.history import MODEL_DECISION_KEY, Outcome
 from functions.teams import Teams
@@ -92,6 +92,16 @@ def per_day(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
     return {d: days[d] | {"gpu_hours": round(days[d]["gpu_hours"], 4)} for d in sorted(days)}
 
 
+class TimelineBin(TypedDict):
+    """One bin of the timeline: when it starts, and what finished in it."""
+
+    start: str
+    by_state: dict[str, int]
+    gpu_hours: float
+    estimated_cost_usd: float
+    time_to_start_seconds: list[float]
+
+
 def timeline(outcomes: list[Outcome], since: datetime, until: datetime) -> dict[str, Any]:
     """The window cut into equal bins (an hour each for windows up to two days, else a day), every bin listed
     even when nothing finished in it, so that a chart shows the window as it was: per bin, requests by final
@@ -101,7 +111,7 @@ def timeline(outcomes: list[Outcome], since: datetime, until: datetime) -> dict[
     if step == timedelta(days=1):
         first = first.replace(hour=0)
     count = max(1, math.ceil((until - first) / step))
-    bins = [
+    bins: list[TimelineBin] = [
         {"start": (first + i * step).isoformat(), "by_state": dict.fromkeys(STATES, 0), "gpu_hours": 0.0,
          "estimated_cost_usd": 0.0, "time_to_start_seconds": []}
         for i in range(count)

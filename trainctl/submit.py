@@ -21,7 +21,6 @@ from trainctl.context import (
     events_subscription,
     requests_topic,
     team_requests_topic,
-    trainctl_command,
 )
 from trainctl.eventstream import (
     EXIT_CANNOT_FOLLOW,
@@ -32,6 +31,7 @@ from trainctl.eventstream import (
     of_delivery,
     rejected_delivery,
 )
+from trainctl.hints import trainctl_command
 from trainctl.source_package import SourceError, build_source_archive
 from trainctl.validate import EXIT_INVALID, load_request_file
 
@@ -133,9 +133,9 @@ def upload_source(folder: Path, bucket: str | None, team: str | None = None) -> 
     Cloud Storage states of the object say so); its URI. SourceError for an object of that name holding other
     bytes: it is neither reused nor overwritten. With teams it goes under the folder of `team` (--team), else of the
     team this shell publishes as."""
+    import google.cloud.storage as storage
     from google.api_core.exceptions import Forbidden, NotFound, PreconditionFailed
     from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
 
     settings = cli_settings()
     archive = build_source_archive(folder)
@@ -179,7 +179,7 @@ def cannot_follow(refusal: str, request_id: str | None, team: str | None = None)
 
 
 def publish_request(project: str, topic: str, payload: bytes) -> str:
-    from google.cloud import pubsub_v1
+    import google.cloud.pubsub_v1 as pubsub_v1
 
     publisher = pubsub_v1.PublisherClient()
     return publisher.publish(publisher.topic_path(project, topic), payload).result(timeout=60)

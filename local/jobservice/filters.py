@@ -119,7 +119,7 @@ class _Parser:
         return self.comparison()
 
     def comparison(self) -> Predicate:
-        field, operator, value = self.take(), self.take(), _unquote(self.take())
+        field, operator, value = self.take(), self.take(), unquote(self.take())
         if field in (*_KEYWORDS, "(", ")"):
             raise FilterError(f"expected a field name, got {field!r}")
         return self.make_comparison(field, operator, value)
@@ -127,7 +127,7 @@ class _Parser:
 
 def _job_comparison(field: str, operator: str, value: str) -> Callable[[Any], bool]:
     if field.startswith("labels."):
-        return _label_comparison(_unquote(field.removeprefix("labels.")), operator, value)
+        return label_comparison(unquote(field.removeprefix("labels.")), operator, value)
     if field == "state":
         return _state_comparison(operator, value)
     if field in ("display_name", "displayName"):
@@ -137,13 +137,15 @@ def _job_comparison(field: str, operator: str, value: str) -> Callable[[Any], bo
     raise FilterError(f"unsupported field {field!r} in filter; supported: state, display_name, create_time, labels.KEY")
 
 
-def _unquote(token: str) -> str:
+def unquote(token: str) -> str:
     if len(token) >= 2 and token.startswith('"') and token.endswith('"'):
         return re.sub(r"\\(.)", r"\1", token[1:-1])
     return token
 
 
-def _label_comparison(key: str, operator: str, value: str) -> Callable[[Any], bool]:
+def label_comparison(key: str, operator: str, value: str) -> Callable[[Any], bool]:
+    """`labels.KEY` compared (=, != and `:*` for "has the label") on anything with a `labels` map: a CustomJob
+    here, a Model in the local Model Registry's listings (model_listing.py)."""
     if operator == ":" and value == "*":
         return lambda job: key in job.labels
     if operator in ("=", ":"):

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from google.cloud.aiplatform_v1.types import Model
 
-from local.jobservice.filters import FilterError, parse_query
+from local.jobservice.filters import FilterError, label_comparison, parse_query, unquote
 from local.jobservice.model_rules import refuse_invalid
 from local.jobservice.validation import Problem
 
@@ -84,20 +84,13 @@ def _label_comparison(field: str, operator: str, value: str) -> Callable[[Model]
     if field == "labels" and operator == ":":
         return lambda model: value in model.labels
     if field.startswith("labels."):
-        key = field.removeprefix("labels.")
-        key = key[1:-1] if len(key) >= 2 and key[0] == key[-1] == '"' else key
+        key = unquote(field.removeprefix("labels."))
         if "-" in key:
             raise FilterError(
                 f"{field}: the local Model Registry refuses a '-' in a label key, as Vertex documents label filters "
                 "only as labels.myKey=\"myValue\" and AIP-160 reads '-' as NOT; name labels with underscores"
             )
-        if operator == ":" and value == "*":
-            return lambda model: key in model.labels
-        if operator in ("=", ":"):
-            return lambda model: model.labels.get(key) == value
-        if operator == "!=":
-            return lambda model: model.labels.get(key) != value
-        raise FilterError(f"{field} supports =, != and :*, not {operator!r}")
+        return label_comparison(key, operator, value)
     return None
 
 

@@ -10,12 +10,7 @@ champions (issue 26), and a clean shutdown — under concurrency and faults, not
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
-
-import soak
+from bench import soak
 
 
 def test_a_fixed_mix_of_load_and_faults_keeps_every_invariant():

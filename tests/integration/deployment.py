@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import google.cloud.pubsub_v1 as pubsub_v1
+import google.cloud.storage as storage
 from google.auth.credentials import AnonymousCredentials
-from google.cloud import pubsub_v1, storage
+from google.cloud.storage import Blob
 
 from functions.ledger.keys import key_hash
 from local.eventarc import finalized_event
@@ -143,18 +145,18 @@ class Deployment:
 
     # ---- delivering events ---------------------------------------------------------------------------
 
-    def upload(self, name: str, data: bytes | str = b"") -> storage.Blob:
+    def upload(self, name: str, data: bytes | str = b"") -> Blob:
         blob = self.storage().bucket(self.data_bucket).blob(name)
         blob.upload_from_string(data)
         blob.reload()
         return blob
 
-    def upload_marker(self, folder: str, data: bytes | str = b"") -> storage.Blob:
+    def upload_marker(self, folder: str, data: bytes | str = b"") -> Blob:
         """A dataset landing in `folder` (ending in /): a data shard, then the marker."""
         self.upload(f"{folder}part-0.csv", DATA_SHARD)
         return self.upload(f"{folder}_SUCCESS", data)
 
-    def storage_event(self, blob: storage.Blob) -> tuple[dict[str, str], bytes]:
+    def storage_event(self, blob: Blob) -> tuple[dict[str, str], bytes]:
         """The finalized CloudEvent Eventarc would deliver for `blob` (through the bridge's conversion)."""
         message = {
             "attributes": {

@@ -33,7 +33,7 @@ NAMED_RESOURCES = {
     ("google_storage_bucket", "data"): "data_bucket",
     ("google_storage_bucket", "control"): "control_bucket",
     ("google_pubsub_topic", "requests"): "requests_topic",
-    ("google_pubsub_subscription", "requests_push"): "requests_subscription",
+    ("google_pubsub_subscription", "on_job_request"): "requests_subscription",
     ("google_pubsub_topic", "events"): "events_topic",
     ("google_pubsub_topic", "job_state"): "job_state_topic",
     ("google_pubsub_topic", "dead_letter"): "dead_letter_topic",
@@ -128,7 +128,15 @@ def test_bucket_name_overrides_default_to_the_shared_names(tf):
 
 @pytest.mark.parametrize(("kind", "name", "key"), [(*resource, key) for resource, key in NAMED_RESOURCES.items()])
 def test_resource_is_named_as_the_local_stack_names_it(tf, kind, name, key):
-    assert tf.resource(kind, name)["name"] == "${local.names." + key + "}"
+    named = tf.resource(kind, name)["name"]
+    if named == "${each.value.subscription}":  # one per requests topic: the shared topic's is the one named here
+        named = tf.locals["shared_requests"]["subscription"]
+    assert named == "${local.names." + key + "}"
+
+
+def test_each_teams_requests_subscription_is_named_as_the_local_stack_names_it(tf):
+    assert '"${var.name_prefix}-requests-${name}-push"' in tf.locals["team_requests"]
+    assert Names("p", "pre").team_requests_subscription("red") == "pre-requests-red-push"
 
 
 def test_every_shared_name_belongs_to_a_resource():

@@ -76,8 +76,9 @@ def test_requests_and_sweeps_do_not_come_through_eventarc(tf):
 
 
 def test_requests_subscription_has_a_dead_letter_policy(tf):
-    subscription = tf.resource("google_pubsub_subscription", "requests_push")
-    assert subscription["topic"] == "${google_pubsub_topic.requests.id}"
+    subscription = tf.resource("google_pubsub_subscription", "on_job_request")
+    assert subscription["topic"] == "${each.value.topic}"
+    assert tf.locals["shared_requests"]["topic"] == "${google_pubsub_topic.requests.id}"
     dead_letter = block(subscription, "dead_letter_policy")
     assert dead_letter["dead_letter_topic"] == "${google_pubsub_topic.dead_letter.id}"
     assert dead_letter["max_delivery_attempts"] == "${var.request_max_delivery_attempts}"
@@ -86,11 +87,23 @@ def test_requests_subscription_has_a_dead_letter_policy(tf):
 
 
 def test_requests_are_pushed_to_on_job_request_with_an_oidc_token(tf):
-    push = block(tf.resource("google_pubsub_subscription", "requests_push"), "push_config")
+    push = block(tf.resource("google_pubsub_subscription", "on_job_request"), "push_config")
     uri = '${google_cloudfunctions2_function.function["on_job_request"].service_config[0].uri}'
-    assert push["push_endpoint"] == uri[:-1] + "}/${google_pubsub_topic.requests.id}"
+    assert push["push_endpoint"] == uri[:-1] + "}/${each.value.topic}"
     token = block(push, "oidc_token")
     assert token == {"service_account_email": "${google_service_account.push.email}", "audience": uri}
+
+
+def test_the_shared_topic_and_every_teams_topic_are_delivered_by_one_subscription_resource(tf):
+    """Issue 39: the teams' push subscriptions were a second copy of the shared one's (teams.tf beside triggers.tf);
+    one resource now delivers every requests topic, so that their deadline, retries and dead letters cannot drift."""
+    subscription = tf.resource("google_pubsub_subscription", "on_job_request")
+    assert subscription["for_each"] == "${local.request_topics}"
+    assert tf.locals["request_topics"] == '${merge({"(shared)" = local.shared_requests}, local.team_requests)}'
+    assert "for name, topic in google_pubsub_topic.team_requests" in tf.locals["team_requests"]
+    assert (subscription["name"], subscription["labels"]) == ("${each.value.subscription}", "${each.value.labels}")
+    to_requests = [n for n, body in tf.of_kind("google_pubsub_subscription").items() if "on_job_request" in str(body)]
+    assert to_requests == ["on_job_request"]
 
 
 def test_dead_letters_wait_in_a_pull_subscription_that_never_expires(tf):

@@ -16,7 +16,7 @@ def test_terraform_settings_and_local_stack_share_one_function_timeout(tf):
     function = tf.resource("google_cloudfunctions2_function", "function")
     assert block(function, "service_config")["timeout_seconds"] == "${var.function_timeout_seconds}"
     assert tf.locals["controller_settings"]["TRAINCTL_FUNCTION_TIMEOUT"] == "${tostring(var.function_timeout_seconds)}"
-    push = tf.resource("google_pubsub_subscription", "requests_push")
+    push = tf.resource("google_pubsub_subscription", "on_job_request")
     assert push["ack_deadline_seconds"] == "${var.function_timeout_seconds}"
     assert stack.PUSH_ACK_DEADLINE_SECONDS == FUNCTION_TIMEOUT_SECONDS
 

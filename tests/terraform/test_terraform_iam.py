@@ -316,16 +316,12 @@ def test_pubsub_agent_gets_exactly_what_dead_lettering_and_history_need(tf):
         "${google_pubsub_topic.dead_letter.id}",
         "roles/pubsub.publisher",
     )
-    acks = granted.pop("google_pubsub_subscription_iam_member.pubsub_agent_acks_forwarded_requests")
-    assert (acks["subscription"], acks["role"]) == (
-        "${google_pubsub_subscription.requests_push.id}",
+    acks = granted.pop("google_pubsub_subscription_iam_member.pubsub_agent_acks_undeliverable_requests")
+    assert (acks["for_each"], acks["subscription"], acks["role"]) == (
+        "${google_pubsub_subscription.on_job_request}",
+        "${each.value.id}",
         "roles/pubsub.subscriber",
-    )
-    team_acks = granted.pop("google_pubsub_subscription_iam_member.pubsub_agent_acks_forwarded_team_requests")
-    assert (team_acks["subscription"], team_acks["role"]) == (
-        "${google_pubsub_subscription.team_requests_push[each.key].id}",
-        "roles/pubsub.subscriber",
-    )  # each team's request subscription, as the shared one (issue 32)
+    )  # every requests subscription: the shared one and each team's (issue 32)
     history = granted.pop("google_bigquery_table_iam_member.pubsub_agent_writes_history")
     assert (history["table_id"], history["role"]) == (
         "${google_bigquery_table.events.table_id}",

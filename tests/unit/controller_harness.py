@@ -19,9 +19,10 @@ from functions.ledger.keys import key_hash
 from functions.ledger.record import Record
 from functions.ledger.requests import ACTIVE_PREFIX, Ledger
 from functions.settings import Settings
+from local.memory_gcs import MemoryGcs
 from schemas.events import JobEvent, Trigger
 from tests.unit.conftest import make_request
-from trainctl.replay import MemoryGcs
+from trainctl.replay import DryRunGcs
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 PARENT = "projects/p/locations/us-central1"
@@ -134,8 +135,8 @@ class FixedQuotas:
 
 
 @dataclass
-class InterferingGcs(MemoryGcs):
-    """MemoryGcs where another writer gets in first: each of the next `interruptions` writes of the object named
+class InterferingGcs(DryRunGcs):
+    """DryRunGcs where another writer gets in first: each of the next `interruptions` writes of the object named
     `contested` finds it rewritten since it was read (another handler's compare-and-swap), and fails with Conflict."""
 
     contested: str = ""
@@ -177,8 +178,9 @@ class Harness:
 
 
 def harness(gcs: MemoryGcs | None = None, quotas: dict[str, int] | None = None, **settings: Any) -> Harness:
-    """A controller on in-memory stand-ins; `quotas`: the project's GPU limits (None: no quota gating)."""
-    gcs = gcs if gcs is not None else MemoryGcs()
+    """A controller on in-memory stand-ins; `quotas`: the project's GPU limits (None: no quota gating). Cloud
+    Storage is the dry run's, by default: the requests' datasets and packages, never written, are assumed there."""
+    gcs = gcs if gcs is not None else DryRunGcs()
     clock = Clock()
     vertex, publisher = MemoryVertex(clock), MemoryPublisher()
     config = Settings(project="p", control_bucket="control", events_topic="events", trainer_image="img", **settings)

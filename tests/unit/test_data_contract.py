@@ -4,7 +4,6 @@ with it — one error per column, in words a requester can act on; new columns a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,8 +12,8 @@ from functions.data.admission import DataCheck, check_dataset, first_data_file
 from functions.data.contract import MAX_ERRORS, MAX_SCHEMA_BYTES, compare_header, parse_schema
 from functions.data.header import Column
 from functions.untrusted.job_outputs import Unreadable
+from local.memory_gcs import MemoryGcs
 from tests.unit.conftest import make_request
-from trainctl.replay import MemoryGcs
 
 
 def schema_json(**changes) -> dict:
@@ -161,16 +160,7 @@ def test_the_first_data_file_is_the_one_the_trainer_reads_first():
     assert first_data_file(request, [("churn/day=10/a.csv", 5)]) is None
 
 
-class _Storage(MemoryGcs):
-    """In-memory storage that lists what it holds (the dry run's lists nothing of the user's data)."""
-
-    def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]:
-        yield from sorted(
-            (n, len(c)) for (b, n), (c, _) in self.objects.items() if b == bucket and n.startswith(prefix)
-        )
-
-
-class _Refusing(_Storage):
+class _Refusing(MemoryGcs):
     """Storage whose data objects the functions' account may list but not read (403)."""
 
     def read_range(self, bucket: str, name: str, start: int, length: int) -> bytes | None:
@@ -193,10 +183,10 @@ def test_the_check_reads_the_first_data_file_and_rejects_what_breaks_the_schema(
     """Issue 27, point 2: the first CSV under the folder is read (a marker and hidden files left out), compared,
     and a file named .parquet that is not one is refused: the trainer could not read it either."""
     good = b"id,age,city,member,churned\n1,30,Oslo,true,0\n"
-    check = _check(_with_schema(_Storage()), {"_SUCCESS": b"", "part-0.csv": good.replace(b",city", b",town")})
+    check = _check(_with_schema(MemoryGcs()), {"_SUCCESS": b"", "part-0.csv": good.replace(b",city", b",town")})
     assert check.checked and check.errors == ["dataset: column 'city' is missing (a feature of the champion)"]
     assert check.new_columns == ["town"]
-    check = _check(_with_schema(_Storage()), {"part-0.parquet": b"not parquet at all"})
+    check = _check(_with_schema(MemoryGcs()), {"part-0.parquet": b"not parquet at all"})
     assert check.errors == [
         "dataset: gs://data/churn/day=1/part-0.parquet is not a Parquet file: it does not end in PAR1"
     ]
@@ -209,7 +199,7 @@ def test_the_check_reads_the_first_data_file_and_rejects_what_breaks_the_schema(
 def test_what_cannot_be_checked_is_admitted_unchecked(case):
     """Issue 27, point 2: the check stops bad data, never good data — whatever it cannot read leaves the request
     unchecked (and says why), never rejected."""
-    gcs = _Refusing() if case == "data refused" else _Storage()
+    gcs = _Refusing() if case == "data refused" else MemoryGcs()
     if case == "unreadable schema":
         gcs.write("control", "runs/r1/model/schema.json", b'{"schema_version": 2}', 0)
     elif case != "no schema.json":

@@ -8,7 +8,6 @@ MAX_CUSTOM_METADATA_TOTAL_SIZE_BYTES (8 KiB, all keys and values of one object),
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -21,10 +20,10 @@ from functions.ledger.outbox import Outbox
 from functions.ledger.output_claims import OutputClaims
 from functions.ledger.record import Record
 from functions.ledger.requests import ACTIVE_PREFIX, Ledger
+from local.memory_gcs import MemoryGcs
 from schemas.events import Succeeded
 from schemas.rules import MAX_LABELS
 from tests.unit.conftest import make_record
-from trainctl.replay import MemoryGcs
 
 KEY_BYTES, VALUE_BYTES, TOTAL_BYTES = 1024, 4096, 8192
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -62,10 +61,9 @@ def documented_problems(metadata: dict[str, str]) -> list[str]:
 
 @dataclass
 class CloudLikeStorage(MemoryGcs):
-    """The in-memory store of `trainctl replay`, keeping custom metadata and refusing a write past the documented
-    limits with 400, as Cloud Storage does; `refuse_history` makes every history write fail with that error."""
+    """The in-memory Cloud Storage, refusing a write past the documented limits of custom metadata with 400, as
+    Cloud Storage does; `refuse_history` makes every history write fail with that error."""
 
-    metadata: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     refuse_history: Exception | None = None
 
     def write(self, bucket, name, data, if_generation_match, custom_metadata=None):  # type: ignore[no-untyped-def]
@@ -73,13 +71,7 @@ class CloudLikeStorage(MemoryGcs):
             raise self.refuse_history
         if problems := documented_problems(custom_metadata or {}):
             raise StorageError(f"400: custom metadata too large: {problems}", 400)
-        generation = super().write(bucket, name, data, if_generation_match, custom_metadata)
-        self.metadata[(bucket, name)] = dict(custom_metadata or {})
-        return generation
-
-    def metadata_under(self, bucket: str, prefix: str, start_offset: str = "") -> Iterator[tuple[str, dict[str, str]]]:
-        names = sorted(n for b, n in self.objects if b == bucket and n.startswith(prefix) and n >= start_offset)
-        yield from ((n, self.metadata.get((bucket, n), {})) for n in names)
+        return super().write(bucket, name, data, if_generation_match, custom_metadata)
 
 
 def test_an_outcome_with_64_labels_of_the_longest_kind_fits_cloud_storages_limits():

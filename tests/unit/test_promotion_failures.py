@@ -19,8 +19,8 @@ from functions.ledger.record import ModelSteps
 from functions.ledger.requests import ACTIVE_PREFIX, Ledger
 from functions.models import promotion
 from functions.settings import Settings
+from local.memory_gcs import MemoryGcs
 from tests.unit.conftest import make_charter, make_record, make_request
-from trainctl.replay import MemoryGcs
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 JOB = "projects/p/locations/us-central1/customJobs/1"

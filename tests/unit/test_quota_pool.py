@@ -16,7 +16,7 @@ from functions.capacity.fair_share import Ask, next_to_admit
 from functions.capacity.quota_pool import QUOTA_PREFIX, QuotaPools
 from functions.cloud.gcs import Conflict
 from functions.teams import Share
-from trainctl.replay import MemoryGcs
+from local.memory_gcs import MemoryGcs
 
 POOL = "us-central1/custom_model_training_nvidia_l4_gpus"
 NAME = f"{QUOTA_PREFIX}{POOL}.json"

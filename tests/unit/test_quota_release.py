@@ -13,8 +13,8 @@ from functions.cloud.job_snapshot import JobSnapshot
 from functions.controller import Controller
 from functions.ledger.requests import ACTIVE_PREFIX, Ledger
 from functions.settings import Settings
+from local.memory_gcs import MemoryGcs
 from tests.unit.conftest import make_record
-from trainctl.replay import MemoryGcs
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 JOB = "projects/p/locations/us-central1/customJobs/1"

@@ -16,10 +16,10 @@ from functions.ledger import keys
 from functions.ledger.keys import key_hash
 from functions.ledger.requests import Ledger
 from functions.teams import parse_teams
+from local.memory_gcs import MemoryGcs
 from schemas.events import Rejected, Trigger
 from tests.unit.conftest import make_record, make_request
 from tests.unit.controller_harness import Harness, harness
-from trainctl.replay import MemoryGcs
 
 TEAMS = parse_teams({"default_team": "shared", "teams": {"shared": {}, "red": {}, "blue": {}}})
 

@@ -10,6 +10,7 @@ import pytest
 
 from functions.cloud.gcs import StorageError
 from functions.ledger.keys import key_hash
+from local.memory_gcs import MemoryGcs
 from schemas.events import Cancelled, Failed, Retrying
 from tests.unit.controller_harness import (
     A100_POOL,
@@ -20,7 +21,6 @@ from tests.unit.controller_harness import (
     STOCKOUT,
     harness,
 )
-from trainctl.replay import MemoryGcs
 
 L4 = {"machine_type": "g2-standard-24"}  # 2 × NVIDIA_L4
 L4_RUNG = {"resources": L4, "strategy": "standard"}

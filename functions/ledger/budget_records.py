@@ -125,6 +125,11 @@ class BudgetRecords:
             return None
         return (self._seed(team, month) if self._seed else MonthSpend()), 0
 
+    def figures(self, team: str, month: str) -> MonthSpend:
+        """The month as it stands (as seeded, when it was never written)."""
+        found = self.read(team, month)
+        return found[0] if found else MonthSpend()
+
     def change(self, team: str, month: str, change: Callable[[MonthSpend], bool], seeded: bool = True) -> MonthSpend:
         """Apply `change(state) -> changed` to the month by compare-and-swap, again on a conflict; the state as
         written (or as read, when nothing changed)."""

@@ -338,7 +338,7 @@ class Observation:
             logs.error(f"reconcile could not tidy the teams' budget records: {type(exc).__name__}: {exc}")
             return
         if changed:
-            logs.warning(f"settled or dropped {changed} budget entries of ended or never claimed requests")
+            logs.warning(f"settled or dropped {changed} budget reservations of ended or never claimed requests")
 
     def _record_of(self, khash: str) -> Record | None:
         found = self.ledger.read(khash)

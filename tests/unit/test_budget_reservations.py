@@ -15,12 +15,15 @@ from typing import Any
 
 import pytest
 
-from functions.capacity.budgets import Budgets, request_worst_case_usd
+from functions.capacity.budgets import Budgets, request_worst_case_usd, seed_month
 from functions.ledger.budget_records import BudgetRecords, MonthSpend
+from functions.ledger.history import Outcome
 from functions.ledger.keys import key_hash
+from functions.ledger.requests import Ledger
 from functions.settings import parse_teams
 from local.memory_gcs import MemoryGcs
-from tests.unit.conftest import make_request
+from schemas.events import Spend
+from tests.unit.conftest import make_record, make_request
 from tests.unit.controller_harness import NOW, STOCKOUT, Harness, harness
 
 ONE_HOUR = {"max_attempts": 1, "timeout": "1h"}
@@ -90,6 +93,35 @@ def test_publishing_an_end_again_counts_its_spend_once():
     for _ in range(2):
         h.ctl.budget_records.settle(record, WORST / 2, h.clock())
     assert month(h).spent_usd() == pytest.approx(WORST / 2, rel=1e-3)
+
+
+def test_reconcile_folds_the_spend_of_requests_retired_long_ago_keeping_the_months_total():
+    """Issue 40, point 1: the month record holds only what is recent: once a request has ended and no handler can
+    still settle it again, its entry is folded into the month's total, which stays what it spent."""
+    h = budgeted(10 * WORST)
+    assert h.submit("first", scheduling=ONE_HOUR) == "submitted"
+    run_and_succeed(h, hours=0.5)
+    assert list(month(h).spent) == [key_hash("request:first")]
+
+    h.clock.advance(minutes=30)
+    h.ctl.reconcile()
+    assert month(h).spent == {} and month(h).spent_before == pytest.approx(WORST / 2, rel=1e-3)
+    assert month(h).spent_usd() == pytest.approx(WORST / 2, rel=1e-3)
+
+
+def test_reconcile_settles_a_reservation_left_on_a_request_that_ended_without_settling_it():
+    """Issue 40, point 1: a request ended (an earlier version, mid-upgrade, published its end without settling)
+    and left its reservation: reconcile counts the reservation as spent, so the worst case is never held for ever
+    and never dropped either."""
+    h = budgeted(10 * WORST)
+    assert h.submit("first", scheduling=ONE_HOUR) == "submitted"
+    run_and_succeed(h, hours=0.5)
+    budgets = h.ctl.submission.preparation.budgets
+    budgets.records.change("shared", MONTH, lambda state: state.spent.clear() is None)  # as if never settled
+    budgets.reserve(make_request(scheduling=ONE_HOUR), "shared", key_hash("request:first"))
+
+    h.ctl.reconcile()
+    assert month(h).reserved == {} and month(h).spent_usd() == pytest.approx(WORST)
 
 
 def test_a_redelivery_after_a_crash_between_reservation_and_claim_replaces_its_reservation():
@@ -168,6 +200,26 @@ def test_a_resubmission_that_fits_replaces_its_reservation_by_its_worst_case_fro
     assert (h.record().state, h.record().attempt) == ("submitted", 2)
     held = month(h).reserved[key_hash("request:r1")]
     assert (held.attempt, held.usd) == (2, pytest.approx(WORST))
+
+
+def test_the_first_month_after_upgrading_starts_from_the_history_and_the_active_requests():
+    """Issue 40, point 1: a deployment from before the month records has this month's spend only in the history and
+    its active requests' only in their records: the team's month record starts from them (requests accepted this
+    month; an earlier month's count there), so upgrading does not reset anyone's budget."""
+    gcs = MemoryGcs()
+    ledger = Ledger(gcs, "control")
+    spent = Spend(gpu_hours=1.0, estimated_cost_usd=3.0)
+    for name, accepted in (("this-month", NOW - timedelta(days=1)), ("last-month", NOW - timedelta(days=40))):
+        outcome = Outcome(request_id=name, state="succeeded", time=NOW, accepted=accepted, team="shared", spent=spent)
+        ledger.record_outcome(outcome, name)
+    request = make_request(scheduling=ONE_HOUR).model_dump(mode="json")
+    active = make_record(key_hash="old", request=request, team="shared", max_attempts=1, created=NOW)
+    ledger.create(active)
+    ledger.mark_active("old")
+
+    seeded = seed_month(ledger, "shared", MONTH)
+    assert seeded.spent_usd() == 3.0
+    assert list(seeded.reserved) == ["old"] and seeded.reserved_usd() == pytest.approx(WORST)
 
 
 # ---- deliveries at once -----------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from functions.capacity.budgets import Budgets, seed_month
 from functions.capacity.quota_pool import QuotaPools
 from functions.capacity.quota_queue import QuotaQueue
 from functions.cloud.ports import Events, Jobs, Quotas, Registry, Storage
@@ -20,6 +21,7 @@ from functions.intake.preparation import Preparation
 from functions.intake.refusals import Refusals
 from functions.intake.rejections import Rejections
 from functions.intake.submission import Submission
+from functions.ledger.budget_records import BudgetRecords
 from functions.ledger.keys import id_namespace
 from functions.ledger.model_records import ModelCharters, ModelLedger
 from functions.ledger.outbox import Outbox
@@ -64,7 +66,18 @@ class Controller:
         self.outputs = OutputClaims(
             self.gcs, self.ledger, self.clock, claim_window, claim_window + timedelta(seconds=s.max_event_age)
         )
-        self.outbox = Outbox(self.ledger, self.publisher, self.clock, timedelta(seconds=s.outbox_grace), self.outputs)
+        # Each team's month: what its requests may spend at worst and what they spent (issue 40, point 1).
+        self.budget_records = BudgetRecords(
+            self.gcs, self.ledger.bucket, functools.partial(seed_month, self.ledger), claim_window
+        )
+        self.outbox = Outbox(
+            self.ledger,
+            self.publisher,
+            self.clock,
+            timedelta(seconds=s.outbox_grace),
+            self.outputs,
+            self.budget_records,
+        )
         self.quota_queue = QuotaQueue(
             s, self.outbox, self.clock, self.owner, self.quotas, QuotaPools(self.gcs, self.ledger.bucket)
         )
@@ -83,6 +96,7 @@ class Controller:
             Preparation(
                 s,
                 self.gcs,
+                Budgets(s.teams, self.budget_records, self.clock),
                 self.ledger,
                 self.quota_queue,
                 ModelIntake(s, self.gcs, self.registry, self.charters, self.clock),
@@ -111,6 +125,7 @@ class Controller:
             self.clock,
             self.owner,
             self.promotion,
+            self.budget_records,
         )
 
     @classmethod

@@ -165,17 +165,27 @@ class Budget(_Strict):
     catalog's approximate list prices."""
 
     team: str
-    month: str = Field(description="The calendar month (UTC), YYYY-MM.")
+    month: str = Field(
+        description="The calendar month (UTC), YYYY-MM, a request counts in: the one it was accepted in."
+    )
     budget_usd: float
-    spent_usd: float = Field(description="What the team's requests that ended this month cost (their run times).")
-    active_usd: float = Field(description="The worst case of the team's active requests (each its whole timeout).")
-    request_usd: float = Field(description="This request's worst case: its costliest rung × max_attempts.")
+    spent_usd: float = Field(
+        description="What the team's requests accepted that month cost once they ended (their run times)."
+    )
+    active_usd: float = Field(
+        description="The worst case of the team's other active requests accepted that month (each its whole timeout)."
+    )
+    request_usd: float = Field(
+        description="This request's worst case: its costliest rung × max_attempts (at a resubmission: what its ended "
+        "attempts ran, and its costliest rung for each attempt left)."
+    )
 
 
 CODE_DIGEST_DESCRIPTION = (
     "trainer.python_package: sha256:<hex> of the package archive as `trainctl submit --source` uploaded it "
-    "(content-addressed; several comma-separated in install order), each checked against the object's bytes at "
-    "intake. Absent for other trainers and when any URI is not content-addressed (then unverified)."
+    "(content-addressed; up to 8 comma-separated in install order; with more packages, sha256-list:<hex>, the sha256 "
+    "of that comma-separated list), each checked against the object's bytes at intake. Absent for other trainers and "
+    "when any URI is not content-addressed (then unverified)."
 )
 
 

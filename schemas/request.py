@@ -8,6 +8,7 @@ pairs; `schemas.errors.field_errors` turns those into one error per field.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -164,15 +165,27 @@ def package_digest(uri: str) -> str | None:
     return match.group(1) if match else None
 
 
+# `code_digest` lists at most this many package digests (8 × 71 bytes); a request with more carries one digest of the
+# whole list instead, so that no event, record or history metadata field grows with a request's package count
+# (issue 40, point 2: 60 URIs made ~4 KiB, past Cloud Storage's custom-metadata limit, and the run's outcome was lost).
+MAX_LISTED_DIGESTS = 8
+LIST_DIGEST_PREFIX = "sha256-list:"
+
+
 def code_digest(request: dict[str, Any]) -> str | None:
-    """The digest of a request's package code, `sha256:<hex>` (several, comma-separated, in install order), when
-    every package URI is content-addressed as `trainctl submit --source` names them; else None. Read from the
-    request as the ledger keeps it (a dict); verified at intake against each object's bytes."""
+    """The digest of a request's package code when every package URI is content-addressed as `trainctl submit
+    --source` names them, else None: `sha256:<hex>` per package, comma-separated in install order, for up to
+    MAX_LISTED_DIGESTS packages; beyond, `sha256-list:<hex>`, the sha256 of that comma-separated list (so at most
+    575 characters whatever the request). Read from the request as the ledger keeps it (a dict); each package is
+    verified at intake against its object's bytes."""
     package = (request.get("trainer") or {}).get("python_package") or {}
     found = [package_digest(uri) for uri in package.get("uris") or []]
     if not found or not all(found):
         return None
-    return ",".join(f"sha256:{digest}" for digest in found)
+    listed = ",".join(f"sha256:{digest}" for digest in found)
+    if len(found) <= MAX_LISTED_DIGESTS:
+        return listed
+    return LIST_DIGEST_PREFIX + hashlib.sha256(listed.encode()).hexdigest()
 
 
 def _check_package_uri(value: str) -> str:

@@ -13,13 +13,16 @@ are nearest-rank: the smallest value with at least p% of the values at or below 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypedDict
 
+from functions.ledger.budget_records import MonthSpend, month_of
 from functions.ledger.history import MODEL_DECISION_KEY, Outcome
 from functions.teams import Teams
 from schemas.rules import parse_duration
@@ -174,22 +177,23 @@ def _group_of(outcome: Outcome, by: str) -> str:
     return outcome.labels.get(by, NO_LABEL)
 
 
-def budgets(outcomes: list[Outcome], teams: Teams, until: datetime) -> dict[str, dict[str, Any]]:
-    """Per team with a monthly budget: what its requests that ended this month (UTC) cost against it."""
-    month_start = until.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    spent: dict[str, float] = defaultdict(float)
-    for o in outcomes:
-        if o.team and o.time >= month_start:
-            spent[o.team] += o.cost_usd
-    return {
-        name: {
-            "month": f"{month_start:%Y-%m}",
-            "spent_usd": round(spent[name], 2),
+def budgets(months: Callable[[str], MonthSpend], teams: Teams, until: datetime) -> dict[str, dict[str, Any]]:
+    """Per team with a monthly budget, this month (UTC) as its budget counts it (`months`: the team's month record,
+    functions/ledger/budget_records.py): what its requests accepted this month spent once they ended, and the worst
+    case its active ones still hold reserved."""
+    month = month_of(until)
+    found = {}
+    for name, team in sorted(teams.teams.items()):
+        if team.monthly_budget_usd is None:
+            continue
+        state = months(name)
+        found[name] = {
+            "month": month,
+            "spent_usd": round(state.spent_usd(), 2),
+            "reserved_usd": round(state.reserved_usd(), 2),
             "budget_usd": team.monthly_budget_usd,
         }
-        for name, team in sorted(teams.teams.items())
-        if team.monthly_budget_usd is not None
-    }
+    return found
 
 
 def _seconds(value: float | None) -> str:
@@ -232,7 +236,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines += _lines(f"{report['by']}={value}", group)
         if (budget := report.get("budgets", {}).get(value)) is not None:
             lines.append(
-                f"  budget {budget['month']}  spent ${budget['spent_usd']:,.2f} of ${budget['budget_usd']:,.2f}"
+                f"  budget {budget['month']}  spent ${budget['spent_usd']:,.2f} and up to "
+                f"${budget['reserved_usd']:,.2f} reserved, of ${budget['budget_usd']:,.2f}"
             )
     return "\n".join(lines)
 
@@ -245,11 +250,15 @@ def report_from_ledger(since: timedelta, by: str | None = None) -> dict[str, Any
     settings = cli_settings()
     until = datetime.now(UTC)
     start = until - since
-    ledger = Ledger(Gcs(settings.project), settings.control_bucket)
+    gcs = Gcs(settings.project)
+    ledger = Ledger(gcs, settings.control_bucket)
     report = build_report(ledger.outcomes(start), start, until, by, ledger.outcomes(start, MODEL_DECISION_KEY))
     if by == "team" and settings.teams is not None:
-        month_start = until.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        report["budgets"] = budgets(ledger.outcomes(month_start), settings.teams, until)
+        from functions.capacity.budgets import seed_month
+        from functions.ledger.budget_records import BudgetRecords
+
+        records = BudgetRecords(gcs, settings.control_bucket, functools.partial(seed_month, ledger))
+        report["budgets"] = budgets(lambda team: records.figures(team, month_of(until)), settings.teams, until)
     return report
 
 

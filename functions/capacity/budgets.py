@@ -1,18 +1,21 @@
-"""What a request may still spend at worst, and whether it fits its team's monthly budget (issue 32, point 4).
+"""What a request may still spend at worst, and whether it fits its team's monthly budget (issue 32, point 4), reserved
+atomically in the team's month record (issue 40, point 1: functions/ledger/budget_records.py).
 
-Pure (the history and the active records are handed in). The worst case of a request is its costliest rung run for
-its whole timeout on every attempt it may make (the same figure the max_request_cost_usd guardrail reads); an active
-request's is what its ended attempts ran plus that for the attempts it has left, the current one included.
+The worst case of a request is its costliest rung run for its whole timeout on every attempt it may make (the same
+figure the max_request_cost_usd guardrail reads); an active request's is what its ended attempts ran plus that for
+the attempts it has left, the current one included.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from datetime import datetime
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from functions.jobs import planning
-from functions.ledger.history import Outcome
+from functions.ledger.budget_records import BudgetRecords, Held, MonthSpend, month_of
 from functions.ledger.record import Record
+from functions.ledger.requests import Ledger
 from functions.teams import Teams
 from schemas.events import Budget
 from schemas.request import TrainingJobRequest
@@ -39,43 +42,131 @@ def worst_case_usd(record: Record) -> float:
     return record.earlier_cost_usd + left
 
 
-def over_budget(
-    teams: Teams | None,
-    team: str,
-    request: TrainingJobRequest,
-    now: datetime,
-    outcomes: Callable[[datetime], Iterable[Outcome]],
-    active: Callable[[], Iterable[Record]],
-) -> Budget | None:
-    """The team's budget figures when this request's worst case does not fit what is left of it this month: what
-    its requests that ended this month cost (`outcomes` since a time: the history), plus the worst case of its
-    `active` ones; None when it fits, or the team has no budget."""
-    budget = teams.teams[team].monthly_budget_usd if teams and team in teams.teams else None
-    if budget is None:
-        return None
-    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    spent = sum(o.cost_usd for o in outcomes(month_start) if o.team == team)
-    held = sum(worst_case_usd(r) for r in active() if r.team == team and not r.final)
-    needed = request_worst_case_usd(request)
-    if spent + held + needed <= budget:
+def over(budget_usd: float, team: str, month: str, state: MonthSpend, khash: str, needed: float) -> Budget | None:
+    """The team's budget figures when `needed` (the worst case of the request with key hash `khash`) does not fit
+    what is left of the month: what its requests accepted this month spent once they ended, plus the worst case of
+    its other active ones; None when it fits."""
+    spent = state.spent_usd()
+    held = state.reserved_usd(but=khash)
+    if spent + held + needed <= budget_usd + 1e-9:  # exactly the budget fits; sums of cents drift by far less
         return None
     return Budget(
         team=team,
-        month=f"{month_start:%Y-%m}",
-        budget_usd=round(budget, 2),
+        month=month,
+        budget_usd=round(budget_usd, 2),
         spent_usd=round(spent, 2),
         active_usd=round(held, 2),
         request_usd=round(needed, 2),
     )
 
 
-def budget_error(budget: Budget) -> str:
-    """The rejection's line for a request over its team's budget: the figures, and what would make it fit."""
+@dataclass(frozen=True)
+class Reservation:
+    """What reserving a new request's worst case came to: the month it counts in (None: its team has no budget),
+    and the figures when it does not fit (nothing is reserved then)."""
+
+    month: str | None
+    over: Budget | None = None
+
+
+@dataclass
+class Budgets:
+    """Each team's monthly budget, reserved by compare-and-swap on its month's record (functions/ledger/
+    budget_records.py): a new request's worst case before its claim, a resubmission's again before its job."""
+
+    teams: Teams | None
+    records: BudgetRecords
+    clock: Callable[[], datetime]
+
+    def budget_of(self, team: str | None) -> float | None:
+        teams = self.teams
+        return teams.teams[team].monthly_budget_usd if teams and team in teams.teams else None
+
+    def reserve(self, request: TrainingJobRequest, team: str, khash: str) -> Reservation:
+        """Reserve the new request's worst case in this month's record, unless it does not fit with what the team's
+        requests spent and may still spend. A redelivery replaces its own reservation, never adds a second."""
+        budget = self.budget_of(team)
+        if budget is None:
+            return Reservation(None)
+        now = self.clock()
+        month = month_of(now)
+        needed = request_worst_case_usd(request)
+        refused = self._hold(team, month, khash, needed, 1, budget, now, again=False)
+        return Reservation(month, refused)
+
+    def release(self, team: str, month: str, khash: str, claimed: Callable[[], bool]) -> None:
+        """A new request refused after its reservation holds nothing of the month, unless `claimed()` says another
+        delivery of it has meanwhile created its record (whose reservation this is then)."""
+
+        def change(state: MonthSpend) -> bool:
+            if khash not in state.reserved or claimed():
+                return False
+            del state.reserved[khash]
+            return True
+
+        self.records.change(team, month, change, seeded=False)
+
+    def recheck(self, record: Record) -> Budget | None:
+        """Before a new attempt's job: the request's worst case from here on (what its ended attempts ran, and its
+        costliest rung for every attempt left) replaces its reservation, unless it does not fit what is left of
+        its month (the figures; the reservation is left as it was). Checked once per attempt."""
+        budget = self.budget_of(record.team)
+        if budget is None or record.budget_month is None or record.team is None:
+            return None
+        needed = worst_case_usd(record)
+        return self._hold(
+            record.team, record.budget_month, record.key_hash, needed, record.attempt, budget, self.clock(), again=True
+        )
+
+    def _hold(
+        self, team: str, month: str, khash: str, usd: float, attempt: int, budget: float, now: datetime, again: bool
+    ) -> Budget | None:
+        refused: Budget | None = None
+
+        def change(state: MonthSpend) -> bool:
+            nonlocal refused
+            refused = None
+            held = state.reserved.get(khash)
+            if again and held is not None and held.attempt == attempt:
+                return False  # this attempt was checked already (a redelivery, a claim taken over)
+            refused = over(budget, team, month, state, khash, usd)
+            if refused is not None:
+                return False
+            state.reserved[khash] = Held(usd, now, attempt)  # `at`: a reservation with no record yet is this recent
+            return True
+
+        self.records.change(team, month, change)
+        return refused
+
+
+def seed_month(ledger: Ledger, team: str, month: str) -> MonthSpend:
+    """A month with no record yet, as the history and the active records have it (a deployment from before the
+    records: the rollout's month): what the team's requests accepted in it spent once they ended, and the worst
+    case of its active ones accepted in it. Any later month starts empty, as nothing from before counts in it."""
+    start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
+    state = MonthSpend()
+    for outcome in ledger.outcomes(start):
+        if outcome.team == team and outcome.accepted is not None and month_of(outcome.accepted) == month:
+            state.spent_before += outcome.cost_usd
+    for record in ledger.active_records():
+        if record.team == team and not record.final and not record.budget_month and month_of(record.created) == month:
+            state.reserved[record.key_hash] = Held(worst_case_usd(record), record.created, record.attempt)
+    return state
+
+
+def budget_error(budget: Budget, resubmission: bool = False) -> str:
+    """The line for a request over its team's budget: the figures, and what would make it fit. `resubmission`: the
+    request was accepted, and its next attempt is what no longer fits."""
     total = budget.spent_usd + budget.active_usd + budget.request_usd
+    this = (
+        "this one's attempts from here on up to ${:,.2f} (what its ended attempts ran, and its costliest rung for "
+        "each attempt left)"
+        if resubmission
+        else "this one up to ${:,.2f} (its costliest rung × max_attempts)"
+    ).format(budget.request_usd)
     return (
-        f"budget: team {budget.team}'s budget for {budget.month} is ${budget.budget_usd:,.2f}; its requests spent "
-        f"${budget.spent_usd:,.2f}, its active ones may spend up to ${budget.active_usd:,.2f} more, and this one "
-        f"up to ${budget.request_usd:,.2f} (its costliest rung × max_attempts): ${total:,.2f} in all. Wait for "
-        "active requests to end, lower this one's GPUs, timeout or max_attempts, or ask the operator for a larger "
-        "monthly_budget_usd"
+        f"budget: team {budget.team}'s budget for {budget.month} is ${budget.budget_usd:,.2f}; its requests accepted "
+        f"that month spent ${budget.spent_usd:,.2f}, its other active ones may spend up to ${budget.active_usd:,.2f} "
+        f"more, and {this}: ${total:,.2f} in all. Wait for active requests to end, lower this one's GPUs, timeout or "
+        "max_attempts, or ask the operator for a larger monthly_budget_usd"
     )

@@ -69,6 +69,7 @@ def accepted_record(
         rung_history=skipped_outcomes(rungs),
         model_steps=prepared.model.steps() if prepared.model else None,
         code_objects=prepared.code_objects or None,
+        budget_month=prepared.budget_month,
     )
     record.add_events([_accepted(request, key, delivery, prepared, record, team, now)])
     return record

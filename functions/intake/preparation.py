@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from functions.capacity.budgets import budget_error, over_budget
+from functions.capacity.budgets import Budgets, budget_error
 from functions.capacity.quota_queue import QuotaQueue
 from functions.cloud.gcs import StorageError
 from functions.cloud.ports import Storage
@@ -19,7 +19,8 @@ from functions.data.admission import DataCheck, check_dataset
 from functions.intake.package_check import check_packages
 from functions.jobs.admission import dataset_problem
 from functions.jobs.planning import Plan, plan_custom_job
-from functions.ledger.record import LadderRung
+from functions.ledger.keys import key_hash
+from functions.ledger.record import LadderRung, Record
 from functions.ledger.requests import Ledger
 from functions.models.intake import ModelAdmission, ModelIntake, ModelRefused
 from functions.settings import Settings
@@ -44,7 +45,8 @@ class Refusal:
 @dataclass(frozen=True)
 class Prepared:
     """A new request ready to be claimed: its plan (on its first rung that can fit, with its model's evidence), its
-    ladder, its model, its data check and the package objects read."""
+    ladder, its model, its data check and the package objects read; the month its team's budget holds its worst case
+    in (None: no budget), to let go of if its claim is refused."""
 
     plan: Plan
     rungs: list[LadderRung]
@@ -52,13 +54,15 @@ class Prepared:
     model: ModelAdmission | None
     data: DataCheck
     code_objects: list[CodeObject] = field(default_factory=list)
+    budget_month: str | None = None
 
 
 @dataclass
 class Preparation:
     settings: Settings
     gcs: Storage
-    ledger: Ledger  # the history and active records a budget is counted from
+    budgets: Budgets  # each team's month record, where a new request's worst case is reserved before its claim
+    ledger: Ledger  # whether a request refused after its reservation was claimed meanwhile by another delivery
     queue: QuotaQueue  # which rungs can ever fit the quota, or the team's share of it
     models: ModelIntake
     clock: Callable[[], datetime]
@@ -78,22 +82,34 @@ class Preparation:
                 f"no rung of the request can ever fit the project's GPU quota{share}",
                 reason="quota",
             )
-        budget = over_budget(
-            self.settings.teams, team, request, self.clock(), self.ledger.outcomes, self.ledger.active_records
-        )
-        if budget is not None:
+        reservation = self.budgets.reserve(request, team, key_hash(key))
+        if (budget := reservation.over) is not None:
             message = f"team {budget.team}'s monthly budget would be exceeded"
             return Refusal([budget_error(budget)], message, reason="budget", budget=budget)
         try:
             model = self.models.admit(request, team)
         except ModelRefused as refused:
+            self.let_go(key, team, reservation.month)
             return Refusal(refused.errors, refused.message)
         evidence = model.evidence() if model else None
         plan = plan_custom_job(request, self.settings, key, 1, start, evidence, team)
         data = self._data_check(request, model)
         if data.errors:
+            self.let_go(key, team, reservation.month)
             return self._data_refusal(request, data, plan.cost, start)
-        return Prepared(plan, rungs, start, model, data, packages.objects)
+        return Prepared(plan, rungs, start, model, data, packages.objects, reservation.month)
+
+    def let_go(self, key: str, team: str, month: str | None) -> None:
+        """A request refused after its budget was reserved holds nothing of it (unless another delivery of it has
+        claimed it meanwhile: the reservation is that one's). A crash before this leaves it to reconcile."""
+        if month is not None:
+            khash = key_hash(key)
+            self.budgets.release(team, month, khash, lambda: self.ledger.read(khash) is not None)
+
+    def recheck_budget(self, record: Record) -> Budget | None:
+        """Before a resubmission's job: its team's budget still has room for its worst case from here on (the
+        figures when it does not)."""
+        return self.budgets.recheck(record)
 
     def _dataset_problem(self, request: TrainingJobRequest) -> FieldError | None:
         """Preflight of a new request's dataset (issue 12 point 17): it exists, holds data and can be read."""

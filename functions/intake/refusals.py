@@ -13,13 +13,14 @@ from datetime import datetime, timedelta
 
 from functions import logs
 from functions.capacity.attempts import backoff
+from functions.capacity.budgets import budget_error
 from functions.capacity.quota_queue import QuotaQueue
 from functions.cloud.failures import PERMISSION_DENIED, QUOTA_ADVICE, permission_advice, quota_metric
 from functions.cloud.vertex import CallRejected
 from functions.ledger.outbox import Outbox, whole_outbox
 from functions.ledger.record import Record
 from functions.settings import Settings
-from schemas.events import Failed, JobEvent, Rejected, Retrying
+from schemas.events import Budget, Failed, JobEvent, Rejected, Retrying
 from schemas.rules import format_duration
 
 
@@ -36,6 +37,31 @@ class Refusals:
         if exc.code == PERMISSION_DENIED:
             return self._permission_denied(record, generation, exc, account)
         return self._refused(record, generation, exc)
+
+    def over_budget(self, record: Record, generation: int, budget: Budget) -> str:
+        """A resubmission whose worst case from here on no longer fits its team's month (its budget was lowered, or
+        its attempts ran past their estimate): the request fails with reason `budget` and the figures, before any
+        job of the new attempt is made (issue 40, point 1)."""
+        now = self.clock()
+        error = budget_error(budget, resubmission=True)
+        record.state, record.failure_reason, record.message = "failed", "budget", error
+        record.owner = record.lease_until = None
+        record.add_events(
+            [
+                Failed(
+                    **record.envelope(now),
+                    message=f"attempt {record.attempt} was not submitted: team {budget.team}'s monthly budget would "
+                    f"be exceeded. {error}",
+                    reason="budget",
+                    artifacts=record.artifacts,
+                )
+            ]
+        )
+        generation = self.outbox.save(record, generation)
+        self.queue.release(record)  # once the ended state is saved, before anything else can fail
+        record, generation = self.outbox.flush(record, generation, whole_outbox(record))
+        self.outbox.retire_when_done(record)
+        return "failed"
 
     def _permission_denied(self, record: Record, generation: int, exc: CallRejected, account: str) -> str:
         """Vertex refused ListCustomJobs or CreateCustomJob with PERMISSION_DENIED. Fresh IAM grants reach Vertex

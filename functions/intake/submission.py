@@ -123,6 +123,7 @@ class Submission:
                 f"progress); choose a folder neither inside nor around it, or send this request again once "
                 f"{holder.request_id} has ended"
             )
+            self.preparation.let_go(key, team, prepared.budget_month)
             return self.rejections.reject(
                 request.request_id, key, delivery, [error], "the output_dir overlaps an active request's"
             )
@@ -136,6 +137,7 @@ class Submission:
             generation = self.ledger.create(record)
         except IdTaken as taken:
             self.outputs.release(plan.output_dir, key_hash(key))  # this request will not write there
+            self.preparation.let_go(key, team, prepared.budget_month)
             return self._id_taken(request, key, explicit_id, delivery, taken)
         except Conflict:
             found = self.ledger.read(key_hash(key))
@@ -237,7 +239,10 @@ class Submission:
             plan = plan_custom_job(
                 request, self.settings, record.key, record.attempt, record.rung, evidence, record.team
             )
-        # Before step 3: the GPU quota this rung draws on must have room for it, else it waits in trainctl's queue.
+        # Before step 3: a new attempt's worst case must still fit its team's budget, else the request ends (issue 40);
+        # the GPU quota this rung draws on must have room for it, else it waits in trainctl's queue.
+        if record.attempt > 1 and (budget := self.preparation.recheck_budget(record)) is not None:
+            return self.refusals.over_budget(record, generation, budget)
         if not self.queue.hold_or_queue(record, generation):
             return "queued"
         # Step 3: find or create the job.

@@ -6,7 +6,9 @@ lists only the days it asks about, and each page of the listing brings 1,000 out
 at 100,000 finished requests that is 100 listing calls instead of 100,000 reads (bench/report_listing.py).
 
 Custom metadata is small (the limits below): an outcome whose labels do not fit keeps them out of its metadata
-and says so, and the report reads those few objects, whose content is always the whole outcome.
+and says so, and the report reads those few objects, whose content is always the whole outcome. Should any other
+field a request fills not fit either (code_digest is bounded: schemas/request.py), it moves into the content the
+same way (issue 40, point 2): an outcome's filing never fails for its size, so no run goes uncounted.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ METADATA_KEY = "outcome"
 # their own key, so that the report counts them per model without counting them as requests.
 MODEL_DECISION_STATES = frozenset({"promoted", "held"})
 MODEL_DECISION_KEY = "model_decision"
-# Set to LABELS_IN_CONTENT when the outcome in METADATA_KEY was stored without its labels.
+# Set to LABELS_IN_CONTENT when the outcome in METADATA_KEY was stored without its labels (and, should they not fit
+# either, the other fields a request fills: SHORTENED): the content holds it whole.
 LABELS_KEY = "labels"
 LABELS_IN_CONTENT = "in-content"
 # An outcome's content: its JSON with at most 64 labels of 63-character keys and values is under 10 KiB.
@@ -100,18 +103,26 @@ def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
     )
 
 
+# What an outcome's metadata leaves out when it does not fit, in turn: its labels, then every other field a request
+# can fill with text (request_id, team and the figures are bounded by the schema and stay: the report counts them).
+SHORTENED: tuple[dict[str, object], ...] = ({"labels": {}}, {"labels": {}, "code_digest": None, "model": None})
+
+
 def history_entry(outcome: Outcome, key: str = METADATA_KEY) -> tuple[bytes, dict[str, str]]:
     """The content and the custom metadata of an outcome's history object: the whole outcome as content; in the
     metadata, the outcome with its labels when they fit Cloud Storage's limits (gcs.metadata_problems), else
-    without them and a note that they are in the content. Without labels an outcome is under 1 KiB."""
+    without them (then without the other text a request fills, SHORTENED) and a note that the content holds it
+    whole. Without them an outcome is under 1 KiB."""
     whole = outcome.model_dump_json(exclude_none=True)
     metadata = {key: whole}
-    if metadata_problems(metadata):
-        without = outcome.model_copy(update={"labels": {}}).model_dump_json(exclude_none=True)
-        metadata = {key: without, LABELS_KEY: LABELS_IN_CONTENT}
+    for left_out in SHORTENED:
+        if not metadata_problems(metadata):
+            break
+        shortened = outcome.model_copy(update=left_out).model_dump_json(exclude_none=True)
+        metadata = {key: shortened, LABELS_KEY: LABELS_IN_CONTENT}
     return whole.encode(), metadata
 
 
 def labels_in_content(metadata: dict[str, str]) -> bool:
-    """Whether the outcome in this metadata was stored without its labels (they are in the object's content)."""
+    """Whether the outcome in this metadata was stored shortened, without its labels (the content holds it whole)."""
     return metadata.get(LABELS_KEY) == LABELS_IN_CONTENT

@@ -12,6 +12,7 @@ from functions import logs
 from functions.cloud.errors import Transient
 from functions.cloud.gcs import Conflict
 from functions.cloud.ports import Events
+from functions.ledger.budget_records import BudgetRecords
 from functions.ledger.history import FINAL_EVENT_STATES, MODEL_DECISION_KEY, MODEL_DECISION_STATES, outcome_of
 from functions.ledger.monitoring_fields import published_fields
 from functions.ledger.output_claims import OutputClaims, output_dir_of
@@ -34,6 +35,7 @@ class Outbox:
     # the redelivery of the failed event already does it; far longer than a publish takes (settings.outbox_grace).
     grace: timedelta
     outputs: OutputClaims  # the output folders active requests hold outside the control bucket
+    budgets: BudgetRecords | None = None  # each team's month, where an ended request's spend replaces its worst case
 
     def read(self, khash: str) -> tuple[Record, int]:
         found = self.ledger.read(khash)
@@ -58,8 +60,13 @@ class Outbox:
             self.publisher.publish(event)
             logs.info(f"published {event.state}", **published_fields(event))
             if event.state in FINAL_EVENT_STATES:
-                # Before the outbox is cleared: a crash here republishes (same ce-id) and files it then.
-                self.ledger.record_outcome(outcome_of(event, record), record.key_hash)
+                # Before the outbox is cleared: a crash here republishes (same ce-id) and files it then. The budget
+                # first, and raising when it cannot be written: the event stays in the outbox until its spend counts
+                # (the history's write never raises: the report's index is not worth a republication every tick).
+                outcome = outcome_of(event, record)
+                if self.budgets is not None:
+                    self.budgets.settle(record, outcome.cost_usd, self.clock())
+                self.ledger.record_outcome(outcome, record.key_hash)
             elif event.state in MODEL_DECISION_STATES:
                 self.ledger.record_outcome(outcome_of(event, record), f"{record.key_hash}-model", MODEL_DECISION_KEY)
         done = {e.ce_id for e in events}

@@ -110,6 +110,9 @@ class Record(BaseModel):
     rung_history: list[RungOutcome] = Field(default_factory=list, description="Rungs left or skipped, and why.")
     quota_pool: str | None = Field(None, description="The GPU quota pool the request holds or waits in.")
     team: str | None = Field(None, description="The team it arrived as (issue 32); None: the default team.")
+    budget_month: str | None = Field(
+        None, description="The month (YYYY-MM) whose team budget record holds its reservation and spend (issue 40)."
+    )
     queued_since: datetime | None = Field(None, description="When it began to wait in trainctl's quota queue.")
     cancel_requested: bool = Field(False, description="`trainctl cancel` of a request that has no job yet.")
     permission_denied_since: datetime | None = Field(

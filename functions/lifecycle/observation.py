@@ -28,6 +28,7 @@ from functions.cloud.job_labels import deployment_label, key_hash_of
 from functions.cloud.job_snapshot import JobSnapshot, job_ref
 from functions.cloud.ports import Jobs, Storage
 from functions.intake.submission import Submission
+from functions.ledger.budget_records import BudgetRecords
 from functions.ledger.outbox import Outbox
 from functions.ledger.record import Record
 from functions.ledger.requests import Ledger
@@ -69,6 +70,7 @@ class Observation:
     clock: Callable[[], datetime]
     owner: str
     promotion: Promotion  # a success with a model block: register, decide, promote
+    budgets: BudgetRecords | None = None  # each team's month: reservations a dead handler left are settled or dropped
 
     def observe_job(self, job_id: str) -> str:
         """A job's service log line arrived: bring its record up to date."""
@@ -268,6 +270,7 @@ class Observation:
             logs.warning(f"reconcile ran out of time; {deferred} records wait for the next tick")
         self._forget_quota_of_ended_requests()
         self._forget_output_folders_of_ended_requests()
+        self._tidy_budgets()
         return summary
 
     def _list_jobs(self, windows: dict[str, list[Window]], now: datetime) -> Listing:
@@ -323,6 +326,23 @@ class Observation:
             return
         if dropped:
             logs.warning(f"dropped {dropped} ended requests from the GPU quota pools")
+
+    def _tidy_budgets(self) -> None:
+        """A handler that died after reserving a request's budget, before its claim or before settling its end, left
+        the reservation: settle or drop it (functions/ledger/budget_records.py)."""
+        if self.budgets is None or not self.settings.teams:
+            return
+        try:
+            changed = self.budgets.tidy(lambda: set(self.ledger.active()), self._record_of, self.clock())
+        except Exception as exc:  # the next tick tries again; the sweep's own work is done
+            logs.error(f"reconcile could not tidy the teams' budget records: {type(exc).__name__}: {exc}")
+            return
+        if changed:
+            logs.warning(f"settled or dropped {changed} budget reservations of ended or never claimed requests")
+
+    def _record_of(self, khash: str) -> Record | None:
+        found = self.ledger.read(khash)
+        return found[0] if found else None
 
     def _forget_output_folders_of_ended_requests(self) -> None:
         """A handler that died between ending a request and releasing its output folder left it held: free it."""

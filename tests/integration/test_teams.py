@@ -1,13 +1,15 @@
 """Teams on the local stack (issue 32, acceptance): two teams, each with its own request topic, sharing the GPU
 quota of the JobService's capacity model through trainctl's pool — one over its share waits while the other is
-admitted, one borrows what the other leaves idle, both waiting are admitted in fair order, a budget refuses, and a
-forged team label is refused."""
+admitted, one borrows what the other leaves idle, both waiting are admitted in fair order, a budget refuses (eight
+deliveries at once against it admit one), and a forged team label is refused."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -70,6 +72,40 @@ def test_a_request_that_would_pass_its_teams_monthly_budget_is_rejected_with_the
     assert (rejected.budget.team, rejected.budget.budget_usd, rejected.budget.spent_usd) == ("c", 1.0, 0.0)
     assert rejected.budget.request_usd > 1.0 and "monthly_budget_usd" in rejected.errors[0]
     assert teams.record("request:c/over-budget") is None, "a budget rejection claimed nothing"
+
+
+# Team c's budget ($1) holds one of these (2 × L4 for at most 15 minutes, once: $0.58), not two.
+FITS_ONCE = {"resources": {"machine_type": "g2-standard-24"}, "scheduling": {"timeout": "15m", "max_attempts": 1}}
+
+
+def test_eight_deliveries_at_once_against_a_budget_that_fits_one_accept_exactly_one(teams):
+    """Issue 40, point 1, the review's scenario: eight requests of team c delivered at once, each fitting its $1
+    budget alone, two never together. Before, every delivery read the active records before any was created, and six
+    were accepted; now each reserves its worst case in team c's month record by compare-and-swap: exactly one is
+    accepted, the seven others are `rejected` (budget) counting the first one's reservation as active."""
+    events = teams.events()
+    ids = [f"at-once-{index}" for index in range(8)]
+
+    def deliver(request_id: str) -> int:
+        document = fake_node_request(request_id, "--sleep", "0.5", **FITS_ONCE)
+        return teams.request(document, topic="it-requests-c")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert list(pool.map(deliver, ids)) == [200] * 8
+
+    answers = {request_id: events.states(request_id) for request_id in ids}
+    accepted = [request_id for request_id, states in answers.items() if "accepted" in states]
+    assert len(accepted) == 1, answers
+    refused = [events.of(request_id, "rejected")[0] for request_id in ids if request_id not in accepted]
+    assert len(refused) == 7 and all(e.reason == "budget" and e.budget is not None for e in refused), answers
+    assert all(e.budget.active_usd == e.budget.request_usd == 0.58 for e in refused if e.budget), refused[0].budget
+    month = json.loads(
+        teams.storage()
+        .bucket(teams.control_bucket)
+        .blob(f"budgets/c/{datetime.now(UTC):%Y-%m}.json")
+        .download_as_text()
+    )
+    assert list(month["reserved"]) == [keys.key_hash(f"request:c/{accepted[0]}")]
 
 
 def test_a_team_borrows_what_the_other_leaves_idle_and_over_its_share_waits_while_the_other_is_admitted(teams):

@@ -4,8 +4,10 @@ the same file and row, and a run under a small budget matches the run in memory.
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
+import weakref
 
 import numpy as np
 import pyarrow as pa
@@ -129,6 +131,45 @@ def test_windows_visit_every_training_row_once_in_a_seeded_order_and_a_resume_re
     assert torch.equal(x_first, x_again) and torch.equal(y_first, y_again)
     first.close()
     resumed.close()
+
+
+class CountedStream(WindowedStream):
+    """A stream that keeps a weak reference to every window it loads, to count how many are still held."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.loaded: list[weakref.ref] = []
+
+    def _load(self, epoch, index, window):
+        inputs, targets = super()._load(epoch, index, window)
+        self.loaded.append(weakref.ref(inputs))
+        return inputs, targets
+
+    def held(self) -> int:
+        gc.collect()
+        return sum(ref() is not None for ref in self.loaded)
+
+
+def test_at_most_the_current_and_the_next_window_are_held(tmp_path):
+    """Issue 40, point 14: streaming's point is its memory bound, which its results cannot show (a stream keeping
+    every window gives the same rows): through two epochs of micro-batches, some crossing from one window to the
+    next, at most two windows' tensors are alive after each step — the one being served and the one read ahead."""
+    ids = np.arange(2000, dtype=np.float64)
+    table = pa.table({"a": np.sin(ids), "id": ids})
+    shards = write_files(table, tmp_path / "data", 4, row_group_size=100)
+    files, _, _, found = streamed(shards, target="id")
+    prep = found.fit.finish("regression", LOCAL)
+    stream = CountedStream(files, found.train_rows, prep, "id", None, 300, SEED, 0, torch.device("cpu"))
+    assert len(stream.windows(0)) >= 6
+
+    most = 0
+    for epoch in range(2):
+        for first in range(0, stream.rows, 70):  # 70 does not divide a window: some micro-batches span two
+            stream.micro_batch(epoch, first, 70)
+            most = max(most, stream.held())
+    stream.close()
+    assert len(stream.loaded) >= 12, "the windows were not read in turn"
+    assert most <= 2, f"{most} windows were held at once"
 
 
 def test_a_share_streams_when_its_estimated_peak_exceeds_the_budget():

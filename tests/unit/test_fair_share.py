@@ -129,3 +129,20 @@ def test_the_event_says_which_limit_holds_a_request():
     verdict = decide(Ask("a2", "a", 2), full, [Ask("b2", "b", 2)], both, 8)
     assert (verdict.held_by, verdict.ahead) == ("team_share", 1)
     assert [a.key for a in admission_order([Ask("a2", "a", 2), Ask("b2", "b", 2)], {"a": 8}, both, 16)] == ["b2", "a2"]
+
+
+def test_a_team_within_its_share_goes_before_one_that_would_borrow_even_holding_more_per_weight():
+    """Issue 40, point 14: the owner-goes-first case where the owner holds more GPUs per unit of weight (team a, 4
+    of its nominal 6) than the team that would borrow (team b, its nominal 2, asking for a third), and b waited
+    longer: a's request is next, and b's is held by its team's share. (Ranking by GPUs per weight alone names b.)"""
+    shares = {
+        "a": Share(nominal=6, borrow_limit=0, weight=1.0),
+        "b": Share(nominal=2, borrow_limit=6, weight=1.0),
+    }.__getitem__
+    line = [Ask("b-borrows", "b", 1), Ask("a-owns", "a", 1)]
+    held = {"a": 4, "b": 2}
+    assert next_to_admit(line, held, shares, 8) == line[1]
+    holders = {"a1": Ask("a1", "a", 4), "b1": Ask("b1", "b", 2)}
+    assert decide(line[1], holders, line, shares, 8).granted
+    waits = decide(line[0], holders, line, shares, 8)
+    assert (waits.granted, waits.ahead, waits.held_by) == (False, 1, "team_share")

@@ -80,9 +80,11 @@ def test_local_up_teams_gives_each_team_the_topic_terraform_gives_it():
 
 def test_report_by_team_groups_by_arrival_and_shows_spend_against_budget():
     """Issue 32, point 4: `trainctl report --by team` groups by the team a request arrived as (not its label) and
-    shows the month's spend against each budget."""
+    shows the month's spend against each budget, as the budget counts it (issue 40: the team's month record, with
+    what its active requests hold reserved)."""
     from datetime import UTC, datetime, timedelta
 
+    from functions.ledger.budget_records import Held, MonthSpend
     from functions.ledger.history import Outcome
     from trainctl.report import budgets, build_report, format_report
 
@@ -92,11 +94,14 @@ def test_report_by_team_groups_by_arrival_and_shows_spend_against_budget():
         Outcome(request_id="v1", state="succeeded", time=now, team="vision", labels={"team": "x"}, **ran),
         Outcome(request_id="s1", state="failed", time=now, team="shared", **ran),
     ]
+    months = {"vision": MonthSpend(reserved={"k2": Held(12.5, now)}, spent={"k1": Held(20.0, now)})}
     report = build_report(outcomes, now - timedelta(days=7), now, "team")
-    report["budgets"] = budgets(outcomes, parse_teams(TEAMS), now)
+    report["budgets"] = budgets(lambda team: months.get(team, MonthSpend()), parse_teams(TEAMS), now)
     assert set(report["groups"]) == {"vision", "shared"}
-    assert report["budgets"] == {"vision": {"month": "2025-06", "spent_usd": 20.0, "budget_usd": 500.0}}
-    assert "budget 2025-06  spent $20.00 of $500.00" in format_report(report)
+    assert report["budgets"] == {
+        "vision": {"month": "2025-06", "spent_usd": 20.0, "reserved_usd": 12.5, "budget_usd": 500.0}
+    }
+    assert "budget 2025-06  spent $20.00 and up to $12.50 reserved, of $500.00" in format_report(report)
 
 
 def test_a_markers_team_is_its_templates_and_a_template_naming_no_team_is_the_default_teams():

@@ -253,7 +253,8 @@ class Trainer(_Strict):
         description=f"Environment variables for every node; at most {MAX_ENV_VARS}, names are C identifiers. Names "
         "the platform sets (AIP_*, CLOUD_ML_*, CLUSTER_SPEC, TF_CONFIG, MASTER_*, WORLD_SIZE, RANK, torchrun's, "
         "TRAINCTL_*) and names that change which code runs or whom the job trusts (LD_*, PYTHON*, PATH, GOOGLE_*, "
-        "*_PROXY, CA bundles, NCCL plugins, TORCH* …) are refused, in any case; schemas/trainer_env.py lists them.",
+        "*_PROXY, CA bundles, NCCL plugins, TORCH*, PYTORCH_*, TMPDIR, XDG_*, PIP_*, HF_* …) are refused, in any "
+        "case; schemas/trainer_env.py lists them.",
     )
 
     @property

@@ -20,8 +20,15 @@ from google.cloud.aiplatform_v1 import JobState
 from job_specs import PARENT, custom_job, pool
 
 from functions.jobs import secret_launcher
-from functions.jobs.secret_env import SECRET_ENV_VAR, image_command, launcher_source
+from functions.jobs.secret_env import (
+    SECRET_ENV_VAR,
+    image_command,
+    launcher_package,
+    launcher_source,
+    package_module_args,
+)
 from local.jobservice.client import wait_for_state
+from local.jobservice.packages import pip_install
 from local.jobservice.rest import RestAbort, RestServer
 from local.jobservice.secret_manager import MetadataServer, NodeServices, Secret, SecretStore, secret_manager_routes
 from local.jobservice.standalone import JobServiceProcess
@@ -188,3 +195,25 @@ def test_a_job_of_the_jobservice_reads_its_secret_as_its_own_account_and_no_log_
     logs[service.process.log_path] = Path(service.process.log_path).read_text(errors="replace")
     assert [str(path) for path, text in logs.items() if VALUE in text] == []
     assert any(f"{OTHER_ACCOUNT} cannot read {VERSION}" in text for text in logs.values()), list(logs)
+
+
+def test_the_launcher_package_installs_as_a_package_and_runs_the_requests_module(store, secret_manager, tmp_path):
+    """A package job's launcher: its sdist (functions/jobs/secret_env.py launcher_package) installed by the local
+    executor's pip, then `python -m trainctl_secret_env --module MODULE ARGS`, as the planner sends it."""
+    archive = tmp_path / "trainctl_secret_env-1.0.tar.gz"
+    archive.write_bytes(launcher_package())
+    target = tmp_path / "installed"
+    installed = pip_install([archive], target)
+    assert installed.returncode == 0, installed.stderr
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "my_train.py").write_text(RECORD_ENV)
+    record = tmp_path / "env.json"
+    with node_env(store, secret_manager, JOB_ACCOUNT, {"WANDB_API_KEY": VERSION}) as env:
+        env["PYTHONPATH"] = f"{target}:{code}"
+        module, args = package_module_args("my_train", [str(record)])
+        done = subprocess.run(
+            [sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(record.read_text())["WANDB_API_KEY"] == "old"

@@ -18,6 +18,7 @@ from functions.jobs.planning import plan_custom_job
 from functions.settings import Settings, SettingsError
 from schemas.errors import RequestInvalid, parse_request
 from tests.unit.conftest import BASE_REQUEST
+from tests.unit.controller_harness import harness
 
 KEY = "request:churn-1"
 OWN = "gs://proj-trainctl-control/custom-runs/churn-1/"
@@ -226,3 +227,18 @@ def test_crc32c_is_the_castagnoli_checksum_secret_manager_states():
     # RFC 3720 (iSCSI), B.4: 32 bytes of zeros, and the check value of "123456789".
     assert secret_launcher.crc32c(bytes(32)) == 0x8A9136AA
     assert secret_launcher.crc32c(b"123456789") == 0xE3069283
+
+
+def test_a_package_job_with_secret_env_finds_the_launcher_package_in_the_control_bucket():
+    """Guards the staging step: the package the job installs is written (once, by its content's name) before the job
+    is created; a later request finds it there."""
+    h = harness(allow_python_packages=True, job_secrets={"default": ("projects/my-project/secrets/wandb-api-key",)})
+    trainer = PACKAGE | {"secret_env": {"WANDB_API_KEY": WANDB}}
+    assert h.submit("r1", trainer=trainer) == "submitted"
+    bucket, name = secret_env.launcher_object("control")
+    assert h.gcs.objects[(bucket, name)][0] == secret_env.launcher_package()
+    uris = h.vertex.created[-1]["job_spec"]["worker_pool_specs"][0]["python_package_spec"]["package_uris"]
+    assert uris[-1] == f"gs://{bucket}/{name}"
+    assert h.submit("r2", trainer=trainer) == "submitted"
+    assert h.submit("r3", trainer=PACKAGE) == "submitted"
+    assert [key for key in h.gcs.objects if key[1].startswith("launchers/")] == [(bucket, name)]

@@ -331,6 +331,14 @@ class Trainer(_Strict):
                     f"{MAX_ENV_VARS - 1} (a container takes {MAX_ENV_VARS}, and trainctl's references take one)",
                 )
             )
+        if self.python_package is not None and len(self.python_package.uris) > MAX_PACKAGE_URIS - 1:
+            problems.append(
+                (
+                    "python_package.uris",
+                    f"at most {MAX_PACKAGE_URIS - 1} with secret_env: a pool installs at most {MAX_PACKAGE_URIS} "
+                    "packages, and trainctl's secret launcher is one",
+                )
+            )
         if self.image is not None and self.command is None:
             problems.append(
                 (

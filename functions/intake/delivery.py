@@ -28,6 +28,7 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("model", "reference"): None,
     ("model", "serving"): None,
     ("trainer", "python_package"): None,
+    ("trainer", "secret_env"): None,
 }
 
 

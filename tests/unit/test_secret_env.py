@@ -109,6 +109,14 @@ def test_env_and_secret_env_together_fit_a_container_with_the_references_variabl
     assert any("hold 100 variables together; at most 99" in error for error in found), found
 
 
+def test_a_package_with_secret_env_leaves_room_for_the_launcher_among_its_packages():
+    uris = [f"gs://data-bucket/packages/p{i}.tar.gz" for i in range(100)]
+    package = dict(PACKAGE, python_package=dict(PACKAGE["python_package"], uris=uris))
+    request_with(package)  # 100 packages: Vertex's limit
+    [error] = errors_of(package | {"secret_env": {"WANDB_API_KEY": WANDB}})
+    assert error.startswith("trainer.python_package.uris: at most 99 with secret_env")
+
+
 def test_secret_env_runs_only_with_your_own_code_and_an_image_must_give_its_command():
     builtin = errors_of({"builtin": "tabular", "secret_env": {"WANDB_API_KEY": WANDB}})
     assert builtin == ["trainer.secret_env: only with a custom `image` or a `python_package`"]

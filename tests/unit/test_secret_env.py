@@ -207,6 +207,7 @@ def test_the_launcher_is_plain_python_with_no_dollar_sign_and_only_the_standard_
     whatever python3 an image has, so it imports nothing but the standard library."""
     source = secret_env.launcher_source()
     assert "$" not in source
+    ast.parse(source, feature_version=(3, 8))  # the oldest python3 it promises to run on
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(ast.parse(source))

@@ -14,6 +14,7 @@ from typing import Any
 from functions.teams import Teams, TeamsError, parse_teams
 from schemas.images import normalize_prefix, prefix_problem
 from schemas.rules import parse_duration
+from schemas.secrets import SECRET_RE
 
 PREFIX = "TRAINCTL_"
 DEFAULT_REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
@@ -85,6 +86,10 @@ class Settings:
     # Teams (functions/teams.py; issue 32): JSON, Terraform's variable `teams` with each team's topic filled in.
     # None: one team, which holds the whole quota, and no budgets.
     teams: Teams | None = None
+    # The secrets each team's own code may read (issue 40, point 7): JSON, team → ["projects/P/secrets/S", …], the
+    # team being `default` without teams. Terraform's job_secrets, which grants the same team's job account
+    # roles/secretmanager.secretAccessor on each: admission refuses a trainer.secret_env reference outside it.
+    job_secrets: dict[str, tuple[str, ...]] = field(default_factory=dict)
     outbox_grace: int = 8
     claim_wait: int = 20
     retry_pause_scale: float = 1.0
@@ -130,6 +135,8 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
             return parse_duration(raw)
         if attr == "teams":
             return parse_teams(raw)
+        if attr == "job_secrets":
+            return parse_job_secrets(raw)
         if attr == "allowed_image_prefixes":
             prefixes = tuple(item.strip() for item in raw.split(",") if item.strip())
             problems = [problem for prefix in prefixes if (problem := prefix_problem(prefix))]
@@ -149,6 +156,17 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
         return raw
     except (ValueError, TeamsError) as exc:
         raise SettingsError(f"{name}: {exc}") from None
+
+
+def parse_job_secrets(raw: str) -> dict[str, tuple[str, ...]]:
+    """TRAINCTL_JOB_SECRETS: a JSON object, team → list of projects/P/secrets/S."""
+    value = json.loads(raw)
+    if not isinstance(value, dict) or not all(isinstance(names, list) for names in value.values()):
+        raise ValueError('must be a JSON object, team → list of secrets: {"team": ["projects/P/secrets/S"]}')
+    wrong = [str(name) for names in value.values() for name in names if not SECRET_RE.fullmatch(str(name))]
+    if wrong:
+        raise ValueError(f"not a secret (projects/P/secrets/S): {', '.join(wrong)}")
+    return {str(team): tuple(str(name) for name in names) for team, names in value.items()}
 
 
 def env_names() -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from functions.intake.marker_policy import DEFAULT_MAY_SET, MAY_SET_KEY
 from functions.settings import env_names
-from functions.teams import with_topics
+from functions.teams import NO_TEAMS, with_topics
 from local.eventarc import EventarcBridge
 from local.fake_gcs import FakeGcs, create_bucket, start_fake_gcs
 from local.functions_host import FUNCTION_TIMEOUT_SECONDS, FunctionProcess, start_functions, stop_functions
@@ -76,6 +76,11 @@ class StackOptions:
     capacity_file: str = ""
     # Teams, in the shape of Terraform's variable `teams` (functions/teams.py); None: no teams.
     teams: dict[str, Any] | None = None
+    # Secret Manager's secrets for the nodes (issue 40, point 7): secret id → the value of its version 1, in the
+    # stack's project (projects/<project>/secrets/<id>), readable by every team's own code; job_secrets, when given,
+    # says instead which team's code may read which secret, as Terraform's job_secrets does.
+    secrets: dict[str, str] = field(default_factory=dict)
+    job_secrets: dict[str, list[str]] | None = None
 
 
 def controller_settings(options: StackOptions, names: Names, jobservice_rest_url: str) -> dict[str, str]:
@@ -101,12 +106,51 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_LEASE": f"{options.lease}s",
         "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
         "TRAINCTL_TEAMS": json.dumps(with_topics(options.teams, names.team_requests_topic)) if options.teams else "",
+        "TRAINCTL_JOB_SECRETS": json.dumps(job_secrets(options)) if options.secrets or options.job_secrets else "",
     }
     unknown = set(values) - set(env_names())
     assert not unknown, f"not controller settings: {unknown}"
     # Every other setting is set empty, which reads as unset (its default): a TRAINCTL_* variable of the
     # shell that started the stack (a real project's, say) must not reach the local functions.
     return {name: values.get(name, "") for name in env_names()}
+
+
+def job_secrets(options: StackOptions) -> dict[str, list[str]]:
+    """Team → the secrets its own code may read: the options' job_secrets, else every --secret for every team."""
+    if options.job_secrets is not None:
+        return options.job_secrets
+    everyone = [f"projects/{options.project}/secrets/{secret_id}" for secret_id in sorted(options.secrets)]
+    teams = list((options.teams or {}).get("teams") or {}) or [NO_TEAMS]
+    return {team: everyone for team in teams}
+
+
+def secrets_document(options: StackOptions, names: Names) -> dict[str, Any]:
+    """The JobService's --secrets-file: each secret, and the accounts job_secrets lets read it (each team's own-code
+    account, as Settings.custom_account names it: the team's custom_service_account, else the custom images')."""
+    team_settings = (options.teams or {}).get("teams") or {}
+    readers: dict[str, set[str]] = {}
+    for team, secrets in job_secrets(options).items():
+        account = (team_settings.get(team) or {}).get("custom_service_account") or names.service_account("custom")
+        for secret in secrets:
+            readers.setdefault(secret, set()).add(account)
+    return {
+        "secrets": {
+            f"projects/{options.project}/secrets/{secret_id}": {
+                "versions": [value],
+                "accessors": sorted(readers.get(f"projects/{options.project}/secrets/{secret_id}", ())),
+            }
+            for secret_id, value in options.secrets.items()
+        }
+    }
+
+
+def write_secrets_file(path: Path, document: dict[str, Any]) -> Path:
+    """Written for the JobService alone (mode 0600), in the stack's run folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        json.dump(document, handle)
+    return path
 
 
 class LocalStack:
@@ -156,6 +200,7 @@ class LocalStack:
                 "--image-map", json.dumps(self.options.image_map),
                 "--workdir", str(REPO_ROOT),
                 *(["--capacity", self.options.capacity_file] if self.options.capacity_file else []),
+                *(["--secrets-file", str(self._secrets_file())] if self.options.secrets else []),
             ],
         )  # fmt: skip
         settings = controller_settings(self.options, names, self.jobservice.rest_url)
@@ -182,6 +227,9 @@ class LocalStack:
             run_dir=str(self.run_dir),
             logs={process.name: str(process.log_path) for process in self._processes()},
         )
+
+    def _secrets_file(self) -> Path:
+        return write_secrets_file(self.run_dir / "secrets.json", secrets_document(self.options, self.names))
 
     def _subscribe(self) -> dict[str, str]:
         """The push subscriptions that deliver to the functions, and the dead letters' pull subscription;

@@ -67,7 +67,9 @@ def field_errors(exc: ValidationError) -> list[FieldError]:
             message = _PATTERN_RULES[loc[-1]]
         message = message.removeprefix("Value error, ")
         value = err.get("input")
-        if err["type"] not in _MESSAGES and isinstance(value, str | int | float) and "got" not in message:
+        # A trainer.env value is never quoted back: it may be a secret, and a rejection is published (issue 40).
+        quotable = not (loc[:2] == ("trainer", "env") and len(loc) > 2)
+        if quotable and err["type"] not in _MESSAGES and isinstance(value, str | int | float) and "got" not in message:
             message += f", got {_got(value)}"
         errors.append(FieldError(_path(loc), message[0].lower() + message[1:] if message else message))
     return errors

@@ -27,11 +27,15 @@ from pydantic_core import PydanticCustomError
 
 from schemas import catalog, rules
 from schemas.images import IMAGE_PATTERN
+from schemas.secrets import secret_version_problem
 from schemas.trainer_env import env_name_problem
 
 API_VERSION = "trainctl/v1"
 MAX_TIMEOUT_SECONDS = 7 * 86400
 MAX_ENV_VARS = 100
+# trainer.secret_env: at most this many references; with trainer.env they fill at most MAX_ENV_VARS - 1 of a
+# container's variables, since the references themselves travel in one more (TRAINCTL_SECRET_ENV).
+MAX_SECRET_ENV_VARS = 32
 # Vertex: a CustomJob's display name "can be up to 128 characters long" (googleapis custom_job.proto).
 MAX_DISPLAY_NAME = 128
 # Labels the controller sets on every CustomJob (functions/cloud/job_labels.py), spelled with underscores: Vertex's list
@@ -266,7 +270,23 @@ class Trainer(_Strict):
         description=f"Environment variables for every node; at most {MAX_ENV_VARS}, names are C identifiers. Names "
         "the platform sets (AIP_*, CLOUD_ML_*, CLUSTER_SPEC, TF_CONFIG, MASTER_*, WORLD_SIZE, RANK, torchrun's, "
         "TRAINCTL_*) and names that change which code runs or whom the job trusts (LD_*, PYTHON*, PATH, GOOGLE_*, "
-        "*_PROXY, CA bundles, NCCL plugins, TORCH* …) are refused, in any case; schemas/trainer_env.py lists them.",
+        "*_PROXY, CA bundles, NCCL plugins, TORCH*, PYTORCH_*, TMPDIR, XDG_*, PIP_*, HF_* …) are refused, in any "
+        "case; schemas/trainer_env.py lists them.",
+    )
+
+    secret_env: dict[str, str] | None = Field(
+        None,
+        description="Environment variables whose values come from Secret Manager, by reference: NAME → "
+        "projects/PROJECT/secrets/SECRET/versions/N (a version number, so that every node and attempt reads the same "
+        "value). Every node reads each value when it starts, as the job's own service account, which needs "
+        "roles/secretmanager.secretAccessor on the secret (the operator grants it: Terraform's job_secrets), and sets "
+        "it in your code's environment only; trainctl records and shows the names and references, never a value. "
+        f"At most {MAX_SECRET_ENV_VARS}; names follow trainer.env's rules and may not repeat one of its names. Only "
+        "with a custom `image`, which must then give `command` and have python3, or a `python_package`.",
+        examples=[{"WANDB_API_KEY": "projects/my-project/secrets/wandb-api-key/versions/3"}],
+        json_schema_extra={
+            "additionalProperties": {"type": "string", "pattern": "^projects/[^/]+/secrets/[^/]+/versions/[1-9][0-9]*$"}
+        },
     )
 
     @property
@@ -291,6 +311,57 @@ class Trainer(_Strict):
             raise ValueError("; ".join(problems))
         return env
 
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_env(cls, secret_env: dict[str, str] | None) -> dict[str, str] | None:
+        if secret_env is None:
+            return secret_env
+        if len(secret_env) > MAX_SECRET_ENV_VARS:
+            raise ValueError(f"at most {MAX_SECRET_ENV_VARS} variables, got {len(secret_env)}")
+        problems = []
+        for name, reference in secret_env.items():
+            if not _C_IDENTIFIER.fullmatch(name):
+                problems.append(f"{name!r} is not a valid variable name (a C identifier: letters, digits, '_')")
+            elif problem := env_name_problem(name):
+                problems.append(problem)
+            if reference_problem := secret_version_problem(reference):
+                problems.append(f"{name!r}: {reference_problem}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return secret_env
+
+    def _secret_env_problems(self) -> list[tuple[str, str]]:
+        """secret_env against the rest of the trainer: no name twice, the container's variables, a command to run."""
+        problems: list[tuple[str, str]] = []
+        secret_env, env = self.secret_env or {}, self.env or {}
+        if twice := sorted(set(secret_env) & set(env)):
+            problems.append(("secret_env", f"{', '.join(twice)} also in trainer.env: give each variable once"))
+        if len(secret_env) + len(env) > MAX_ENV_VARS - 1:
+            problems.append(
+                (
+                    "secret_env",
+                    f"env and secret_env hold {len(env) + len(secret_env)} variables together; at most "
+                    f"{MAX_ENV_VARS - 1} (a container takes {MAX_ENV_VARS}, and trainctl's references take one)",
+                )
+            )
+        if self.python_package is not None and len(self.python_package.uris) > MAX_PACKAGE_URIS - 1:
+            problems.append(
+                (
+                    "python_package.uris",
+                    f"at most {MAX_PACKAGE_URIS - 1} with secret_env: a pool installs at most {MAX_PACKAGE_URIS} "
+                    "packages, and trainctl's secret launcher is one",
+                )
+            )
+        if self.image is not None and self.command is None:
+            problems.append(
+                (
+                    "command",
+                    "required with secret_env: trainctl's secret launcher runs first on every node (python3 in your "
+                    "image) and then your command, which trainctl cannot read from the image",
+                )
+            )
+        return problems
+
     @model_validator(mode="after")
     def _one_kind(self) -> Trainer:
         problems: list[tuple[str, str]] = []
@@ -304,9 +375,11 @@ class Trainer(_Strict):
                 )
             )
         if self.builtin is not None:
-            for name in ("args", "env"):
+            for name in ("args", "env", "secret_env"):
                 if getattr(self, name) is not None:
                     problems.append((name, "only with a custom `image` or a `python_package`"))
+        if self.secret_env:
+            problems += self._secret_env_problems()
         if self.image is None and self.command is not None:
             problems.append(("command", "only with a custom `image` (a package's command is `python -m <module>`)"))
         if self.builtin is None and self.hyperparameters is not None:

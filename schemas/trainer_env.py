@@ -34,6 +34,7 @@ _VERTEX = "is set by Vertex AI on every node"
 _TORCHRUN = "is set by torchrun for each training process"
 _LOADS_CODE = "loads code into every process"
 _TLS_TRUST = "chooses which TLS certificate authorities the job trusts"
+_CACHES_CODE = "chooses the temporary folder, where compiled code is cached and loaded from"
 
 ENV_RULES: tuple[EnvRule, ...] = (
     # The platform: Vertex AI, torchrun and trainctl own these; a request's value would break or redirect the job.
@@ -86,6 +87,39 @@ ENV_RULES: tuple[EnvRule, ...] = (
         "its collectives behave",
     ),
     EnvRule("TRITON_*", "changes where Triton loads compiled kernels and libraries from"),
+    # TORCH* does not cover PYTORCH_*: PYTORCH_KERNEL_CACHE_PATH names where the CUDA kernels ATen compiles at run
+    # time are cached and loaded from (ATen/native/cuda/jit_utils.cpp), and PYTORCH_JIT_* changes TorchScript.
+    EnvRule("PYTORCH_*", "changes where PyTorch caches and loads compiled kernels from, and how it compiles code"),
+    # Issue 40, point 6: the folders code is cached in and loaded from, and the tools that fetch code.
+    EnvRule(
+        "TMPDIR",
+        f"{_CACHES_CODE}: Python's tempfile uses it, and torch.compile keeps its compiled kernels in "
+        "<temp>/torchinductor_<user> (torch/_inductor/runtime/cache_dir_utils.py) and loads them from there",
+    ),
+    EnvRule("TEMP", f"{_CACHES_CODE}: Python's tempfile reads it when TMPDIR is unset, as TMPDIR"),
+    EnvRule("TMP", f"{_CACHES_CODE}: Python's tempfile reads it when TMPDIR and TEMP are unset, as TMPDIR"),
+    EnvRule(
+        "XDG_*",
+        "moves the folders tools read their configuration (pip.conf, gcloud's), credentials and caches from "
+        "(XDG Base Directory: XDG_CONFIG_HOME, XDG_CACHE_HOME, XDG_DATA_HOME …; the torch hub and Hugging Face "
+        "caches live under XDG_CACHE_HOME)",
+    ),
+    EnvRule("PIP_*", "changes where pip installs code from (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_CONFIG_FILE …)"),
+    EnvRule("UV_*", "changes where uv installs code from (UV_INDEX_URL, UV_EXTRA_INDEX_URL, UV_CONFIG_FILE …)"),
+    EnvRule(
+        "HF_*",
+        "changes where Hugging Face libraries download models and datasets from and cache them (HF_ENDPOINT, "
+        "HF_HOME, HF_HUB_CACHE …): a model's files can be pickles or remote code, which run when loaded",
+    ),
+    EnvRule("HUGGINGFACE_*", "is the older spelling of HF_* (HUGGINGFACE_HUB_CACHE …), read as HF_* is"),
+    EnvRule("TRANSFORMERS_*", "moves the transformers library's model cache (TRANSFORMERS_CACHE), as HF_HUB_CACHE"),
+    EnvRule("GIT_*", "makes git run other programs or read another configuration (GIT_SSH_COMMAND, GIT_CONFIG_* …)"),
+    EnvRule("CC", "names the C compiler that Triton and build tools run"),
+    EnvRule(
+        "CXX",
+        "names the C++ compiler that torch.compile and PyTorch's extensions run (torch/_inductor/cpp_builder.py, "
+        "torch/utils/cpp_extension.py read CXX)",
+    ),
     # Trust: where the job's credentials come from and whom its network traffic reaches.
     EnvRule("GOOGLE_*", "chooses the job's Google credentials, project or API endpoints"),
     EnvRule("CLOUDSDK_*", "configures gcloud: its account, credentials and endpoints"),
@@ -102,13 +136,26 @@ ENV_RULES: tuple[EnvRule, ...] = (
     EnvRule("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", _TLS_TRUST),
     EnvRule("NODE_EXTRA_CA_CERTS", _TLS_TRUST),
     EnvRule("SSLKEYLOGFILE", "writes the job's TLS session keys to a file"),
+    EnvRule("NETRC", "names the file of credentials (~/.netrc) that requests, curl and pip send to hosts"),
+    EnvRule("CURL_HOME", "makes curl read another configuration (.curlrc: proxies, trust, credentials)"),
 )
 
 # Names a broad rule above would refuse that change neither which code runs nor whom the job trusts, and that
-# people set for good reasons: output buffering, no .pyc files, a fixed hash seed, tracebacks on a crash, and
-# torch.distributed's own debug checks.
+# people set for good reasons: output buffering, no .pyc files, a fixed hash seed, tracebacks on a crash,
+# torch.distributed's own debug checks, the CUDA caching allocator's settings (PYTORCH_CUDA_ALLOC_CONF chooses
+# among PyTorch's own allocators and sizes; a pluggable allocator is loaded from Python, not from this), and the
+# requester's own Hugging Face token (it authenticates the job to the Hub as the requester and moves nothing: give
+# it in `trainer.secret_env`, and its value never enters a record).
 ENV_ALLOWED: frozenset[str] = frozenset(
-    {"PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONFAULTHANDLER", "TORCH_DISTRIBUTED_DEBUG"}
+    {
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONHASHSEED",
+        "PYTHONFAULTHANDLER",
+        "TORCH_DISTRIBUTED_DEBUG",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "HF_TOKEN",
+    }
 )
 
 

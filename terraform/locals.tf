@@ -84,6 +84,7 @@ locals {
     TRAINCTL_MAX_EVENT_AGE            = var.max_event_age
     TRAINCTL_FUNCTION_TIMEOUT         = tostring(var.function_timeout_seconds)
     TRAINCTL_TEAMS                    = local.teams_setting
+    TRAINCTL_JOB_SECRETS              = length(var.job_secrets) > 0 ? jsonencode(var.job_secrets) : ""
   }
   # Settings read an empty variable as unset, so empty ones (an empty allow-list) are simply not set.
   controller_env = { for name, value in local.controller_settings : name => value if value != "" }

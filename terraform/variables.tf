@@ -600,3 +600,19 @@ variable "teams" {
     error_message = "teams: no data_prefixes may lie inside packages/ or around it (\"\", \"p\", \"packages/x/\"): packages/<team>/ is each team's own folder for its code."
   }
 }
+
+variable "job_secrets" {
+  description = "The Secret Manager secrets each team's own code may read through trainer.secret_env (issue 40; README, \"Job requests\"): team => [\"projects/P/secrets/S\", …]. The team is `default` without teams, else one of var.teams' (its default team's code runs as the custom images' account, every other team's as its own). Each entry grants that one account roles/secretmanager.secretAccessor on that one secret, nothing project-wide, and the controller refuses at admission a reference to any other secret (TRAINCTL_JOB_SECRETS). Empty: no job reads a secret."
+  type        = map(list(string))
+  default     = {}
+
+  validation {
+    condition     = alltrue([for team, secrets in var.job_secrets : alltrue([for secret in secrets : can(regex("^projects/([a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20})/secrets/[A-Za-z0-9_-]{1,255}$", secret))])])
+    error_message = "job_secrets: each secret must be a secret's resource name, projects/PROJECT/secrets/SECRET (no version: access is granted on the secret)."
+  }
+
+  validation {
+    condition     = alltrue([for team in keys(var.job_secrets) : var.teams == null ? team == "default" : contains(keys(try(var.teams.teams, {})), team)])
+    error_message = "job_secrets: each key must be a team of var.teams (or `default` when there are no teams)."
+  }
+}

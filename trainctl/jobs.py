@@ -13,6 +13,7 @@ from functions.ledger.keys import request_key
 from functions.ledger.record import Record
 from functions.ledger.requests import Ledger
 from schemas.events import CostEstimate, JobEvent, cost_summary
+from schemas.secrets import redact_env
 from trainctl.context import cli_namespace, cli_settings, events_subscription
 from trainctl.eventstream import (
     EXIT_CANNOT_FOLLOW,
@@ -104,7 +105,20 @@ def summary(record: Record) -> dict[str, Any]:
         }
         | _ladder_summary(record)
         | _model_summary(record)
+        | _environment_summary(record)
     )
+
+
+def _environment_summary(record: Record) -> dict[str, Any]:
+    """Your own code's variables as the record holds them: secret-looking values redacted, secret_env by reference
+    (issue 40, point 7). Redacted here again, so that a record written before redaction shows none either."""
+    trainer = record.request.get("trainer") or {}
+    shown = {}
+    if trainer.get("env"):
+        shown["env"] = redact_env(trainer["env"])
+    if trainer.get("secret_env"):
+        shown["secret_env"] = dict(trainer["secret_env"])
+    return shown
 
 
 def _model_summary(record: Record) -> dict[str, Any]:
@@ -169,6 +183,8 @@ def status_lines(info: dict[str, Any]) -> list[str]:
         ("artifacts", [f"{name:<12} {artifacts[key]}" for name, key in _ARTIFACTS if artifacts.get(key)]),
         ("rung", info.get("rung")),
         ("earlier rungs", info.get("rungs") or None),
+        ("env", [f"{name}={value}" for name, value in (info.get("env") or {}).items()] or None),
+        ("secret_env", [f"{name} from {ref}" for name, ref in (info.get("secret_env") or {}).items()] or None),
         ("model", None if model is None else f"{model['name']}: given champion version {model['champion_given'] or '-'}"
          f", registered as version {model['version'] or '-'}, decision {model['decision'] or '-'}"),
         ("created", info["created"][:19].replace("T", " ") + " UTC"),

@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -86,6 +87,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         "<prefix>-requests-<team>, a share of each GPU quota, a fair-share weight and a monthly budget (README, Teams)",
     )
     up.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a secret in the local Secret Manager, projects/<project>/secrets/NAME/versions/1, which every team's own "
+        "code may read (trainer.secret_env); NAME=@FILE takes the value from a file (repeatable)",
+    )
+    up.add_argument(
         "--lease",
         type=int,
         metavar="SECONDS",
@@ -130,7 +139,9 @@ def _options(args: argparse.Namespace) -> Any:
     if args.lease is not None and args.lease < 1:
         raise ValueError(f"--lease must be at least 1 second, got {args.lease}")
     teams = _teams(args.teams) if args.teams else None
+    secrets = _secrets(args.secret)
     return StackOptions(
+        secrets=secrets,
         capacity_file=capacity_file,
         reconcile_every=args.reconcile_every,
         image_map=image_map,
@@ -140,6 +151,29 @@ def _options(args: argparse.Namespace) -> Any:
         teams=teams,
         **({} if args.lease is None else {"lease": args.lease}),
     )
+
+
+# How `up --detach` hands its --secret values to the stack's own process: in its environment, which only this user
+# can read, rather than on its command line, which `ps` shows everyone; the process takes them out at once.
+SECRETS_ENV = "TRAINCTL_LOCAL_SECRETS"
+
+
+def _secrets(given: list[str]) -> dict[str, str]:
+    """--secret NAME=VALUE or NAME=@FILE, and those a detaching `up` passed on."""
+    secrets = json.loads(os.environ.pop(SECRETS_ENV, "") or "{}")
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_-]{1,255}", name):
+            raise ValueError(
+                f"--secret takes NAME=VALUE or NAME=@FILE, NAME a secret id ([A-Za-z0-9_-], at most 255), got {name!r}"
+            )
+        if value.startswith("@"):
+            try:
+                value = Path(value[1:]).read_text()
+            except OSError as exc:
+                raise ValueError(f"--secret {name}: {exc}") from None
+        secrets[name] = value
+    return secrets
 
 
 def _teams(path: str) -> dict[str, Any]:
@@ -242,6 +276,8 @@ def _detach(args: argparse.Namespace) -> int:
         command += ["--teams", str(Path(args.teams).resolve())]
     # The marker goes into the background process's own environment too, so `local down` finds it as well.
     env = {**os.environ, STACK_MARKER_VAR: uuid.uuid4().hex[:12]}
+    if args.secret:
+        env[SECRETS_ENV] = json.dumps(_secrets(args.secret))
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=REPO_ROOT, start_new_session=True

@@ -25,6 +25,7 @@ from functions.cloud.gcs import ObjectDigest
 from functions.cloud.job_snapshot import JobSnapshot
 from functions.cloud.registry_types import ModelVersion, Upload
 from functions.controller import Controller
+from functions.jobs.secret_env import shown_custom_job
 from local.memory_gcs import MemoryGcs
 from schemas.request import package_digest
 from trainctl.context import cli_settings
@@ -121,7 +122,7 @@ class PrintingVertex:
     def find_or_create(
         self, custom_job: dict[str, Any], region: str | None = None, legacy: bool = True
     ) -> tuple[JobSnapshot, bool]:
-        logs.info("dry run: would create CustomJob", custom_job=custom_job)
+        logs.info("dry run: would create CustomJob", custom_job=shown_custom_job(custom_job))
         return JobSnapshot(f"{self.parent}/customJobs/dry-run", "JOB_STATE_QUEUED"), False
 
     def active_jobs(

@@ -12,6 +12,7 @@ from functions.ledger.keys import key_hash
 from functions.ledger.record import Record
 from schemas.events import Accepted, Artifacts, cost_summary
 from schemas.request import TrainingJobRequest, code_digest
+from schemas.secrets import redacted_request, sealed_env
 
 
 def _naming(columns: list[str]) -> str:
@@ -53,7 +54,9 @@ def accepted_record(
         request_id=request.request_id,
         spec_hash=digest,
         explicit_id=explicit_id,
-        request=request.model_dump(mode="json"),
+        # Secret-looking trainer.env values are kept apart, out of everything that copies the request (issue 40).
+        request=redacted_request(request.model_dump(mode="json")),
+        sealed_env=sealed_env(request.model_dump(mode="json")) or None,
         trigger=delivery.trigger,
         max_attempts=request.scheduling.max_attempts,
         max_pending=rungs[start].max_pending,

@@ -12,6 +12,7 @@ from typing import Any
 from functions.teams import NO_TEAMS, Teams
 from schemas.events import Trigger
 from schemas.request import TrainingJobRequest
+from schemas.secrets import redacted_request
 
 # Fields added after requests were first hashed, left out while at their defaults: a request redelivered across
 # the deploy that added them keeps its hash (a new hash under an explicit request_id would read as a conflict).
@@ -27,11 +28,14 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("model", "reference"): None,
     ("model", "serving"): None,
     ("trainer", "python_package"): None,
+    ("trainer", "secret_env"): None,
 }
 
 
 def spec_hash(request: TrainingJobRequest) -> str:
-    spec = request.model_dump(mode="json")
+    """The request's hash, over its redacted form (issue 40, point 7): the record keeps it, and a hash of a short
+    secret-looking value could be guessed back. Two requests differing only in such a value hash alike."""
+    spec = redacted_request(request.model_dump(mode="json"))
     for path, default in _LATER_DEFAULTS.items():
         *parents, name = path
         holder: Any = spec

@@ -36,6 +36,7 @@ from functions.intake.preparation import Preparation, Prepared, Refusal
 from functions.intake.refusals import Refusals
 from functions.intake.rejections import Rejections
 from functions.intake.repeats import decide_on_existing
+from functions.jobs import secret_env
 from functions.jobs.admission import admission_problems
 from functions.jobs.planning import Plan, plan_custom_job
 from functions.ledger.keys import key_hash
@@ -234,7 +235,7 @@ class Submission:
         the caller has just made this attempt (a new record, a resubmission) in its own compare-and-swap, so no
         earlier holder of its claim, of this version of trainctl or an earlier one, can have created its job."""
         if plan is None:
-            request = TrainingJobRequest.model_validate(record.request)
+            request = TrainingJobRequest.model_validate(record.job_request())
             evidence = evidence_of(record.model_steps)
             plan = plan_custom_job(
                 request, self.settings, record.key, record.attempt, record.rung, evidence, record.team
@@ -247,6 +248,7 @@ class Submission:
             return "queued"
         # Step 3: find or create the job.
         try:
+            self._stage_launcher(plan)
             job, adopted = self.jobs.find_or_create(plan.custom_job, plan.region, legacy=not new_attempt)
         except CallRejected as exc:
             account = str(plan.custom_job["job_spec"].get("service_account", ""))
@@ -285,6 +287,15 @@ class Submission:
         self.outbox.flush(record, generation, whole_outbox(record))
         logs.info("submitted", job=job.name, attempt=record.attempt)
         return "submitted"
+
+    def _stage_launcher(self, plan: Plan) -> None:
+        """A package job with secret_env installs trainctl's secret launcher from the control bucket (issue 40, point
+        7; functions/jobs/secret_env.py): written once, named by its content, where only the controller writes."""
+        if not secret_env.needs_launcher_package(plan.custom_job, self.settings.control_bucket):
+            return
+        bucket, name = secret_env.launcher_object(self.settings.control_bucket)
+        with contextlib.suppress(Conflict):  # already there: the same bytes, since its name is their digest
+            self.preparation.gcs.write(bucket, name, secret_env.launcher_package(), if_generation_match=0)
 
     def leave_queue(self, record: Record, generation: int) -> str:
         """reconcile's visit to a request waiting in trainctl's quota queue: the queue decides whether it leaves

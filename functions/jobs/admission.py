@@ -12,11 +12,13 @@ from collections.abc import Iterable
 from functions.jobs import planning
 from functions.ledger.output_claims import max_output_path_bytes
 from functions.settings import Settings
+from functions.teams import NO_TEAMS
 from schemas.errors import FieldError
 from schemas.events import CostEstimate, approximate_prices
 from schemas.images import prefix_covers, repository_of
 from schemas.request import Rung, TrainingJobRequest, rung_prefix
 from schemas.rules import format_duration, split_gs_uri
+from schemas.secrets import secret_of
 
 # The built-in trainer's image is PyTorch's CUDA 12.6 build (trainer/Dockerfile), whose kernels stop at sm_90:
 # Blackwell GPUs would leave it nothing to run (trainer.launch would refuse to start on them). A4X (GB200, arm64)
@@ -159,7 +161,32 @@ def _request_problems(
         )
     problems += _output_problems(request, settings, output_dir, request_key, team)
     problems += _service_account_problems(request, settings, team)
+    problems += _secret_problems(request, settings, team)
     return problems
+
+
+def _secret_problems(request: TrainingJobRequest, settings: Settings, team: str | None) -> list[FieldError]:
+    """trainer.secret_env (issue 40, point 7): each secret must be one the operator lets the team's own code read
+    (job_secrets, the list Terraform grants the team's job account roles/secretmanager.secretAccessor on), checked
+    here rather than by a call: Secret Manager's testIamPermissions answers for its caller (the controller), not for
+    the job's account, and "may fail open" (its reference page). A request that runs as another allowed account
+    (`service_account`) holds grants trainctl does not know: not checked; its node fails naming the secret it cannot
+    read. No value is read here, or anywhere in the controller."""
+    secret_env = request.trainer.secret_env
+    if not secret_env or request.service_account not in (None, settings.custom_account(team)):
+        return []
+    team = team or NO_TEAMS
+    granted = settings.job_secrets.get(team, ())
+    return [
+        FieldError(
+            f"trainer.secret_env.{name}",
+            f"guardrail job_secrets: {secret_of(version)} is not a secret team {team}'s own code may read; it may read "
+            f"{', '.join(granted) or 'none'} (an operator grants one in Terraform's job_secrets, or `trainctl local "
+            "up --secret`)",
+        )
+        for name, version in secret_env.items()
+        if secret_of(version) not in granted
+    ]
 
 
 def _image_problem(image: str, settings: Settings) -> tuple[str, str] | None:

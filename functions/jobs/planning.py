@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.cloud.job_labels import deployment_label, job_labels
+from functions.jobs import secret_env
 from functions.ledger.keys import id_namespace, key_hash, namespace_of
 from functions.settings import Settings
 from schemas import catalog
@@ -342,6 +343,7 @@ def _task_spec(
     if trainer.builtin is not None:
         args = trainer_args(request, reduction_server) + champion_args
         return {"container_spec": {"image_uri": settings.trainer_image, "args": args}}
+    args = list(trainer.args or []) + champion_args
     if trainer.python_package is not None:
         package = trainer.python_package
         spec: dict[str, Any] = {
@@ -349,14 +351,21 @@ def _task_spec(
             "package_uris": list(package.uris),
             "python_module": package.module,
         }
+        if trainer.secret_env:  # the launcher goes first: its package, its module (functions/jobs/secret_env.py)
+            spec["package_uris"].append(secret_env.launcher_uri(settings.control_bucket))
+            spec["python_module"], args = secret_env.package_module_args(package.module, args)
     else:
         spec = {"image_uri": trainer.image}
     if trainer.command:
-        spec["command"] = list(trainer.command)
-    if trainer.args or champion_args:
-        spec["args"] = list(trainer.args or []) + champion_args
-    if trainer.env:
-        spec["env"] = [{"name": name, "value": value} for name, value in trainer.env.items()]
+        command = list(trainer.command)
+        spec["command"] = secret_env.image_command(command) if trainer.secret_env else command
+    if args:
+        spec["args"] = args
+    env = [{"name": name, "value": value} for name, value in (trainer.env or {}).items()]
+    if trainer.secret_env:  # references only: the values are read on the node, as the job's own account
+        env.append({"name": secret_env.SECRET_ENV_VAR, "value": secret_env.references(trainer.secret_env)})
+    if env:
+        spec["env"] = env
     return {"python_package_spec" if trainer.python_package is not None else "container_spec": spec}
 
 

@@ -28,6 +28,7 @@ from schemas.events import (
     Timestamps,
     Trigger,
 )
+from schemas.secrets import unsealed_request
 
 # How many published events' ids a record remembers (a redelivered event older than that is not recognised).
 MAX_PUBLISHED_IDS = 200
@@ -124,10 +125,20 @@ class Record(BaseModel):
     code_objects: list[CodeObject] | None = Field(
         None, description="The content-addressed packages verified at intake: generation and CRC32C (issue 38)."
     )
+    sealed_env: dict[str, str] | None = Field(
+        None,
+        description="The values of the request's secret-looking trainer.env names, which `request` holds redacted "
+        "(issue 40, point 7; schemas/secrets.py): kept only while the request is active, since every attempt's job "
+        "is planned with them, and dropped when it ends. Nothing copies this field out of the record.",
+    )
 
     @property
     def final(self) -> bool:
         return self.state in FINAL_REQUEST_STATES
+
+    def job_request(self) -> dict[str, Any]:
+        """The request a job of this record is planned from: `request` with its sealed values put back."""
+        return unsealed_request(self.request, self.sealed_env)
 
     @property
     def model_steps_pending(self) -> bool:

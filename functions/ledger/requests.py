@@ -72,7 +72,10 @@ class Ledger:
             raise IdTaken(record.request_id, holder)
 
     def replace(self, record: Record, generation: int) -> int:
-        """Compare-and-swap: raises Conflict unless the stored record is still at `generation`."""
+        """Compare-and-swap: raises Conflict unless the stored record is still at `generation`. A request that has
+        ended needs no job planned again: its sealed values go (issue 40, point 7)."""
+        if record.final:
+            record.sealed_env = None
         return self._gcs.write(self.bucket, self._name(record), record.model_dump_json(exclude_none=True), generation)
 
     def mark_active(self, key_hash: str) -> None:

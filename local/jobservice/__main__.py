@@ -21,6 +21,7 @@ from pathlib import Path
 from local.jobservice.capacity import CapacityError, load_capacity
 from local.jobservice.model_rules import project_numbers
 from local.jobservice.replicas import DEFAULT_IMAGE_MAP, ExecutionSettings
+from local.jobservice.secret_manager import SecretsFileError, SecretStore
 from local.jobservice.server import LocalJobService
 
 
@@ -61,6 +62,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "other projects get a stable 12-digit number derived from their id",
     )
     parser.add_argument(
+        "--secrets-file",
+        type=Path,
+        help="Secret Manager's secrets for the nodes (local/jobservice/secret_manager.py): JSON, "
+        '{"secrets": {"projects/P/secrets/S": {"versions": ["value", …], "accessors": ["account email", …]}}}',
+    )
+    parser.add_argument(
         "--announce-topic",
         help="projects/P/topics/T: publish every state change there in the Cloud Logging sink's shape "
         "(needs PUBSUB_EMULATOR_HOST for the emulator)",
@@ -89,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(pins) != len(args.project_number) or not all(number.isdigit() for number in pins.values()):
         print(f"--project-number: write PROJECT=NUMBER (digits), got {args.project_number}", file=sys.stderr)
         return 2
+    try:
+        secrets = SecretStore.load(args.secrets_file, project_numbers(pins)) if args.secrets_file else None
+    except SecretsFileError as error:
+        print(f"--secrets-file: {error}", file=sys.stderr)
+        return 2
     service = LocalJobService(
         state_dir,
         settings,
@@ -98,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         rest_port=args.rest_port,
         capacity=capacity,
         project_numbers=project_numbers(pins),
+        secrets=secrets,
     )
     announcer = None
     if args.announce_topic:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from google.cloud.aiplatform_v1.types import CustomJob, JobState
 from google.rpc import code_pb2, status_pb2
@@ -49,6 +50,9 @@ from local.jobservice.replicas import ExecutionSettings, NodePlanError, plan_nod
 from local.jobservice.store import JobStore, ReplicaRecord, RunRecord
 from local.processes import free_port, signal_group, stop_groups
 from schemas.catalog import quota_metric
+
+if TYPE_CHECKING:  # secret_manager.py serves on the REST port, whose module imports this one
+    from local.jobservice.secret_manager import MetadataServer, NodeServices
 
 # A JobState member: proto-plus enums carry no types, so to the type checker their members are ints.
 State = int
@@ -82,6 +86,8 @@ class JobExecutor:
         self.hooks: list[TransitionHook] = [self.quota.wake, *hooks]
         self._runs: dict[str, JobRun] = {}
         self._lock = threading.Lock()
+        # Each job's metadata server and the Secret Manager stand-in (secret_manager.py); None: the nodes get none.
+        self.node_services: NodeServices | None = None
 
     def created(self, job: CustomJob, faults: NewJobFaults | None = None) -> None:
         """A job was just stored in QUEUED: tell the hooks and start supervising it."""
@@ -204,6 +210,7 @@ class JobRun:
         self.record = record
         self.events: queue.Queue[tuple] = queue.Queue()
         self.nodes: list[Node] = []
+        self.metadata: MetadataServer | None = None  # the job's metadata server, from its first start of nodes
         self.thread = threading.Thread(target=self._main, name=f"job-{name.rsplit('/', 1)[-1]}", daemon=True)
 
     def _main(self) -> None:
@@ -221,6 +228,8 @@ class JobRun:
                     only_from=ACTIVE_STATES,
                 )
         finally:
+            if self.metadata is not None:
+                self.metadata.stop()
             self.executor._forget(self.name)
 
     def _walk(self) -> None:
@@ -308,7 +317,8 @@ class JobRun:
         try:
             homes = self.store.job_dir(self.name) / "homes" / f"attempt-{self.record.attempt}"
             packages = self._install_packages(job)
-            plan = plan_nodes(job, self.executor.settings, self.record.master_port, homes, packages)
+            services = self._services(job)
+            plan = plan_nodes(job, self.executor.settings, self.record.master_port, homes, packages, services)
         except (NodePlanError, PackageError) as error:
             return Outcome(JobState.JOB_STATE_FAILED, code_pb2.INVALID_ARGUMENT, str(error))
         for pool, count in plan.unstarted_pools.items():
@@ -327,6 +337,17 @@ class JobRun:
             with contextlib.suppress(TransitionRefused):
                 self.executor.transition(self.name, JobState.JOB_STATE_RUNNING, only_from={JobState.JOB_STATE_PENDING})
         return None
+
+    def _services(self, job: CustomJob) -> dict[str, str]:
+        """The nodes' variables for the job's metadata server (started once, for the job's account) and Secret
+        Manager, as every Vertex node reaches them."""
+        services = self.executor.node_services
+        if services is None:
+            return {}
+        if self.metadata is None:
+            project = job.name.split("/")[1]
+            self.metadata = services.metadata_for(job.job_spec.service_account, project)
+        return services.node_env(self.metadata)
 
     def _install_packages(self, job: CustomJob) -> dict[int, Path]:
         """Each pythonPackageSpec pool's packages, installed once per job (pools with the same URIs share a folder),

@@ -11,10 +11,12 @@ one is named before any node starts. (Vertex's nodes can reach PyPI; this stack 
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
@@ -44,9 +46,7 @@ def install_packages(uris: list[str], target: Path, storage_url: str | None) -> 
     downloads = target.parent / f"{target.name}-downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     archives = [_download(uri, downloads, storage_url) for uri in uris]
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation"]
-    command += ["--disable-pip-version-check", "--target", str(target), *map(str, archives)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    result = pip_install(archives, target)
     if result.returncode != 0:
         raise PackageError(f"pip could not install {', '.join(uris)} on the executor: {result.stderr.strip()[-1500:]}")
     missing = missing_requirements(target)
@@ -58,6 +58,34 @@ def install_packages(uris: list[str], target: Path, storage_url: str | None) -> 
         )
     done.touch()
     return target
+
+
+def pip_install(archives: list[Path], target: Path) -> subprocess.CompletedProcess[str]:
+    """pip, and the package's own build (its setup.py runs here), in `build_environment`, never the JobService's."""
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation"]
+    command += ["--disable-pip-version-check", "--target", str(target), *map(str, archives)]
+    home = target.parent / f"{target.name}-home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = build_environment(os.environ, home)
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False, env=env)
+
+
+def build_environment(host: Mapping[str, str], home: Path) -> dict[str, str]:
+    """What a package's build sees (issue 40, point 6): a package's setup.py is the requester's code, and it runs on
+    this machine, where the JobService's environment holds the developer's credentials (GOOGLE_APPLICATION_CREDENTIALS,
+    CLOUDSDK_*, AWS_*), the emulators' hosts and whatever else the shell had. On Vertex it runs inside the executor's
+    container, which has none of them; here it gets what that container would give: PATH (this Python first), an
+    empty HOME of its own (no ~/.config/gcloud, ~/.aws, ~/.netrc, ~/.pip), no pip configuration file (PIP_CONFIG_FILE
+    set to os.devnull loads none: pip/_internal/configuration.py, _load_config_files), and the temp folder. Nothing
+    else: the JobService downloads the archives before pip starts, so no emulator host is needed."""
+    env = {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), host.get("PATH") or os.defpath]),
+        "HOME": str(home),
+        "PIP_CONFIG_FILE": os.devnull,
+    }
+    if host.get("TMPDIR"):  # a folder, as the nodes get it (replicas.py): the container's /tmp stands in here
+        env["TMPDIR"] = host["TMPDIR"]
+    return env
 
 
 def missing_requirements(target: Path) -> list[str]:

@@ -76,11 +76,16 @@ class JobPlan:
 
 
 def plan_nodes(
-    job: CustomJob, settings: ExecutionSettings, master_port: int, homes: Path, packages: Mapping[int, Path] = {}
+    job: CustomJob,
+    settings: ExecutionSettings,
+    master_port: int,
+    homes: Path,
+    packages: Mapping[int, Path] = {},
+    services: Mapping[str, str] = {},
 ) -> JobPlan:
     """Commands and environments for every node of `job`, each with a home folder `homes/<node>`; `packages`: the
-    folder each pythonPackageSpec pool's packages were installed into (packages.py), by pool index. Raises
-    NodePlanError when one cannot run."""
+    folder each pythonPackageSpec pool's packages were installed into (packages.py), by pool index; `services`: where
+    the job's metadata server and Secret Manager are (secret_manager.py). Raises NodePlanError when one cannot run."""
     spec = job.job_spec
     pools = [(index, pool) for index, pool in enumerate(spec.worker_pool_specs) if not is_empty_pool(pool)]
     cluster = {
@@ -118,7 +123,7 @@ def plan_nodes(
             else:
                 command = _command(pool.container_spec, settings.image_map, variables)
             name, home = f"workerpool{index}-{replica}", homes / f"workerpool{index}-{replica}"
-            env = _node_env(settings, pool, declared, vertex_env, home, packages.get(index))
+            env = _node_env(settings, pool, declared, {**services, **vertex_env}, home, packages.get(index))
             nodes.append(NodePlan(name, int(vertex_env["RANK"]), command, env, home))
     unstarted = {f"workerpool{index}": pool.replica_count for index, pool in pools if index not in NODE_POOLS}
     return JobPlan(nodes, unstarted)

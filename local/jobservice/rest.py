@@ -18,7 +18,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -98,6 +98,7 @@ class RestRequest:
     path: str  # the URL path, without the query
     query: dict[str, str]
     body: bytes
+    headers: dict[str, str] = field(default_factory=dict)  # names in lower case
 
     @property
     def integer_enums(self) -> bool:
@@ -209,7 +210,9 @@ def rest_routes(servicer: JobServiceServicer) -> list[Route]:
     ]
 
 
-def dispatch(routes: list[Route], method: str, target: str, body: bytes) -> RestResponse:
+def dispatch(
+    routes: list[Route], method: str, target: str, body: bytes, headers: dict[str, str] | None = None
+) -> RestResponse:
     """The response to one HTTP request: the route's, or Google's error body."""
     url = urlsplit(target)
     query = {key: values[-1] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
@@ -223,7 +226,7 @@ def dispatch(routes: list[Route], method: str, target: str, body: bytes) -> Rest
         if route_method != method:
             continue
         try:
-            return handler(RestRequest(method, path, query, body), match)
+            return handler(RestRequest(method, path, query, body, headers or {}), match)
         except RestAbort as abort:
             return error_response(abort.code, abort.message, abort.details)
     if path_matched:
@@ -270,7 +273,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         try:
-            response = dispatch(self.server_routes, self.command, self.path, body)
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            response = dispatch(self.server_routes, self.command, self.path, body, headers)
         except Exception as error:  # a bug here must reach the caller as INTERNAL, not a dropped connection
             log.exception("REST %s %s failed", self.command, self.path)
             response = error_response(grpc.StatusCode.INTERNAL, f"Internal error: {error}")

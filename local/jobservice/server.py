@@ -40,6 +40,7 @@ from local.jobservice.model_rules import ProjectNumbers
 from local.jobservice.model_store import ModelStore
 from local.jobservice.replicas import ExecutionSettings
 from local.jobservice.rest import RestServer, rest_routes
+from local.jobservice.secret_manager import NodeServices, SecretStore, secret_manager_routes
 from local.jobservice.servicer import JobServiceServicer
 from local.jobservice.store import JobStore
 from local.jobservice.validation import PARENT_RE
@@ -58,6 +59,7 @@ class LocalJobService:
         rest_port: int = 0,
         capacity: CapacityModel | None = None,
         project_numbers: ProjectNumbers | None = None,
+        secrets: SecretStore | None = None,
     ):
         self.state_dir = Path(state_dir)
         self.settings = settings or ExecutionSettings()
@@ -74,6 +76,8 @@ class LocalJobService:
         if capacity is not None:
             self.executor.quota.set_model(capacity)
         self.quota_reads = QuotaReads()
+        # Secret Manager's access method and the nodes' metadata servers (secret_manager.py): empty unless given.
+        self.secrets = secrets or SecretStore(numbers=project_numbers)
         self.servicer = JobServiceServicer(self.store, self.executor, self.faults)
         self._server: grpc.Server | None = None
         self._rest: RestServer | None = None
@@ -107,8 +111,10 @@ class LocalJobService:
         routes = rest_routes(servicer) + model_service_routes(self.registry, self.faults)
         routes += logging_routes(JobLogs(self.store))
         routes += cloud_quotas_routes(lambda: self.executor.quota.model, self.quota_reads)
+        routes += secret_manager_routes(self.secrets)
         self._rest = RestServer(routes, self.host, self.rest_port)
         self.rest_port = self._rest.port
+        self.executor.node_services = NodeServices(self.secrets, self.rest_url)
         server.start()
         self._server = server
         self._rest.start()

@@ -51,6 +51,11 @@ def user_env(local_dir: Path) -> dict[str, str]:
     return env
 
 
+# The local Secret Manager's one secret in the session's stack (`local up --secret`).
+E2E_SECRET = "e2e-token"
+E2E_SECRET_VALUE = "e2e-secret-value-61d0c4f2"
+
+
 def up_args(data_bucket: str) -> list[str]:
     """`trainctl local up` options for tests: the test image, and a trigger rule that starts it."""
     return [
@@ -58,6 +63,7 @@ def up_args(data_bucket: str) -> list[str]:
         "--image-map", TEST_IMAGE_MAP,
         "--allow-image-prefix", FAKE_NODE_IMAGE.rsplit("/", 1)[0] + "/",
         "--allow-python-packages",  # issue 31: tests/e2e/test_own_code_on_the_local_stack.py
+        "--secret", f"{E2E_SECRET}={E2E_SECRET_VALUE}",  # issue 40: tests/e2e/test_secrets_on_the_local_stack.py
         "--trigger-rules", json.dumps({f"gs://{data_bucket}/fake/": FAKE_NODE_TEMPLATE}),
     ]  # fmt: skip
 

@@ -24,6 +24,7 @@ IAM_MEMBER_KINDS = (
     "google_artifact_registry_repository_iam_member",
     "google_cloud_run_v2_service_iam_member",
     "google_bigquery_table_iam_member",
+    "google_secret_manager_secret_iam_member",
 )
 
 
@@ -248,7 +249,9 @@ def test_custom_images_read_data_and_write_only_custom_runs_and_the_output_bucke
     assert account["account_id"] == "${var.name_prefix}-custom"
     granted = grants_to(tf, "${google_service_account.custom.member}")
     assert sorted(granted) == [
+        "google_secret_manager_secret_iam_member.custom_reads_secret",
         "google_storage_bucket_iam_member.custom_reads_data",
+        "google_storage_bucket_iam_member.custom_reads_launchers",
         "google_storage_bucket_iam_member.custom_reads_models",
         "google_storage_bucket_iam_member.custom_writes_custom_run_outputs",
         "google_storage_bucket_iam_member.custom_writes_output_buckets",

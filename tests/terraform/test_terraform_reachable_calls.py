@@ -113,6 +113,9 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.data.admission._read_header", "read_range"): frozenset({"data"}),
     # Packages verified at intake (issue 38): admission keeps a package's URIs to the data buckets.
     ("functions.intake.package_check.check_packages", "digest"): frozenset({"data"}),
+    # trainctl's secret launcher package (issue 40), written to launchers/ of the control bucket before a package job
+    # with secret_env is created (functions/jobs/secret_env.py).
+    ("functions.intake.submission.Submission._stage_launcher", "write"): frozenset({"control"}),
 }
 
 # The storage and Pub/Sub permissions of the roles Terraform grants the functions

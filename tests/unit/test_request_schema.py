@@ -247,6 +247,26 @@ REFUSED_ENV = [
     ("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "TLS certificate authorities"),
     ("NODE_EXTRA_CA_CERTS", "NODE_EXTRA_CA_CERTS", "TLS certificate authorities"),
     ("SSLKEYLOGFILE", "SSLKEYLOGFILE", "TLS session keys"),
+    # Issue 40, point 6: caches code is loaded from, and the tools that fetch code.
+    ("PYTORCH_KERNEL_CACHE_PATH", "PYTORCH_*", "compiled kernels"),
+    ("PYTORCH_JIT", "PYTORCH_*", "compiled kernels"),
+    ("TMPDIR", "TMPDIR", "torchinductor_"),
+    ("TEMP", "TEMP", "tempfile"),
+    ("tmp", "TMP", "tempfile"),
+    ("XDG_CACHE_HOME", "XDG_*", "pip.conf"),
+    ("XDG_CONFIG_HOME", "XDG_*", "credentials"),
+    ("PIP_INDEX_URL", "PIP_*", "where pip installs code from"),
+    ("pip_extra_index_url", "PIP_*", "where pip installs code from"),
+    ("UV_INDEX_URL", "UV_*", "where uv installs code from"),
+    ("HF_ENDPOINT", "HF_*", "remote code"),
+    ("HF_HOME", "HF_*", "remote code"),
+    ("HUGGINGFACE_HUB_CACHE", "HUGGINGFACE_*", "older spelling"),
+    ("TRANSFORMERS_CACHE", "TRANSFORMERS_*", "model cache"),
+    ("GIT_SSH_COMMAND", "GIT_*", "run other programs"),
+    ("CC", "CC", "C compiler"),
+    ("CXX", "CXX", "C++ compiler"),
+    ("NETRC", "NETRC", "credentials"),
+    ("CURL_HOME", "CURL_HOME", "curl read another configuration"),
 ]
 
 
@@ -274,8 +294,9 @@ def test_every_env_rule_is_exercised_and_every_refused_name_is_reported():
     "name",
     [
         "MY_FLAG", "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
-        "HF_HOME", "WANDB_MODE", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "TORCH_DISTRIBUTED_DEBUG", "MY_PATH",
-        "PROXY_URL", "ENVIRONMENT", "HOMEDIR", "RANKING_K", "my_rank", "_PRIVATE",
+        "WANDB_MODE", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "TORCH_DISTRIBUTED_DEBUG", "MY_PATH",
+        "PROXY_URL", "ENVIRONMENT", "HOMEDIR", "RANKING_K", "my_rank", "_PRIVATE", "PYTORCH_CUDA_ALLOC_CONF",
+        "HF_TOKEN", "TMPDIR_NAME", "CCACHE_OFF", "XDGX", "GITHUB_SHA", "CUDA_CACHE_DISABLE",
     ],
 )  # fmt: skip
 def test_ordinary_trainer_env_names_stay_allowed(name):

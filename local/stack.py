@@ -76,6 +76,9 @@ class StackOptions:
     capacity_file: str = ""
     # Teams, in the shape of Terraform's variable `teams` (functions/teams.py); None: no teams.
     teams: dict[str, Any] | None = None
+    # The executors packages may run on, in the shape of Terraform's variable `executors` (schemas/executors.py);
+    # None: Google's list, as in the cloud (the JobService itself runs every executor image on its own Python).
+    executors: dict[str, Any] | None = None
 
 
 def controller_settings(options: StackOptions, names: Names, jobservice_rest_url: str) -> dict[str, str]:
@@ -101,6 +104,7 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_LEASE": f"{options.lease}s",
         "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
         "TRAINCTL_TEAMS": json.dumps(with_topics(options.teams, names.team_requests_topic)) if options.teams else "",
+        "TRAINCTL_EXECUTORS": json.dumps(options.executors) if options.executors else "",
     }
     unknown = set(values) - set(env_names())
     assert not unknown, f"not controller settings: {unknown}"

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
 from pathlib import Path
 
 from functions.intake.triggers import explicit_id_problem
+from functions.jobs.executors import executor_problems, executor_warnings
 from functions.untrusted.documents import DocumentInvalid, load_document
 from schemas.errors import FieldError, RequestInvalid, parse_request
 from schemas.export import event_schema, render, request_schema
 from schemas.request import TrainingJobRequest
+from trainctl.context import cli_settings
 
 EXIT_INVALID = 2
 
@@ -50,13 +53,18 @@ def load_request_file(path: Path, package_uris: list[str] | None = None) -> Trai
 
 def run_validate(args: argparse.Namespace) -> int:
     status, checked = 0, 0
+    # The deployment's executors (the local stack's defaults without one): a package's executor as admission judges it.
+    settings = cli_settings(offline=True)
+    today = datetime.now(UTC).date()
     for path in args.files:
         if path.is_dir():  # `validate examples/*` names the folders beside the files: skip them, say so
             print(f"{path}/: a folder, skipped")
             continue
         checked += 1
         try:
-            load_request_file(path)
+            request = load_request_file(path)
+            if problems := executor_problems(request, settings.executors, today=None):
+                raise RequestInvalid(problems)
         except RequestInvalid as exc:
             status = EXIT_INVALID
             print(f"{path}: invalid ({len(exc.errors)} error{'s' if len(exc.errors) != 1 else ''})")
@@ -64,6 +72,8 @@ def run_validate(args: argparse.Namespace) -> int:
                 print(f"  {error}")
         else:
             print(f"{path}: ok")
+            for warning in executor_warnings(request, settings.executors, today):
+                print(f"  warning: {warning}")
     if not checked:
         print("no request file among the arguments: name YAML or JSON files")
         return EXIT_INVALID

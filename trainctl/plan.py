@@ -154,6 +154,7 @@ def ladder_lines(
             "rung": step.index,
             "resources": rung.resources,
             "quota_metric": rung.quota_metric,
+            "quota_metrics": rung.gated_metrics,
             "gpus": rung.gpus,
             "hourly_usd": cost.hourly_usd,
             "max_usd": cost.max_usd,
@@ -161,14 +162,22 @@ def ladder_lines(
         }
         line = f"{step.index}  {rung.resources:<{width}}  about ${cost.hourly_usd:,.2f}/h, at most ${cost.max_usd:,.2f}"
         if headroom is not None:
-            limit, why, held = headroom(rung.quota_metric, rung.region)
-            info |= {"quota_limit": limit, "quota_held": held} | ({"quota_not_gated": why} if limit is None else {})
-            metric = rung.quota_metric.rsplit("/", 1)[-1]
-            if limit is None:
-                line += f"; quota {metric}: {why}, not gated; trainctl holds {held}"
-            else:
-                fits = "never fits: skipped" if rung.gpus > limit else f"headroom {max(0, limit - held)}"
-                line += f"; quota {metric}: limit {limit}, trainctl holds {held}, {fits}"
+            # A Spot rung is gated on two metrics (schemas/catalog.py quota_metrics): each is shown.
+            quotas = []
+            for metric in rung.gated_metrics:
+                limit, why, held = headroom(metric, rung.region)
+                quotas.append(
+                    {"metric": metric, "limit": limit, "held": held} | ({"not_gated": why} if limit is None else {})
+                )
+                short = metric.rsplit("/", 1)[-1]
+                if limit is None:
+                    line += f"; quota {short}: {why}, not gated; trainctl holds {held}"
+                else:
+                    fits = "never fits: skipped" if rung.gpus > limit else f"headroom {max(0, limit - held)}"
+                    line += f"; quota {short}: limit {limit}, trainctl holds {held}, {fits}"
+            first = quotas[0]
+            info |= {"quota_limit": first["limit"], "quota_held": first["held"], "quotas": quotas}
+            info |= {"quota_not_gated": first["not_gated"]} if "not_gated" in first else {}
         out.append((info, line))
     return out
 

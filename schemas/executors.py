@@ -78,6 +78,24 @@ EXECUTORS: dict[str, Executor] = {
 
 Executors = dict[str, Executor]
 
+# What a prebuilt PyTorch training container holds besides Python (Google's list of prebuilt training containers,
+# "PyTorch": "PyTorch 2.4.x, pandas, absl-py, cloud-tpu-client, python-json-logger, scikit-learn, cloudml-hypertune",
+# and "other Deep Learning Containers dependencies"; ../shared/reference/vertex.md §4.1), with pip's own tools. The
+# local executor counts these and what they require, as installed in the JobService's Python, as the executor's: never
+# the JobService's other packages (local/jobservice/packages.py).
+EXECUTOR_PACKAGES = (
+    "torch",
+    "pandas",
+    "absl-py",
+    "cloud-tpu-client",
+    "python-json-logger",
+    "scikit-learn",
+    "cloudml-hypertune",
+    "pip",
+    "setuptools",
+    "wheel",
+)
+
 
 class ExecutorsError(ValueError):
     """The executors setting is malformed; the message names the executor and the key."""
@@ -174,9 +192,9 @@ def instead(executors: Executors, today: date, than: Executor) -> str:
     later = than.available_until
     others = [e for e in available(executors, today) if e.name != than.name and e.available_until > later]
     if others:
-        return f"use {others[0].name} (available until {others[0].available_until.isoformat()})"
+        return f"Use {others[0].name} (available until {others[0].available_until.isoformat()})"
     return (
-        "no executor on this deployment's list is available longer: run your own image built on a current PyTorch "
+        "No executor on this deployment's list is available longer: run your own image built on a current PyTorch "
         "(trainer.image), or ask the operator to list a current prebuilt container (Terraform's executors, "
         "TRAINCTL_EXECUTORS) once Google publishes one"
     )
@@ -202,7 +220,7 @@ def end_of_availability_warning(executor: Executor, executors: Executors, today:
         return None
     return (
         f"executor {executor.name} reaches its end of availability on {until.isoformat()} ({(until - today).days} "
-        f"days from now), after which admission refuses it; {instead(executors, today, executor)}"
+        f"days from now), after which admission refuses it. {instead(executors, today, executor)}"
     )
 
 

@@ -80,7 +80,7 @@ def test_admission_refuses_an_executor_past_its_end_of_availability_naming_the_d
     assert refused == (
         "trainer.python_package.executor: executor pytorch-2.4 is past its end of availability, 2026-07-24 in "
         "Google's list of prebuilt training containers: Vertex no longer serves "
-        "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest. use pytorch-2.6 (available until "
+        "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest. Use pytorch-2.6 (available until "
         "2027-06-30)"
     )
     newer = package_request("pytorch-2.6")
@@ -93,7 +93,7 @@ def test_with_no_executor_left_the_refusal_says_to_run_an_image_or_ask_the_opera
     assert refused.path == "trainer.python_package.executor"
     assert "past its end of availability, 2026-07-24" in refused.message
     assert refused.message.endswith(
-        "no executor on this deployment's list is available longer: run your own image built on a current PyTorch "
+        "No executor on this deployment's list is available longer: run your own image built on a current PyTorch "
         "(trainer.image), or ask the operator to list a current prebuilt container (Terraform's executors, "
         "TRAINCTL_EXECUTORS) once Google publishes one"
     )
@@ -117,13 +117,13 @@ def test_validate_and_plan_warn_of_an_executor_near_or_past_its_end():
     near = executor_warnings(package_request(), EXECUTORS, today)
     assert near == [
         "trainer.python_package.executor: executor pytorch-2.4 reaches its end of availability on 2026-07-24 (84 "
-        "days from now), after which admission refuses it; no executor on this deployment's list is available "
+        "days from now), after which admission refuses it. No executor on this deployment's list is available "
         "longer: run your own image built on a current PyTorch (trainer.image), or ask the operator to list a "
         "current prebuilt container (Terraform's executors, TRAINCTL_EXECUTORS) once Google publishes one"
     ]
     assert executor_warnings(package_request(), EXECUTORS, date(2026, 7, 24) - NEAR_END - timedelta(1)) == []
     [past] = executor_warnings(package_request("pytorch-2.3"), with_newer(), today)
-    assert "past its end of availability, 2026-04-24" in past and "use pytorch-2.6" in past
+    assert "past its end of availability, 2026-04-24" in past and "Use pytorch-2.6" in past
     assert past.endswith("; admission refuses it")
     assert executor_warnings(make_request(), EXECUTORS, today) == []  # no package, nothing to say
 

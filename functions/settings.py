@@ -12,6 +12,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from functions.teams import Teams, TeamsError, parse_teams
+from schemas.executors import EXECUTORS, Executors, ExecutorsError, parse_executors
 from schemas.images import normalize_prefix, prefix_problem
 from schemas.rules import parse_duration
 from schemas.secrets import SECRET_RE
@@ -49,6 +50,9 @@ class Settings:
     # issue 31): custom code like an allowed image, run as the custom account; off unless the operator turns it on
     # (Terraform's allow_python_packages).
     allow_python_packages: bool = False
+    # The prebuilt PyTorch training containers packages may run on (schemas/executors.py), by name: JSON, Terraform's
+    # `executors`; unset, Google's list as the catalog records it. Admission refuses one past its end of availability.
+    executors: Executors = field(default_factory=lambda: dict(EXECUTORS))
     allowed_data_buckets: tuple[str, ...] = ()
     allowed_output_buckets: tuple[str, ...] = ()
     allowed_service_accounts: tuple[str, ...] = ()
@@ -137,6 +141,8 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
             return parse_teams(raw)
         if attr == "job_secrets":
             return parse_job_secrets(raw)
+        if attr == "executors":
+            return parse_executors(raw)
         if attr == "allowed_image_prefixes":
             prefixes = tuple(item.strip() for item in raw.split(",") if item.strip())
             problems = [problem for prefix in prefixes if (problem := prefix_problem(prefix))]
@@ -154,7 +160,7 @@ def _convert(name: str, attr: str, raw: str, default: Any) -> Any:
         if isinstance(default, float):
             return float(raw)
         return raw
-    except (ValueError, TeamsError) as exc:
+    except (ValueError, TeamsError, ExecutorsError) as exc:
         raise SettingsError(f"{name}: {exc}") from None
 
 

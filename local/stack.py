@@ -81,6 +81,9 @@ class StackOptions:
     # says instead which team's code may read which secret, as Terraform's job_secrets does.
     secrets: dict[str, str] = field(default_factory=dict)
     job_secrets: dict[str, list[str]] | None = None
+    # The executors packages may run on, in the shape of Terraform's variable `executors` (schemas/executors.py);
+    # None: Google's list, as in the cloud (the JobService itself runs every executor image on its own Python).
+    executors: dict[str, Any] | None = None
 
 
 def controller_settings(options: StackOptions, names: Names, jobservice_rest_url: str) -> dict[str, str]:
@@ -107,6 +110,7 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
         "TRAINCTL_TEAMS": json.dumps(with_topics(options.teams, names.team_requests_topic)) if options.teams else "",
         "TRAINCTL_JOB_SECRETS": json.dumps(job_secrets(options)) if options.secrets or options.job_secrets else "",
+        "TRAINCTL_EXECUTORS": json.dumps(options.executors) if options.executors else "",
     }
     unknown = set(values) - set(env_names())
     assert not unknown, f"not controller settings: {unknown}"

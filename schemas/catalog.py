@@ -336,7 +336,8 @@ def reducers_needed(total_worker_egress_gbps: float) -> int:
 # GoogleCloudPlatform/vertex-ai-samples (local/FIDELITY.md has the files): its metric map (T4 to H200) and its
 # quota-id map (every GPU below but P4); B200, GB200 and RTX PRO 6000 metric words from the serving metrics its
 # notebooks link beside those ids. Preemptible for FLEX_START: Vertex's Dynamic Workload Scheduler page; for
-# Spot: the same repository's A3 Mega training sample. The words do not follow the AcceleratorType names:
+# Spot: the same repository's A3 Mega training sample, while its quota check maps Spot training to the on-demand
+# metric, so trainctl gates Spot on both (quota_metrics). The words do not follow the AcceleratorType names:
 # NVIDIA_H100_80GB is h100 / H100GPUs, NVIDIA_H200_141GB is h200 / H200GPUs.
 QUOTA_SERVICE = "aiplatform.googleapis.com"
 CPU_QUOTA_METRIC = f"{QUOTA_SERVICE}/custom_model_training_cpus"
@@ -384,6 +385,19 @@ def quota_metric(accelerator_type: str | None, strategy: str = "STRATEGY_UNSPECI
     return f"{QUOTA_SERVICE}/custom_model_training_{preemptible}{word}_gpus"
 
 
+def quota_metrics(accelerator_type: str | None, strategy: str = "STRATEGY_UNSPECIFIED") -> tuple[str, ...]:
+    """Every quota metric trainctl gates a rung on, `quota_metric`'s first. A Spot rung is gated on the preemptible
+    metric and on the on-demand one (issue 40, point 12): the sources disagree on which one Spot training draws on.
+    Google's Model Garden quota check maps training to the on-demand metric whether or not it is Spot (only the
+    Dynamic Workload Scheduler, FLEX_START, to the preemptible one: vertex-ai-samples notebook_util/common_util.py
+    `get_resource_id`), while its A3 Mega training README says to request the preemptible quota for Spot VMs; no
+    Vertex page says. Gating on both (each one that has a limit) admits nothing either reading would queue."""
+    first = quota_metric(accelerator_type, strategy)
+    if strategy.upper() != "SPOT" or first == CPU_QUOTA_METRIC:
+        return (first,)
+    return first, quota_metric(accelerator_type, "STANDARD")
+
+
 def _quota_ids() -> dict[str, str]:
     ids = {}
     for accelerator, names in GPU_QUOTA_NAMES.items():
@@ -401,40 +415,8 @@ def quota_id(metric: str) -> str | None:
     return QUOTA_IDS.get(metric)
 
 
-# Executors: Vertex's prebuilt PyTorch training containers a `trainer.python_package` runs on (issue 31). Vertex
-# runs a package only on a prebuilt container (PythonPackageSpec.executor_image_uri: "The URI of a container image
-# in Artifact Registry that will run the provided Python package. Vertex AI provides a wide range of executor images
-# with pre-installed packages to meet users' various use cases. See the list of pre-built containers for training";
-# googleapis google/cloud/aiplatform/v1/custom_job.proto). The rows are Google's list of prebuilt training
-# containers (https://cloud.google.com/vertex-ai/docs/training/pre-built-containers, "PyTorch": GPU images with
-# CUDA 12.x, Python 3.10, only the `latest` tag supported, published in the us, europe and asia multi-regions).
-# That page lists nothing newer than 2.4 and dates each row's end of availability; Vertex answers an image it no
-# longer serves itself, so the dates are shown (`trainctl plan`), not enforced.
-@dataclass(frozen=True)
-class Executor:
-    name: str
-    image: str  # in the us multi-region; europe-docker.pkg.dev/… and asia-docker.pkg.dev/… hold the same path
-    pytorch: str
-    cuda: str
-    # PyTorch's CUDA 12.1/12.4 builds of 2.1–2.4 carry kernels for sm_50 … sm_90 (their torch.cuda.get_arch_list());
-    # a GPU of a later compute capability (Blackwell: sm_100, sm_120) has nothing to run.
-    max_compute_capability: tuple[int, int]
-    available_until: str
-
-
-_REGISTRY = "us-docker.pkg.dev/vertex-ai/training/"
-EXECUTORS: dict[str, Executor] = {
-    e.name: e
-    for e in [
-        Executor("pytorch-2.4", f"{_REGISTRY}pytorch-gpu.2-4.py310:latest", "2.4", "12.x", (9, 0), "2026-07-24"),
-        Executor("pytorch-2.3", f"{_REGISTRY}pytorch-gpu.2-3.py310:latest", "2.3", "12.x", (9, 0), "2026-04-24"),
-        Executor("pytorch-2.2", f"{_REGISTRY}pytorch-gpu.2-2.py310:latest", "2.2", "12.x", (9, 0), "2026-01-30"),
-        Executor("pytorch-2.1", f"{_REGISTRY}pytorch-gpu.2-1.py310:latest", "2.1", "12.x", (9, 0), "2025-10-04"),
-    ]
-}
-
 # NVIDIA compute capability of each GPU (https://developer.nvidia.com/cuda-gpus): what an executor's kernels must
-# cover.
+# cover (schemas/executors.py).
 COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
     "NVIDIA_TESLA_P4": (6, 1),
     "NVIDIA_TESLA_P100": (6, 0),
@@ -449,34 +431,6 @@ COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
     "NVIDIA_B200": (10, 0),
     "NVIDIA_RTX_PRO_6000": (12, 0),
 }
-
-
-def unknown_executor(name: str) -> str:
-    return (
-        f"unknown executor {name!r}: a package runs on one of Vertex's prebuilt PyTorch training containers; "
-        f"known: {', '.join(EXECUTORS)}"
-    )
-
-
-def executor_gpu_problem(executor: str, accelerator_type: str | None) -> str | None:
-    """Why `executor` cannot drive `accelerator_type` (its PyTorch build has no kernels for that GPU), or None."""
-    known = EXECUTORS.get(executor)
-    capability = COMPUTE_CAPABILITY.get(accelerator_type or "")
-    if known is None or capability is None or capability <= known.max_compute_capability:
-        return None
-    able = [name for name, cc in COMPUTE_CAPABILITY.items() if cc <= known.max_compute_capability]
-    return (
-        f"executor {executor} (PyTorch {known.pytorch}, CUDA {known.cuda}) has kernels up to "
-        f"sm_{known.max_compute_capability[0]}{known.max_compute_capability[1]}; {accelerator_type} is "
-        f"sm_{capability[0]}{capability[1]} and would have nothing to run. Choose one of {', '.join(able)}, or run "
-        "your own image built for it (trainer.image)"
-    )
-
-
-def executor_image(executor: str, region: str) -> str:
-    """The executor's image in the multi-region nearest `region` (Google publishes each in us, europe and asia)."""
-    path = EXECUTORS[executor].image.removeprefix("us-docker.pkg.dev/")
-    return f"{nearest_multiregion(region)}-docker.pkg.dev/{path}"
 
 
 def nearest_multiregion(region: str) -> str:

@@ -15,6 +15,7 @@ _PATTERN_RULES = {
     "request_id": "must be 1-128 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit",
     "service_account": "must be a service account email such as trainer@my-project.iam.gserviceaccount.com",
     "image": IMAGE_RULE,
+    "executor": "must name an executor: 1-63 lowercase letters, digits, '.' or '-', such as pytorch-2.4",
 }
 _MESSAGES = {
     "missing": "required field is missing",

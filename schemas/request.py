@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from schemas import catalog, rules
+from schemas import catalog, executors, rules
 from schemas.images import IMAGE_PATTERN
 from schemas.secrets import secret_version_problem
 from schemas.trainer_env import env_name_problem
@@ -198,12 +198,6 @@ def _check_package_uri(value: str) -> str:
     return value
 
 
-def _check_executor(value: str) -> str:
-    if value not in catalog.EXECUTORS:
-        raise ValueError(catalog.unknown_executor(value))
-    return value
-
-
 class PythonPackage(_Strict):
     """Your own training code as a Python package, run on one of Vertex's prebuilt PyTorch training containers:
     no image to build (Vertex's pythonPackageSpec). `trainctl submit --source DIR` packages a folder and fills
@@ -222,11 +216,13 @@ class PythonPackage(_Strict):
         description="The module every node runs with `python -m`.",
         examples=["my_pkg.train"],
     )
-    executor: Annotated[str, AfterValidator(_check_executor)] = Field(
-        description="The prebuilt PyTorch training container it runs on, by name: "
-        f"{', '.join(catalog.EXECUTORS)} (schemas/catalog.py: which GPUs and CUDA each supports).",
+    executor: str = Field(
+        pattern=executors.NAME_PATTERN,
+        description="The prebuilt PyTorch training container it runs on, by name, from the deployment's list "
+        "(Terraform's executors, TRAINCTL_EXECUTORS; by default Google's, schemas/executors.py: "
+        f"{', '.join(executors.EXECUTORS)}). Admission refuses a name the list lacks, a GPU the executor has no "
+        "kernels for, and an executor past its end of availability.",
         examples=["pytorch-2.4"],
-        json_schema_extra={"enum": list(catalog.EXECUTORS)},
     )
 
 
@@ -847,7 +843,6 @@ class TrainingJobRequest(_Strict):
         problems: list[tuple[str, str]] = []
         for rung in self.rungs():
             problems += _rung_problems(rung, self.reduction_server, rung_prefix(rung.index))
-            problems += _executor_problems(rung, self.trainer, rung_prefix(rung.index))
         rungs = len(self.fallbacks) + 1
         if rungs > self.scheduling.max_attempts:
             problems.append(
@@ -922,14 +917,6 @@ def _rung_problems(rung: Rung, reduction_server: ReductionServer, where: str) ->
                 )
             )
     return problems
-
-
-def _executor_problems(rung: Rung, trainer: Trainer, where: str) -> list[tuple[str, str]]:
-    """A package's executor must have kernels for the rung's GPU (schemas/catalog.py, EXECUTORS)."""
-    if trainer.python_package is None:
-        return []
-    problem = catalog.executor_gpu_problem(trainer.python_package.executor, rung.resources.accelerator_type)
-    return [(f"{where}resources.accelerator_type", problem)] if problem else []
 
 
 def _model_problems(request: TrainingJobRequest) -> list[tuple[str, str]]:

@@ -69,6 +69,7 @@ locals {
     TRAINCTL_ALLOWED_REGIONS          = join(",", var.allowed_regions)
     TRAINCTL_ALLOWED_IMAGE_PREFIXES   = join(",", var.extra_allowed_image_prefixes)
     TRAINCTL_ALLOW_PYTHON_PACKAGES    = var.allow_python_packages ? "true" : ""
+    TRAINCTL_EXECUTORS                = var.executors == null ? "" : jsonencode(var.executors)
     TRAINCTL_ALLOWED_DATA_BUCKETS     = join(",", local.data_buckets)
     TRAINCTL_ALLOWED_OUTPUT_BUCKETS   = join(",", concat([google_storage_bucket.control.name], var.output_buckets))
     TRAINCTL_ALLOWED_SERVICE_ACCOUNTS = google_service_account.trainer.email

@@ -178,6 +178,24 @@ variable "allow_python_packages" {
   default     = false
 }
 
+variable "executors" {
+  description = "The prebuilt PyTorch training containers packages may run on (TRAINCTL_EXECUTORS), by the name requests give in trainer.python_package.executor: image (us-docker.pkg.dev/vertex-ai/training/pytorch-…:latest, as Google's list of prebuilt training containers names it), pytorch, cuda, max_compute_capability (\"9.0\"), available_until (Google's end of availability, YYYY-MM-DD: admission refuses the executor after it) and python (default \"3.10\"). It replaces the default list as a whole, so that it follows Google's page without a release; null: the list schemas/executors.py records, which Google dates past its end of availability."
+  type = map(object({
+    image                  = string
+    pytorch                = string
+    cuda                   = string
+    max_compute_capability = string
+    available_until        = string
+    python                 = optional(string, "3.10")
+  }))
+  default = null
+
+  validation {
+    condition     = alltrue([for name, e in(var.executors == null ? {} : var.executors) : can(regex("^[a-z0-9][a-z0-9.-]{0,62}$", name)) && can(regex("^us-docker\\.pkg\\.dev/vertex-ai/training/pytorch-[a-z0-9.-]+:latest$", e.image)) && can(regex("^[0-9]+\\.[0-9]+$", e.max_compute_capability)) && can(regex("^[0-9]{4}-[0-9]{2}-[0-9]{2}$", e.available_until)) && can(regex("^3\\.[0-9]{1,2}$", e.python))])
+    error_message = "Each executor: a name of lowercase letters, digits, '.' and '-'; image us-docker.pkg.dev/vertex-ai/training/pytorch-…:latest; max_compute_capability like \"9.0\"; available_until YYYY-MM-DD; python like \"3.10\"."
+  }
+}
+
 variable "max_gpus_per_job" {
   description = "Most GPUs one job may use, all nodes together."
   type        = number

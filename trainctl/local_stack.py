@@ -95,6 +95,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "code may read (trainer.secret_env); NAME=@FILE takes the value from a file (repeatable)",
     )
     up.add_argument(
+        "--executors",
+        metavar="FILE",
+        help="the prebuilt PyTorch containers packages may run on (YAML or JSON), the shape of Terraform's variable "
+        "`executors`: name → image, pytorch, cuda, max_compute_capability, available_until (README, Your own code); "
+        "default: Google's list, whose executors are all past their end of availability",
+    )
+    up.add_argument(
         "--lease",
         type=int,
         metavar="SECONDS",
@@ -140,6 +147,7 @@ def _options(args: argparse.Namespace) -> Any:
         raise ValueError(f"--lease must be at least 1 second, got {args.lease}")
     teams = _teams(args.teams) if args.teams else None
     secrets = _secrets(args.secret)
+    executors = _executors(args.executors) if args.executors else None
     return StackOptions(
         secrets=secrets,
         capacity_file=capacity_file,
@@ -149,6 +157,7 @@ def _options(args: argparse.Namespace) -> Any:
         allow_python_packages=args.allow_python_packages,
         trigger_rules=trigger_rules,
         teams=teams,
+        executors=executors,
         **({} if args.lease is None else {"lease": args.lease}),
     )
 
@@ -188,6 +197,20 @@ def _teams(path: str) -> dict[str, Any]:
     except (OSError, yaml.YAMLError, TeamsError) as exc:
         raise ValueError(f"--teams {path}: {exc}") from None
     return dict(teams)
+
+
+def _executors(path: str) -> dict[str, Any]:
+    """The --executors file, refused here with the executor and key named rather than by every function."""
+    import yaml
+
+    from schemas.executors import ExecutorsError, parse_executors
+
+    try:
+        executors = yaml.safe_load(Path(path).read_text())
+        parse_executors(json.dumps(executors, default=str))
+    except (OSError, yaml.YAMLError, ExecutorsError) as exc:
+        raise ValueError(f"--executors {path}: {exc}") from None
+    return {name: {key: str(value) for key, value in fields.items()} for name, fields in executors.items()}
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -274,6 +297,8 @@ def _detach(args: argparse.Namespace) -> int:
         command += ["--capacity", str(Path(args.capacity).resolve())]
     if args.teams:
         command += ["--teams", str(Path(args.teams).resolve())]
+    if args.executors:
+        command += ["--executors", str(Path(args.executors).resolve())]
     # The marker goes into the background process's own environment too, so `local down` finds it as well.
     env = {**os.environ, STACK_MARKER_VAR: uuid.uuid4().hex[:12]}
     if args.secret:

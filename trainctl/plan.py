@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +24,7 @@ from functions.capacity.ladder import ladder_of
 from functions.capacity.quota_pool import QuotaPools, pool_name
 from functions.cloud.gcs import Gcs
 from functions.cloud.quotas import GpuQuotas
+from functions.jobs.executors import executor_of, executor_problems, executor_warnings
 from functions.jobs.planning import (
     MemoryEstimate,
     Plan,
@@ -32,7 +35,6 @@ from functions.jobs.planning import (
 )
 from functions.ledger.keys import request_key
 from functions.settings import Settings
-from schemas import catalog
 from schemas.errors import RequestInvalid
 from schemas.events import approximate_prices
 from schemas.request import TrainingJobRequest
@@ -74,18 +76,31 @@ def run_plan(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     # Only the quota and the dataset's listing need the deployment (or the local stack).
     settings = cli_settings(offline=not (args.quota or args.memory))
+    # The executor as admission will judge it (the deployment's list), and its end of availability as of today.
+    problems = executor_problems(request, settings.executors, today=None)
+    if problems:
+        print(f"{args.file}: invalid")
+        for problem in problems:
+            print(f"  {problem}")
+        return EXIT_INVALID
+    warnings = executor_warnings(request, settings.executors, datetime.now(UTC).date())
     # As this shell's team would send it: a team's request writes to its own folder (functions/ledger/keys.py).
     team = cli_team(settings)
     plan = plan_custom_job(request, settings, request_key(request.request_id, cli_namespace(settings)), team=team)
     rungs = ladder_lines(request, settings, quota_headroom(settings) if args.quota else None)
     memory = memory_estimate(request, Gcs(settings.project), settings.marker_names) if args.memory else None
     if args.json:
-        extra = {"memory": memory_json(memory)} if memory else {}
+        extra: dict[str, Any] = {"memory": memory_json(memory)} if memory else {}
+        extra |= {"warnings": warnings} if warnings else {}
         print(json.dumps(plan_json(plan) | {"ladder": [rung for rung, _ in rungs]} | extra, indent=2))
     elif args.gcloud:
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
         print(write_gcloud_config(plan, args.gcloud, settings.region, settings.project))
     else:
-        print(describe(request, plan))
+        print(describe(request, plan, settings))
+        for warning in warnings:
+            print(f"warning           {warning}")
         if memory is not None:
             print(f"memory per rank   {memory.words()}")
         if request.fallbacks or args.quota:
@@ -139,6 +154,7 @@ def ladder_lines(
             "rung": step.index,
             "resources": rung.resources,
             "quota_metric": rung.quota_metric,
+            "quota_metrics": rung.gated_metrics,
             "gpus": rung.gpus,
             "hourly_usd": cost.hourly_usd,
             "max_usd": cost.max_usd,
@@ -146,14 +162,22 @@ def ladder_lines(
         }
         line = f"{step.index}  {rung.resources:<{width}}  about ${cost.hourly_usd:,.2f}/h, at most ${cost.max_usd:,.2f}"
         if headroom is not None:
-            limit, why, held = headroom(rung.quota_metric, rung.region)
-            info |= {"quota_limit": limit, "quota_held": held} | ({"quota_not_gated": why} if limit is None else {})
-            metric = rung.quota_metric.rsplit("/", 1)[-1]
-            if limit is None:
-                line += f"; quota {metric}: {why}, not gated; trainctl holds {held}"
-            else:
-                fits = "never fits: skipped" if rung.gpus > limit else f"headroom {max(0, limit - held)}"
-                line += f"; quota {metric}: limit {limit}, trainctl holds {held}, {fits}"
+            # A Spot rung is gated on two metrics (schemas/catalog.py quota_metrics): each is shown.
+            quotas = []
+            for metric in rung.gated_metrics:
+                limit, why, held = headroom(metric, rung.region)
+                quotas.append(
+                    {"metric": metric, "limit": limit, "held": held} | ({"not_gated": why} if limit is None else {})
+                )
+                short = metric.rsplit("/", 1)[-1]
+                if limit is None:
+                    line += f"; quota {short}: {why}, not gated; trainctl holds {held}"
+                else:
+                    fits = "never fits: skipped" if rung.gpus > limit else f"headroom {max(0, limit - held)}"
+                    line += f"; quota {short}: limit {limit}, trainctl holds {held}, {fits}"
+            first = quotas[0]
+            info |= {"quota_limit": first["limit"], "quota_held": first["held"], "quotas": quotas}
+            info |= {"quota_not_gated": first["not_gated"]} if "not_gated" in first else {}
         out.append((info, line))
     return out
 
@@ -173,7 +197,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     }
 
 
-def describe(request: TrainingJobRequest, plan: Plan) -> str:
+def describe(request: TrainingJobRequest, plan: Plan, settings: Settings) -> str:
     res, cost = request.resources, plan.cost
     spec = plan.custom_job["job_spec"]
     lines = [
@@ -205,11 +229,11 @@ def describe(request: TrainingJobRequest, plan: Plan) -> str:
     if args:
         lines.append("trainer arguments " + shlex.join(args))
     package = request.trainer.python_package
-    if package is not None:
-        executor = catalog.EXECUTORS[package.executor]
+    executor = executor_of(request, settings.executors)
+    if package is not None and executor is not None:
         lines.append(
-            f"package           {', '.join(package.uris)} on {package.executor} (PyTorch {executor.pytorch}, CUDA "
-            f"{executor.cuda}; Google's list of prebuilt containers gives it until {executor.available_until})"
+            f"package           {', '.join(package.uris)} on {executor.describe()}; available until "
+            f"{executor.available_until.isoformat()} (Google's list of prebuilt training containers)"
         )
     return "\n".join(lines)
 

@@ -21,8 +21,11 @@ import tarfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from functions.intake.package_check import MAX_PACKAGE_BYTES
+from functions.untrusted.package_code import PackageCode, executor_warnings
+from schemas.executors import Executor
 
 # What never belongs in a source distribution: caches, VCS folders, virtual environments, build outputs.
 _SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".hg", ".venv", "venv", ".mypy_cache", ".ruff_cache",
@@ -78,6 +81,47 @@ class SourceArchive:
             "overwritten. Ask the bucket's owner to inspect and delete it, or upload to another data bucket with "
             "--source-bucket"
         )
+
+
+@dataclass(frozen=True)
+class SourceReport:
+    """What `submit --source` and `validate --source` say of the packed folder (issue 40, points 9 and 10)."""
+
+    lines: list[str]  # what pip installs with it on every node, and the warnings
+    problems: list[str]  # what the executor's Python cannot run: the folder is refused, naming file and line
+
+
+def inspect_source(archive: SourceArchive, executor: Executor | None) -> SourceReport:
+    """Read the archive as Vertex's nodes will install it: its requirements (pip installs them with it, as the
+    SDK's packages rely on), what of the executor's torch and CUDA they would replace, and its code against the
+    executor's Python (3.10 unless the executor says otherwise). Nothing of it is run."""
+    code = PackageCode.from_archive(archive.filename, archive.data)
+    python = executor.python_version if executor is not None else (3, 10)
+    requirements = code.requirements()
+    name = archive.filename
+    if requirements.unknown:
+        lines = [f"{name}: its requirements are unknown: {requirements.unknown}"]
+    elif requirements.found:
+        lines = [
+            f"{name}: pip installs it on every node with its requirements ({requirements.where}): "
+            f"{', '.join(requirements.found)}; what the executor holds at a fitting version is kept, the rest is "
+            "fetched from PyPI"
+        ]
+    else:
+        lines = [f"{name}: no requirements ({requirements.where}): pip installs the package alone"]
+    if executor is not None:
+        found = executor_warnings(requirements.found, executor.pytorch, executor.cuda, executor.name)
+        lines += [f"  warning: {warning}" for warning in found]
+    lines += [f"  warning: {warning}" for warning in code.python_warnings(python)]
+    return SourceReport(lines, code.python_problems(python))
+
+
+def named_executor(document: Any) -> str | None:
+    """The executor a request document names (before it is validated: `submit --source` packs the folder first)."""
+    trainer = document.get("trainer") if isinstance(document, dict) else None
+    package = trainer.get("python_package") if isinstance(trainer, dict) else None
+    executor = package.get("executor") if isinstance(package, dict) else None
+    return executor if isinstance(executor, str) else None
 
 
 def build_source_archive(folder: Path) -> SourceArchive:

@@ -12,6 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from functions.ledger.keys import request_key
+from functions.untrusted.documents import DocumentInvalid, load_document
+from functions.untrusted.package_code import PackageCodeError
 from local.names import Names
 from schemas.errors import RequestInvalid
 from trainctl.context import (
@@ -32,7 +34,13 @@ from trainctl.eventstream import (
     rejected_delivery,
 )
 from trainctl.hints import trainctl_command
-from trainctl.source_package import SourceError, build_source_archive
+from trainctl.source_package import (
+    SourceArchive,
+    SourceError,
+    build_source_archive,
+    inspect_source,
+    named_executor,
+)
 from trainctl.validate import EXIT_INVALID, load_request_file
 
 EXIT_FAILED = 1
@@ -82,8 +90,18 @@ def run_submit(args: argparse.Namespace) -> int:
             print("--source fills the request before it is sent; it cannot be combined with --no-validate")
             return EXIT_INVALID
         try:
-            package_uris = [upload_source(args.source, args.source_bucket, args.team)]
-        except SourceError as exc:
+            archive = build_source_archive(args.source)
+            # What pip will install with it on every node, and whether the executor's Python runs it (issue 40).
+            report = inspect_source(archive, cli_settings().executors.get(executor_in_file(args.file) or ""))
+            for line in report.lines:
+                print(line, file=sys.stderr)
+            if report.problems:
+                for problem in report.problems:
+                    print(f"{args.source}: {problem}")
+                print(f"{args.source}: the executor cannot run this code, not submitted")
+                return EXIT_INVALID
+            package_uris = [upload_source(args.source, args.source_bucket, args.team, archive)]
+        except (SourceError, PackageCodeError) as exc:
             print(f"{args.source}: {exc}, not submitted")
             return EXIT_INVALID
     if args.no_validate:
@@ -128,7 +146,17 @@ def run_submit(args: argparse.Namespace) -> int:
             stream.close()
 
 
-def upload_source(folder: Path, bucket: str | None, team: str | None = None) -> str:
+def executor_in_file(path: Path) -> str | None:
+    """The executor the request file names, read before the file is validated (that comes once the URI is known)."""
+    try:
+        return named_executor(load_document(path.read_bytes(), max_bytes=max(path.stat().st_size, 1)))
+    except (OSError, DocumentInvalid):
+        return None
+
+
+def upload_source(
+    folder: Path, bucket: str | None, team: str | None = None, archive: SourceArchive | None = None
+) -> str:
     """Package `folder` and upload it where jobs can read it, unless that very archive is there already (the hashes
     Cloud Storage states of the object say so); its URI. SourceError for an object of that name holding other
     bytes: it is neither reused nor overwritten. With teams it goes under the folder of `team` (--team), else of the
@@ -138,7 +166,7 @@ def upload_source(folder: Path, bucket: str | None, team: str | None = None) -> 
     from google.auth.credentials import AnonymousCredentials
 
     settings = cli_settings()
-    archive = build_source_archive(folder)
+    archive = archive or build_source_archive(folder)
     bucket = bucket or next(iter(settings.allowed_data_buckets), None) or Names(settings.project).data_bucket
     name = archive.object_name(cli_team(settings, team))
     uri = f"gs://{bucket}/{name}"

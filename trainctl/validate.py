@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
 from pathlib import Path
 
 from functions.intake.triggers import explicit_id_problem
+from functions.jobs.executors import executor_of, executor_problems, executor_warnings
 from functions.untrusted.documents import DocumentInvalid, load_document
 from schemas.errors import FieldError, RequestInvalid, parse_request
 from schemas.export import event_schema, render, request_schema
 from schemas.request import TrainingJobRequest
+from trainctl.context import cli_settings
 
 EXIT_INVALID = 2
 
@@ -17,6 +20,14 @@ EXIT_INVALID = 2
 def register(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("validate", help="check job request files (YAML or JSON) against trainctl/v1")
     cmd.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    cmd.add_argument(
+        "--source",
+        type=Path,
+        metavar="DIR",
+        help="with one FILE: pack DIR as `submit --source` would (nothing is uploaded) and say what pip installs with "
+        "it on every node, what of the executor's torch and CUDA that would replace, and whether the executor's "
+        "Python (3.10) runs its code",
+    )
     cmd.set_defaults(run=run_validate)
 
     cmd = commands.add_parser("schema", help="print the JSON Schema of a request or of an event")
@@ -49,14 +60,24 @@ def load_request_file(path: Path, package_uris: list[str] | None = None) -> Trai
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    if args.source is not None:
+        if len(args.files) != 1:
+            print("--source checks one request file's package: name one FILE")
+            return EXIT_INVALID
+        return validate_source(args.files[0], args.source)
     status, checked = 0, 0
+    # The deployment's executors (the local stack's defaults without one): a package's executor as admission judges it.
+    settings = cli_settings(offline=True)
+    today = datetime.now(UTC).date()
     for path in args.files:
         if path.is_dir():  # `validate examples/*` names the folders beside the files: skip them, say so
             print(f"{path}/: a folder, skipped")
             continue
         checked += 1
         try:
-            load_request_file(path)
+            request = load_request_file(path)
+            if problems := executor_problems(request, settings.executors, today=None):
+                raise RequestInvalid(problems)
         except RequestInvalid as exc:
             status = EXIT_INVALID
             print(f"{path}: invalid ({len(exc.errors)} error{'s' if len(exc.errors) != 1 else ''})")
@@ -64,10 +85,46 @@ def run_validate(args: argparse.Namespace) -> int:
                 print(f"  {error}")
         else:
             print(f"{path}: ok")
+            for warning in executor_warnings(request, settings.executors, today):
+                print(f"  warning: {warning}")
     if not checked:
         print("no request file among the arguments: name YAML or JSON files")
         return EXIT_INVALID
     return status
+
+
+def validate_source(path: Path, folder: Path) -> int:
+    """`validate FILE --source DIR`: the request with DIR's package in it, and the package as the executor sees it."""
+    from functions.untrusted.package_code import PackageCodeError
+    from trainctl.source_package import SourceError, build_source_archive, inspect_source
+
+    settings = cli_settings(offline=True)
+    try:
+        archive = build_source_archive(folder)
+        # Where `submit --source` would upload it; nothing is uploaded here.
+        pending = f"gs://{settings.allowed_data_buckets[0] if settings.allowed_data_buckets else 'data-bucket'}/"
+        request = load_request_file(path, [pending + archive.object_name()])
+        if problems := executor_problems(request, settings.executors, today=None):
+            raise RequestInvalid(problems)
+        report = inspect_source(archive, executor_of(request, settings.executors))
+    except (SourceError, PackageCodeError) as exc:
+        print(f"{folder}: {exc}")
+        return EXIT_INVALID
+    except RequestInvalid as exc:
+        print(f"{path}: invalid ({len(exc.errors)} error{'s' if len(exc.errors) != 1 else ''})")
+        for error in exc.errors:
+            print(f"  {error}")
+        return EXIT_INVALID
+    print("\n".join(report.lines))
+    for problem in report.problems:
+        print(f"{folder}: {problem}")
+    if report.problems:
+        print(f"{folder}: the executor cannot run this code")
+        return EXIT_INVALID
+    print(f"{path}: ok, with {folder} as its package")
+    for warning in executor_warnings(request, settings.executors, datetime.now(UTC).date()):
+        print(f"  warning: {warning}")
+    return 0
 
 
 def run_schema(args: argparse.Namespace) -> int:

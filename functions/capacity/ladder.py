@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functions.jobs import planning
 from functions.ledger.record import LadderRung, Record
-from schemas.catalog import quota_metric
+from schemas.catalog import quota_metric, quota_metrics
 from schemas.events import RungOutcome
 from schemas.request import TrainingJobRequest
 
@@ -22,6 +22,7 @@ def ladder_of(request: TrainingJobRequest, default_region: str) -> list[LadderRu
             resources=rung.describe(default_region),
             region=rung.region or default_region,
             quota_metric=quota_metric(rung.resources.accelerator_type, rung.strategy),
+            quota_metrics=list(quota_metrics(rung.resources.accelerator_type, rung.strategy)),
             gpus=rung.resources.total_gpus,
             max_pending=rung.max_pending,
             max_preemptions=rung.max_preemptions,

@@ -21,7 +21,7 @@ from functions.capacity.attempts import ladder_exhausted, resubmit
 from functions.capacity.fair_share import Shares
 from functions.capacity.ladder import has_fallbacks, ladder_of, next_rung
 from functions.capacity.ladder import outcome as rung_outcome
-from functions.capacity.quota_pool import QuotaPools, pool_name
+from functions.capacity.quota_pool import Admission, QuotaPools, pool_name
 from functions.cloud.failures import QUOTA_ADVICE
 from functions.cloud.ports import Quotas
 from functions.ledger.outbox import Outbox, whole_outbox
@@ -56,32 +56,41 @@ class QuotaQueue:
     pools: QuotaPools  # what trainctl's own jobs hold of them, and who waits (in each team's fair turn)
 
     def ladder(self, request: TrainingJobRequest, team: str) -> list[LadderRung]:
-        """The request's rungs, each marked skipped when it can never fit the project's GPU quota (more GPUs than
-        the limit; an unknown limit skips nothing), or its team's share of it (nominal + what it may borrow)."""
+        """The request's rungs, each marked skipped when it can never fit one of the GPU quotas it is gated on (more
+        GPUs than the limit; an unknown limit skips nothing), or its team's share of it (nominal + what it may
+        borrow)."""
         rungs = ladder_of(request, self.settings.region)
         if self.quotas is None:
             return rungs
-        return [self._marked(rung, team, self.quotas.limit(rung.quota_metric, rung.region)) for rung in rungs]
+        return [self._marked(rung, team, self.limits(rung)) for rung in rungs]
 
-    def _marked(self, rung: LadderRung, team: str, limit: int | None) -> LadderRung:
-        if limit is None:
-            return rung
-        share = self.shares(rung.quota_metric)(team)
-        cap = share.cap(limit)
-        if rung.gpus > limit:
-            why = (
-                f"needs {rung.gpus} GPUs of {rung.quota_metric} in {rung.region}; the project's limit is {limit}. "
-                f"{QUOTA_ADVICE}"
-            )
-        elif rung.gpus > cap:
-            why = (
-                f"needs {rung.gpus} GPUs of {rung.quota_metric}; team {team} may hold {cap} of it ({share.nominal} "
-                f"its own, borrowing up to {share.borrow_limit}): ask the operator for a larger share (the teams "
-                "setting), or choose another GPU type"
-            )
-        else:
-            return rung
-        return rung.model_copy(update={"skipped": why})
+    def limits(self, rung: LadderRung) -> list[tuple[str, int]]:
+        """(metric, limit) of each metric the rung is gated on that has a limit: a Spot rung's two, or the one of
+        them with a limit (schemas/catalog.py quota_metrics; issue 40, point 12); none without a quota reader."""
+        if self.quotas is None:
+            return []
+        found = [(metric, self.quotas.limit(metric, rung.region)) for metric in rung.gated_metrics]
+        return [(metric, limit) for metric, limit in found if limit is not None]
+
+    def _marked(self, rung: LadderRung, team: str, limits: list[tuple[str, int]]) -> LadderRung:
+        for metric, limit in limits:
+            share = self.shares(metric)(team)
+            cap = share.cap(limit)
+            if rung.gpus > limit:
+                why = (
+                    f"needs {rung.gpus} GPUs of {metric} in {rung.region}; the project's limit is {limit}. "
+                    f"{QUOTA_ADVICE}"
+                )
+            elif rung.gpus > cap:
+                why = (
+                    f"needs {rung.gpus} GPUs of {metric}; team {team} may hold {cap} of it ({share.nominal} "
+                    f"its own, borrowing up to {share.borrow_limit}): ask the operator for a larger share (the teams "
+                    "setting), or choose another GPU type"
+                )
+            else:
+                continue
+            return rung.model_copy(update={"skipped": why})
+        return rung
 
     def shares(self, metric: str) -> Shares:
         """Each team's share of one quota metric (everyone's whole quota without teams)."""
@@ -95,18 +104,32 @@ class QuotaQueue:
         if not record.ladder or self.quotas is None:
             return True  # a record from before the ladder, or no quota reader
         rung = record.ladder[record.rung]
-        limit = self.quotas.limit(rung.quota_metric, rung.region)
-        pool = pool_name(rung.region, rung.quota_metric)
-        if record.quota_pool not in (None, pool):
-            self.pools.release(record.quota_pool, record.key_hash)  # the ladder moved to another quota
-            record.quota_pool = None
-        if limit is None:
-            return True
+        limits = self.limits(rung)
+        pools = [pool_name(rung.region, metric) for metric, _ in limits]
+        for held in record.quota_pools:
+            if held not in pools:
+                self.pools.release(held, record.key_hash)  # the ladder moved to another quota
+        record.quota_pool, record.other_quota_pools = None, []
         team = record.team or NO_TEAMS
-        admission = self.pools.acquire(pool, record.key_hash, rung.gpus, limit, team, self.shares(rung.quota_metric))
-        record.quota_pool = pool
-        if admission.granted:
-            return True
+        # A Spot rung holds both pools (in one order, so that no two requests each hold what the other waits for).
+        for (metric, limit), pool in zip(limits, pools, strict=True):
+            admission = self.pools.acquire(pool, record.key_hash, rung.gpus, limit, team, self.shares(metric))
+            if record.quota_pool is None:
+                record.quota_pool = pool
+            else:
+                record.other_quota_pools.append(pool)
+            if not admission.granted:
+                self._queue(record, generation, rung, metric, limit, admission)
+                return False
+        return True
+
+    def _queue(
+        self, record: Record, generation: int, rung: LadderRung, metric: str, limit: int, admission: Admission
+    ) -> None:
+        """Queue the request for the quota `metric` that has no room (state `queued`, a `queued` event the first
+        time), saved and published here."""
+        team = record.team or NO_TEAMS
+        pool = pool_name(rung.region, metric)
         now = self.clock()
         if record.state != "queued":
             record.state, record.queued_since = "queued", now
@@ -114,7 +137,7 @@ class QuotaQueue:
                 [
                     Queued(
                         **record.envelope(now),
-                        message=f"waiting in trainctl for GPU quota: needs {rung.gpus} of {rung.quota_metric} in "
+                        message=f"waiting in trainctl for GPU quota: needs {rung.gpus} of {metric} in "
                         f"{rung.region}; trainctl's jobs hold {admission.held} of the limit {limit}, and "
                         f"{admission.ahead} request(s) go before this one"
                         + (
@@ -122,7 +145,7 @@ class QuotaQueue:
                             if admission.held_by == "team_share"
                             else ""
                         ),
-                        quota_metric=rung.quota_metric,
+                        quota_metric=metric,
                         region=rung.region,
                         gpus=rung.gpus,
                         limit=limit,
@@ -137,7 +160,6 @@ class QuotaQueue:
         record.owner = record.lease_until = None
         record, generation = self.outbox.flush(record, self.outbox.save(record, generation), whole_outbox(record))
         logs.info("queued for GPU quota", pool=pool, held=admission.held, limit=limit, ahead=admission.ahead)
-        return False
 
     def leave(self, record: Record, generation: int) -> Left:
         """reconcile's visit to a request waiting in the queue: admitted once its quota has room; past its rung's
@@ -148,10 +170,9 @@ class QuotaQueue:
         waited = int((now - record.queued_since).total_seconds()) if record.queued_since else 0
         if record.cancel_requested or waited > rung.max_pending:
             return self._leave_for_good(record, generation, now, waited)
-        limit = self.quotas.limit(rung.quota_metric, rung.region) if self.quotas else None
-        if limit is not None:
-            pool = pool_name(rung.region, rung.quota_metric)
-            shares = self.shares(rung.quota_metric)
+        for metric, limit in self.limits(rung):  # a Spot rung: both pools, in hold_or_queue's order
+            pool = pool_name(rung.region, metric)
+            shares = self.shares(metric)
             if not self.pools.acquire(pool, record.key_hash, rung.gpus, limit, record.team or NO_TEAMS, shares).granted:
                 return Left("waiting", record, generation)
         record.state = "claimed"
@@ -162,9 +183,9 @@ class QuotaQueue:
         """A queued request cancelled by its requester, or waiting longer than its rung's max_pending: it moves
         down the ladder, or ends."""
         why = f"waited {format_duration(waited)} in trainctl's queue for GPU quota, longer than max_pending"
-        if record.quota_pool:
-            self.pools.release(record.quota_pool, record.key_hash)
-            record.quota_pool = None
+        for pool in record.quota_pools:
+            self.pools.release(pool, record.key_hash)
+        record.quota_pool, record.other_quota_pools = None, []
         common = record.envelope(now)
         events: list[JobEvent] = []
         record.failure_reason, record.queued_since = "quota", None
@@ -191,8 +212,9 @@ class QuotaQueue:
 
     def release(self, record: Record) -> None:
         """A request that has ended holds no quota and waits for none."""
-        if record.final and record.quota_pool:
-            self.pools.release(record.quota_pool, record.key_hash)
+        if record.final:
+            for pool in record.quota_pools:
+                self.pools.release(pool, record.key_hash)
 
     def lines(self) -> Iterator[list[str]]:
         """The requests waiting in each pool, first in line first: reconcile lets them leave in that order."""

@@ -80,7 +80,7 @@ class Submission:
         team = team_of(delivery, self.settings.teams)
         plan = plan_custom_job(request, self.settings, key, team=team)
         # Step 0: admit.
-        problems = admission_problems(request, self.settings, plan.output_dir, key, team)
+        problems = admission_problems(request, self.settings, plan.output_dir, key, team, today=self.clock().date())
         if problems:
             return self.rejections.reject(
                 request.request_id, key, delivery, [str(p) for p in problems], "the request breaks a guardrail"

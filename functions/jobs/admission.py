@@ -8,8 +8,10 @@ requester exactly what to change (or whom to ask).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import date
 
 from functions.jobs import planning
+from functions.jobs.executors import executor_problems
 from functions.ledger.output_claims import max_output_path_bytes
 from functions.settings import Settings
 from functions.teams import NO_TEAMS
@@ -38,10 +40,12 @@ def admission_problems(
     output_dir: str,
     request_key: str | None = None,
     team: str | None = None,
+    today: date | None = None,
 ) -> list[FieldError]:
     """Every guardrail the request breaks: each rung of its ladder is checked like `resources` (its own cost
     included), then what all its attempts may spend together, then the request-wide rules. `request_key` places the
-    request's own folder in its team's namespace (planning.own_folder)."""
+    request's own folder in its team's namespace (planning.own_folder); `today` (the handler's date) refuses an
+    executor past its end of availability."""
     problems: list[FieldError] = []
     costs = []
     for rung in request.rungs():
@@ -62,7 +66,7 @@ def admission_problems(
                 "timeout or GPUs",
             )
         )
-    return problems + _request_problems(request, settings, output_dir, request_key, team)
+    return problems + _request_problems(request, settings, output_dir, request_key, team, today)
 
 
 def _rung_problems(request: TrainingJobRequest, rung: Rung, cost: CostEstimate, settings: Settings) -> list[FieldError]:
@@ -122,8 +126,10 @@ def _request_problems(
     output_dir: str,
     request_key: str | None = None,
     team: str | None = None,
+    today: date | None = None,
 ) -> list[FieldError]:
-    """The guardrails on what every rung shares: timeout, image, data, outputs, service account."""
+    """The guardrails on what every rung shares: timeout, image, package and executor, data, outputs, service
+    account."""
     problems: list[FieldError] = []
 
     def refuse(path: str, guardrail: str, text: str) -> None:
@@ -145,6 +151,8 @@ def _request_problems(
     if serving is not None and (problem := _image_problem(serving.image, settings)):
         refuse("model.serving.image", *problem)  # it runs your code too, so under trainer.image's rules
     problems += _package_problems(request, settings)
+    if settings.allow_python_packages:
+        problems += executor_problems(request, settings.executors, today)
     data_bucket, _ = split_gs_uri(request.dataset.uri)
     if not _allowed(data_bucket, settings.allowed_data_buckets):
         refuse(

@@ -18,6 +18,7 @@ from functions.ledger.keys import id_namespace, key_hash, namespace_of
 from functions.settings import Settings
 from schemas import catalog
 from schemas.events import CostEstimate
+from schemas.executors import executor_image
 from schemas.request import MAX_DISPLAY_NAME, TabularHyperparameters, TrainingJobRequest
 
 REDUCTION_SERVER_BUCKET_CAP_MB = 64
@@ -64,6 +65,13 @@ def reduction_server_image(settings: Settings, region: str) -> str:
     if region == settings.region or current is None:
         return image
     return f"{catalog.nearest_multiregion(region)}-docker.pkg.dev/" + image.removeprefix(current)
+
+
+def package_executor_image(executor: str, settings: Settings, region: str) -> str:
+    """A package's executor image in the multi-region nearest `region`, from the deployment's list; "" for a name the
+    list lacks (planned before admission, which refuses it: functions/jobs/executors.py)."""
+    known = settings.executors.get(executor)
+    return executor_image(known, region) if known is not None else ""
 
 
 def runs_builtin_trainer(request: TrainingJobRequest) -> bool:
@@ -347,7 +355,7 @@ def _task_spec(
     if trainer.python_package is not None:
         package = trainer.python_package
         spec: dict[str, Any] = {
-            "executor_image_uri": catalog.executor_image(package.executor, region),
+            "executor_image_uri": package_executor_image(package.executor, settings, region),
             "package_uris": list(package.uris),
             "python_module": package.module,
         }

@@ -41,12 +41,19 @@ class LadderRung(BaseModel):
 
     resources: str  # in words, for events
     region: str
-    quota_metric: str
+    quota_metric: str  # the metric Vertex's error and trainctl's events name (for Spot: the preemptible one)
     gpus: int
     max_pending: int
     max_preemptions: int
     skipped: str | None = None  # why admission skipped it (it can never fit the GPU quota)
     hourly_usd: float | None = None  # the rung's estimated price an hour (None in records from before it was kept)
+    # Every metric the rung is gated on, quota_metric first (schemas/catalog.py quota_metrics: a Spot rung's two);
+    # empty in records from before issue 40, which were gated on quota_metric alone.
+    quota_metrics: list[str] = Field(default_factory=list)
+
+    @property
+    def gated_metrics(self) -> list[str]:
+        return self.quota_metrics or [self.quota_metric]
 
 
 class ModelSteps(BaseModel):
@@ -109,7 +116,14 @@ class Record(BaseModel):
     rung_attempts: int = Field(0, description="Attempts made on the current rung.")
     rung_preemptions: int = Field(0, description="Attempts on the current rung that ended preempted.")
     rung_history: list[RungOutcome] = Field(default_factory=list, description="Rungs left or skipped, and why.")
-    quota_pool: str | None = Field(None, description="The GPU quota pool the request holds or waits in.")
+    quota_pool: str | None = Field(
+        None, description="The GPU quota pool the request holds or waits in (the first, for a rung gated on two)."
+    )
+    other_quota_pools: list[str] = Field(
+        default_factory=list,
+        description="The other pools a rung gated on more than one quota metric holds or waits in: a Spot rung, on "
+        "the preemptible and the on-demand metric (issue 40, point 12).",
+    )
     team: str | None = Field(None, description="The team it arrived as (issue 32); None: the default team.")
     budget_month: str | None = Field(
         None, description="The month (YYYY-MM) whose team budget record holds its reservation and spend (issue 40)."
@@ -131,6 +145,11 @@ class Record(BaseModel):
         "(issue 40, point 7; schemas/secrets.py): kept only while the request is active, since every attempt's job "
         "is planned with them, and dropped when it ends. Nothing copies this field out of the record.",
     )
+
+    @property
+    def quota_pools(self) -> list[str]:
+        """Every GPU quota pool the request holds or waits in."""
+        return [self.quota_pool, *self.other_quota_pools] if self.quota_pool else []
 
     @property
     def final(self) -> bool:

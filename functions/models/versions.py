@@ -18,12 +18,11 @@ import hashlib
 import json
 from typing import Any
 
-from functions.jobs.planning import runs_builtin_trainer
+from functions.jobs.planning import package_executor_image, runs_builtin_trainer
 from functions.ledger.record import Record
 from functions.models.decision import figure
 from functions.settings import Settings
 from functions.teams import NO_TEAMS
-from schemas import catalog
 from schemas.events import Lineage
 from schemas.images import repository_of
 from schemas.request import ModelBlock, TrainingJobRequest, code_digest
@@ -100,7 +99,7 @@ def servable(request: TrainingJobRequest) -> bool:
 def image_of(request: TrainingJobRequest, settings: Settings) -> str:
     """The image that trained the run (and, for the built-in trainer, serves it); a package's executor."""
     if request.trainer.python_package is not None:
-        return catalog.executor_image(request.trainer.python_package.executor, settings.region)
+        return package_executor_image(request.trainer.python_package.executor, settings, settings.region)
     return settings.trainer_image if runs_builtin_trainer(request) else str(request.trainer.image)
 
 

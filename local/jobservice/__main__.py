@@ -20,6 +20,7 @@ from pathlib import Path
 
 from local.jobservice.capacity import CapacityError, load_capacity
 from local.jobservice.model_rules import project_numbers
+from local.jobservice.packages import DEFAULT_PACKAGE_INDEX
 from local.jobservice.replicas import DEFAULT_IMAGE_MAP, ExecutionSettings
 from local.jobservice.secret_manager import SecretsFileError, SecretStore
 from local.jobservice.server import LocalJobService
@@ -45,6 +46,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--storage-emulator-host",
         default=os.environ.get("STORAGE_EMULATOR_HOST"),
         help="fake-gcs-server URL handed to every node (default: $STORAGE_EMULATOR_HOST)",
+    )
+    parser.add_argument(
+        "--package-index",
+        default=DEFAULT_PACKAGE_INDEX,
+        help="where a Python package's requirements the executor lacks are fetched from, wheels only: an index URL "
+        f"or a folder of wheels (default: {DEFAULT_PACKAGE_INDEX})",
     )
     parser.add_argument("--workdir", type=Path, default=Path.cwd(), help="nodes' working directory (default: cwd)")
     parser.add_argument(
@@ -83,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         image_map=image_map,
         max_procs_per_node=args.max_procs_per_node,
         storage_emulator_host=args.storage_emulator_host,
+        package_index=args.package_index,
         workdir=args.workdir.resolve(),
         cancel_grace=args.cancel_grace,
     )

@@ -361,7 +361,14 @@ class JobRun:
             if uris not in folders:
                 target = self.store.job_dir(self.name) / "packages" / f"set-{len(folders)}"
                 self.executor.service_log(self.name, f"installing {', '.join(uris)} for workerpool{index}")
-                folders[uris] = install_packages(list(uris), target, self.executor.settings.storage_emulator_host)
+                settings = self.executor.settings
+                folders[uris] = install_packages(
+                    list(uris),
+                    target,
+                    settings.storage_emulator_host,
+                    pool.python_package_spec.executor_image_uri,
+                    settings.package_index,
+                )
             installed[index] = folders[uris]
         return installed
 

@@ -1,17 +1,22 @@
-"""Python packages on a prebuilt executor, locally (issue 31, point 5): what Vertex does on each node of a
-pythonPackageSpec pool — fetch `package_uris`, pip-install them, run `python -m <python_module>` — done once per job
-into a folder of its own.
+"""Python packages on a prebuilt executor, locally (issues 31 and 40): what Vertex does on each node of a
+pythonPackageSpec pool — fetch `package_uris`, pip-install them with their requirements, run `python -m
+<python_module>` — done once per job into a folder of its own.
 
-The executor stands for one of Vertex's prebuilt PyTorch training containers: here, the JobService's own Python,
-which has torch (CPU, gloo). Nothing is fetched from a package index (`--no-index --no-deps`, build isolation off):
-a package's dependencies must already be in the executor, as they would be in a prebuilt container, and a missing
-one is named before any node starts. (Vertex's nodes can reach PyPI; this stack never does.)
+The executor stands for one of Vertex's prebuilt PyTorch training containers: here, the JobService's own Python, which
+has torch (CPU, gloo). What counts as the executor's is what the container holds (schemas/executors.py
+EXECUTOR_PACKAGES and what they require, as installed here), never the JobService's other packages. Before anything is
+installed, each archive is read against the executor's Python (3.10: a wheel's tags, every .py file's syntax), as the
+node's Python would refuse it (functions/untrusted/python_fit.py). The packages themselves are installed from their
+archives; what they require and the executor lacks is fetched from the package index (PyPI, or `--package-index`),
+wheels only, into the same folder, as pip on the node would fetch it. A requirement that would replace the executor's
+torch is refused: Vertex's pip would install PyPI's torch in its place, which this CPU stand-in cannot imitate.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import urllib.parse
@@ -20,13 +25,20 @@ from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
+from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
-# Vertex's prebuilt PyTorch training images (schemas/catalog.py EXECUTORS) in each multi-region, which the
-# executor map runs as this Python.
+from functions.untrusted.package_code import PackageCode, PackageCodeError, is_torch_or_cuda, normalize, torch_verdict
+from schemas.executors import EXECUTOR_PACKAGES
+
+# Vertex's prebuilt PyTorch training images (schemas/executors.py) in each multi-region, which the executor map runs as
+# this Python.
 EXECUTOR_IMAGE_PREFIXES = tuple(
     f"{region}-docker.pkg.dev/vertex-ai/training/pytorch-" for region in ("us", "europe", "asia")
 )
+DEFAULT_PACKAGE_INDEX = "https://pypi.org/simple"
+# Rounds of fetching requirements of what was fetched: a bound, far above any real package's depth.
+MAX_ROUNDS = 25
 
 
 class PackageError(ValueError):
@@ -37,25 +49,48 @@ def is_local_executor(image: str) -> bool:
     return image.startswith(EXECUTOR_IMAGE_PREFIXES)
 
 
-def install_packages(uris: list[str], target: Path, storage_url: str | None) -> Path:
-    """Fetch `uris` (gs://) and install them, in order, into `target`; returns `target`. Installed once: a restarted
-    attempt of the job reuses the folder (its `.installed` marker is written last)."""
+def executor_python(image: str) -> tuple[int, int]:
+    """The executor image's Python, from its name's `pyXY` tag (pytorch-gpu.2-4.py310 → 3.10); 3.10 without one."""
+    found = re.search(r"\.py(\d)(\d+)(?::|$)", image)
+    return (int(found.group(1)), int(found.group(2))) if found else (3, 10)
+
+
+def executor_pytorch(image: str) -> str | None:
+    """The executor image's PyTorch series, from its name (pytorch-gpu.2-4.py310 → 2.4)."""
+    found = re.search(r"/pytorch-[a-z]+\.(\d+)-(\d+)", image)
+    return f"{found.group(1)}.{found.group(2)}" if found else None
+
+
+def install_packages(
+    uris: list[str],
+    target: Path,
+    storage_url: str | None,
+    executor_image: str = "",
+    index: str = DEFAULT_PACKAGE_INDEX,
+) -> Path:
+    """Fetch `uris` (gs://), check them against the executor's Python, install them in order into `target` with what
+    they require; returns `target`. Installed once: a restarted attempt of the job reuses the folder (its `.installed`
+    marker is written last)."""
     done = target / ".installed"
     if done.exists():
         return target
     downloads = target.parent / f"{target.name}-downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     archives = [_download(uri, downloads, storage_url) for uri in uris]
+    python = executor_python(executor_image)
+    for uri, archive in zip(uris, archives, strict=True):
+        try:
+            problems = PackageCode.from_archive(archive.name, archive.read_bytes()).python_problems(python)
+        except PackageCodeError as exc:
+            raise PackageError(f"{uri}: {exc}") from None
+        if problems:
+            raise PackageError(
+                f"{uri} cannot run on the executor's Python {python[0]}.{python[1]}: {'; '.join(problems[:10])}"
+            )
     result = pip_install(archives, target)
     if result.returncode != 0:
         raise PackageError(f"pip could not install {', '.join(uris)} on the executor: {result.stderr.strip()[-1500:]}")
-    missing = missing_requirements(target)
-    if missing:
-        raise PackageError(
-            f"the package needs {', '.join(missing)}, which the executor does not hold; a prebuilt PyTorch container "
-            "comes with torch and its usual companions only: add the missing packages' archives to "
-            "python_package.uris, or build an image of your own"
-        )
+    install_requirements(target, executor_pytorch(executor_image), python, index)
     done.touch()
     return target
 
@@ -88,35 +123,119 @@ def build_environment(host: Mapping[str, str], home: Path) -> dict[str, str]:
     return env
 
 
-def missing_requirements(target: Path) -> list[str]:
-    """The requirements (Requires-Dist, markers applied) of the distributions installed in `target` that neither
-    `target` nor the executor holds."""
-    installed = {_name(dist.metadata["Name"]) for dist in metadata.distributions(path=[str(target)])}
-    missing = []
+def install_requirements(
+    target: Path,
+    pytorch: str | None,
+    python: tuple[int, int],
+    index: str = DEFAULT_PACKAGE_INDEX,
+    held: Mapping[str, str] | None = None,
+) -> None:
+    """Fetch into `target`, round by round, what the distributions there require and neither `target` nor the
+    executor (`held`: name → version; by default executor_distributions()) holds at a fitting version."""
+    held = executor_distributions() if held is None else held
+    for _ in range(MAX_ROUNDS):
+        wanted = unmet_requirements(target, held, pytorch, python)
+        if not wanted:
+            return
+        command = [sys.executable, "-m", "pip", "install", "--isolated", "--quiet", "--no-deps", "--only-binary=:all:"]
+        command += ["--disable-pip-version-check", "--target", str(target), *index_options(index), *wanted]
+        home = target.parent / f"{target.name}-home"
+        home.mkdir(parents=True, exist_ok=True)
+        env = build_environment(os.environ, home)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False, env=env)
+        if result.returncode != 0:
+            raise PackageError(
+                f"the package requires {', '.join(wanted)}, which the executor does not hold, and pip could not fetch "
+                f"it from {index} (wheels only): {result.stderr.strip()[-1500:]}"
+            )
+    raise PackageError(f"the package's requirements were still not met after {MAX_ROUNDS} rounds of fetching")
+
+
+def index_options(index: str) -> list[str]:
+    """pip's options for the package index: a folder of wheels (tests, an offline mirror) or an index URL."""
+    if Path(index).is_dir():
+        return ["--no-index", "--find-links", str(Path(index).resolve())]
+    return ["--index-url", index]
+
+
+def unmet_requirements(
+    target: Path, held: Mapping[str, str], pytorch: str | None, python: tuple[int, int] = (3, 10)
+) -> list[str]:
+    """The requirements (Requires-Dist, markers read for the executor's Python, no extras) of the distributions in
+    `target` that neither `target` nor the executor holds at a fitting version. torch's family stands in for the
+    executor's whatever its version here; a torch requirement the executor's series cannot meet is refused."""
+    environment: dict[str, str] = {
+        **{key: str(value) for key, value in default_environment().items()},
+        "python_version": f"{python[0]}.{python[1]}",
+        "python_full_version": f"{python[0]}.{python[1]}.0",
+        "extra": "",
+    }
+    installed = {normalize(dist.metadata["Name"]): dist.version for dist in metadata.distributions(path=[str(target)])}
+    wanted: dict[str, str] = {}
     for dist in metadata.distributions(path=[str(target)]):
         for line in dist.requires or []:
             try:
                 requirement = Requirement(line)
             except InvalidRequirement:
                 continue
-            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            if requirement.marker is not None and not requirement.marker.evaluate(environment):
                 continue
-            name = _name(requirement.name)
-            if name not in installed and not _in_executor(name):
-                missing.append(str(requirement))
-    return missing
+            name = normalize(requirement.name)
+            if name in installed:
+                if not requirement.specifier.contains(installed[name], prereleases=True):
+                    raise PackageError(
+                        f"{dist.metadata['Name']} requires {requirement}, but {name} {installed[name]} is installed "
+                        "for another of the package's requirements; the local executor installs one version of each"
+                    )
+            elif is_torch_or_cuda(name):
+                _torch_family(dist.metadata["Name"], requirement, name, held, pytorch)
+            elif name not in held or not requirement.specifier.contains(held[name], prereleases=True):
+                wanted.setdefault(name, str(requirement).split(";", 1)[0].strip())
+    return list(wanted.values())
 
 
-def _in_executor(name: str) -> bool:
-    try:
-        metadata.distribution(name)
-    except metadata.PackageNotFoundError:
-        return False
-    return True
+def _torch_family(
+    owner: str, requirement: Requirement, name: str, held: Mapping[str, str], pytorch: str | None
+) -> None:
+    """The executor's torch stands in whatever its version here, unless the requirement excludes the executor's
+    series; CUDA's libraries and triton are not needed on this CPU stand-in; the rest of the family must be here."""
+    if name == "torch":
+        if pytorch and torch_verdict(str(requirement), pytorch) == "replaces":
+            raise PackageError(
+                f"{owner} requires {requirement}: the executor holds PyTorch {pytorch}, which that excludes; pip on "
+                "Vertex's nodes would replace it with PyPI's torch (and its CUDA build), which this CPU stand-in "
+                "cannot imitate. Leave the version open to the executor's, or choose an executor that has it"
+            )
+    elif not (name.startswith("nvidia-") or name in ("triton", "pytorch-triton")) and name not in held:
+        raise PackageError(
+            f"{owner} requires {requirement}: of PyTorch's family the local executor holds torch only (a CPU "
+            "stand-in), and PyPI's builds are made for one torch and CUDA"
+        )
 
 
-def _name(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
+def executor_distributions() -> dict[str, str]:
+    """What this Python holds of the executor (normalized name → version): EXECUTOR_PACKAGES and what they require,
+    markers read for this Python, no extras. The JobService's other packages (grpcio, pydantic, google-cloud-…) are
+    not the executor's."""
+    held: dict[str, str] = {}
+    pending = list(EXECUTOR_PACKAGES)
+    while pending:
+        name = normalize(pending.pop())
+        if name in held:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        held[name] = dist.version
+        for line in dist.requires or []:
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                pending.append(requirement.name)
+    return held
 
 
 def _download(uri: str, folder: Path, storage_url: str | None) -> Path:

@@ -28,7 +28,7 @@ from pathlib import Path
 from google.cloud.aiplatform_v1.types import CustomJob, CustomJobSpec
 from google.protobuf import json_format
 
-from local.jobservice.packages import EXECUTOR_IMAGE_PREFIXES, is_local_executor
+from local.jobservice.packages import DEFAULT_PACKAGE_INDEX, EXECUTOR_IMAGE_PREFIXES, is_local_executor
 from local.jobservice.validation import is_empty_pool
 from local.names import LOCAL_TRAINER_IMAGE
 from local.processes import PROCESS_MARKER_VARS, free_port
@@ -53,6 +53,9 @@ class ExecutionSettings:
     image_map: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_IMAGE_MAP))
     max_procs_per_node: int = 2
     storage_emulator_host: str | None = None
+    # Where a package's requirements the executor lacks are fetched from (local/jobservice/packages.py): an index URL,
+    # or a folder of wheels.
+    package_index: str = DEFAULT_PACKAGE_INDEX
     workdir: Path = field(default_factory=Path.cwd)
     cancel_grace: float = 5.0
     # The JobService's own environment (None: os.environ). Nodes take only PATH, TMPDIR and the process

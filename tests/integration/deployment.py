@@ -19,6 +19,7 @@ from typing import Any
 
 import google.cloud.pubsub_v1 as pubsub_v1
 import google.cloud.storage as storage
+import yaml
 from google.auth.credentials import AnonymousCredentials
 from google.cloud.storage import Blob
 
@@ -43,6 +44,11 @@ DEAD_CLAIM_LEASE = "1s"
 # (admission refuses a dataset with no data in it).
 SHARED_DATA_BUCKET = "it-data"
 SHARED_DATASET = f"gs://{SHARED_DATA_BUCKET}/whatever/"
+# Google's executors are all past their end of availability (issue 40, point 8), so a deployment that runs packages
+# lists its own: the local stack's list (examples/ddp-package/local-executors.yaml) as TRAINCTL_EXECUTORS.
+LOCAL_EXECUTORS = json.dumps(
+    yaml.safe_load((Path(__file__).parents[2] / "examples/ddp-package/local-executors.yaml").read_text()), default=str
+)
 DATA_SHARD = "a,y\n1,0\n"
 # The run-as accounts, as Terraform would name them: the built-in trainer's, and the custom images' own.
 TRAINER_ACCOUNT = f"it-trainer@{LOCAL_PROJECT}.iam.gserviceaccount.com"

@@ -20,7 +20,7 @@ from functions.cloud.errors import Transient
 from functions.cloud.gcs import Gcs, TooLarge
 from local.names import LOCAL_PROJECT
 from schemas.events import Accepted, Rejected
-from tests.integration.deployment import SHARED_DATASET, Deployment, serving
+from tests.integration.deployment import LOCAL_EXECUTORS, SHARED_DATASET, Deployment, serving
 from tests.integration.test_controller_intake import jobs_with_key
 from trainctl.cli import main
 from trainctl.source_package import SourceArchive, build_source_archive
@@ -32,7 +32,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def packages(jobservice, tmp_path_factory) -> Iterator[Deployment]:
     log_dir = tmp_path_factory.mktemp("functions")
-    with serving(jobservice, log_dir, TRAINCTL_ALLOW_PYTHON_PACKAGES="true") as deployment:
+    with serving(
+        jobservice, log_dir, TRAINCTL_ALLOW_PYTHON_PACKAGES="true", TRAINCTL_EXECUTORS=LOCAL_EXECUTORS
+    ) as deployment:
         yield deployment
 
 

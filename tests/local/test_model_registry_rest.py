@@ -40,13 +40,17 @@ def model_client(jobservice: JobServiceProcess) -> ModelServiceClient:
     )
 
 
+SERVING = {"imageUri": "localhost/trainctl/trainer:latest"}
+
+
 def url(jobservice: JobServiceProcess, path: str) -> str:
     return f"{jobservice.rest_url}v1/{path}"
 
 
 def upload(client: ModelServiceClient, **request: object) -> str:
     """UploadModel through the client's long-running operation; returns the version id."""
-    model = {"display_name": "churn", "container_spec": {"image_uri": "localhost/trainctl/trainer:latest"}}
+    container = {"container_spec": {"image_uri": "localhost/trainctl/trainer:latest"}}  # required (issue 40, point 13)
+    model = {"display_name": "churn", **container, **request.pop("model", {})}
     operation = client.upload_model(request={"parent": PARENT, "model": model, **request})
     return operation.result(timeout=30, polling=POLLING).model_version_id
 
@@ -132,7 +136,10 @@ def test_the_upload_is_an_operation_polled_to_done_on_both_of_its_paths(jobservi
     /v1/… (and /ui/…, the first binding the clients' operations transport tries) gives it done with its
     UploadModelResponse."""
     churn = f"{PARENT}/models/{model_id}"
-    body = {"modelId": model_id, "model": {"displayName": "churn", "artifactUri": "gs://models-bucket/churn/1"}}
+    body = {
+        "modelId": model_id,
+        "model": {"displayName": "churn", "artifactUri": "gs://models-bucket/churn/1", "containerSpec": SERVING},
+    }
 
     started = requests.post(url(jobservice, f"{PARENT}/models:upload"), json=body, timeout=10).json()
 
@@ -164,18 +171,32 @@ def test_the_upload_is_an_operation_polled_to_done_on_both_of_its_paths(jobservi
         (
             "POST",
             "{parent}/models:upload",
-            {"modelId": "{model_id}", "model": {"displayName": "c"}},
+            {"modelId": "{model_id}", "model": {"displayName": "c", "containerSpec": SERVING}},
             409,
             "ALREADY_EXISTS",
         ),
         (
             "POST",
             "{parent}/models:upload",
-            {"modelId": "1churn", "model": {"displayName": "c"}},
+            {"modelId": "1churn", "model": {"displayName": "c", "containerSpec": SERVING}},
             400,
             "INVALID_ARGUMENT",
         ),
-        ("POST", "{parent}/models:upload", {"model": {"displayName": "c"}, "colour": "red"}, 400, "INVALID_ARGUMENT"),
+        # Issue 40, point 13: a model not AutoML's needs its serving container.
+        (
+            "POST",
+            "{parent}/models:upload",
+            {"modelId": "nocontainer", "model": {"displayName": "c"}},
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            "POST",
+            "{parent}/models:upload",
+            {"model": {"displayName": "c", "containerSpec": SERVING}, "colour": "red"},
+            400,
+            "INVALID_ARGUMENT",
+        ),
         ("GET", "{parent}/models?filter=state%3DACTIVE", None, 400, "INVALID_ARGUMENT"),
     ],
 )
@@ -197,7 +218,8 @@ def test_refusals_are_googles_error_body_with_the_http_status_of_their_code(
     if code == "INVALID_ARGUMENT" and "colour" not in answer.text:
         [detail] = error["details"]
         assert detail["@type"] == "type.googleapis.com/google.rpc.BadRequest"
-        assert detail["fieldViolations"][0]["field"] in ("version_aliases[0]", "model_id", "filter")
+        fields = ("version_aliases[0]", "model_id", "filter", "model.container_spec")
+        assert detail["fieldViolations"][0]["field"] in fields
 
 
 def test_models_versions_and_aliases_survive_a_restart_of_the_jobservice(

@@ -20,7 +20,12 @@ from google.cloud.aiplatform_v1.types import (
 )
 
 from local.jobservice.model_registry import ModelRegistry
-from local.jobservice.model_rules import RegistryError, derived_project_number, project_numbers
+from local.jobservice.model_rules import (
+    CONTAINER_SPEC_REQUIRED,
+    RegistryError,
+    derived_project_number,
+    project_numbers,
+)
 from local.jobservice.model_store import ModelStore
 
 PARENT = "projects/p/locations/us-central1"
@@ -30,6 +35,8 @@ NUMBER = "123456789012"
 NUMBERS = project_numbers({"p": NUMBER})
 ANSWERED_PARENT = f"projects/{NUMBER}/locations/us-central1"
 ANSWERED_CHURN = f"{ANSWERED_PARENT}/models/churn"
+# Every upload names its serving container: Vertex requires one for any model but AutoML's (issue 40, point 13).
+SERVING = {"image_uri": "us-docker.pkg.dev/p/serving/churn:1"}
 
 
 class Clock:
@@ -54,7 +61,7 @@ def upload(registry: ModelRegistry, model_id: str = "churn", parent_model: str =
         parent=PARENT,
         model_id="" if parent_model else model_id,
         parent_model=parent_model,
-        model={"display_name": model_id, **model},
+        model={"display_name": model_id, "container_spec": SERVING, **model},
     )
     operation = registry.upload(request)
     assert operation.done
@@ -94,13 +101,18 @@ def test_an_upload_is_an_operation_and_its_version_exists_once_the_operation_is_
     version cannot be read (nor the new model listed) until it is done."""
     clock = Clock()
     registry = ModelRegistry(now=clock, upload_seconds=2, numbers=NUMBERS)
-    operation = registry.upload(UploadModelRequest(parent=PARENT, model_id="churn", model={"display_name": "c"}))
+    operation = registry.upload(
+        UploadModelRequest(parent=PARENT, model_id="churn", model={"display_name": "c", "container_spec": SERVING})
+    )
 
     assert operation.name.startswith(f"{ANSWERED_CHURN}/operations/")
     assert not operation.done
     assert refusal(registry.get, CHURN).code == grpc.StatusCode.NOT_FOUND
     assert registry.list_models(ListModelsRequest(parent=PARENT)).models == []
-    assert refusal(registry.upload, UploadModelRequest(parent=PARENT, model_id="churn", model={"display_name": "c"}))
+    assert refusal(
+        registry.upload,
+        UploadModelRequest(parent=PARENT, model_id="churn", model={"display_name": "c", "container_spec": SERVING}),
+    )
 
     clock.advance(2)
     done = registry.get_operation(operation.name)
@@ -211,7 +223,9 @@ def test_a_model_id_in_use_is_already_exists_and_an_unknown_parent_model_not_fou
 
 def test_a_model_without_a_model_id_gets_a_numeric_one(registry: ModelRegistry):
     """Issue 26, the local stack: without model_id, Vertex names the model with a numeric id."""
-    operation = registry.upload(UploadModelRequest(parent=PARENT, model={"display_name": "anonymous"}))
+    operation = registry.upload(
+        UploadModelRequest(parent=PARENT, model={"display_name": "anonymous", "container_spec": SERVING})
+    )
 
     model = UploadModelResponse.deserialize(operation.response.value).model
     assert model.startswith(f"{ANSWERED_PARENT}/models/") and model.rsplit("/", 1)[1].isdigit()
@@ -259,8 +273,30 @@ def test_upload_refusals_name_each_field(registry: ModelRegistry):
         "model.artifact_uri",
         "model.container_spec.image_uri",
     ]
-    both = UploadModelRequest(parent=PARENT, model_id="x", parent_model=CHURN, model={"display_name": "x"})
+    both = UploadModelRequest(
+        parent=PARENT, model_id="x", parent_model=CHURN, model={"display_name": "x", "container_spec": SERVING}
+    )
     assert [field for field, _ in refusal(registry.upload, both).violations] == ["model_id"]
+
+
+def test_an_upload_without_a_container_spec_is_refused_as_vertex_refuses_one_for_a_model_not_automls(registry):
+    """Issue 40, point 13: model.proto's Model.container_spec is "Not required for AutoML Models", and UploadModel
+    never makes an AutoML model, so an upload without one is INVALID_ARGUMENT naming the field; nothing is stored."""
+    bare = UploadModelRequest(
+        parent=PARENT, model_id="churn", model={"display_name": "churn", "artifact_uri": "gs://bucket/m"}
+    )
+
+    refused = refusal(registry.upload, bare)
+
+    assert refused.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.violations == [("model.container_spec", CONTAINER_SPEC_REQUIRED)]
+    assert (
+        refused.message == f"List of found errors:\t1.Field: model.container_spec; Message: {CONTAINER_SPEC_REQUIRED}\t"
+    )
+    assert refusal(registry.get, CHURN).code == grpc.StatusCode.NOT_FOUND
+    version = UploadModelRequest(parent=PARENT, parent_model=CHURN, model={"display_name": "churn"})
+    upload(registry)
+    assert [field for field, _ in refusal(registry.upload, version).violations] == ["model.container_spec"]
 
 
 def test_list_versions_names_each_version_by_its_id_and_filters_by_labels(registry: ModelRegistry):

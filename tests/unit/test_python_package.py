@@ -8,8 +8,8 @@ import pytest
 
 from functions.jobs.admission import admission_problems
 from functions.jobs.planning import plan_custom_job
-from schemas import catalog
 from schemas.errors import RequestInvalid
+from schemas.executors import EXECUTORS
 from schemas.request import code_digest
 from tests.unit.conftest import make_request
 
@@ -37,30 +37,37 @@ def refusal(**sections) -> str:
     return "; ".join(str(error) for error in caught.value.errors)
 
 
-def test_an_unknown_executor_is_refused_naming_the_known_ones():
-    """Issue 31, point 1 (acceptance: unknown executor): only the catalog's prebuilt PyTorch containers run packages."""
-    found = refusal(trainer=package_trainer(executor="pytorch-9.9"))
+def allowing(settings, **changes):
+    return dataclasses.replace(settings, allow_python_packages=True, allowed_data_buckets=("data-bucket",), **changes)
+
+
+def test_an_unknown_executor_is_refused_naming_the_known_ones(settings):
+    """Issue 31, point 1 (acceptance: unknown executor): only the deployment's prebuilt PyTorch containers run packages
+    (since issue 40 the operator's list, checked at admission; Google's list by default)."""
+    [found] = admission(allowing(settings), trainer=package_trainer(executor="pytorch-9.9"))
     assert found.startswith("trainer.python_package.executor: unknown executor 'pytorch-9.9'")
-    assert all(name in found for name in catalog.EXECUTORS)
+    assert all(name in found for name in EXECUTORS)
 
 
 @pytest.mark.parametrize(
     ("machine_type", "gpu"), [("a4-highgpu-8g", "NVIDIA_B200"), ("g4-standard-96", "NVIDIA_RTX_PRO_6000")]
 )
-def test_a_gpu_the_executor_cannot_drive_is_refused_with_the_rule(machine_type, gpu):
+def test_a_gpu_the_executor_cannot_drive_is_refused_with_the_rule(settings, machine_type, gpu):
     """Issue 31, point 1 (acceptance: a GPU the executor cannot drive): PyTorch 2.4's CUDA 12 builds stop at sm_90,
     so Blackwell GPUs are refused, on every rung of the ladder, naming the executor, its limit and the GPU's."""
-    found = refusal(trainer=package_trainer(), resources={"machine_type": machine_type})
-    assert found.startswith(f"resources.accelerator_type: executor pytorch-2.4 (PyTorch 2.4, CUDA 12.x) has kernels up "
-                            f"to sm_90; {gpu} is sm_")  # fmt: skip
-    ladder = refusal(
+    rich = allowing(settings, max_cost_usd=1e6, max_gpus_per_job=1000)  # only the executor's rule is in question
+    found = admission(rich, trainer=package_trainer(), resources={"machine_type": machine_type})
+    assert found[0].startswith(f"resources.accelerator_type: executor pytorch-2.4 (PyTorch 2.4, CUDA 12.x) has "
+                               f"kernels up to sm_90; {gpu} is sm_")  # fmt: skip
+    ladder = admission(
+        rich,
         trainer=package_trainer(),
         fallbacks=[{"resources": {"machine_type": machine_type}}],
         scheduling={"max_attempts": 2},
     )
-    assert ladder.startswith("fallbacks[0].resources.accelerator_type: executor pytorch-2.4"), ladder
+    assert ladder[0].startswith("fallbacks[0].resources.accelerator_type: executor pytorch-2.4"), ladder
     for machine in ("a2-highgpu-2g", "g2-standard-24", "a3-highgpu-2g"):
-        make_request(trainer=package_trainer(), resources={"machine_type": machine})
+        assert admission(allowing(settings), trainer=package_trainer(), resources={"machine_type": machine}) == []
 
 
 def test_packages_are_refused_unless_the_operator_turned_them_on(settings):
@@ -68,7 +75,7 @@ def test_packages_are_refused_unless_the_operator_turned_them_on(settings):
     as the custom account into custom-runs/, and must come from a data bucket jobs may read."""
     [found] = admission(settings, trainer=package_trainer())
     assert found.startswith("trainer.python_package: guardrail allow_python_packages:")
-    allowed = dataclasses.replace(settings, allow_python_packages=True, allowed_data_buckets=("data-bucket",))
+    allowed = allowing(settings)
     assert admission(allowed, trainer=package_trainer()) == []
     elsewhere = package_trainer(uris=["gs://someone-else/pkg-1.tar.gz"])
     assert admission(allowed, trainer=elsewhere) == [

@@ -81,6 +81,8 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.ledger.model_records.ModelLedger", "*"): frozenset({"control"}),
     # Each model's charter (issue 38) beside them.
     ("functions.ledger.model_records.ModelCharters", "*"): frozenset({"control"}),
+    # Each team's monthly budget records (issue 40) beside them, changed by compare-and-swap.
+    ("functions.ledger.budget_records.BudgetRecords", "*"): frozenset({"control"}),
     # The registered copies (functions/models/artifacts.py) are written to the control bucket: a run's model folder
     # (listed where it is: the control bucket or an operator output bucket, both read by the observers), and a
     # reference set from a data bucket (read by the intake functions, function_reads_data) or a version's copy.

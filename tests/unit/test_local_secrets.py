@@ -71,7 +71,8 @@ def test_detaching_passes_no_value_on_the_command_line(tmp_path, monkeypatch):
     monkeypatch.setattr(local_stack, "local_dir", lambda: tmp_path)
     args = Namespace(
         reconcile_every=10.0, lease=None, image_map="{}", trigger_rules="{}", allow_image_prefix=[],
-        allow_python_packages=False, capacity=None, teams=None, secret=["wandb-key=s3cr3t-on-no-argv"], timeout=1.0,
+        allow_python_packages=False, capacity=None, teams=None, executors=None, secret=["wandb-key=s3cr3t-on-no-argv"],
+        timeout=1.0,
     )  # fmt: skip
     with pytest.raises(Stop):
         local_stack._detach(args)

@@ -17,6 +17,7 @@ from functions.jobs.admission import admission_problems
 from functions.jobs.planning import plan_custom_job
 from functions.settings import Settings, SettingsError
 from schemas.errors import RequestInvalid, parse_request
+from schemas.executors import parse_executors
 from tests.unit.conftest import BASE_REQUEST
 from tests.unit.controller_harness import harness
 
@@ -34,10 +35,24 @@ PACKAGE = {
     "python_package": {
         "uris": ["gs://data-bucket/packages/sha256-" + "a" * 64 + "/my_pkg-1.0.tar.gz"],
         "module": "my_pkg.train",
-        "executor": "pytorch-2.4",
+        "executor": "pytorch-2.6",
     },
     "args": ["--epochs", "3"],
 }
+# A deployment that lists a container still available on the harness's date (Google's own list has none left).
+CURRENT_EXECUTORS = parse_executors(
+    json.dumps(
+        {
+            "pytorch-2.6": {
+                "image": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-6.py310:latest",
+                "pytorch": "2.6",
+                "cuda": "12.x",
+                "max_compute_capability": "9.0",
+                "available_until": "2027-06-30",
+            }
+        }
+    )
+)
 
 
 def request_with(trainer: dict, **sections):
@@ -241,7 +256,11 @@ def test_crc32c_is_the_castagnoli_checksum_secret_manager_states():
 def test_a_package_job_with_secret_env_finds_the_launcher_package_in_the_control_bucket():
     """Guards the staging step: the package the job installs is written (once, by its content's name) before the job
     is created; a later request finds it there."""
-    h = harness(allow_python_packages=True, job_secrets={"default": ("projects/my-project/secrets/wandb-api-key",)})
+    h = harness(
+        allow_python_packages=True,
+        executors=CURRENT_EXECUTORS,
+        job_secrets={"default": ("projects/my-project/secrets/wandb-api-key",)},
+    )
     trainer = PACKAGE | {"secret_env": {"WANDB_API_KEY": WANDB}}
     assert h.submit("r1", trainer=trainer) == "submitted"
     bucket, name = secret_env.launcher_object("control")

@@ -126,44 +126,36 @@ def _text(raw: bytes | str, max_bytes: int) -> str:
 
 
 def _checked(value: Any) -> Any:
-    """`value` if it is nested at most MAX_DEPTH deep and its every string (keys too) is text that can be written
-    back out: JSON's `\\u0000` and `\\ud800` escapes decode to a NUL and to half a UTF-16 pair, which no UTF-8
-    encoder writes (the `rejected` event itself could not be published)."""
-    stack = [(value, 1)]
+    """`value` if it is nested at most MAX_DEPTH deep and all of it can be written out again: JSON's `\\ud800`
+    escape decodes to half a UTF-16 pair, which no UTF-8 encoder writes (the `rejected` event naming it could not
+    be published: a 500), and YAML reads 0x… and sexagesimal integers of any length, which str() refuses past the
+    conversion limit. A NUL from `\\u0000` is text: the schema judges it where it matters."""
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:  # iterative: deep input must not hit the recursion limit
-        item, depth = stack.pop()
+        item, depth, path = stack.pop()
         if depth > MAX_DEPTH:
             raise _too_deep()
         if isinstance(item, dict):
             for key, child in item.items():
-                _check_text(key)
-                stack.append((child, depth + 1))
+                _check_scalar(key, path, key=True)  # before formatting it: str() of a huge int key raises
+                stack.append((child, depth + 1, f"{path}.{key}"[:200]))
         elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
+            stack.extend((child, depth + 1, f"{path}[{index}]"[:200]) for index, child in enumerate(item))
         else:
-            _check_text(item)
+            _check_scalar(item, path)
     return value
 
 
-def _check_text(item: Any) -> None:
+def _check_scalar(item: Any, path: str, key: bool = False) -> None:
+    where = f"at {path.removeprefix('.')[:200] or 'the top'}{' (a key)' if key else ''}"
     if isinstance(item, int) and item.bit_length() > _PRINTABLE_BITS:
-        # YAML's 0x… and sexagesimal forms are not held to the conversion limit on the way in, but an int of more
-        # digits than it allows cannot be written out again (str, repr, json.dumps raise ValueError): refused here.
         try:
             str(item)
         except ValueError:
             limit = sys.get_int_max_str_digits()
-            too_long = f"an integer may have at most {limit:,} digits; the document holds a longer one"
-            raise DocumentInvalid(too_long) from None
-        return
-    if not isinstance(item, str):
-        return
-    if "\x00" in item:
-        raise DocumentInvalid("document contains a NUL character")
-    if _SURROGATE.search(item):
-        raise DocumentInvalid(
-            "document contains an unpaired UTF-16 surrogate (an escape such as \\ud800 without its pair): not text"
-        )
+            raise DocumentInvalid(f"{where}: an integer may have at most {limit:,} digits; it has more") from None
+    elif isinstance(item, str) and _SURROGATE.search(item):
+        raise DocumentInvalid(f"{where}: half a UTF-16 surrogate pair (an escape such as \\ud800 alone) is not text")
 
 
 def _too_deep() -> DocumentInvalid:

@@ -65,10 +65,9 @@ def test_json_only_documents_parse_python_s_constants_for_the_schema_to_judge():
         ("a: 0x" + "f" * 4000, "an integer may have at most 4,300 digits"),
         ("a: 1" + ":59" * 3000, "an integer may have at most 4,300 digits"),
         ("a: 2026-02-30", "day is out of range for month"),
-        ('{"a": "\\ud800"}', "unpaired UTF-16 surrogate"),
-        ('{"\\udc00": 1}', "unpaired UTF-16 surrogate"),
-        ('{"a": "b\\u0000"}', "NUL"),
-        ('a: "\\0"', "NUL"),
+        ('{"a": ["x", "\\ud800"]}', "at a\\[1\\]: half a UTF-16 surrogate pair"),
+        ('{"a": {"\\udc00": 1}}', "at a \\(a key\\): half a UTF-16 surrogate pair"),
+        ('a: "\\ud800"', "at a: half a UTF-16 surrogate pair"),
         ('{"a": 1}'.encode("utf-16"), "UTF-16 or UTF-32 byte order mark"),
         ('{"a": 1}'.encode("utf-32"), "UTF-16 or UTF-32 byte order mark"),
         (b'{"a": "\xc0\x80"}', "not UTF-8"),  # an overlong NUL
@@ -125,3 +124,9 @@ def test_nesting_past_what_any_parser_recurses_is_refused_before_parsing(monkeyp
         load_document("a: " + "[" * 60_000)
     with pytest.raises(DocumentInvalid, match="nested more than 32"):
         load_document("{" * 1001)
+
+
+def test_a_nul_escaped_in_a_string_is_text_for_the_schema_to_judge():
+    """A raw NUL byte is refused (it is no text document); JSON's \\u0000 is a character the schema refuses where a
+    name must be plain text, naming the field."""
+    assert load_document('{"a": "b\\u0000"}') == {"a": "b\x00"}

@@ -163,7 +163,7 @@ def rejected_once(delivered: tuple[str, list[JobEvent]]) -> list[str]:
     return events[0].errors
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(data=hostile_documents)
 def test_a_hostile_message_is_rejected_once_never_raised(intake, data):
     """Issue 40, point 3: before, an integer of 4,301 digits or a YAML date that is no day escaped load_document
@@ -172,7 +172,7 @@ def test_a_hostile_message_is_rejected_once_never_raised(intake, data):
     rejected_once(push(intake, data))
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(content=hostile_documents)
 def test_a_hostile_marker_is_rejected_once_never_raised(intake, content):
     """Issue 40, point 3: the same documents as a marker's content (Eventarc retries a 500 for 24 hours: 1,081

@@ -37,8 +37,9 @@ PARQUET_TAIL_BYTES = 64 * 1024
 PARQUET_FOOTER_BYTES = 1024 * 1024
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 MAX_NEW_COLUMNS = 100
-# What typing a CSV head's columns may take at most: 64 KiB read in one pass each, values over MAX_VALUE_CHARS skipped
-# (functions/data/header.py), is milliseconds; the rest of the second is room for a slow instance.
+# What typing a CSV head's columns, or reading the schema of a Parquet footer, may take at most: 64 KiB read in one
+# pass each, values over MAX_VALUE_CHARS skipped (functions/data/header.py), or a footer of at most 1 MiB read once
+# (parquet_footer.py: every length bounded by the bytes left), is well under it.
 TYPING_SECONDS = 1.0
 
 
@@ -159,6 +160,9 @@ def _read_header(gcs: Storage, uri: str, size: int, file_format: str) -> list[Co
     if length + TAIL_BYTES > size:
         raise _NotItsFormat(f"{uri} is not a Parquet file: its footer would be {length} bytes, more than the file")
     if length + TAIL_BYTES <= len(tail):
-        return footer_columns(tail[-TAIL_BYTES - length : -TAIL_BYTES])
-    start = size - TAIL_BYTES - length
-    return footer_columns(gcs.read_range(bucket, name, start, min(length, PARQUET_FOOTER_BYTES)) or b"")
+        footer = tail[-TAIL_BYTES - length : -TAIL_BYTES]
+    else:
+        start = size - TAIL_BYTES - length
+        footer = gcs.read_range(bucket, name, start, min(length, PARQUET_FOOTER_BYTES)) or b""
+    _in_time(TYPING_SECONDS, f"reading the schema in {uri}'s footer")
+    return footer_columns(footer)

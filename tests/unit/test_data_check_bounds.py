@@ -70,14 +70,30 @@ class _SlowRead(MemoryGcs):
         return super().read_range(bucket, name, start, length)
 
 
+def parquet(columns: dict) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = io.BytesIO()
+    pq.write_table(pa.table(columns), out)
+    return out.getvalue()
+
+
 @pytest.mark.parametrize("left", [0.5, -1.0])
-def test_the_check_yields_to_the_handlers_deadline_before_typing_the_columns(left):
+@pytest.mark.parametrize("file_format", ["csv", "parquet"])
+def test_the_check_yields_to_the_handlers_deadline_before_typing_the_columns(left, file_format):
     """The redelivery does the check (DeadlineReached is Transient, raised before any claim) rather than the
     function being stopped by its timeout mid-way while a second delivery races it."""
     clock = [0.0]
     gcs = _with_schema(_SlowRead(clock, left))
+    data = {
+        "csv": b"id,age,city,member,churned\n1,30,Oslo,true,0\n",
+        "parquet": parquet({"id": [1], "age": [30], "city": ["Oslo"], "member": [True], "churned": [0]}),
+    }[file_format]
     with deadline.handler_deadline(60.0, clock=lambda: clock[0]), pytest.raises(deadline.DeadlineReached):
-        _check(gcs, {"part-0.csv": b"id,age,city,member,churned\n1,30,Oslo,true,0\n"})
+        _check(gcs, {f"part-0.{file_format}": data})
 
 
 def test_with_time_left_the_check_goes_on():

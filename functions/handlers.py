@@ -78,10 +78,16 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else str(value) if isinstance(value, int) else ""
 
 
+def _digits(text: str) -> bool:
+    """Whether `text` is a uint64 in decimal: ASCII digits only (str.isdigit() also takes '²' and '٣', which int()
+    refuses or reads), and few enough of them for int() to read cheaply."""
+    return text.isascii() and text.isdigit() and len(text) <= 20
+
+
 def _whole(value: Any) -> int:
     """An int64 field of StorageObjectData (a string in real events); 0 when it is not a number."""
     text = _text(value)
-    return int(text) if text.isdigit() else 0
+    return int(text) if _digits(text) else 0
 
 
 def _data(cloud_event: Any) -> dict[str, Any]:
@@ -89,7 +95,7 @@ def _data(cloud_event: Any) -> dict[str, Any]:
     if isinstance(data, bytes | str):
         try:
             data = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, too many digits, too deep: not an event of ours
             return {}
     return data if isinstance(data, dict) else {}
 
@@ -145,7 +151,7 @@ def _marker(
             if size > 0:
                 # Each generation of a marker is its own request with its own overrides: read exactly this one.
                 # The data bucket is versioned (terraform/storage.tf), so an overwritten generation stays readable.
-                if not generation.isdigit():
+                if not _digits(generation):
                     raise DocumentInvalid(f"the event's generation {generation!r} is not a number")
                 # Bounded as well: the event's size may be missing or wrong.
                 found = c.gcs.read(bucket, name, int(generation), max_bytes=limit)
@@ -272,7 +278,7 @@ def job_state(cloud_event: Any, ctl: Controller | None = None) -> str:
     _, raw = _pubsub_payload(cloud_event)
     try:
         entry = json.loads(raw) if raw is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, too many digits, too deep: not a log entry
         entry = None
     resource = entry.get("resource") if isinstance(entry, dict) else None
     labels = resource.get("labels") if isinstance(resource, dict) else None

@@ -140,6 +140,11 @@ def _marker(
         try:
             template, team = _template_team(c, _template(c, prefix), prefix)
             delivery = replace(delivery, team=team)
+            teams = c.settings.teams
+            if teams is not None and team is not None and (planted := teams.marker_problem(bucket, name, team, prefix)):
+                # Before its content is read: told to the team whose folder it lies in, else to the rule's team.
+                delivery = replace(delivery, team=teams.owner_of(f"gs://{bucket}/{name}") or team)
+                return c.reject(request_id, key, delivery, [planted], "the marker lies outside its team's folders")
             template, policy = template_policy(template, prefix)
             overrides: dict[str, Any] = {}
             if size > 0:
@@ -242,7 +247,10 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
     message_id = str(message.get("messageId") or cloud_event["id"])
     topic = _topic(cloud_event)
     # The team is the topic's: the push subscription's path names it, which no publisher can change.
-    team = c.settings.teams.team_of_topic(topic) if c.settings.teams else None
+    teams = c.settings.teams
+    team = teams.team_of_topic(topic) if teams else None
+    # The shared topic counts as the default team's only where the operator opened it (issue 40, point 5).
+    closed = teams.shared_topic_problem() if teams and teams.topic_team(topic) is None else None
     delivery = _delivery({"kind": "pubsub", "message_id": message_id, "topic": topic}, cloud_event, when, team)
     key = keys.message_key(message_id)
     with logs.request_context(None):
@@ -255,6 +263,8 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
         claimed = document.get("request_id") if isinstance(document, dict) else None
         request_id = claimed if isinstance(claimed, str) and re.fullmatch(REQUEST_ID_RE, claimed) else "unknown"
         logs.set_request_id(request_id)
+        if closed:
+            return c.reject(request_id, key, delivery, [closed], "the shared requests topic is closed")
         try:
             request = parse_request(document)
         except RequestInvalid as exc:

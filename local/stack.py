@@ -100,7 +100,9 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_QUOTAS_ENDPOINT": jobservice_rest_url.rstrip("/"),
         "TRAINCTL_LEASE": f"{options.lease}s",
         "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
-        "TRAINCTL_TEAMS": json.dumps(with_topics(options.teams, names.team_requests_topic)) if options.teams else "",
+        "TRAINCTL_TEAMS": json.dumps(with_topics(options.teams, names.team_requests_topic, names.data_bucket))
+        if options.teams
+        else "",
     }
     unknown = set(values) - set(env_names())
     assert not unknown, f"not controller settings: {unknown}"

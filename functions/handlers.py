@@ -13,7 +13,7 @@ import binascii
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -97,10 +97,34 @@ def _data(cloud_event: Any) -> dict[str, Any]:
 # ---- on_dataset_upload ---------------------------------------------------------------------------------
 
 
+def _uploaded_object(cloud_event: Any) -> tuple[Any, Any, Any, Callable[[], dict[str, Any]]]:
+    """(bucket, name, generation, the object's fields on demand) of an upload event, in either shape it arrives in:
+    the data bucket's Pub/Sub notification through the uploads topic (terraform/storage.tf: Eventarc delivers the
+    message, whose attributes name the object and whose data is the object resource, JSON_API_V1), or a
+    `google.cloud.storage.object.v1.finalized` event (StorageObjectData; events recorded before issue 40, `trainctl
+    replay`). The object resource is decoded only for a marker: a data shard costs a few dictionary lookups."""
+    data = _data(cloud_event)
+    message = data.get("message")
+    if not isinstance(message, dict):
+        return data.get("bucket"), data.get("name"), data.get("generation"), lambda: data
+    attributes = message.get("attributes")
+    attributes = attributes if isinstance(attributes, dict) else {}
+    if attributes.get("eventType") != "OBJECT_FINALIZE":  # the notification asks for finalize events alone
+        return None, None, None, dict
+
+    def fields() -> dict[str, Any]:
+        try:
+            payload = json.loads(base64.b64decode(str(message.get("data") or ""), validate=True) or b"{}")
+        except (binascii.Error, ValueError):
+            return {}
+        return payload if isinstance(payload, dict) else {}
+
+    return attributes.get("bucketId"), attributes.get("objectId"), attributes.get("objectGeneration"), fields
+
+
 def dataset_upload(cloud_event: Any, ctl: Controller | None = None) -> str:
     """`ctl`: a controller to use instead of the one built from the environment (trainctl replay)."""
-    data = _data(cloud_event)
-    bucket, name, generation = data.get("bucket"), data.get("name"), data.get("generation")
+    bucket, name, generation, fields = _uploaded_object(cloud_event)
     if not isinstance(bucket, str) or not isinstance(name, str):
         logs.warning("not a Cloud Storage object event; ignored", event_id=cloud_event["id"])
         return "ignored"
@@ -116,7 +140,7 @@ def dataset_upload(cloud_event: Any, ctl: Controller | None = None) -> str:
     if _too_old(cloud_event, when, s):
         return "too old"
     c = ctl or controller()
-    return _marker(c, cloud_event, bucket, name, _text(generation), _whole(data.get("size")), prefix, when)
+    return _marker(c, cloud_event, bucket, name, _text(generation), _whole(fields().get("size")), prefix, when)
 
 
 def _marker(

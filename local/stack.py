@@ -162,7 +162,10 @@ class LocalStack:
         )  # fmt: skip
         settings = controller_settings(self.options, names, self.jobservice.rest_url)
         self.functions = start_functions({**clients, **settings}, self.run_dir / "functions")
-        self.bridge = EventarcBridge(self.functions["on_dataset_upload"].url, bucket=names.data_bucket)
+        assert self.storage.notifications_topic is not None  # the stack starts fake-gcs-server with notifications
+        self.bridge = EventarcBridge(
+            self.functions["on_dataset_upload"].url, bucket=names.data_bucket, topic=self.storage.notifications_topic
+        )
         subscriptions = self._subscribe()
         self.timer = ReconcileTimer(self.functions["reconcile"].url, self.options.reconcile_every)
         return StackState(

@@ -13,7 +13,7 @@ import binascii
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -103,10 +103,34 @@ def _data(cloud_event: Any) -> dict[str, Any]:
 # ---- on_dataset_upload ---------------------------------------------------------------------------------
 
 
+def _uploaded_object(cloud_event: Any) -> tuple[Any, Any, Any, Callable[[], dict[str, Any]]]:
+    """(bucket, name, generation, the object's fields on demand) of an upload event, in either shape it arrives in:
+    the data bucket's Pub/Sub notification through the uploads topic (terraform/storage.tf: Eventarc delivers the
+    message, whose attributes name the object and whose data is the object resource, JSON_API_V1), or a
+    `google.cloud.storage.object.v1.finalized` event (StorageObjectData; events recorded before issue 40, `trainctl
+    replay`). The object resource is decoded only for a marker: a data shard costs a few dictionary lookups."""
+    data = _data(cloud_event)
+    message = data.get("message")
+    if not isinstance(message, dict):
+        return data.get("bucket"), data.get("name"), data.get("generation"), lambda: data
+    attributes = message.get("attributes")
+    attributes = attributes if isinstance(attributes, dict) else {}
+    if attributes.get("eventType") != "OBJECT_FINALIZE":  # the notification asks for finalize events alone
+        return None, None, None, dict
+
+    def fields() -> dict[str, Any]:
+        try:
+            payload = json.loads(base64.b64decode(str(message.get("data") or ""), validate=True) or b"{}")
+        except (binascii.Error, ValueError):
+            return {}
+        return payload if isinstance(payload, dict) else {}
+
+    return attributes.get("bucketId"), attributes.get("objectId"), attributes.get("objectGeneration"), fields
+
+
 def dataset_upload(cloud_event: Any, ctl: Controller | None = None) -> str:
     """`ctl`: a controller to use instead of the one built from the environment (trainctl replay)."""
-    data = _data(cloud_event)
-    bucket, name, generation = data.get("bucket"), data.get("name"), data.get("generation")
+    bucket, name, generation, fields = _uploaded_object(cloud_event)
     if not isinstance(bucket, str) or not isinstance(name, str):
         logs.warning("not a Cloud Storage object event; ignored", event_id=cloud_event["id"])
         return "ignored"
@@ -122,7 +146,7 @@ def dataset_upload(cloud_event: Any, ctl: Controller | None = None) -> str:
     if _too_old(cloud_event, when, s):
         return "too old"
     c = ctl or controller()
-    return _marker(c, cloud_event, bucket, name, _text(generation), _whole(data.get("size")), prefix, when)
+    return _marker(c, cloud_event, bucket, name, _text(generation), _whole(fields().get("size")), prefix, when)
 
 
 def _marker(
@@ -146,6 +170,11 @@ def _marker(
         try:
             template, team = _template_team(c, _template(c, prefix), prefix)
             delivery = replace(delivery, team=team)
+            teams = c.settings.teams
+            if teams is not None and team is not None and (planted := teams.marker_problem(bucket, name, team, prefix)):
+                # Before its content is read: told to the team whose folder it lies in, else to the rule's team.
+                delivery = replace(delivery, team=teams.owner_of(f"gs://{bucket}/{name}") or team)
+                return c.reject(request_id, key, delivery, [planted], "the marker lies outside its team's folders")
             template, policy = template_policy(template, prefix)
             overrides: dict[str, Any] = {}
             if size > 0:
@@ -248,7 +277,10 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
     message_id = str(message.get("messageId") or cloud_event["id"])
     topic = _topic(cloud_event)
     # The team is the topic's: the push subscription's path names it, which no publisher can change.
-    team = c.settings.teams.team_of_topic(topic) if c.settings.teams else None
+    teams = c.settings.teams
+    team = teams.team_of_topic(topic) if teams else None
+    # The shared topic counts as the default team's only where the operator opened it (issue 40, point 5).
+    closed = teams.shared_topic_problem() if teams and teams.topic_team(topic) is None else None
     delivery = _delivery({"kind": "pubsub", "message_id": message_id, "topic": topic}, cloud_event, when, team)
     key = keys.message_key(message_id)
     with logs.request_context(None):
@@ -261,6 +293,8 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
         claimed = document.get("request_id") if isinstance(document, dict) else None
         request_id = claimed if isinstance(claimed, str) and re.fullmatch(REQUEST_ID_RE, claimed) else "unknown"
         logs.set_request_id(request_id)
+        if closed:
+            return c.reject(request_id, key, delivery, [closed], "the shared requests topic is closed")
         try:
             request = parse_request(document)
         except RequestInvalid as exc:

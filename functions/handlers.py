@@ -13,7 +13,7 @@ import binascii
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -78,10 +78,16 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else str(value) if isinstance(value, int) else ""
 
 
+def _digits(text: str) -> bool:
+    """Whether `text` is a uint64 in decimal: ASCII digits only (str.isdigit() also takes '²' and '٣', which int()
+    refuses or reads), and few enough of them for int() to read cheaply."""
+    return text.isascii() and text.isdigit() and len(text) <= 20
+
+
 def _whole(value: Any) -> int:
     """An int64 field of StorageObjectData (a string in real events); 0 when it is not a number."""
     text = _text(value)
-    return int(text) if text.isdigit() else 0
+    return int(text) if _digits(text) else 0
 
 
 def _data(cloud_event: Any) -> dict[str, Any]:
@@ -89,7 +95,7 @@ def _data(cloud_event: Any) -> dict[str, Any]:
     if isinstance(data, bytes | str):
         try:
             data = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, too many digits, too deep: not an event of ours
             return {}
     return data if isinstance(data, dict) else {}
 
@@ -97,10 +103,34 @@ def _data(cloud_event: Any) -> dict[str, Any]:
 # ---- on_dataset_upload ---------------------------------------------------------------------------------
 
 
+def _uploaded_object(cloud_event: Any) -> tuple[Any, Any, Any, Callable[[], dict[str, Any]]]:
+    """(bucket, name, generation, the object's fields on demand) of an upload event, in either shape it arrives in:
+    the data bucket's Pub/Sub notification through the uploads topic (terraform/storage.tf: Eventarc delivers the
+    message, whose attributes name the object and whose data is the object resource, JSON_API_V1), or a
+    `google.cloud.storage.object.v1.finalized` event (StorageObjectData; events recorded before issue 40, `trainctl
+    replay`). The object resource is decoded only for a marker: a data shard costs a few dictionary lookups."""
+    data = _data(cloud_event)
+    message = data.get("message")
+    if not isinstance(message, dict):
+        return data.get("bucket"), data.get("name"), data.get("generation"), lambda: data
+    attributes = message.get("attributes")
+    attributes = attributes if isinstance(attributes, dict) else {}
+    if attributes.get("eventType") != "OBJECT_FINALIZE":  # the notification asks for finalize events alone
+        return None, None, None, dict
+
+    def fields() -> dict[str, Any]:
+        try:
+            payload = json.loads(base64.b64decode(str(message.get("data") or ""), validate=True) or b"{}")
+        except (binascii.Error, ValueError):
+            return {}
+        return payload if isinstance(payload, dict) else {}
+
+    return attributes.get("bucketId"), attributes.get("objectId"), attributes.get("objectGeneration"), fields
+
+
 def dataset_upload(cloud_event: Any, ctl: Controller | None = None) -> str:
     """`ctl`: a controller to use instead of the one built from the environment (trainctl replay)."""
-    data = _data(cloud_event)
-    bucket, name, generation = data.get("bucket"), data.get("name"), data.get("generation")
+    bucket, name, generation, fields = _uploaded_object(cloud_event)
     if not isinstance(bucket, str) or not isinstance(name, str):
         logs.warning("not a Cloud Storage object event; ignored", event_id=cloud_event["id"])
         return "ignored"
@@ -116,7 +146,7 @@ def dataset_upload(cloud_event: Any, ctl: Controller | None = None) -> str:
     if _too_old(cloud_event, when, s):
         return "too old"
     c = ctl or controller()
-    return _marker(c, cloud_event, bucket, name, _text(generation), _whole(data.get("size")), prefix, when)
+    return _marker(c, cloud_event, bucket, name, _text(generation), _whole(fields().get("size")), prefix, when)
 
 
 def _marker(
@@ -140,12 +170,17 @@ def _marker(
         try:
             template, team = _template_team(c, _template(c, prefix), prefix)
             delivery = replace(delivery, team=team)
+            teams = c.settings.teams
+            if teams is not None and team is not None and (planted := teams.marker_problem(bucket, name, team, prefix)):
+                # Before its content is read: told to the team whose folder it lies in, else to the rule's team.
+                delivery = replace(delivery, team=teams.owner_of(f"gs://{bucket}/{name}") or team)
+                return c.reject(request_id, key, delivery, [planted], "the marker lies outside its team's folders")
             template, policy = template_policy(template, prefix)
             overrides: dict[str, Any] = {}
             if size > 0:
                 # Each generation of a marker is its own request with its own overrides: read exactly this one.
                 # The data bucket is versioned (terraform/storage.tf), so an overwritten generation stays readable.
-                if not generation.isdigit():
+                if not _digits(generation):
                     raise DocumentInvalid(f"the event's generation {generation!r} is not a number")
                 # Bounded as well: the event's size may be missing or wrong.
                 found = c.gcs.read(bucket, name, int(generation), max_bytes=limit)
@@ -242,7 +277,10 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
     message_id = str(message.get("messageId") or cloud_event["id"])
     topic = _topic(cloud_event)
     # The team is the topic's: the push subscription's path names it, which no publisher can change.
-    team = c.settings.teams.team_of_topic(topic) if c.settings.teams else None
+    teams = c.settings.teams
+    team = teams.team_of_topic(topic) if teams else None
+    # The shared topic counts as the default team's only where the operator opened it (issue 40, point 5).
+    closed = teams.shared_topic_problem() if teams and teams.topic_team(topic) is None else None
     delivery = _delivery({"kind": "pubsub", "message_id": message_id, "topic": topic}, cloud_event, when, team)
     key = keys.message_key(message_id)
     with logs.request_context(None):
@@ -255,6 +293,8 @@ def job_request(cloud_event: Any, ctl: Controller | None = None) -> str:
         claimed = document.get("request_id") if isinstance(document, dict) else None
         request_id = claimed if isinstance(claimed, str) and re.fullmatch(REQUEST_ID_RE, claimed) else "unknown"
         logs.set_request_id(request_id)
+        if closed:
+            return c.reject(request_id, key, delivery, [closed], "the shared requests topic is closed")
         try:
             request = parse_request(document)
         except RequestInvalid as exc:
@@ -272,7 +312,7 @@ def job_state(cloud_event: Any, ctl: Controller | None = None) -> str:
     _, raw = _pubsub_payload(cloud_event)
     try:
         entry = json.loads(raw) if raw is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, too many digits, too deep: not a log entry
         entry = None
     resource = entry.get("resource") if isinstance(entry, dict) else None
     labels = resource.get("labels") if isinstance(resource, dict) else None

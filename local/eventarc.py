@@ -1,11 +1,18 @@
-"""The Eventarc stand-in: fake-gcs-server's Pub/Sub notifications → `google.cloud.storage.object.v1.finalized`
-CloudEvents, POSTed to `on_dataset_upload` the way Eventarc delivers them.
+"""The Eventarc stand-in: fake-gcs-server's Pub/Sub notifications → `on_dataset_upload`, as the cloud delivers the data
+bucket's notifications (issue 40, point 6): Cloud Storage publishes them to the uploads topic (terraform/storage.tf) and
+an Eventarc trigger on that topic delivers each message as a `google.cloud.pubsub.topic.v1.messagePublished`
+CloudEvent.
 
-fake-gcs-server publishes GCS-notification-style messages (attributes bucketId/objectId/eventType…, data the
-object resource); Eventarc delivers binary-mode CloudEvents whose data is StorageObjectData. The bridge is an
-HTTP endpoint for a Pub/Sub *push* subscription on the notification topic: it converts each message, forwards
-it, and answers with the function's status, so Pub/Sub's own retry and backoff apply to failures — as they
-do for the real trigger (reference/functions.md §2.1, §5.2).
+fake-gcs-server publishes messages of the Cloud Storage notification shape (attributes bucketId/objectId/eventType…,
+data the object resource) for every bucket; a notification configuration covers one bucket. The bridge is an HTTP
+endpoint for a Pub/Sub *push* subscription on the notification topic: it keeps the data bucket's messages, forwards
+each push as it came to the function (functions-framework turns a Pub/Sub push into that CloudEvent, as Eventarc
+would), and answers with the function's status, so Pub/Sub's own retry and backoff apply to failures — as they do for
+the real trigger (reference/functions.md §2.1, §5.2).
+
+`finalized_event` is the other shape of the same upload, `google.cloud.storage.object.v1.finalized` (what an Eventarc
+Cloud Storage trigger delivers, which trainctl used before issue 40): the function still takes it (events recorded
+then, `trainctl replay`), and tests use it.
 """
 
 from __future__ import annotations
@@ -67,15 +74,16 @@ class _PushHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length)
         try:
-            push = json.loads(self.rfile.read(length))
-            converted = finalized_event(push["message"])
-        except (ValueError, KeyError, TypeError):
-            converted, status = None, 204  # not a storage notification: drop it, never loop on it
+            attributes = json.loads(body)["message"].get("attributes") or {}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            status = 204  # not a storage notification: drop it, never loop on it
         else:
-            if converted is not None and self.bucket is not None and converted[0]["ce-bucket"] != self.bucket:
-                converted = None  # outside the trigger's bucket filter: Eventarc would not deliver it
-            status = 204 if converted is None else post(self.target, *converted)
+            # Another bucket's, or another event type: the data bucket's notification would not have published it.
+            finalized = attributes.get("eventType") == "OBJECT_FINALIZE"
+            ours = self.bucket is None or attributes.get("bucketId") == self.bucket
+            status = post(self.target, {"content-type": "application/json"}, body) if finalized and ours else 204
         self.send_response(status)
         self.send_header("content-length", "0")
         self.end_headers()
@@ -85,11 +93,14 @@ class _PushHandler(BaseHTTPRequestHandler):
 
 
 class EventarcBridge:
-    """Serves the push endpoint on 127.0.0.1:`port` (0: any free port) in a background thread. With `bucket`,
-    only that bucket's objects are forwarded, like the trigger's `bucket` event filter."""
+    """Serves the push endpoint on 127.0.0.1:`port` (0: any free port) in a background thread. With `bucket`, only that
+    bucket's objects are forwarded, like the notification configuration of that one bucket."""
 
-    def __init__(self, target_url: str, port: int = 0, bucket: str | None = None):
-        handler = type("Handler", (_PushHandler,), {"target": target_url, "bucket": bucket})
+    def __init__(self, target_url: str, port: int = 0, bucket: str | None = None, topic: str = ""):
+        """`topic`: the notification topic's path (projects/P/topics/T), which the forwarded push names, as a push
+        subscription's endpoint does (functions-framework makes it the CloudEvent's source)."""
+        target = target_url.rstrip("/") + (f"/{topic}" if topic else "")
+        handler = type("Handler", (_PushHandler,), {"target": target, "bucket": bucket})
         self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="eventarc-bridge", daemon=True)
         self._thread.start()

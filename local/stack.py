@@ -108,7 +108,9 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_QUOTAS_ENDPOINT": jobservice_rest_url.rstrip("/"),
         "TRAINCTL_LEASE": f"{options.lease}s",
         "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
-        "TRAINCTL_TEAMS": json.dumps(with_topics(options.teams, names.team_requests_topic)) if options.teams else "",
+        "TRAINCTL_TEAMS": json.dumps(with_topics(options.teams, names.team_requests_topic, names.data_bucket))
+        if options.teams
+        else "",
         "TRAINCTL_JOB_SECRETS": json.dumps(job_secrets(options)) if options.secrets or options.job_secrets else "",
         "TRAINCTL_EXECUTORS": json.dumps(options.executors) if options.executors else "",
     }
@@ -209,7 +211,10 @@ class LocalStack:
         )  # fmt: skip
         settings = controller_settings(self.options, names, self.jobservice.rest_url)
         self.functions = start_functions({**clients, **settings}, self.run_dir / "functions")
-        self.bridge = EventarcBridge(self.functions["on_dataset_upload"].url, bucket=names.data_bucket)
+        assert self.storage.notifications_topic is not None  # the stack starts fake-gcs-server with notifications
+        self.bridge = EventarcBridge(
+            self.functions["on_dataset_upload"].url, bucket=names.data_bucket, topic=self.storage.notifications_topic
+        )
         subscriptions = self._subscribe()
         self.timer = ReconcileTimer(self.functions["reconcile"].url, self.options.reconcile_every)
         return StackState(

@@ -102,6 +102,8 @@ def parse_request(data: Any) -> TrainingJobRequest:
     except ValidationError as exc:
         errors = field_errors(exc)
         unknown = [tuple(err["loc"]) for err in exc.errors() if err["type"] == "extra_forbidden"]
+    except Exception as exc:  # see _unforeseen
+        raise _unforeseen(exc) from exc
     if unknown:
         # The checks that span an object (a machine's GPUs, the ladder's attempts …) run only once its fields are
         # valid, so an unknown field would hide them until it was fixed: check again without the unknown fields.
@@ -109,4 +111,21 @@ def parse_request(data: Any) -> TrainingJobRequest:
             TrainingJobRequest.model_validate(_without(data, unknown))
         except ValidationError as again:
             errors += [error for error in field_errors(again) if error not in errors]
+        except Exception as exc:  # see _unforeseen
+            raise _unforeseen(exc) from exc
     raise RequestInvalid(errors)
+
+
+def _unforeseen(exc: Exception) -> RequestInvalid:
+    """A validator that raised something pydantic does not turn into a field error (an OverflowError, a
+    TypeError): a bug of the schema's, but the document is what made it, and the same document would make it again
+    on every redelivery (issue 40, point 3). Rejected, saying so; the cause stays chained for the log."""
+    return RequestInvalid(
+        [
+            FieldError(
+                "",
+                f"the request cannot be validated ({type(exc).__name__}: {str(exc)[:120]}); this is a bug of "
+                "trainctl's schema: report it with the request",
+            )
+        ]
+    )

@@ -2,10 +2,10 @@
 
 Every event shares the same envelope fields; `to_pubsub_message` turns one into JSON bytes plus the
 CloudEvents attributes of the Pub/Sub binary binding (`ce-*`) and the plain `request_id` and `state`
-attributes that subscription filters use (plus `delivery` and `rejected_delivery` on events about one delivery);
-it is published with the request id as its ordering key. `ce-id` is a hash of (request key, state, attempt) — and,
-for events about one delivery (duplicate, rejected), of that delivery's id — so a re-published event keeps its id
-and consumers can drop the copy.
+attributes that subscription filters use (plus `team` with teams, and `delivery` and `rejected_delivery` on events
+about one delivery); it is published with the request id as its ordering key. `ce-id` is a hash of (request key,
+state, attempt) — and, for events about one delivery (duplicate, rejected), of that delivery's id — so a re-published
+event keeps its id and consumers can drop the copy.
 
 A `rejected` with `rejected_delivery` set is about one arrival that claimed nothing (issue 38, point 6): its
 `request_id` is only what that arrival's document said, so it is never the end of the request that holds the id.
@@ -143,6 +143,11 @@ class _Event(_Strict):
     )
     job: JobRef | None = None
     timestamps: Timestamps | None = None
+    team: str | None = Field(
+        None,
+        description="With teams: the team of the request (its topic's, or its marker template's). Also the message's "
+        "`team` attribute, which each team's own events subscription filters on (issue 40, point 5).",
+    )
     sequence: int | None = Field(
         None,
         ge=1,
@@ -202,7 +207,6 @@ class CodeObject(_Strict):
 class Accepted(_Event):
     state: Literal["accepted"] = "accepted"
     cost: CostEstimate
-    team: str | None = Field(None, description="The team it arrived as (its topic, or its marker's template).")
     code_digest: str | None = Field(None, description=CODE_DIGEST_DESCRIPTION)
     code_objects: list[CodeObject] | None = Field(
         None,
@@ -240,7 +244,6 @@ class Rejected(_Event):
         None, description="Reason `data`: the GPU-hours the run could have held at most (its GPUs × its timeout)."
     )
     budget: Budget | None = Field(None, description="Reason `budget`: the team's budget and what its requests spend.")
-    team: str | None = Field(None, description="With teams: the team it arrived as.")
     rejected_delivery: RejectedDelivery | None = Field(
         None,
         description="Set when only this delivery (`delivery`) is rejected and nothing was claimed: `unclaimed` "
@@ -260,7 +263,6 @@ class Queued(_Event):
     held: int = Field(description="GPUs trainctl's active jobs hold on it now.")
     ahead: int = Field(description="Requests queued before this one for the same quota.")
     rung: int = 0
-    team: str | None = Field(None, description="With teams: the team it waits as.")
     held_by: Literal["team_share", "project_quota"] | None = Field(
         None,
         description="What holds it: its team's share (its cap, or another team's fair turn first) or the project's "
@@ -488,6 +490,9 @@ def to_pubsub_message(event: JobEvent, source: str) -> PubsubMessage:
     }
     if event.delivery is not None:
         attributes["delivery"] = event.delivery
+    # Each team's events subscription keeps its own with `attributes.team = "<team>"` (terraform/watchers.tf).
+    if event.team is not None:
+        attributes["team"] = event.team
     # A filter keeps a request's own events with `NOT attributes:rejected_delivery` (`:` tests that the attribute
     # is present: cloud.google.com/pubsub/docs/filtering).
     if isinstance(event, Rejected) and event.rejected_delivery is not None:

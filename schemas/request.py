@@ -111,13 +111,24 @@ Duration = Annotated[
 PlainText = Annotated[str, AfterValidator(_check_no_control_chars)]
 
 
+def _check_column_name(value: str) -> str:
+    # Any other name, '-x' and '--nproc-per-node=64' included, reaches the trainer as `--target=NAME`; Python's
+    # argparse drops a value that is exactly '--' (it takes it for the end of the options).
+    if value == "--":
+        raise ValueError("a column may not be named '--': the trainer's command line cannot carry it; rename it")
+    return value
+
+
+ColumnName = Annotated[PlainText, AfterValidator(_check_column_name), Field(min_length=1, max_length=256)]
+
+
 class Dataset(_Strict):
     """Where the training data is and how to read it."""
 
     uri: GsUri = Field(description="gs:// folder of shards or a single file.")
     format: Literal["auto", "csv", "parquet"] = Field("auto", description="auto: from the file extensions.")
-    target: PlainText = Field(min_length=1, max_length=256, description="Name of the label column.")
-    features: list[Annotated[PlainText, Field(min_length=1, max_length=256)]] | None = Field(
+    target: ColumnName = Field(description="Name of the label column.")
+    features: list[ColumnName] | None = Field(
         None, max_length=10_000, description="Feature columns to use; default: every column but the target."
     )
     validation_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="Share of rows held out for validation.")

@@ -5,18 +5,23 @@ rule, in words a user can act on, or None when it is fine.
 
 from __future__ import annotations
 
+import math
 import re
 
 MAX_LABELS = 64
 LABEL_KEY_RE = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LABEL_VALUE_RE = re.compile(r"[a-z0-9_-]{0,63}")
 
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+# C0, DEL and C1 (U+0080-U+009F: U+009B is a terminal's CSI, as ESC [ is): never in a name a person reads.
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9._-]*[a-z0-9]")
 _IPV4_RE = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
 
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION_RE = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+# Past any limit a field sets (its own le= says more), and few enough digits for int() to read at once.
+MAX_DURATION_SECONDS = 10**10
+_DURATION_DIGITS = 10
 
 
 def label_key_problem(key: str) -> str | None:
@@ -102,15 +107,21 @@ def parse_duration(value: int | float | str) -> int:
     if isinstance(value, bool):
         raise ValueError("a duration must be seconds or a string like '30m', '24h', '1h30m'")
     if isinstance(value, int | float):
+        if not math.isfinite(value) or abs(value) > MAX_DURATION_SECONDS:
+            raise ValueError(f"a duration may be at most {MAX_DURATION_SECONDS:,} seconds, got {value}")
         if value != int(value):
             raise ValueError(f"a duration in seconds must be whole, got {value}")
         return int(value)
     text = str(value).strip().lower()
-    if text.isdigit():
+    seconds_only = text.isascii() and text.isdigit()  # isdigit() alone takes '²' and '٣'
+    match = _DURATION_RE.fullmatch(text) if text.isascii() and not seconds_only else None
+    if not text or not (seconds_only or match):
+        raise ValueError(f"{value!r:.80} is not a duration; use seconds or a string like '30m', '24h', '1h30m'")
+    numbers = [text] if seconds_only or match is None else [number for number in match.groups() if number]
+    if any(len(number) > _DURATION_DIGITS for number in numbers):  # and no int() of thousands of digits
+        raise ValueError(f"a duration may be at most {MAX_DURATION_SECONDS:,} seconds, got {value!r:.80}")
+    if seconds_only or match is None:
         return int(text)
-    match = _DURATION_RE.fullmatch(text)
-    if not text or not match:
-        raise ValueError(f"{value!r} is not a duration; use seconds or a string like '30m', '24h', '1h30m'")
     days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
     return days * 86400 + hours * 3600 + minutes * 60 + seconds
 

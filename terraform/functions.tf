@@ -51,7 +51,6 @@ resource "time_sleep" "grants_propagate" {
     google_project_iam_member.build_writes_logs,
     google_project_iam_member.build_reads_staged_source,
     google_artifact_registry_repository_iam_member.build_pushes_function_images,
-    google_project_iam_member.gcs_agent_publishes_events,
     google_project_iam_member.eventarc_receives_events,
   ]
 }
@@ -110,8 +109,7 @@ resource "google_cloudfunctions2_function" "function" {
 
   depends_on = [
     time_sleep.grants_propagate,
-    # Eventarc checks these when it creates the triggers.
-    google_project_iam_member.gcs_agent_publishes_events,
+    # Eventarc checks it when it creates the triggers.
     google_project_iam_member.eventarc_receives_events,
   ]
 }

@@ -16,17 +16,30 @@ resource "google_service_account" "function" {
   depends_on = [google_project_service.enabled]
 }
 
-# CreateCustomJob / ListCustomJobs / CancelCustomJob need aiplatform.user (customJobs.create and .cancel
-# have no narrower predefined role). Every function may create a job: the intake functions submit, and
-# on_job_state and reconcile resubmit capacity, preemption and internal failures. The same role holds the Model
-# Registry permissions of the `model` block (aiplatform.models.get/list/upload/update,
-# aiplatform.modelEvaluations.list/import): the intake functions read the champion, the observers register and
-# promote (terraform/README.md).
+# The Vertex AI calls each function can reach, and nothing else (issue 40, point 6: roles/aiplatform.user held every
+# Vertex permission a user has). A custom role per function, its permissions from local.functions' vertex_permissions,
+# which tests/terraform/test_terraform_reachable_calls.py derives from the code, each method's permission from its
+# REST reference ("IAM Permissions") and the Vertex AI IAM permissions page (cloud.google.com/vertex-ai/docs/general/
+# iam-permissions: a long-running operation's GET needs the resource's `.get`). The intake functions create CustomJobs
+# (after listing by label: adopt, never duplicate) and read the champion model; on_job_state and reconcile also get,
+# list and cancel jobs, and register, evaluate and promote versions. Vertex has no narrower scope than the project.
+resource "google_project_iam_custom_role" "function_vertex" {
+  for_each = local.functions
+
+  project     = var.project
+  role_id     = replace("${var.name_prefix}_${each.value.account}_vertex", "-", "_")
+  title       = "trainctl ${each.key} Vertex AI calls"
+  description = "The Vertex AI calls the ${each.key} function makes: ${join(", ", each.value.vertex_permissions)}."
+  permissions = each.value.vertex_permissions
+
+  depends_on = [google_project_service.enabled]
+}
+
 resource "google_project_iam_member" "function_uses_vertex" {
   for_each = local.functions
 
   project = var.project
-  role    = "roles/aiplatform.user"
+  role    = google_project_iam_custom_role.function_vertex[each.key].id
   member  = google_service_account.function[each.key].member
 
   depends_on = [google_project_service.enabled]
@@ -167,12 +180,23 @@ resource "google_service_account" "custom" {
   depends_on = [google_project_service.enabled]
 }
 
+# With teams, this account runs the default team's own code (every other team's runs as its own, teams.tf): it reads
+# only what the default team's requests may name as data (issue 40, point 5). Without teams, every data bucket.
 resource "google_storage_bucket_iam_member" "custom_reads_data" {
-  for_each = toset(local.data_buckets)
+  for_each = { for bucket in local.data_buckets : bucket => bucket if var.teams == null || length(try(local.team_read_prefixes[var.teams.default_team][bucket], [])) > 0 }
 
   bucket = each.value
   role   = "roles/storage.objectViewer"
   member = google_service_account.custom.member
+
+  dynamic "condition" {
+    for_each = var.teams == null ? [] : [try(local.team_read_conditions[var.teams.default_team][each.value], "false")]
+    content {
+      title       = "default-team-readable-data"
+      description = "Objects below the default team's folders of this bucket, and listings of them."
+      expression  = condition.value
+    }
+  }
 }
 
 # Outputs in the control bucket, only below custom-runs/ and never in a team's folder there (teams.tf: each team's
@@ -268,10 +292,23 @@ resource "google_pubsub_topic_iam_member" "request_publisher" {
   member = each.value
 }
 
+# They create and replace objects (teams.tf: the data_uploader role). With teams, never under a team's folder (its data
+# prefixes, its packages folder): a marker there would start that team's jobs, on its quota and budget (issue 40,
+# point 5). The controller refuses such a marker too (functions/teams.py marker_problem), and a marker these members
+# put outside every team's folder counts only where the operator opened shared intake.
 resource "google_storage_bucket_iam_member" "data_uploader" {
   for_each = toset(var.data_uploaders)
 
   bucket = google_storage_bucket.data.name
-  role   = "roles/storage.objectCreator"
+  role   = google_project_iam_custom_role.data_uploader.id
   member = each.value
+
+  dynamic "condition" {
+    for_each = length(local.all_team_upload_prefixes) == 0 ? [] : [local.all_team_upload_prefixes]
+    content {
+      title       = "outside-team-folders"
+      description = "Any object of the data bucket outside every team's folders."
+      expression  = "!(${join(" || ", [for prefix in condition.value : "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.data.name}/objects/${prefix}\")"])})"
+    }
+  }
 }

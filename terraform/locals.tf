@@ -50,9 +50,12 @@ locals {
   # all four functions. TRAINCTL_VERTEX_ENDPOINT and TRAINCTL_QUOTAS_ENDPOINT are left out on purpose: only the
   # local stack sets them, so in the cloud the controller talks to <region>-aiplatform.googleapis.com and
   # cloudquotas.googleapis.com.
-  # Teams (teams.tf): the variable with each team's topic filled in, as the controller reads it (functions/teams.py).
-  teams         = var.teams == null ? {} : var.teams.teams
-  teams_setting = var.teams == null ? "" : jsonencode(merge(var.teams, { teams = { for name, team in local.teams : name => merge(team, { topic = "${var.name_prefix}-requests-${name}" }, contains(keys(local.own_code_teams), name) ? { custom_service_account = google_service_account.team_custom[name].email } : {}) } }))
+  # Teams (teams.tf): the variable with each team's topic and the data bucket (which data_prefixes are folders of) filled
+  # in, as the controller reads it (functions/teams.py).
+  # try(), not `var.teams == null ? {} : var.teams.teams`: a conditional must unify its two results' types, and teams
+  # whose settings differ in shape (one with a weight, another without) are an object no empty map unifies with.
+  teams         = try(var.teams.teams, {})
+  teams_setting = var.teams == null ? "" : jsonencode(merge(var.teams, { data_bucket = google_storage_bucket.data.name, teams = { for name, team in local.teams : name => merge(team, { topic = "${var.name_prefix}-requests-${name}" }, contains(keys(local.own_code_teams), name) ? { custom_service_account = google_service_account.team_custom[name].email } : {}) } }))
 
   controller_settings = {
     TRAINCTL_PROJECT                  = var.project
@@ -90,36 +93,47 @@ locals {
   # Settings read an empty variable as unset, so empty ones (an empty allow-list) are simply not set.
   controller_env = { for name, value in local.controller_settings : name => value if value != "" }
 
-  # The four entry points of functions/main.py and what each one needs. All four create, list and cancel
-  # CustomJobs as the trainer (aiplatform.user + act-as; see iam.tf). `reads_data`: reads dataset markers
+  # The four entry points of functions/main.py and what each one needs. All four create CustomJobs as the trainer (or a
+  # custom account: act-as, iam.tf). `vertex_permissions`: the Vertex AI permissions of the calls it can reach, no more
+  # (a custom role each, iam.tf; tests/terraform/test_terraform_reachable_calls.py derives them from the code: issue 40,
+  # point 6). `reads_data`: reads dataset markers
   # and lists datasets (the intake functions at admission, on_job_state and reconcile when they diagnose a
   # user failure); `reads_outputs`: reads what jobs wrote in var.output_buckets (the functions that observe
   # jobs); tests/terraform/test_terraform_reachable_calls.py derives both from the code. `trigger`: an Eventarc trigger, or null when something else calls the
   # function (on_job_request: our push subscription with a dead-letter policy; reconcile: Cloud Scheduler).
   functions = {
     on_dataset_upload = {
-      account       = "fn-upload"
-      description   = "Starts a job when a dataset marker lands in the data bucket."
-      reads_data    = true
-      reads_outputs = false
+      account            = "fn-upload"
+      description        = "Starts a job when a dataset marker lands in the data bucket."
+      reads_data         = true
+      reads_outputs      = false
+      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"]
+      # The data bucket's notifications, through the uploads topic (storage.tf; triggers.tf says why not a Cloud
+      # Storage trigger).
       trigger = {
-        event_type   = "google.cloud.storage.object.v1.finalized"
-        bucket       = google_storage_bucket.data.name
-        pubsub_topic = null
+        event_type   = "google.cloud.pubsub.topic.v1.messagePublished"
+        bucket       = null
+        pubsub_topic = google_pubsub_topic.data_uploads.id
       }
     }
     on_job_request = {
-      account       = "fn-request"
-      description   = "Starts a job for each request published on the requests topic."
-      reads_data    = true
-      reads_outputs = false
-      trigger       = null
+      account            = "fn-request"
+      description        = "Starts a job for each request published on the requests topic."
+      reads_data         = true
+      reads_outputs      = false
+      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"]
+      trigger            = null
     }
     on_job_state = {
       account       = "fn-job-state"
       description   = "Publishes lifecycle events for job state changes routed from Cloud Logging."
       reads_data    = true
       reads_outputs = true
+      vertex_permissions = [
+        "aiplatform.customJobs.cancel", "aiplatform.customJobs.create", "aiplatform.customJobs.get", "aiplatform.customJobs.list",
+        "aiplatform.modelEvaluations.import", "aiplatform.modelEvaluations.list",
+        "aiplatform.models.get", "aiplatform.models.list", "aiplatform.models.update", "aiplatform.models.upload",
+      ]
       trigger = {
         event_type   = "google.cloud.pubsub.topic.v1.messagePublished"
         bucket       = null
@@ -131,7 +145,12 @@ locals {
       description   = "Sweeps active jobs: missed state changes, stuck jobs, resubmissions."
       reads_data    = true
       reads_outputs = true
-      trigger       = null
+      vertex_permissions = [
+        "aiplatform.customJobs.cancel", "aiplatform.customJobs.create", "aiplatform.customJobs.get", "aiplatform.customJobs.list",
+        "aiplatform.modelEvaluations.import", "aiplatform.modelEvaluations.list",
+        "aiplatform.models.get", "aiplatform.models.list", "aiplatform.models.update", "aiplatform.models.upload",
+      ]
+      trigger = null
     }
   }
 

@@ -32,6 +32,11 @@ output "event_watch_subscriptions" {
   value       = { for name, s in google_pubsub_subscription.watcher : name => s.name }
 }
 
+output "team_event_watch_subscriptions" {
+  description = "Each team watcher's own pull subscription, by <team>/<name> of var.teams' watchers: it receives that team's events only (a filter on the `team` attribute); the watcher passes it to `trainctl watch --subscription` (or TRAINCTL_EVENTS_SUBSCRIPTION)."
+  value       = { for key, s in google_pubsub_subscription.team_watcher : key => s.name }
+}
+
 output "function_uris" {
   description = "URI of each function, by entry point. Ingress is internal-only: these answer only callers inside the project."
   value       = { for name, f in google_cloudfunctions2_function.function : name => f.service_config[0].uri }

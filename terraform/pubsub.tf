@@ -28,6 +28,16 @@ resource "google_pubsub_topic" "job_state" {
   depends_on = [google_project_service.enabled]
 }
 
+# The data bucket's object notifications (storage.tf), which the Eventarc trigger of on_dataset_upload delivers. Its own
+# topic, so that the Cloud Storage service agent publishes here and nowhere else (triggers.tf).
+resource "google_pubsub_topic" "data_uploads" {
+  # checkov:skip=CKV_GCP_83: Google-managed encryption keys; a CMEK is an organisation decision this configuration does not impose.
+  name   = "${var.name_prefix}-data-uploads"
+  labels = local.labels
+
+  depends_on = [google_project_service.enabled]
+}
+
 resource "google_pubsub_topic" "dead_letter" {
   # checkov:skip=CKV_GCP_83: Google-managed encryption keys; a CMEK is an organisation decision this configuration does not impose.
   name   = local.names.dead_letter_topic

@@ -4,7 +4,7 @@
 resource "google_storage_bucket" "data" {
   # checkov:skip=CKV_GCP_62: Access is audited with Cloud Audit Logs (Data Access) where required; usage-log objects in another bucket add cost and no control.
   name                        = local.names.data_bucket
-  location                    = var.region # the storage trigger must live in the bucket's region
+  location                    = var.region
   uniform_bucket_level_access = true
   public_access_prevention    = "enforced"
   labels                      = local.labels
@@ -25,6 +25,19 @@ resource "google_storage_bucket" "data" {
   }
 
   depends_on = [google_project_service.enabled]
+}
+
+# Every object finalized in the data bucket is published to the uploads topic, whose Eventarc trigger calls
+# on_dataset_upload (functions.tf); the message's attributes name the object, its data is the object resource
+# (JSON_API_V1, cloud.google.com/storage/docs/pubsub-notifications). The service agent must be allowed to publish there
+# before the configuration is created.
+resource "google_storage_notification" "data_uploads" {
+  bucket         = google_storage_bucket.data.name
+  topic          = google_pubsub_topic.data_uploads.id
+  payload_format = "JSON_API_V1"
+  event_types    = ["OBJECT_FINALIZE"]
+
+  depends_on = [google_pubsub_topic_iam_member.gcs_agent_publishes_uploads]
 }
 
 resource "google_storage_bucket" "control" {

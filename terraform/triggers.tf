@@ -1,5 +1,6 @@
 # What calls the event functions, and the least each caller needs.
-#  - on_dataset_upload: Eventarc, on google.cloud.storage.object.v1.finalized in the data bucket (functions.tf).
+#  - on_dataset_upload: Eventarc, on messages of the uploads topic, where the data bucket's notification publishes each
+#    object finalized (storage.tf, functions.tf).
 #  - on_job_state: Eventarc, on messages of the job-state topic (functions.tf).
 #  - on_job_request: our own push subscription on the requests topic, because only a subscription we own can
 #    carry a dead-letter policy (the one Eventarc creates for a function cannot be given one).
@@ -16,14 +17,16 @@ resource "google_service_account" "eventarc" {
   depends_on = [google_project_service.enabled]
 }
 
-# Cloud Storage publishes its object notifications to the Pub/Sub topic that Eventarc creates (and names)
-# for the trigger, so the grant cannot be narrowed to one topic.
-resource "google_project_iam_member" "gcs_agent_publishes_events" {
-  project = var.project
-  role    = "roles/pubsub.publisher"
-  member  = local.gcs_service_agent
-
-  depends_on = [google_project_service.enabled]
+# Cloud Storage publishes the data bucket's object notifications to the uploads topic (storage.tf) and to no other:
+# "If your Cloud Storage service agent is delivering notifications, it must have the Pub/Sub Publisher role
+# (roles/pubsub.publisher) on the Pub/Sub topic" (cloud.google.com/storage/docs/reporting-changes). Until issue 40 the
+# storage trigger was an Eventarc Cloud Storage trigger, whose topic Eventarc creates and names ("You can set an existing
+# topic for triggers of the type google.cloud.pubsub.topic.v1.messagePublished", Eventarc's Pubsub transport), so the
+# agent held publisher on the whole project, every topic in it included (issue 40, point 6).
+resource "google_pubsub_topic_iam_member" "gcs_agent_publishes_uploads" {
+  topic  = google_pubsub_topic.data_uploads.id
+  role   = "roles/pubsub.publisher"
+  member = local.gcs_service_agent
 }
 
 resource "google_project_iam_member" "eventarc_receives_events" {

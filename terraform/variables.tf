@@ -602,7 +602,7 @@ variable "event_webhooks" {
 }
 
 variable "teams" {
-  description = "Teams (README.md, \"Teams\"; issue 32): null for none. Else { default_team, teams = { name => { weight, quota = { metric => nominal GPUs }, borrow_limit, monthly_budget_usd, publishers, uploaders, data_prefixes } }, models = { model id => { owner, grants } } (optional: who owns a model, else the team whose request created it) }. Each team but the default runs its own code as an account of its own (<name_prefix>-t-<hash>), writing only custom-runs/_teams/<team>/. Each team gets its own request topic (<name_prefix>-requests-<team>) that only its publishers may publish to, and its uploaders may write only under its data_prefixes and packages/<team>/ (its code, `trainctl submit --source`); `trainctl local up --teams FILE` reads the same shape."
+  description = "Teams (README.md, \"Teams\"; issues 32, 40): null for none. Else { default_team, shared_intake_open (optional, default false: requests on the shared topic and markers outside every team's data_prefixes are rejected; true: they are the default team's, spending its quota and budget), teams = { name => { weight, quota = { metric => nominal GPUs }, borrow_limit, monthly_budget_usd, publishers, uploaders, data_prefixes, reads, watchers } }, models = { model id => { owner, grants } } (optional: who owns a model, else the team whose request created it) }. data_prefixes: folders of the data bucket that are the team's, each ending in '/' and inside no other team's: its uploaders may create and replace objects there (and under packages/<team>/, its code), its requests and its own code may read there, and a marker there starts jobs for it alone. reads: the operator's grant of other data its requests and its own code may read, folders ending in '/' of the data bucket (`shared/reference/`) or of another data bucket (`gs://bucket/folder/`). watchers: name => IAM member, each given a pull subscription <name_prefix>-watch-<team>-<name> on the events topic that receives only this team's events. Each team but the default runs its own code as an account of its own (<name_prefix>-t-<hash>), writing only custom-runs/_teams/<team>/. Each team gets its own request topic (<name_prefix>-requests-<team>) that only its publishers may publish to; `trainctl local up --teams FILE` reads the same shape."
   type        = any
   default     = null
 
@@ -616,6 +616,34 @@ variable "teams" {
   validation {
     condition     = var.teams == null || try(alltrue(flatten([for team in values(var.teams.teams) : [for prefix in try(team.data_prefixes, []) : !startswith(prefix, "packages/") && !startswith("packages/", prefix)]])), false)
     error_message = "teams: no data_prefixes may lie inside packages/ or around it (\"\", \"p\", \"packages/x/\"): packages/<team>/ is each team's own folder for its code."
+  }
+
+  # A folder ends in '/' (issue 40, point 5): the IAM conditions match names by prefix, and `vision` would also cover
+  # `vision-evil/`, another team's folder. No '.' or '..' parts, no leading '/', no empty part.
+  validation {
+    condition     = var.teams == null || try(alltrue(flatten([for team in values(var.teams.teams) : [for prefix in try(team.data_prefixes, []) : can(regex("^([^/]+/)+$", prefix)) && !startswith(prefix, "gs:") && length(setintersection(split("/", prefix), [".", ".."])) == 0]])), false)
+    error_message = "teams: each data_prefixes entry must be a folder of the data bucket ending in '/' (\"vision/\"): without the '/', \"vision\" would also cover \"vision-evil/\"."
+  }
+
+  validation {
+    condition     = var.teams == null || try(alltrue(flatten([for team in values(var.teams.teams) : [for prefix in try(team.reads, []) : (can(regex("^([^/]+/)+$", prefix)) && !startswith(prefix, "gs:") || can(regex("^gs://[a-z0-9][a-z0-9._-]*/([^/]+/)+$", prefix))) && length(setintersection(split("/", trimprefix(prefix, "gs://")), [".", ".."])) == 0]])), false)
+    error_message = "teams: each reads entry must be a folder ending in '/', of the data bucket (\"shared/reference/\") or of another data bucket (\"gs://bucket/folder/\")."
+  }
+
+  # A folder is one team's: its uploaders write there and its markers start that team's jobs alone.
+  validation {
+    condition = var.teams == null || try(alltrue([
+      for pair in setproduct(
+        flatten([for name, team in var.teams.teams : [for prefix in try(team.data_prefixes, []) : { team = name, prefix = prefix }]]),
+        flatten([for name, team in var.teams.teams : [for prefix in try(team.data_prefixes, []) : { team = name, prefix = prefix }]]),
+      ) : pair[0].team == pair[1].team || !startswith(pair[0].prefix, pair[1].prefix)
+    ]), false)
+    error_message = "teams: no team's data_prefixes may lie inside (or be) another team's: a folder belongs to one team."
+  }
+
+  validation {
+    condition     = var.teams == null || try(alltrue(flatten([for team in values(var.teams.teams) : [for name, member in try(team.watchers, {}) : can(regex("^[a-z][a-z0-9-]{0,29}$", name)) && can(regex("^(user|group|serviceAccount|domain):", member))]])) && contains([true, false], try(var.teams.shared_intake_open, false)), false)
+    error_message = "teams: watchers maps names (1-30 of [a-z0-9-], starting with a letter) to IAM members such as user:ana@example.com; shared_intake_open is true or false."
   }
 }
 

@@ -40,3 +40,39 @@ resource "google_pubsub_subscription_iam_member" "watcher_pulls_its_subscription
   role         = "roles/pubsub.subscriber"
   member       = each.value
 }
+
+# ---------------------------------------------------------------------------------------------------
+# Each team's watchers (var.teams' `watchers`, issue 40 point 5): a watcher above sees every team's events, names and
+# errors included. A team's watcher gets a pull subscription of its own whose filter keeps only its team's events: the
+# controller sets the `team` attribute on every event of a team's request (schemas/events.py), and a subscription
+# with a filter never delivers the messages it does not match ("Pub/Sub automatically acknowledges the messages that
+# don't match the filter", cloud.google.com/pubsub/docs/filtering). One subscription per watcher,
+# not per team: sessions sharing a subscription would split its events between them.
+locals {
+  team_watchers = { for pair in flatten([for team, body in local.teams : [for name, member in try(body.watchers, {}) : { team = team, name = name, member = member }]]) : "${pair.team}/${pair.name}" => pair }
+}
+
+resource "google_pubsub_subscription" "team_watcher" {
+  for_each = local.team_watchers
+
+  name                 = "${var.name_prefix}-watch-${each.value.team}-${each.value.name}"
+  topic                = google_pubsub_topic.events.id
+  labels               = merge(local.labels, { team = each.value.team })
+  ack_deadline_seconds = 30
+  # The attribute the controller sets; a filter cannot be changed once the subscription exists (Terraform replaces it).
+  filter = "attributes.team = \"${each.value.team}\""
+
+  message_retention_duration = "600s"
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+resource "google_pubsub_subscription_iam_member" "team_watcher_pulls_its_subscription" {
+  for_each = local.team_watchers
+
+  subscription = google_pubsub_subscription.team_watcher[each.key].id
+  role         = "roles/pubsub.subscriber"
+  member       = each.value.member
+}

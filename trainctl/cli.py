@@ -10,6 +10,7 @@ import sys
 
 from trainctl import demo, jobs, local_stack, model_rules, models, plan, replay, report, submit, validate
 from trainctl.problems import EXIT_INTERRUPTED, Problem, explain
+from trainctl.terminal import escaped_output
 
 # A reader that stopped reading (`trainctl status ID | head`): what a program killed by SIGPIPE reports.
 EXIT_BROKEN_PIPE = 141
@@ -34,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Every printer of every command, argparse's too, writes through terminal.printable: what requesters and jobs
+    # wrote reaches other people's terminals (issue 40, point 6).
+    with escaped_output():
+        return _run(argv)
+
+
+def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schemas.events import JobEvent, parse_event
+from trainctl.terminal import printable
 
 # `submit --wait` and `watch` exit with this when the events cannot be followed from this account.
 EXIT_CANNOT_FOLLOW = 4
@@ -197,7 +198,7 @@ def headline_metrics(metrics: dict[str, Any], limit: int = 6) -> str:
         if len(parts) >= limit:
             break
         if name not in shown and isinstance(value, int | float) and not isinstance(value, bool):
-            parts.append(f"{name} {readable(value)}")
+            parts.append(f"{printable(name)} {readable(value)}")  # a job chose the name
     return ", ".join(parts)
 
 
@@ -225,9 +226,10 @@ def format_event(event: JobEvent, own: bool = False) -> str:
     command itself published): it is not the end of a request holding its id."""
     when = event.time.astimezone().strftime("%H:%M:%S")
     marker = rejected_delivery(event)
-    note = "" if own or marker is None else f"[delivery {event.delivery} only: {_CLAIMED_NOTHING[marker]}] "
-    line = f"{when}  {event.state:<10} {event.request_id}  {note}{event.message}"
+    delivery = printable(event.delivery)
+    note = "" if own or marker is None else f"[delivery {delivery} only: {_CLAIMED_NOTHING[marker]}] "
+    line = f"{when}  {event.state:<10} {printable(event.request_id)}  {note}{printable(event.message)}"
     metrics = getattr(event, "metrics", None)
     if metrics:
         line += f"; {headline_metrics(metrics)}"
-    return "\n".join([line, *(f"    {error}" for error in getattr(event, "errors", []))])
+    return "\n".join([line, *(f"    {printable(error)}" for error in getattr(event, "errors", []))])

@@ -24,6 +24,7 @@ from trainctl.eventstream import (
     rejected_delivery,
 )
 from trainctl.hints import trainctl_command
+from trainctl.terminal import printable
 
 EXIT_NOT_FOUND = 3
 
@@ -192,11 +193,11 @@ def status_lines(info: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
     width = max(len(label) for label, _ in rows)
     lines = []
-    for label, value in rows:
+    for label, value in rows:  # each value one line: a newline a requester or a job wrote is shown, never obeyed
         if isinstance(value, list):
-            lines += [f"{label if i == 0 else '':<{width}}  {item}" for i, item in enumerate(value)]
+            lines += [f"{label if i == 0 else '':<{width}}  {printable(item)}" for i, item in enumerate(value)]
         elif value:
-            lines.append(f"{label:<{width}}  {value}")
+            lines.append(f"{label:<{width}}  {printable(value)}")
     return lines
 
 
@@ -217,7 +218,8 @@ def run_list(args: argparse.Namespace) -> int:
     print(f"{'REQUEST':<40} {'STATE':<10} {'ATTEMPT':>7}  {'UPDATED':<19}  JOB")
     for r in records:
         job = r.job_name.rsplit("/", 1)[-1] if r.job_name else "-"
-        print(f"{r.request_id[:40]:<40} {r.state:<10} {r.attempt:>7}  {r.updated:%Y-%m-%d %H:%M:%S}  {job}")
+        request = printable(r.request_id)[:40]
+        print(f"{request:<40} {r.state:<10} {r.attempt:>7}  {r.updated:%Y-%m-%d %H:%M:%S}  {printable(job)}")
     return 0
 
 

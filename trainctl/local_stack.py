@@ -193,7 +193,8 @@ def _teams(path: str) -> dict[str, Any]:
 
     try:
         teams = yaml.safe_load(Path(path).read_text())
-        parse_teams(teams)
+        # The stack fills in its data bucket, as Terraform does (local/stack.py): any name places the folders here.
+        parse_teams({**teams, "data_bucket": "local-data"} if isinstance(teams, dict) else teams)
     except (OSError, yaml.YAMLError, TeamsError) as exc:
         raise ValueError(f"--teams {path}: {exc}") from None
     return dict(teams)

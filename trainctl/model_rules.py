@@ -226,6 +226,7 @@ def publish_rule_change(models: Models, charter: Charter, action: str, changes: 
         model_resource=models.registry.model_name(charter.model_id),
         action=action,
         owner=charter.owner,
+        team=charter.owner,
         rule=charter.rule.describe(),
         reference=charter.reference.source if charter.reference else None,
         changes=changes,

@@ -309,16 +309,20 @@ def run_move(args: argparse.Namespace) -> int:
         return EXIT_REFUSED
     print(f"model {args.name}: {entry.message}")
     try:
-        publish_move(models.settings, models.registry.model_name(args.name), args.name, alias, entry, owner)
+        team = charter.owner if charter else None
+        publish_move(models.settings, models.registry.model_name(args.name), args.name, alias, entry, owner, team)
     except Exception as exc:  # the move is made and recorded; only its announcement is missing
         print(f"the move is made, but its event could not be published: {exc}")
         return 1
     return 0
 
 
-def publish_move(settings: Settings, resource: str, model_id: str, alias: str, entry: Entry, owner: str) -> None:
+def publish_move(
+    settings: Settings, resource: str, model_id: str, alias: str, entry: Entry, owner: str, team: str | None = None
+) -> None:
     """The `promoted` event of a move made by hand: trigger `cli`, about the request that registered the version when
-    the controller knows it (so `trainctl watch --request` shows it), else about the model."""
+    the controller knows it (so `trainctl watch --request` shows it), else about the model; `team`: the model's owner,
+    whose events subscription receives it."""
     source = f"//trainctl/projects/{settings.project}/locations/{settings.region}"
     event = Promoted(
         request_id=entry.request_id or model_id,
@@ -332,5 +336,6 @@ def publish_move(settings: Settings, resource: str, model_id: str, alias: str, e
         version=entry.version,
         alias=alias,
         previous_version=entry.previous,
+        team=team,
     )
     EventPublisher(settings.project, settings.events_topic, source, region=settings.region).publish(event)

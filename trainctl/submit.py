@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from functions.ledger.keys import request_key
+from functions.settings import Settings
 from functions.untrusted.documents import DocumentInvalid, load_document
 from functions.untrusted.package_code import PackageCodeError
 from local.names import Names
@@ -83,11 +84,24 @@ def register(commands: argparse._SubParsersAction) -> None:
     cmd.set_defaults(run=run_submit)
 
 
+def closed_topic(settings: Settings, team: str | None) -> str | None:
+    """Why this shell may not publish where it would (None when it may): with teams, the shared topic takes requests
+    only where the operator opened it (teams.shared_intake_open; issue 40, point 5)."""
+    teams = settings.teams
+    topic = team_requests_topic(settings, team) if team else requests_topic()
+    if teams is None or teams.topic_team(topic) is not None or (closed := teams.shared_topic_problem()) is None:
+        return None
+    return f"not submitted: {closed.removeprefix('topic: ')}; this deployment's teams: {', '.join(teams.teams)}"
+
+
 def run_submit(args: argparse.Namespace) -> int:
     package_uris = None
     if args.source is not None:
         if args.no_validate:
             print("--source fills the request before it is sent; it cannot be combined with --no-validate")
+            return EXIT_INVALID
+        if closed := closed_topic(cli_settings(), args.team):  # before its code is uploaded under a team's folder
+            print(closed)
             return EXIT_INVALID
         try:
             archive = build_source_archive(args.source)
@@ -119,6 +133,9 @@ def run_submit(args: argparse.Namespace) -> int:
             request.request_id,
         )
     settings = cli_settings()
+    if closed := closed_topic(settings, args.team):
+        print(closed)
+        return EXIT_INVALID
     namespace = cli_namespace(settings, args.team)
     topic = team_requests_topic(settings, args.team) if args.team else requests_topic()
     # The key its request gets: a request id names a request within its team (functions/ledger/keys.py).

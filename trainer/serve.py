@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,6 +42,12 @@ DEFAULT_PREDICT_ROUTE = "/predict"
 # Vertex forwards at most 1.5 MB (shared public endpoints) or 10 MB (dedicated ones); the bound only stops a
 # direct caller from making the server hold an arbitrary body in memory.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# How a Content-Length and a chunk's size line may be written: digits (at most 19: an int64), and 1 to 16 hex digits
+# then an optional ';extension' and CRLF (RFC 9112 §6.3, §7.1). Only one length is read per line, of bounded bytes.
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,19}")
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?\r?\n")
+_CHUNK_LINE_BYTES = 1024
+_MAX_TRAILER_LINES = 32
 
 
 class Refused(Exception):
@@ -181,9 +188,9 @@ class PredictionHandler(BaseHTTPRequestHandler):
         if length is None:
             self.close_connection = True
             raise Refused(411, "a prediction request needs a Content-Length header or a chunked body")
-        if not length.isdigit():
+        if not _CONTENT_LENGTH.fullmatch(length):  # isdigit() alone takes '²', and int() refuses 4,301 digits
             self.close_connection = True
-            raise Refused(400, f"Content-Length {length!r} is not a number of bytes")
+            raise Refused(400, f"Content-Length {length[:40]!r} is not a number of bytes")
         if int(length) > MAX_REQUEST_BYTES:
             self.close_connection = True  # the body is left unread
             raise Refused(413, f"the request has {int(length):,} bytes; send at most {MAX_REQUEST_BYTES:,} at once")
@@ -191,24 +198,31 @@ class PredictionHandler(BaseHTTPRequestHandler):
 
     def _read_chunks(self) -> bytes:
         """A body sent with `Transfer-Encoding: chunked` (the proxy in front of the container is not documented to
-        always send a Content-Length), bounded as a sized one is."""
+        always send a Content-Length), bounded as a sized one is. RFC 9112 §7.1: chunk-size is 1*HEXDIG, then
+        chunk extensions after ';', then CRLF; int(…, 16) alone also took '-1' (rfile.read(-1) reads to the end of the
+        connection, past the bound: issue 40, point 6), '0x10', '1_0' and '+f'. Each chunk's data ends in CRLF."""
         body = bytearray()
         while True:
-            line = self.rfile.readline(1024)
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
+            line = self.rfile.readline(_CHUNK_LINE_BYTES)
+            found = _CHUNK_SIZE.match(line)
+            if not found or not line.endswith(b"\n"):
                 self.close_connection = True
-                raise Refused(400, f"a chunked body with a malformed chunk size line {line[:40]!r}") from None
+                raise Refused(400, f"a chunked body with a malformed chunk size line {line[:40]!r}")
+            size = int(found.group(1), 16)
             if size == 0:
-                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                    pass  # trailer fields, if any
-                return bytes(body)
+                for _ in range(_MAX_TRAILER_LINES):
+                    if self.rfile.readline(_CHUNK_LINE_BYTES) in (b"\r\n", b"\n", b""):
+                        return bytes(body)  # after the trailer fields, if any
+                self.close_connection = True
+                raise Refused(400, f"a chunked body with more than {_MAX_TRAILER_LINES} trailer lines")
             if len(body) + size > MAX_REQUEST_BYTES:
                 self.close_connection = True
                 raise Refused(413, f"the request has more than {MAX_REQUEST_BYTES:,} bytes; send fewer at once")
-            body += self.rfile.read(size)
-            self.rfile.readline(1024)  # the CRLF that ends each chunk
+            chunk = self.rfile.read(size)
+            if len(chunk) < size or self.rfile.readline(_CHUNK_LINE_BYTES) not in (b"\r\n", b"\n"):
+                self.close_connection = True
+                raise Refused(400, f"a chunked body whose chunk of {size} bytes is cut short or not ended by CRLF")
+            body += chunk
 
     def _send_not_here(self, path: str, method: str) -> None:
         if path in (self.server.health_route, self.server.predict_route):

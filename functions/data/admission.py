@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from functions import logs
+from functions.cloud import deadline
 from functions.cloud.gcs import StorageError, TooLarge
 from functions.cloud.ports import Storage
 from functions.data.contract import MAX_SCHEMA_BYTES, SCHEMA_FILE, compare_header, parse_schema
@@ -36,6 +37,10 @@ PARQUET_TAIL_BYTES = 64 * 1024
 PARQUET_FOOTER_BYTES = 1024 * 1024
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 MAX_NEW_COLUMNS = 100
+# What typing a CSV head's columns, or reading the schema of a Parquet footer, may take at most: 64 KiB read in one
+# pass each, values over MAX_VALUE_CHARS skipped (functions/data/header.py), or a footer of at most 1 MiB read once
+# (parquet_footer.py: every length bounded by the bytes left), is well under it.
+TYPING_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,14 @@ def check_dataset(
     return DataCheck(result.errors, result.new_columns[:MAX_NEW_COLUMNS], summary, checked=True)
 
 
+def _in_time(seconds: float, what: str) -> None:
+    """The check works inside the handler's deadline (functions/cloud/deadline.py), as its reads do: when `seconds`
+    no longer fit it raises DeadlineReached (Transient) before any claim, and the redelivery checks again — rather
+    than the function being stopped mid-way by its timeout while the event is redelivered beside it."""
+    if not deadline.allows(seconds):
+        raise deadline.DeadlineReached(f"the handler's deadline came before {what}; the redelivery checks the data")
+
+
 def _unchecked(why: str) -> DataCheck:
     logs.info(f"the dataset's header is not checked: {why}")
     return DataCheck(summary=f"not checked: {why}")
@@ -137,7 +150,8 @@ def _read_header(gcs: Storage, uri: str, size: int, file_format: str) -> list[Co
     bucket, name = split_gs_uri(uri)
     if file_format == "csv":
         head = gcs.read_range(bucket, name, 0, min(size, CSV_HEAD_BYTES)) or b""
-        return csv_columns(head, whole=size <= CSV_HEAD_BYTES)
+        _in_time(TYPING_SECONDS, f"typing the columns of {uri}")
+        return csv_columns(head, whole=size <= CSV_HEAD_BYTES, pace=lambda: _in_time(0.0, f"typing {uri}'s columns"))
     tail_bytes = min(size, PARQUET_TAIL_BYTES)
     tail = gcs.read_range(bucket, name, size - tail_bytes, tail_bytes) or b""
     if len(tail) < TAIL_BYTES or tail[-4:] not in (MAGIC, b"PARE"):
@@ -146,6 +160,9 @@ def _read_header(gcs: Storage, uri: str, size: int, file_format: str) -> list[Co
     if length + TAIL_BYTES > size:
         raise _NotItsFormat(f"{uri} is not a Parquet file: its footer would be {length} bytes, more than the file")
     if length + TAIL_BYTES <= len(tail):
-        return footer_columns(tail[-TAIL_BYTES - length : -TAIL_BYTES])
-    start = size - TAIL_BYTES - length
-    return footer_columns(gcs.read_range(bucket, name, start, min(length, PARQUET_FOOTER_BYTES)) or b"")
+        footer = tail[-TAIL_BYTES - length : -TAIL_BYTES]
+    else:
+        start = size - TAIL_BYTES - length
+        footer = gcs.read_range(bucket, name, start, min(length, PARQUET_FOOTER_BYTES)) or b""
+    _in_time(TYPING_SECONDS, f"reading the schema in {uri}'s footer")
+    return footer_columns(footer)

@@ -212,6 +212,7 @@ class Submission:
                 delivery=delivery.event_id,
                 job=job_ref(record.job_name, self.settings.region, self.settings.project) if record.job_name else None,
                 existing_state=record.state,
+                team=record.team,
             )
         )
         return "duplicate"

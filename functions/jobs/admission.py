@@ -167,6 +167,7 @@ def _request_problems(
             "allowed_data_buckets",
             f"bucket {split_gs_uri(reference)[0]} is not allowed; allowed: {', '.join(settings.allowed_data_buckets)}",
         )
+    problems += _team_data_problems(request, settings, team)
     problems += _output_problems(request, settings, output_dir, request_key, team)
     problems += _service_account_problems(request, settings, team)
     problems += _secret_problems(request, settings, team)
@@ -195,6 +196,26 @@ def _secret_problems(request: TrainingJobRequest, settings: Settings, team: str 
         for name, version in secret_env.items()
         if secret_of(version) not in granted
     ]
+
+
+def _team_data_problems(request: TrainingJobRequest, settings: Settings, team: str | None) -> list[FieldError]:
+    """With teams, what a request names as data lies where its team may read (issue 40, point 5): its own data
+    folders, the operator's grants (`reads`), and for packages its own packages/<team>/ folder. One team's request
+    can never train on, score against, or install from another team's folder unless the operator granted it."""
+    teams = settings.teams
+    if teams is None or team is None:
+        return []
+    named: list[tuple[str, str, list[str] | None]] = [("dataset.uri", request.dataset.uri, None)]
+    if request.model and request.model.reference:
+        named.append(("model.reference", request.model.reference, None))
+    package = request.trainer.python_package
+    for index, uri in enumerate(package.uris if package else []):
+        named.append((f"trainer.python_package.uris[{index}]", uri, teams.package_folders(team)))
+    problems = []
+    for field, uri, folders in named:
+        if (problem := teams.data_problem(team, uri, folders)) is not None:
+            problems.append(FieldError(field, problem))
+    return problems
 
 
 def _image_problem(image: str, settings: Settings) -> tuple[str, str] | None:

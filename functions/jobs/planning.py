@@ -323,17 +323,20 @@ MAX_DRIFT_ARG = "--max-drift"
 
 
 def trainer_args(request: TrainingJobRequest, reduction_server: bool) -> list[str]:
-    """Command-line arguments of `python -m trainer.launch` for the built-in tabular trainer."""
+    """Command-line arguments of `python -m trainer.launch` for the built-in tabular trainer. Column names are the
+    requester's text and may start with '-': each is passed joined to its option (`--target=NAME`), one argument
+    that no parser reads as an option of its own (`--target --nproc-per-node=64` gave the launcher 64 processes a
+    node: issue 40, point 6). The URI is a checked gs:// one; the rest are numbers and names from the schema."""
     ds = request.dataset
     args = [
         "--data", ds.uri,
-        "--target", ds.target,
+        f"--target={ds.target}",
         "--format", ds.format,
         "--validation-fraction", str(ds.validation_fraction),
         *hyperparameter_args(request.trainer.hyperparameters or TabularHyperparameters()),
     ]  # fmt: skip
     if ds.features:
-        args += ["--features", ",".join(ds.features)]
+        args.append(f"--features={','.join(ds.features)}")
     if reduction_server:
         args += ["--bucket-cap-mb", str(REDUCTION_SERVER_BUCKET_CAP_MB)]
     if request.model is not None and request.model.max_drift is not None:

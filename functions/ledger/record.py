@@ -212,6 +212,8 @@ class Record(BaseModel):
         for event in fresh:
             self.sequence += 1
             update: dict[str, Any] = {"sequence": self.sequence}
+            if event.team is None and self.team is not None:  # every event of a team's request says its team
+                update["team"] = self.team
             if "spent" in type(event).model_fields:  # a final event says what the whole request ran
                 update["spent"] = self.spent(event.timestamps)
             self.outbox.append(event.model_copy(update=update).model_dump(mode="json", exclude_none=True))

@@ -179,6 +179,27 @@ class Deployment:
         assert converted is not None
         return converted
 
+    def notification_event(self, blob: Blob, event_type: str = "OBJECT_FINALIZE") -> tuple[dict[str, str], bytes]:
+        """The data bucket's notification of `blob` as Eventarc delivers it from the uploads topic
+        (terraform/storage.tf): a Pub/Sub push of the Cloud Storage notification (attributes name the object, data is
+        the object resource, JSON_API_V1), which functions-framework turns into a messagePublished CloudEvent."""
+        body = {
+            "subscription": f"projects/{LOCAL_PROJECT}/subscriptions/eventarc-uploads",
+            "message": {
+                "attributes": {
+                    "eventType": event_type,
+                    "payloadFormat": "JSON_API_V1",
+                    "bucketId": blob.bucket.name,
+                    "objectId": blob.name,
+                    "objectGeneration": str(blob.generation),
+                },
+                "data": base64.b64encode(json.dumps(blob._properties).encode()).decode(),
+                "messageId": uuid.uuid4().hex[:12],
+                "publishTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+        }
+        return {"content-type": "application/json"}, json.dumps(body).encode()
+
     def push_body(self, payload: bytes, message_id: str | None = None) -> tuple[dict[str, str], bytes]:
         """A raw Pub/Sub push, as the emulator's push subscription sends it."""
         body = {
@@ -238,15 +259,20 @@ class Deployment:
 
 @contextlib.contextmanager
 def serving(
-    jobservice: Any, log_dir: Path, capacity: dict[str, Any] | None = None, **settings: str
+    jobservice: Any,
+    log_dir: Path,
+    capacity: dict[str, Any] | None = None,
+    settings_for: Callable[[Deployment], dict[str, str]] | None = None,
+    **settings: str,
 ) -> Iterator[Deployment]:
     """A new deployment serving the functions with `settings` for the length of the block; with `capacity`, the
-    session JobService's capacity model (GPU quotas, stockouts: local/jobservice/capacity.py) for as long."""
+    session JobService's capacity model (GPU quotas, stockouts: local/jobservice/capacity.py) for as long.
+    `settings_for`: settings that name the deployment's own buckets, made once it has its names."""
     if capacity is not None:
         jobservice.control.set_capacity(capacity)
     deployed = Deployment(uuid.uuid4().hex[:8], jobservice.rest_url)
     try:
-        deployed.create(log_dir, **settings)
+        deployed.create(log_dir, **settings, **(settings_for(deployed) if settings_for else {}))
         yield deployed
     finally:
         deployed.stop()

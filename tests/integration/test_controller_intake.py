@@ -116,3 +116,21 @@ def test_a_guardrail_rejects_an_image_from_an_unknown_registry(deployment, job_c
         "registry; allowed: localhost/tests/"
     ]
     assert jobs_with_key(job_client, "request:evil-image-1") == []
+
+
+def test_the_data_buckets_notification_through_the_uploads_topic_starts_the_job_once(deployment, job_client):
+    """Issue 40, point 6: in the cloud the data bucket's notification publishes to trainctl's own uploads topic (so
+    the Cloud Storage agent publishes nowhere else), and Eventarc delivers each message. A data shard is ignored, the
+    marker submits, its other shape (a finalized event, as before) is a duplicate, and a non-finalize starts nothing."""
+    events = deployment.events()
+    shard = deployment.upload("churn/notified/part-0000.csv", "a,y\n1,0\n")
+    marker = deployment.upload("churn/notified/_SUCCESS")
+    assert deployment.post("on_dataset_upload", deployment.notification_event(shard)) == 200
+    assert deployment.post("on_dataset_upload", deployment.notification_event(marker, "OBJECT_DELETE")) == 200
+    assert deployment.post("on_dataset_upload", deployment.notification_event(marker)) == 200
+    assert deployment.post("on_dataset_upload", deployment.storage_event(marker)) == 200
+    key = f"gcs:{deployment.data_bucket}/churn/notified/_SUCCESS#{marker.generation}"
+    (job,) = jobs_with_key(job_client, key)
+    request_id = f"gcs.churn-notified-{marker.generation}"
+    assert events.states(request_id) == ["accepted", "submitted", "duplicate"]
+    assert job.labels["trainctl_request"] == f"gcs-churn-notified-{marker.generation}"

@@ -23,17 +23,28 @@ from tests.integration.test_model_promotion import PARENT, accuracy, champion, n
 from trainctl.cli import main as trainctl
 
 DECLARED = "declared-model"
+# Every team reads the built-in requests' datasets (builtin_request: stand-in/<request id>/) by the operator's grant
+# (issue 40, point 5), and the default team sends on its own topic (the shared one is closed).
+STAND_INS = ["stand-in/"]
 TEAMS = {
     "default_team": "shared",
-    "teams": {"shared": {}, "blue": {"topic": "it-requests-blue"}, "red": {"topic": "it-requests-red"}},
+    "teams": {
+        "shared": {"topic": "it-requests-shared", "reads": STAND_INS},
+        "blue": {"topic": "it-requests-blue", "reads": STAND_INS},
+        "red": {"topic": "it-requests-red", "reads": STAND_INS},
+    },
     "models": {DECLARED: {"owner": "blue", "grants": ["red"]}},
 }
 
 
+def teams_setting(deployment: Deployment) -> dict[str, str]:
+    return {"TRAINCTL_TEAMS": json.dumps(TEAMS | {"data_bucket": deployment.data_bucket})}
+
+
 @pytest.fixture(scope="module")
 def teams(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -> Iterator[Deployment]:
-    settings = {"TRAINCTL_TRAINER_IMAGE": TRAINER_STAND_IN, "TRAINCTL_TEAMS": json.dumps(TEAMS)}
-    with serving(jobservice, tmp_path_factory.mktemp("functions"), **settings) as deployed:
+    settings = {"TRAINCTL_TRAINER_IMAGE": TRAINER_STAND_IN}
+    with serving(jobservice, tmp_path_factory.mktemp("functions"), settings_for=teams_setting, **settings) as deployed:
         yield deployed
 
 
@@ -108,7 +119,7 @@ def test_the_operator_declares_owners_and_grants(teams):
     document = builtin_request(
         teams, "declared-shared", "--metrics", json.dumps(accuracy(0.9)), model={"name": DECLARED}
     )
-    assert teams.request(document) == 200
+    assert teams.request(document, topic="it-requests-shared") == 200
     rejected = events.wait_for("declared-shared", "rejected")
     assert rejected.errors[0].startswith(f"model.name: model {DECLARED} belongs to team blue; team shared's")
 
@@ -149,7 +160,7 @@ def test_a_model_registered_before_owners_waits_for_the_operator(teams, registry
     rejected = events.wait_for("old-blue", "rejected")
     assert rejected.errors[0].startswith(f"model.name: model {model} was registered before models had owners")
 
-    for name, value in teams.settings_env(TRAINCTL_TEAMS=json.dumps(TEAMS)).items():
+    for name, value in teams.settings_env(**teams_setting(teams)).items():
         monkeypatch.setenv(name, value)
     assert trainctl(["models", "adopt", model, "--team", "red", "--min-improvement", "0.01"]) == 0
     assert "adopted" in capsys.readouterr().out

@@ -242,3 +242,28 @@ def test_with_teams_submit_source_uploads_under_its_teams_own_folder(cli_env, tm
 
     assert red == f"gs://{cli_env.data_bucket}/packages/red/sha256-{archive.sha256}/{archive.filename}"
     assert shared == f"gs://{cli_env.data_bucket}/packages/shared/sha256-{archive.sha256}/{archive.filename}"
+
+
+def test_with_teams_submit_source_refuses_the_closed_shared_topic_before_uploading_and_names_the_teams(
+    cli_env, tmp_path, monkeypatch, capsys
+):
+    """Issue 40, points 5 and 11: with teams the shared topic is closed unless the operator opened it, so a shell
+    publishing there is told to name its team before any code is uploaded; with --team the package goes under that
+    team's own folder, which its uploaders may write (and replace)."""
+    teams = {"default_team": "shared", "teams": {"shared": {}, "red": {"topic": "it-requests-red"}}}
+    monkeypatch.setenv("TRAINCTL_TEAMS", json.dumps(teams))
+    monkeypatch.setenv("TRAINCTL_REQUESTS_TOPIC", "it-requests")
+    victim, archive, _ = victim_and_planted(tmp_path)
+    request = tmp_path / "request.yaml"
+    request.write_text(yaml.safe_dump(package_request("closed-topic", "gs://x/placeholder.tar.gz")))
+
+    status = main(["submit", str(request), "--source", str(victim), "--source-bucket", cli_env.data_bucket])
+
+    printed = capsys.readouterr().out
+    assert status == 2, printed
+    assert "not submitted: the shared requests topic is closed" in printed and "teams: shared, red" in printed
+    assert not list(
+        cli_env.storage().bucket(cli_env.data_bucket).list_blobs(prefix=f"packages/shared/sha256-{archive.sha256}")
+    )
+    red = upload_source(victim, cli_env.data_bucket, "red")
+    assert red == f"gs://{cli_env.data_bucket}/packages/red/sha256-{archive.sha256}/{archive.filename}"

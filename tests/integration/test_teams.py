@@ -1,7 +1,9 @@
 """Teams on the local stack (issue 32, acceptance): two teams, each with its own request topic, sharing the GPU
 quota of the JobService's capacity model through trainctl's pool — one over its share waits while the other is
 admitted, one borrows what the other leaves idle, both waiting are admitted in fair order, a budget refuses (eight
-deliveries at once against it admit one), and a forged team label is refused."""
+deliveries at once against it admit one), and a forged team label is refused. And what a team may see and touch (issue
+40, point 5): its own data and the operator's grants, markers in its own folders, its own events; the shared topic is
+closed."""
 
 from __future__ import annotations
 
@@ -20,30 +22,54 @@ from functions.controller import Controller
 from functions.ledger import keys
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT
-from tests.integration.deployment import Deployment, EventLog, fake_node_request, serving
+from tests.integration.deployment import (
+    DATA_SHARD,
+    FAKE_NODE_IMAGE,
+    SHARED_DATASET,
+    Deployment,
+    EventLog,
+    fake_node_request,
+    serving,
+)
 from tests.integration.test_controller_intake import jobs_with_key
 
 V100 = {"machine_type": "n1-standard-16", "accelerator_type": "NVIDIA_TESLA_V100", "accelerator_count": 2}
 P100 = {"machine_type": "n1-standard-16", "accelerator_type": "NVIDIA_TESLA_P100", "accelerator_count": 2}
 V100_METRIC, P100_METRIC = "custom_model_training_nvidia_v100_gpus", "custom_model_training_nvidia_p100_gpus"
 CAPACITY: dict[str, Any] = {"regions": {"us-central1": {"quotas": {V100_METRIC: 8, P100_METRIC: 4}}}}
-TEAMS = {
+# Every team may read the fake-node requests' dataset, by the operator's grant (issue 40, point 5: a team reads only
+# its own folders and what the operator grants it).
+SHARED = [SHARED_DATASET]
+TEAMS: dict[str, Any] = {
     "default_team": "shared",
     "teams": {
-        "shared": {},
+        "shared": {"topic": "it-requests-shared", "reads": SHARED},
         # V100 (limit 8): a owns 2 and may borrow 2 more; b owns 6. P100 (limit 4): each is promised all of it,
         # with equal weights, so that only fair share decides between them.
-        "a": {"topic": "it-requests-a", "quota": {V100_METRIC: 2, P100_METRIC: 4}, "borrow_limit": 2},
-        "b": {"topic": "it-requests-b", "quota": {V100_METRIC: 6, P100_METRIC: 4}},
-        "c": {"topic": "it-requests-c", "monthly_budget_usd": 1},
+        "a": {"topic": "it-requests-a", "quota": {V100_METRIC: 2, P100_METRIC: 4}, "borrow_limit": 2, "reads": SHARED,
+              "data_prefixes": ["team-a/"]},
+        "b": {"topic": "it-requests-b", "quota": {V100_METRIC: 6, P100_METRIC: 4}, "reads": SHARED,
+              "data_prefixes": ["team-b/"]},
+        "c": {"topic": "it-requests-c", "monthly_budget_usd": 1, "reads": SHARED},
     },
-}
+}  # fmt: skip
+
+
+def teams_settings(deployment: Deployment) -> dict[str, str]:
+    """TRAINCTL_TEAMS as Terraform sets it (with the data bucket), and trigger rules whose markers are team b's."""
+    template = {"dataset": {"target": "y"}, "trainer": {"image": f"{FAKE_NODE_IMAGE}:1", "args": ["--sleep", "0.2"]},
+                "resources": {"machine_type": "g2-standard-24"}, "team": "b"}  # fmt: skip
+    rules = {f"gs://{deployment.data_bucket}/{folder}/": template for folder in ("team-a", "team-b", "loose")}
+    return {
+        "TRAINCTL_TEAMS": json.dumps(TEAMS | {"data_bucket": deployment.data_bucket}),
+        "TRAINCTL_TRIGGER_RULES": json.dumps(rules),
+    }
 
 
 @pytest.fixture(scope="module")
 def teams(jobservice, tmp_path_factory) -> Iterator[Deployment]:
     log_dir = tmp_path_factory.mktemp("functions")
-    with serving(jobservice, log_dir, CAPACITY, TRAINCTL_TEAMS=json.dumps(TEAMS)) as deployment:
+    with serving(jobservice, log_dir, CAPACITY, settings_for=teams_settings) as deployment:
         yield deployment
 
 
@@ -165,9 +191,10 @@ def output_dir(job: Any) -> str:
 def test_two_teams_and_the_default_team_each_run_their_own_request_under_one_request_id(teams, job_client):
     """Issue 38, point 6: request ids are one namespace per team. Team a takes `shared-id` first; team b's request
     with that id, of another spec, is not a conflict with a's (before, it was rejected: b could be squatted, or a's
-    id taken by b first); the default team's keeps today's key. Three jobs, three keys, three folders."""
+    id taken by b first); the default team's (on its own topic) keeps today's key. Three jobs, three keys, three
+    folders."""
     events = teams.events()
-    for topic, sleep in (("it-requests-a", "0.2"), ("it-requests-b", "0.3"), ("it-requests", "0.4")):
+    for topic, sleep in (("it-requests-a", "0.2"), ("it-requests-b", "0.3"), ("it-requests-shared", "0.4")):
         assert teams.request(fake_node_request("shared-id", "--sleep", sleep), topic=topic) == 200
     keys_of = {"a": "request:a/shared-id", "b": "request:b/shared-id", None: "request:shared-id"}
     for team, key in keys_of.items():
@@ -191,7 +218,7 @@ def test_a_request_a_team_sent_before_ids_had_namespaces_is_found_by_its_redeliv
     document = fake_node_request("before-namespaces", "--sleep", "0.2")
     topic = f"projects/{LOCAL_PROJECT}/topics/it-requests-a"
     push = teams.push_body(json.dumps(document).encode(), "msg-before-namespaces")
-    settings = Settings.from_env(teams.settings_env(TRAINCTL_TEAMS=json.dumps(TEAMS)))
+    settings = Settings.from_env(teams.settings_env(**teams_settings(teams)))
     cloud_event = CloudEvent(
         {"type": "google.cloud.pubsub.topic.v1.messagePublished", "source": f"//pubsub.googleapis.com/{topic}",
          "id": "msg-before-namespaces"},
@@ -215,3 +242,95 @@ class EarlierVersion(Controller):
 
     def request_key(self, request_id: str, team: str | None) -> str:
         return keys.request_key(request_id)
+
+
+# ---- what a team may see and touch (issue 40, point 5) -------------------------------------------------------------
+
+
+def rejected_of(events: EventLog, request_id: str) -> Any:
+    return events.wait_for(request_id, "rejected")
+
+
+def test_a_team_cannot_train_on_another_teams_data_and_its_own_is_fine(teams, job_client):
+    """Issue 40, point 5: red trained on blue's data. Team a naming team b's folder is rejected at admission, naming
+    the field and the rule, and nothing is claimed; team b's own request on the same data is accepted."""
+    teams.upload("team-b/churn/part-0.csv", DATA_SHARD)
+    dataset = {"uri": f"gs://{teams.data_bucket}/team-b/churn/", "target": "y"}
+    events = teams.events()
+    assert (
+        teams.request(fake_node_request("a-reads-b", "--sleep", "0.1", dataset=dataset), topic="it-requests-a") == 200
+    )
+    rejected = rejected_of(events, "a-reads-b")
+    assert (rejected.reason, rejected.team) == ("invalid", "a")
+    (error,) = rejected.errors
+    assert error.startswith(
+        f"dataset.uri: guardrail team_data: gs://{teams.data_bucket}/team-b/churn/ is team b's data"
+    )
+    assert "teams.a.data_prefixes, teams.a.reads" in error
+    assert teams.record("request:a/a-reads-b") is None and jobs_with_key(job_client, "request:a/a-reads-b") == []
+    assert (
+        teams.request(fake_node_request("b-reads-b", "--sleep", "0.1", dataset=dataset), topic="it-requests-b") == 200
+    )
+    assert "accepted" in events.states("b-reads-b")
+
+
+def marker_rejection(deployment: Deployment, events: EventLog, folder: str) -> Any:
+    marker = deployment.upload_marker(folder)
+    assert deployment.post("on_dataset_upload", deployment.storage_event(marker)) == 200
+    key = f"gcs:{deployment.data_bucket}/{marker.name}#{marker.generation}"
+    found = [e for e, _ in events.drain() if e.request_key == key]
+    return marker, key, found
+
+
+def test_a_marker_starts_jobs_only_for_the_team_whose_folder_it_lies_in(teams, job_client):
+    """Issue 40, point 5: a marker team a's uploaders put in their folder, matched by a rule of team b, would spend b's
+    quota and budget; one outside every team's folder (where the deployment's other uploaders write) would too. Both
+    are refused before their content is read, and nothing is claimed; b's marker in b's own folder starts b's job."""
+    events = teams.events()
+    for folder, owner in (("team-a/day1/", "a"), ("loose/day1/", "b")):
+        marker, key, found = marker_rejection(teams, events, folder)
+        (rejected,) = found
+        assert (rejected.state, rejected.team) == ("rejected", owner)
+        (error,) = rejected.errors
+        assert error.startswith(f"marker: gs://{teams.data_bucket}/{marker.name} lies ")
+        assert teams.record(key) is None and jobs_with_key(job_client, key) == []
+    marker, key, found = marker_rejection(teams, events, "team-b/day1/")
+    assert [e.state for e in found] == ["accepted", "submitted"] and found[0].team == "b"
+    assert len(jobs_with_key(job_client, key)) == 1
+
+
+def test_the_shared_topic_spends_no_teams_quota_unless_the_operator_opened_it(teams, job_client):
+    """Issue 40, point 5: whoever publishes to the shared topic spent the default team's quota and budget. It is closed
+    by default: the request is rejected saying so, and nothing is claimed."""
+    events = teams.events()
+    assert teams.request(fake_node_request("on-the-shared-topic", "--sleep", "0.1"), topic="it-requests") == 200
+    rejected = rejected_of(events, "on-the-shared-topic")
+    assert rejected.errors[0].startswith("topic: the shared requests topic is closed in this deployment")
+    assert teams.record("request:on-the-shared-topic") is None
+
+
+def test_every_event_of_a_teams_request_carries_its_team_for_its_teams_subscription(teams):
+    """Issue 40, point 5: every watcher saw every team's events. Each event of a team's request carries its team as
+    the `team` attribute, which each team watcher's subscription filters on (`attributes.team = "<team>"`,
+    terraform/watchers.tf), so that filter keeps every one of team a's events and none of team b's. The Pub/Sub
+    emulator keeps a subscription's filter but does not apply it (local/FIDELITY.md), so the filter is applied here as
+    Pub/Sub does: an exact match on the attribute (cloud.google.com/pubsub/docs/filtering)."""
+    import google.cloud.pubsub_v1 as pubsub_v1
+
+    subscriber = pubsub_v1.SubscriberClient()
+    topic = f"projects/{LOCAL_PROJECT}/topics/{teams.events_topic}"
+    watch_a = subscriber.subscription_path(LOCAL_PROJECT, f"it-watch-a-{teams.suffix}")
+    subscriber.create_subscription(request={"name": watch_a, "topic": topic, "filter": 'attributes.team = "a"'})
+    assert subscriber.get_subscription(subscription=watch_a).filter == 'attributes.team = "a"'
+    events = teams.events()
+    for team in ("a", "b"):
+        assert teams.request(fake_node_request(f"watched-{team}", "--sleep", "0.1"), topic=f"it-requests-{team}") == 200
+        events.wait_for(f"watched-{team}", "submitted")
+    published = [(event, attributes) for event, attributes in events.drain() if event.request_id.startswith("watched-")]
+    assert {(event.request_id, attributes.get("team"), event.team) for event, attributes in published} == {
+        ("watched-a", "a", "a"),
+        ("watched-b", "b", "b"),
+    }
+    kept = [event for event, attributes in published if attributes.get("team") == "a"]
+    assert {event.request_id for event in kept} == {"watched-a"}
+    assert {event.state for event in kept} >= {"accepted", "submitted"}

@@ -45,9 +45,17 @@ def test_each_function_gets_a_documented_memory_tier_and_the_submitters_one_that
 
 
 def test_storage_trigger_watches_the_data_bucket_and_retries(tf):
+    """Issue 40, point 6: the data bucket's notifications go to a topic of this configuration (so the Cloud Storage
+    agent publishes there alone), whose Eventarc trigger calls on_dataset_upload and retries."""
     trigger = tf.locals["functions"]["on_dataset_upload"]["trigger"]
-    assert trigger["event_type"] == "google.cloud.storage.object.v1.finalized"
-    assert trigger["bucket"] == "${google_storage_bucket.data.name}"
+    assert trigger["event_type"] == "google.cloud.pubsub.topic.v1.messagePublished"
+    assert (trigger["pubsub_topic"], trigger["bucket"]) == ("${google_pubsub_topic.data_uploads.id}", None)
+    notification = tf.resource("google_storage_notification", "data_uploads")
+    assert notification["bucket"] == "${google_storage_bucket.data.name}"
+    assert notification["topic"] == "${google_pubsub_topic.data_uploads.id}"
+    # The handler reads the object resource from the message (functions/handlers.py _uploaded_object).
+    assert (notification["payload_format"], notification["event_types"]) == ("JSON_API_V1", ["OBJECT_FINALIZE"])
+    assert notification["depends_on"] == ["${google_pubsub_topic_iam_member.gcs_agent_publishes_uploads}"]
 
     event_trigger = dynamic_block(tf.resource("google_cloudfunctions2_function", "function"), "event_trigger")
     assert event_trigger["for_each"] == "${each.value.trigger == null ? [] : [each.value.trigger]}"

@@ -70,7 +70,6 @@ def test_the_functions_wait_for_eventarc_and_build_grants_to_propagate(tf):
     wait = tf.resource("time_sleep", "grants_propagate")
     assert {
         ENABLED,
-        "${google_project_iam_member.gcs_agent_publishes_events}",
         "${google_project_iam_member.eventarc_receives_events}",
         "${google_project_iam_member.build_reads_staged_source}",
     } <= set(wait["depends_on"])

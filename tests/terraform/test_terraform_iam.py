@@ -112,7 +112,8 @@ def test_every_function_may_submit_as_the_trainer_and_nothing_more(tf):
         assert act_as["for_each"] == "${local.functions}"
         assert act_as["role"] == "roles/iam.serviceAccountUser"
     vertex = tf.resource("google_project_iam_member", "function_uses_vertex")
-    assert vertex["role"] == "roles/aiplatform.user"
+    # Exactly the Vertex AI calls each can reach (issue 40, point 6; test_terraform_reachable_calls.py).
+    assert vertex["role"] == "${google_project_iam_custom_role.function_vertex[each.key].id}"
 
 
 def test_functions_publish_to_the_events_topic_only(tf):
@@ -257,7 +258,9 @@ def test_custom_images_read_data_and_write_only_custom_runs_and_the_output_bucke
         "google_storage_bucket_iam_member.custom_writes_output_buckets",
     ]
     reads = granted["google_storage_bucket_iam_member.custom_reads_data"]
-    assert (reads["for_each"], reads["role"]) == ("${toset(local.data_buckets)}", "roles/storage.objectViewer")
+    assert reads["role"] == "roles/storage.objectViewer" and "for bucket in local.data_buckets" in reads["for_each"]
+    # Without teams every data bucket, whole; with teams the default team's folders only (test_terraform_team_scope.py).
+    assert "var.teams == null ||" in reads["for_each"]
     control = granted["google_storage_bucket_iam_member.custom_writes_custom_run_outputs"]
     assert (control["bucket"], control["role"]) == ("${google_storage_bucket.control.name}", "roles/storage.objectUser")
     outputs = granted["google_storage_bucket_iam_member.custom_writes_output_buckets"]
@@ -338,8 +341,13 @@ def test_pubsub_agent_gets_exactly_what_dead_lettering_and_history_need(tf):
 
 
 def test_storage_trigger_identities_have_their_roles(tf):
+    """Issue 40, point 6: the Cloud Storage agent publishes to the topic its notification uses, and to no other."""
     gcs = grants_to(tf, "${local.gcs_service_agent}")
-    assert [g["role"] for g in gcs.values()] == ["roles/pubsub.publisher"]
+    assert list(gcs) == ["google_pubsub_topic_iam_member.gcs_agent_publishes_uploads"]
+    (grant,) = gcs.values()
+    assert (grant["role"], grant["topic"]) == ("roles/pubsub.publisher", "${google_pubsub_topic.data_uploads.id}")
+    notifications = tf.of_kind("google_storage_notification")
+    assert [body["topic"] for body in notifications.values()] == [grant["topic"]]
     eventarc = grants_to(tf, "${google_service_account.eventarc.member}")
     assert sorted(g["role"] for g in eventarc.values()) == ["roles/eventarc.eventReceiver", "roles/run.invoker"]
 
@@ -393,7 +401,8 @@ def test_only_the_listed_members_may_start_jobs(tf):
     uploader = tf.resource("google_storage_bucket_iam_member", "data_uploader")
     assert uploader["for_each"] == "${toset(var.data_uploaders)}"
     assert uploader["bucket"] == "${google_storage_bucket.data.name}"
-    assert uploader["role"] == "roles/storage.objectCreator"
+    # Create and replace (issue 40, point 11), outside every team's folder where there are teams (point 5).
+    assert uploader["role"] == "${google_project_iam_custom_role.data_uploader.id}"
     # Nothing else may publish requests or create objects in the data bucket.
     requests_publishers = [
         name for kind, name, body in grants(tf)

@@ -1,5 +1,6 @@
-"""Every Cloud Storage, Pub/Sub, Cloud Quotas and Vertex Model Registry call a function can reach is granted to that
-function's account in Terraform.
+"""Every Cloud Storage, Pub/Sub, Cloud Quotas and Vertex AI (JobService, Model Registry) call a function can reach is
+granted to that function's account in Terraform, and each function holds exactly the Vertex AI permissions of the calls
+it can reach (issue 40, point 6).
 
 The calls come from a static call graph over functions/*.py (reachable_calls.py), starting at each entry point
 of functions/main.py. Each adapter method maps to the IAM permissions it needs, each call site to the
@@ -20,6 +21,9 @@ GCS = "functions.cloud.gcs.Gcs"
 PUBLISHER = "functions.cloud.publisher.EventPublisher"
 QUOTAS = "functions.cloud.quotas.GpuQuotas"
 REGISTRY = "functions.cloud.registry.ModelRegistry"
+VERTEX = "functions.cloud.vertex.VertexJobs"
+# The custom role each function's Vertex AI permissions are granted by (terraform/iam.tf).
+VERTEX_ROLE = "${google_project_iam_custom_role.function_vertex[each.key].id}"
 
 # What each adapter method needs. Replacing an existing object needs storage.objects.delete as well as
 # .create (https://cloud.google.com/storage/docs/access-control/iam-permissions, the note under
@@ -61,6 +65,14 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (REGISTRY, "merge_aliases"): frozenset({"aiplatform.models.update"}),
     (REGISTRY, "evaluations"): frozenset({"aiplatform.modelEvaluations.list"}),
     (REGISTRY, "import_evaluation"): frozenset({"aiplatform.modelEvaluations.import"}),
+    # The JobService (functions/cloud/vertex.py), each method's permission from its REST reference page
+    # (cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.customJobs…, "IAM Permissions").
+    (VERTEX, "find"): frozenset({"aiplatform.customJobs.list"}),  # ListCustomJobs by the attempt's labels
+    # Looks first (ListCustomJobs), creates only when none is found, looks again before each retry.
+    (VERTEX, "find_or_create"): frozenset({"aiplatform.customJobs.list", "aiplatform.customJobs.create"}),
+    (VERTEX, "active_jobs"): frozenset({"aiplatform.customJobs.list"}),
+    (VERTEX, "get"): frozenset({"aiplatform.customJobs.get"}),
+    (VERTEX, "cancel"): frozenset({"aiplatform.customJobs.cancel"}),
 }
 
 # Which resource each call site touches: "data" (the data bucket and extra_data_buckets), "control" (the
@@ -77,6 +89,8 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     (QUOTAS, "*"): frozenset({"project"}),
     # ModelRegistry(settings.project, settings.region, …): the project's models (a project-level grant).
     (REGISTRY, "*"): frozenset({"project"}),
+    # VertexJobs(settings.project, settings.region, …): the project's CustomJobs, in any region (a project-level grant).
+    (VERTEX, "*"): frozenset({"project"}),
     # The per-model records (functions/ledger/model_records.py) live in the control bucket beside the ledger.
     ("functions.ledger.model_records.ModelLedger", "*"): frozenset({"control"}),
     # Each model's charter (issue 38) beside them.
@@ -136,19 +150,6 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "roles/pubsub.publisher": frozenset({"pubsub.topics.publish"}),
     # https://cloud.google.com/docs/quotas/permissions: the viewer role reads quota infos and preferences.
     "roles/cloudquotas.viewer": frozenset({"cloudquotas.quotas.get"}),
-    # Of the Vertex AI User role, the ModelService permissions the controller uses: aiplatform.user holds
-    # aiplatform.models.{get,list,upload,update,…} and aiplatform.modelEvaluations.{get,import,list}
-    # (https://cloud.google.com/iam/docs/roles-permissions/aiplatform).
-    "roles/aiplatform.user": frozenset(
-        {
-            "aiplatform.models.get",
-            "aiplatform.models.list",
-            "aiplatform.models.upload",
-            "aiplatform.models.update",
-            "aiplatform.modelEvaluations.list",
-            "aiplatform.modelEvaluations.import",
-        }
-    ),
 }
 
 # How Terraform names the resources of SITE_RESOURCES in a grant.
@@ -172,12 +173,14 @@ def entry_points() -> list[str]:
 @pytest.fixture(scope="module")
 def graph() -> CallGraph:
     return CallGraph(
-        {GCS, PUBLISHER, QUOTAS, REGISTRY},
+        {GCS, PUBLISHER, QUOTAS, REGISTRY, VERTEX},
         ports={
             "functions.cloud.ports.Storage": GCS,
             "functions.cloud.ports.Events": PUBLISHER,
             "functions.cloud.ports.Quotas": QUOTAS,
             "functions.cloud.ports.Registry": REGISTRY,
+            # Jobs is VertexJobs in the deployed functions (LazyJobs builds one on first use and hands calls to it).
+            "functions.cloud.ports.Jobs": VERTEX,
         },
     )
 
@@ -222,6 +225,10 @@ def granted(tf, function: str) -> set[tuple[str, str]]:
         for name, body in tf.of_kind(kind).items():
             if not body["member"].startswith("${google_service_account.function["):
                 continue
+            if body["role"] == VERTEX_ROLE:  # a custom role per function: its vertex_permissions
+                assert body["for_each"] == "${local.functions}", f"{kind}.{name}"
+                pairs |= {("project", p) for p in functions[function]["vertex_permissions"]}
+                continue
             if kind == "google_project_iam_member" and body["role"] not in ROLE_PERMISSIONS:
                 continue
             assert "condition" not in body, f"{kind}.{name}: conditional grants are not modelled here"
@@ -248,6 +255,7 @@ def test_every_adapter_method_is_classified():
         (PUBLISHER, "cloud/publisher.py"),
         (QUOTAS, "cloud/quotas.py"),
         (REGISTRY, "cloud/registry.py"),
+        (VERTEX, "cloud/vertex.py"),
     ]:
         class_name = adapter.rsplit(".", 1)[1]
         tree = ast.parse((FUNCTIONS_DIR / path).read_text())
@@ -306,16 +314,16 @@ def test_only_the_functions_that_observe_jobs_may_read_the_output_buckets(tf, gr
 
 def test_the_model_steps_reach_the_registry_and_it_is_granted(tf, graph):
     """Issue 26, Terraform: the steps after a success (on_job_state and reconcile) upload, read, alias and evaluate
-    versions, and the intake functions read the champion; roles/aiplatform.user, granted to every function for its
-    CustomJobs, covers each of those ModelService calls."""
+    versions, and the intake functions read the champion; the observers' Vertex roles cover each ModelService call."""
     observed = {(site.method, site.caller) for site in graph.reachable_sites("functions.main.reconcile")}
     assert ("upload", "functions.models.promotion.Promotion._upload") in observed
     assert ("merge_aliases", "functions.models.alias_moves.finish_move") in observed
     assert ("import_evaluation", "functions.models.promotion.Promotion._evaluate") in observed
     intake = graph.reachable_sites("functions.main.on_job_request")
     assert Site("functions.models.intake.ModelIntake._champion", REGISTRY, "get") in intake
-    for function in functions.main.__all__:
+    for function in ("on_job_state", "reconcile"):
         assert ("project", "aiplatform.models.upload") in granted(tf, function)
+    assert ("project", "aiplatform.models.get") in granted(tf, "on_job_request")
 
 
 @pytest.mark.parametrize("function", ["on_dataset_upload", "on_job_request"])
@@ -326,3 +334,53 @@ def test_the_data_check_reads_are_reached_by_intake_and_granted(tf, graph, funct
     assert Site("functions.data.admission._read_header", GCS, "read_range") in sites
     assert Site("functions.data.admission.check_dataset", GCS, "read") in sites
     assert {("data", "storage.objects.get"), ("control", "storage.objects.get")} <= granted(tf, function)
+
+
+@pytest.mark.parametrize("function", functions.main.__all__)
+def test_each_function_holds_exactly_the_vertex_permissions_it_can_reach(tf, graph, function):
+    """Issue 40, point 6: every function held project-wide roles/aiplatform.user, every Vertex permission a user has
+    (endpoints, datasets, pipelines, deleting models …). Each now holds a custom role with the permissions of the
+    JobService and ModelService calls it can reach, no more and no fewer: the intake functions create jobs and read the
+    champion; only the observers cancel, read jobs and register versions."""
+    need = {permission for (_, permission) in needed(function, graph) if permission.startswith("aiplatform.")}
+    assert set(tf.locals["functions"][function]["vertex_permissions"]) == need
+    role = tf.resource("google_project_iam_custom_role", "function_vertex")
+    assert (role["for_each"], role["permissions"]) == ("${local.functions}", "${each.value.vertex_permissions}")
+    grant = tf.resource("google_project_iam_member", "function_uses_vertex")
+    assert (grant["role"], grant["member"]) == (VERTEX_ROLE, "${google_service_account.function[each.key].member}")
+    predefined = [
+        (kind, name) for (kind, name), body in tf.resources.items()
+        if kind.endswith("_iam_member") and body["member"].startswith("${google_service_account.function[")
+        and body["role"].startswith("roles/aiplatform.")
+    ]  # fmt: skip
+    assert predefined == []
+
+
+def test_the_intake_functions_never_cancel_or_register(tf, graph):
+    """Issue 40, point 6: what narrowing bought, in words a reviewer can check."""
+    for function in ("on_dataset_upload", "on_job_request"):
+        assert sorted(tf.locals["functions"][function]["vertex_permissions"]) == [
+            "aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"
+        ]  # fmt: skip
+
+
+# Calls on receivers named like the Vertex client that are not JobService calls, each with what it is.
+NOT_VERTEX_CALLS = {
+    "functions.cloud.vertex.LazyJobs.prepare: threading.Thread": "starting the thread that builds the client",
+    "functions.controller.Controller.from_settings: VERTEX_RETRIES.scaled": "a RetryPolicy",
+    "functions.intake.submission.Submission._claim: self.jobs.prepare": "LazyJobs, building the client",
+    "functions.intake.submission.Submission.submit: self.jobs.find_or_create": "LazyJobs, which hands it to VertexJobs",
+    "functions.lifecycle.observation.Observation._job_by_id: self.jobs.parent.split": "a str",
+    "functions.lifecycle.sweep.Listing.job_of: self.jobs.get": "a dict of job snapshots",
+}
+
+
+def test_the_call_graph_sees_every_vertex_call(graph):
+    """A JobService call the graph could not type would be one the role check silently skips: every call on a receiver
+    named like the Vertex client resolves to VertexJobs, or is one of the calls above."""
+    calls = graph.unresolved_adapter_looking_calls(("vertex", "_jobs", "self.jobs"))
+    assert [call for call in calls if not any(call.startswith(known) for known in NOT_VERTEX_CALLS)] == []
+    for function in functions.main.__all__:
+        assert Site(
+            "functions.cloud.vertex.LazyJobs.find_or_create", VERTEX, "find_or_create"
+        ) in graph.reachable_sites(f"functions.main.{function}")

@@ -77,7 +77,8 @@ def _may_create(tf, evaluated: dict[str, Any], member: str, obj: str) -> bool:
         expression,
     )
     assert match, f"unexpected condition {expression!r}"
-    assert body["bucket"] == "${google_storage_bucket.data.name}" and body["role"] == "roles/storage.objectCreator"
+    assert body["bucket"] == "${google_storage_bucket.data.name}"
+    assert body["role"] == "${google_project_iam_custom_role.data_uploader.id}"  # create and replace: issue 40
     name = f"projects/_/buckets/{DATA}/objects/{obj}"
     return any(
         name.startswith(f"projects/_/buckets/{DATA}/objects/{prefix}")

@@ -30,15 +30,16 @@ def test_each_watcher_pulls_from_its_own_subscription_and_nothing_else(tf):
     assert "condition" not in grant
 
 
-def test_no_pubsub_role_is_granted_on_the_project_to_anyone_but_googles_storage_agent(tf):
+def test_no_pubsub_role_is_granted_on_the_project(tf):
     """Guards issue 25, point 5: a project-wide Pub/Sub role (roles/pubsub.editor, or subscriber on the project)
-    would let its holder read the dead letters and the requests push subscription, or delete them."""
+    would let its holder read the dead letters and the requests push subscription, or delete them. Since issue 40
+    (point 6) not even Google's Cloud Storage agent holds one: it publishes to the uploads topic alone."""
     on_project = {
         name: body["member"]
         for name, body in tf.of_kind("google_project_iam_member").items()
         if body["role"].startswith("roles/pubsub.")
     }
-    assert on_project == {"gcs_agent_publishes_events": "${local.gcs_service_agent}"}
+    assert on_project == {}
 
 
 def test_the_watchers_subscriptions_are_pull_subscriptions_on_the_events_topic(tf):

@@ -21,7 +21,9 @@ from schemas.events import Rejected, Trigger
 from tests.unit.conftest import make_record, make_request
 from tests.unit.controller_harness import Harness, harness
 
-TEAMS = parse_teams({"default_team": "shared", "teams": {"shared": {}, "red": {}, "blue": {}}})
+# Every team reads the requests' dataset by the operator's grant (issue 40, point 5: teams read only what they may).
+READS = {"reads": ["gs://data-bucket/churn/"]}
+TEAMS = parse_teams({"default_team": "shared", "teams": {"shared": READS, "red": READS, "blue": READS}})
 
 
 def test_the_default_team_and_deployments_without_teams_keep_todays_keys():

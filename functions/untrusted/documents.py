@@ -46,15 +46,16 @@ class _NoAliasLoader(yaml.SafeLoader):
 def load_document(raw: bytes | str, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
     """JSON first (the common case, and a subset of YAML), then YAML."""
     text = _text(raw, max_bytes)
-    if _open_brackets(text) > _NO_PARSER_RECURSES:
-        # PyYAML's scanner reads a flow collection well ahead of its parser: 64 KiB of `[` took a second of CPU
-        # before the RecursionError. Past this depth no parser would return anyway (and no document needs it).
-        raise _too_deep()
     try:
-        value = json.loads(text)
+        value = json.loads(text)  # its scanner stops at Python's recursion limit at once
     except Exception as json_exc:  # see _parsed
         if isinstance(json_exc, RecursionError) or _beyond_conversion(json_exc):
             raise _unparsable(json_exc, text, "not valid JSON") from None
+        if _open_brackets(text) > _NO_PARSER_RECURSES:
+            # PyYAML's scanner reads a flow collection well ahead of its parser: 64 KiB of `[` took a second of
+            # CPU before the RecursionError. Past this depth no parser would return anyway (and no document needs
+            # it). Counted only before YAML: brackets inside a JSON document's strings are text.
+            raise _too_deep() from None
         value = _parsed(lambda: yaml.load(text, Loader=_NoAliasLoader), text, "not valid JSON or YAML")
     return _checked(value)
 

@@ -33,7 +33,8 @@ MONTH = f"{NOW:%Y-%m}"
 
 
 def teams(budget: float) -> Any:
-    return parse_teams({"default_team": "shared", "teams": {"shared": {"monthly_budget_usd": budget}}})
+    shared = {"monthly_budget_usd": budget, "data_prefixes": ["churn/"]}  # the requests' dataset is the team's
+    return parse_teams({"default_team": "shared", "data_bucket": "data-bucket", "teams": {"shared": shared}})
 
 
 def budgeted(budget: float, **settings: Any) -> Harness:

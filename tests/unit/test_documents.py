@@ -111,19 +111,27 @@ def test_hostile_scalars_in_any_position_are_a_value_or_document_invalid(prefix,
     str(value)  # whatever is let through can be written out again
 
 
-def test_nesting_past_what_any_parser_recurses_is_refused_before_parsing(monkeypatch):
+def test_nesting_past_what_any_parser_recurses_is_refused_before_yaml_reads_it(monkeypatch):
     """PyYAML's scanner reads a flow collection far ahead of its parser: 64 KiB of `[` cost a second of CPU before
-    the RecursionError. Past Python's recursion limit no parser would return: refused without calling one."""
+    the RecursionError. Past Python's recursion limit no parser would return: refused without calling YAML's (JSON's
+    scanner stops at the limit at once)."""
 
     def never(*args, **kwargs):
         raise AssertionError("parsed")
 
     monkeypatch.setattr("functions.untrusted.documents.yaml.load", never)
-    monkeypatch.setattr("functions.untrusted.documents.json.loads", never)
     with pytest.raises(DocumentInvalid, match="nested more than 32"):
         load_document("a: " + "[" * 60_000)
     with pytest.raises(DocumentInvalid, match="nested more than 32"):
         load_document("{" * 1001)
+    with pytest.raises(DocumentInvalid, match="nested more than 32"):
+        load_document("[" * 60_000)
+
+
+def test_brackets_inside_a_json_string_are_text_not_nesting():
+    """A request whose argument holds a deeply bracketed string (a job's own JSON, say) is a document of depth 3."""
+    deep = "[" * 2000 + "]" * 2000
+    assert load_document(f'{{"args": ["--metrics", "{deep}"]}}') == {"args": ["--metrics", deep]}
 
 
 def test_a_nul_escaped_in_a_string_is_text_for_the_schema_to_judge():

@@ -1,7 +1,7 @@
 # Teams (issue 32): each team's own request topic, delivered to on_job_request as the shared one is (triggers.tf:
 # a push subscription whose path names the topic — the controller knows a request's team from that path, which no
 # publisher can change), and publishers per team. A team's uploaders may create and replace objects only under its data
-# prefixes and packages/<team>/ (an IAM condition on the object's name,
+# prefixes, and create (never replace) under packages/<team>/ (an IAM condition on the object's name,
 # cloud.google.com/storage/docs/samples/storage-add-bucket-conditional-iam-binding); its markers' trigger rules name the
 # team in their template (`team`). Each team's watchers follow its events alone (watchers.tf).
 
@@ -23,13 +23,15 @@ resource "google_pubsub_topic_iam_member" "team_publisher" {
   member = each.value.member
 }
 
-# Where each team's uploaders may create and replace objects: its data prefixes, and its own packages/<team>/ folder,
-# where `trainctl submit --source` puts the team's code (issue 38: no other team can plant an object under a digest of
-# this team's code). Every folder ends in exactly one '/' in the condition, whatever the variable holds (its validation
-# requires it too): `vision` would also cover `vision-evil/`, another team's folder (issue 40, point 5).
+# Where each team's uploaders may write: its data prefixes (create and replace), and its own packages/<team>/ folder
+# (create only), where `trainctl submit --source` puts the team's code (issue 38: no other team can plant an object
+# under a digest of this team's code). Every folder ends in exactly one '/' in the condition, whatever the variable
+# holds (its validation requires it too): `vision` would also cover `vision-evil/`, another team's folder (issue 40,
+# point 5).
 locals {
-  packages_prefix      = "packages/"
-  team_upload_prefixes = { for name, team in local.teams : name => [for prefix in concat(try(team.data_prefixes, []), ["${local.packages_prefix}${name}/"]) : "${trimsuffix(prefix, "/")}/"] }
+  packages_prefix           = "packages/"
+  team_data_upload_prefixes = { for name, team in local.teams : name => [for prefix in try(team.data_prefixes, []) : "${trimsuffix(prefix, "/")}/"] }
+  team_upload_prefixes      = { for name, prefixes in local.team_data_upload_prefixes : name => concat(prefixes, ["${local.packages_prefix}${name}/"]) }
   # Every folder of the data bucket that is some team's: the deployment's other uploaders stay out of them (iam.tf).
   all_team_upload_prefixes = distinct(flatten(values(local.team_upload_prefixes)))
 }
@@ -50,7 +52,7 @@ resource "google_project_iam_custom_role" "data_uploader" {
 }
 
 resource "google_storage_bucket_iam_member" "team_uploader" {
-  for_each = { for pair in flatten([for name, team in local.teams : [for member in try(team.uploaders, []) : { team = name, member = member }]]) : "${pair.team} ${pair.member}" => pair }
+  for_each = { for pair in flatten([for name, team in local.teams : [for member in try(team.uploaders, []) : { team = name, member = member }] if length(local.team_data_upload_prefixes[name]) > 0]) : "${pair.team} ${pair.member}" => pair }
 
   bucket = google_storage_bucket.data.name
   role   = google_project_iam_custom_role.data_uploader.id
@@ -58,8 +60,25 @@ resource "google_storage_bucket_iam_member" "team_uploader" {
 
   condition {
     title       = "team-${each.value.team}-data"
-    description = "Only under team ${each.value.team}'s data prefixes and its packages folder."
-    expression  = join(" || ", [for prefix in local.team_upload_prefixes[each.value.team] : "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.data.name}/objects/${prefix}\")"])
+    description = "Only under team ${each.value.team}'s data prefixes."
+    expression  = join(" || ", [for prefix in local.team_data_upload_prefixes[each.value.team] : "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.data.name}/objects/${prefix}\")"])
+  }
+}
+
+# A package is named by its content's sha256 and never needs replacing (`submit --source` creates it with
+# ifGenerationMatch=0 and reuses one already there only when its hashes are the archive's). Create only: no uploader,
+# of this team or any, can swap the code under a name between the controller's check at intake and a node's install.
+resource "google_storage_bucket_iam_member" "team_package_uploader" {
+  for_each = { for pair in flatten([for name, team in local.teams : [for member in try(team.uploaders, []) : { team = name, member = member }]]) : "${pair.team} ${pair.member}" => pair }
+
+  bucket = google_storage_bucket.data.name
+  role   = "roles/storage.objectCreator"
+  member = each.value.member
+
+  condition {
+    title       = "team-${each.value.team}-packages"
+    description = "Only under team ${each.value.team}'s packages folder, create only."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${google_storage_bucket.data.name}/objects/${local.packages_prefix}${each.value.team}/\")"
   }
 }
 

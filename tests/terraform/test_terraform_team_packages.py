@@ -34,10 +34,12 @@ TEAMS = {
 def _console(tmp_path: Path, tf, teams: Any, expression: str) -> tuple[str, str]:
     """What `terraform console` prints for `expression` with variables.tf and teams.tf's locals, for `teams`."""
     shutil.copy(TERRAFORM_DIR / "variables.tf", tmp_path)
-    names = ["teams", "packages_prefix", "team_upload_prefixes"]
+    names = ["teams", "packages_prefix", "team_data_upload_prefixes", "team_upload_prefixes"]
     body = "\n".join(f"  {name} = {_hcl(tf.locals[name])}" for name in names)
     uploader = tf.resource("google_storage_bucket_iam_member", "team_uploader")
     body += f"\n  team_uploaders = {_hcl(uploader['for_each'])}"
+    packages = tf.resource("google_storage_bucket_iam_member", "team_package_uploader")
+    body += f"\n  team_package_uploaders = {_hcl(packages['for_each'])}"
     (tmp_path / "teams_eval.tf").write_text(f"locals {{\n{body}\n}}\n")
     run = subprocess.run(
         ["terraform", "console", "-no-color", "-var=project=proj-1", f"-var=teams={json.dumps(teams)}"],
@@ -57,34 +59,45 @@ def _hcl(value: str) -> str:
 
 @pytest.fixture(scope="module")
 def evaluated(tf, tmp_path_factory) -> dict[str, Any]:
-    expression = "jsonencode({prefixes = local.team_upload_prefixes, grants = local.team_uploaders})"
+    expression = (
+        "jsonencode({prefixes = local.team_upload_prefixes, data_prefixes = local.team_data_upload_prefixes, "
+        "grants = local.team_uploaders, package_grants = local.team_package_uploaders})"
+    )
     stdout, stderr = _console(tmp_path_factory.mktemp("teams"), tf, TEAMS, expression)
     assert stdout.strip(), stderr
     return json.loads(json.loads(stdout))
 
 
+BUCKET_OBJECTS = r'"resource\.name\.startsWith\(\\"projects/_/buckets/\$\{google_storage_bucket\.data\.name\}/objects/'
+
+
 def _may_create(tf, evaluated: dict[str, Any], member: str, obj: str) -> bool:
-    """Whether `member` may create object `obj` in the data bucket by its team_uploader grant (its CEL condition)."""
-    grants = [grant for grant in evaluated["grants"].values() if grant["member"] == member]
-    if not grants:
-        return False
-    body = tf.resource("google_storage_bucket_iam_member", "team_uploader")
-    expression = block(body, "condition")["expression"]
-    match = re.fullmatch(
-        r'\$\{join\(" \|\| ", \[for prefix in local\.team_upload_prefixes\[each\.value\.team\] : '
-        r'"resource\.name\.startsWith\(\\"projects/_/buckets/\$\{google_storage_bucket\.data\.name\}/objects/'
-        r'\$\{prefix\}\\"\)"\]\)\}',
-        expression,
+    """Whether `member` may create object `obj` in the data bucket: by its team_uploader grant (create and replace,
+    under the team's data prefixes) or its team_package_uploader grant (create only, under packages/<team>/), each
+    read from its CEL condition."""
+    data = tf.resource("google_storage_bucket_iam_member", "team_uploader")
+    assert re.fullmatch(
+        r'\$\{join\(" \|\| ", \[for prefix in local\.team_data_upload_prefixes\[each\.value\.team\] : '
+        + BUCKET_OBJECTS
+        + r'\$\{prefix\}\\"\)"\]\)\}',
+        block(data, "condition")["expression"],
+    ), block(data, "condition")["expression"]
+    assert data["role"] == "${google_project_iam_custom_role.data_uploader.id}"  # create and replace: issue 40
+    packages = tf.resource("google_storage_bucket_iam_member", "team_package_uploader")
+    assert block(packages, "condition")["expression"] == (
+        'resource.name.startsWith("projects/_/buckets/${google_storage_bucket.data.name}/objects/'
+        '${local.packages_prefix}${each.value.team}/")'
     )
-    assert match, f"unexpected condition {expression!r}"
-    assert body["bucket"] == "${google_storage_bucket.data.name}"
-    assert body["role"] == "${google_project_iam_custom_role.data_uploader.id}"  # create and replace: issue 40
+    assert packages["role"] == "roles/storage.objectCreator"  # create, never replace
+    assert data["bucket"] == packages["bucket"] == "${google_storage_bucket.data.name}"
     name = f"projects/_/buckets/{DATA}/objects/{obj}"
+    teams_data = [grant["team"] for grant in evaluated["grants"].values() if grant["member"] == member]
+    teams_packages = [grant["team"] for grant in evaluated["package_grants"].values() if grant["member"] == member]
     return any(
         name.startswith(f"projects/_/buckets/{DATA}/objects/{prefix}")
-        for grant in grants
-        for prefix in evaluated["prefixes"][grant["team"]]
-    )
+        for team in teams_data
+        for prefix in evaluated["data_prefixes"][team]
+    ) or any(name.startswith(f"projects/_/buckets/{DATA}/objects/packages/{team}/") for team in teams_packages)
 
 
 def test_the_packages_folder_is_the_clis():
@@ -99,7 +112,9 @@ def test_each_team_may_create_under_its_data_prefixes_and_its_own_packages_folde
         "red-ops": ["packages/red-ops/"],
         "blue": ["blue/", "shared-in/", "packages/blue/"],
     }
-    assert sorted(evaluated["grants"]) == [
+    # A team without data prefixes has no data grant; every team's uploaders may create its packages.
+    assert sorted(evaluated["grants"]) == ["blue group:blue@example.com", "red group:red@example.com"]
+    assert sorted(evaluated["package_grants"]) == [
         "blue group:blue@example.com",
         "red group:red@example.com",
         "red-ops group:red-ops@example.com",

@@ -40,15 +40,23 @@ def condition_of(tf, name: str) -> str:
     return block(body, "condition")["expression"]
 
 
+def template(value: str) -> str:
+    """A plain string template as python-hcl2 returned it (its escaped quotes read as quotes) back as HCL source."""
+    return '"' + value.replace('"', '\\"') + '"'
+
+
 @pytest.fixture(scope="module")
 def evaluated(tf, tmp_path_factory) -> dict[str, Any]:
     uploader = condition_of(tf, "team_uploader")
+    packages = condition_of(tf, "team_package_uploader")
     data_uploader = dynamic_block(tf.resource("google_storage_bucket_iam_member", "data_uploader"), "condition")
     custom = dynamic_block(tf.resource("google_storage_bucket_iam_member", "custom_reads_data"), "condition")
     readers = tf.resource("google_storage_bucket_iam_member", "team_custom_reads_data")
     expressions = {
         "red_uploads": hcl(uploader).replace("each.value.team", '"red"'),
         "vision_uploads": hcl(uploader).replace("each.value.team", '"vision"'),
+        "red_package_uploads": template(packages.replace("${each.value.team}", "red")),
+        "vision_package_uploads": template(packages.replace("${each.value.team}", "vision")),
         "others_upload": hcl(data_uploader["content"]["expression"]).replace(
             "condition.value", "local.all_team_upload_prefixes"
         ),
@@ -76,12 +84,20 @@ def test_team_uploaders_may_create_and_replace_objects_and_nothing_else(tf):
         assert (body["bucket"], body["role"]) == ("${google_storage_bucket.data.name}", UPLOADER_ROLE)
 
 
+def test_a_teams_packages_are_created_never_replaced(tf):
+    """A package is named by its content and never needs replacing; with storage.objects.delete an uploader could swap
+    the code under a name between the controller's check at intake and a node's install. Its folder's grant is
+    roles/storage.objectCreator (storage.objects.create alone), a binding of its own."""
+    body = tf.resource("google_storage_bucket_iam_member", "team_package_uploader")
+    assert (body["bucket"], body["role"]) == ("${google_storage_bucket.data.name}", "roles/storage.objectCreator")
+
+
 @pytest.mark.parametrize(
     ("team", "obj", "allowed"),
     [
         ("red", "red/2026/part-0.csv", True),
         ("red", "red/2026/_SUCCESS", True),
-        ("red", "packages/red/sha256-ab/p-1.tar.gz", True),
+        ("red", "packages/red/sha256-ab/p-1.tar.gz", False),  # created by the package grant, never replaced
         ("red", "red-evil/_SUCCESS", False),  # the '/' boundary
         ("red", "reference/holdout.csv", False),  # read, never written
         ("red", "vision/_SUCCESS", False),
@@ -93,8 +109,22 @@ def test_team_uploaders_may_create_and_replace_objects_and_nothing_else(tf):
     ],
 )
 def test_a_teams_uploaders_write_only_under_its_folders(evaluated, team, obj, allowed):
-    """Issue 40, points 5 and 11: create and delete (replace) under the team's data prefixes and packages folder."""
+    """Issue 40, points 5 and 11: create and delete (replace) under the team's data prefixes."""
     assert allows(evaluated[f"{team}_uploads"], object_name(obj)) is allowed
+
+
+@pytest.mark.parametrize(
+    ("team", "obj", "allowed"),
+    [
+        ("red", "packages/red/sha256-ab/p-1.tar.gz", True),
+        ("red", "packages/red-ops/sha256-ab/p.tar.gz", False),  # the '/' boundary
+        ("red", "packages/vision/sha256-ab/p.tar.gz", False),
+        ("red", "red/_SUCCESS", False),  # its data folder is the other grant's
+        ("vision", "packages/vision/sha256-ab/p.tar.gz", True),
+    ],
+)
+def test_a_teams_uploaders_create_packages_only_in_its_packages_folder(evaluated, team, obj, allowed):
+    assert allows(evaluated[f"{team}_package_uploads"], object_name(obj)) is allowed
 
 
 def test_the_uploaders_condition_keeps_the_boundary_even_for_a_prefix_without_its_slash(tf, tmp_path):

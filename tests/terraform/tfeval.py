@@ -41,7 +41,8 @@ def evaluate(
     what an expression does with a value the validations would refuse (it is then var.teams_unvalidated)."""
     shutil.copy(TERRAFORM_DIR / "variables.tf", tmp_path)
     names = [
-        "teams", "packages_prefix", "team_upload_prefixes", "all_team_upload_prefixes", "data_buckets",
+        "teams", "packages_prefix", "team_data_upload_prefixes", "team_upload_prefixes", "all_team_upload_prefixes",
+        "data_buckets",
         "team_read_uris", "team_read_prefixes", "team_read_conditions", "team_watchers", "own_code_teams",
         "team_custom_readers",
     ]  # fmt: skip

@@ -136,6 +136,18 @@ class PubSubEmulator:
                 raise RuntimeError(f"{method} {path} on the Pub/Sub emulator: {error.read().decode()}") from error
 
 
+# The emulator is a short-lived JVM serving one machine's tests or stack: the client compiler alone (no C2) and one
+# GC thread spend a third less CPU on it over a test file (bench/RESULTS.md, "The Pub/Sub emulator's JVM"), which
+# on a small machine is CPU the jobs and functions beside it get. The emulator's launcher
+# (platform/pubsub-emulator/bin/cloud-pubsub-emulator) passes JAVA_OPTS to java.
+EMULATOR_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def emulator_jvm_options(env: Mapping[str, str]) -> dict[str, str]:
+    """JAVA_OPTS for the emulator: the person's own when they set any, else EMULATOR_JVM_OPTIONS."""
+    return {} if env.get("JAVA_OPTS") else {"JAVA_OPTS": EMULATOR_JVM_OPTIONS}
+
+
 def start_pubsub_emulator(
     project: str,
     work_dir: Path,
@@ -156,6 +168,7 @@ def start_pubsub_emulator(
     data_dir.mkdir(parents=True, exist_ok=True)
     # No prompts, no update check: the launcher must never wait for a person or the network.
     base_env.update(CLOUDSDK_CORE_DISABLE_PROMPTS="1", CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK="1")
+    base_env.update(emulator_jvm_options(base_env))
 
     def start(port: int) -> PubSubEmulator:
         host = f"127.0.0.1:{port}"

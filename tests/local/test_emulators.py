@@ -15,8 +15,10 @@ from google.cloud import pubsub_v1, storage
 
 from local.fake_gcs import FakeGcs
 from local.pubsub_emulator import (
+    EMULATOR_JVM_OPTIONS,
     EmulatorUnavailable,
     PubSubEmulator,
+    emulator_jvm_options,
     emulator_prerequisites_problem,
     start_pubsub_emulator,
 )
@@ -51,6 +53,20 @@ def test_an_upload_to_fake_gcs_publishes_object_finalize(pubsub_emulator: PubSub
     assert mine[0].attributes["eventType"] == "OBJECT_FINALIZE"
     assert mine[0].attributes["objectId"] == "dataset/part-0.csv"
     assert json.loads(mine[0].data)["name"] == "dataset/part-0.csv"
+
+
+def test_the_emulators_jvm_runs_with_the_client_compiler_and_one_gc_thread(pubsub_emulator: PubSubEmulator):
+    """The options reach the java process the launcher starts (JAVA_OPTS), unless the person set their own."""
+    port = pubsub_emulator.host.rsplit(":", 1)[1]
+    commands = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            commands.append(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+    [java] = [c for c in commands if c and c[0].endswith(b"java") and f"--port={port}".encode() in c]
+    assert all(option.encode() in java for option in EMULATOR_JVM_OPTIONS.split())
+    assert emulator_jvm_options({"JAVA_OPTS": "-Xmx2g"}) == {}
 
 
 def test_without_gcloud_the_problem_says_how_to_install_it(tmp_path: Path):

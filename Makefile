@@ -11,15 +11,16 @@ unexport PYTHONDONTWRITEBYTECODE
 
 # uv installs the pinned requirements in seconds where pip takes ~100 s here (most of it
 # torch). It reads no pip configuration, so pip's find-links (where this machine keeps the CPU torch wheel) is
-# handed on. Unlike pip, it does not compile the bytecode of all 14,000 modules of .venv (~35 CPU-s): the first
-# process that imports a module caches its bytecode, and the suite and the demo import only a few thousand.
+# handed on. It compiles the bytecode of .venv as it installs (--compile-bytecode; ~35 CPU-s): left to the first
+# import, the suite's many processes starting at once each compiled torch's modules before any had cached them
+# (a fresh clone's `make test` took 45 s longer; bench/RESULTS.md).
 UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
 export UV_FIND_LINKS
 
 $(STAMP): requirements.txt requirements-dev.txt trainer/requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q "$$(grep -m1 '^uv==' requirements-dev.txt)"
-	$(VENV)/bin/uv pip install -q --python $(PY) -r requirements-dev.txt
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -r requirements-dev.txt
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
 	touch $@
 

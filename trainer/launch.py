@@ -139,16 +139,21 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return p.parse_known_args(argv)
 
 
+def refuse(reason: str) -> int:
+    """Stop before torchrun, saying why in the log and, on Vertex, where the controller's `failed` event reads it."""
+    logs.error(reason)
+    if os.environ.get("AIP_MODEL_DIR"):
+        from trainer.outputs.model_folder import report_failure
+
+        report_failure(os.environ["AIP_MODEL_DIR"], RuntimeError(reason))
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args, train_args = parse_args(sys.argv[1:] if argv is None else argv)
     refusal = accelerators.refusal(os.environ)
     if refusal:
-        logs.error(refusal)
-        if os.environ.get("AIP_MODEL_DIR"):  # so the controller's `failed` event can say why
-            from trainer.outputs.model_folder import report_failure
-
-            report_failure(os.environ["AIP_MODEL_DIR"], RuntimeError(refusal))
-        return 1
+        return refuse(refusal)
     with collector.paused():
         import torch
         from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -171,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         net_plugin.check_before_launch(os.environ)
     cluster = cluster_from_env(os.environ)
     nproc = processes_per_node(args.nproc_per_node, os.environ, torch.cuda.device_count())
+    too_many = accelerators.too_many_processes(nproc, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if too_many:
+        return refuse(too_many)
     run_id = os.environ.get("CLOUD_ML_JOB_ID") or "trainctl"
     argv = torchrun_argv(cluster, nproc, args.max_restarts, run_id, train_args, args.rendezvous_timeout_seconds)
     shared_memory.check(nproc)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainer.distributed import nccl_env, shared_memory
+from trainer.distributed import accelerators, nccl_env, shared_memory
 from trainer.launch import LOCAL_PROCS_ENV, Cluster, cluster_from_env, parse_args, processes_per_node, torchrun_argv
 
 
@@ -52,6 +52,15 @@ def test_process_count_prefers_the_flag_then_gpus_then_the_local_stack():
     assert processes_per_node(None, env, visible_gpus=8) == 8
     assert processes_per_node(None, env, visible_gpus=0) == 3
     assert processes_per_node(None, {}, visible_gpus=0) == 1
+
+
+def test_more_processes_than_gpus_is_refused_before_torchrun_naming_the_count():
+    # On an H100, a second process on the one GPU died with "invalid device ordinal" inside torchrun.
+    refusal = accelerators.too_many_processes(2, visible_gpus=1)
+    assert refusal is not None and "--nproc-per-node 2" in refusal and "1 visible GPU" in refusal
+    assert accelerators.too_many_processes(8, visible_gpus=8) is None
+    assert accelerators.too_many_processes(1, visible_gpus=8) is None
+    assert accelerators.too_many_processes(4, visible_gpus=0) is None  # CPU (gloo): any number of processes
 
 
 def test_multi_node_torchrun_meets_at_the_primary_with_c10d_and_bounded_restarts():

@@ -74,6 +74,18 @@ def cuda_problem() -> str | None:
     return None
 
 
+def too_many_processes(nproc: int, visible_gpus: int) -> str | None:
+    """Why `nproc` processes cannot train on this node's GPUs, or None. Each NCCL process takes `cuda:LOCAL_RANK`,
+    so a process past the last GPU fails with "invalid device ordinal" and two on one GPU with NCCL's "Duplicate
+    GPU detected" (NVIDIA/nccl#418) — both seen on an H100 (bench/RESULTS.md, "The trainer on a GPU")."""
+    if visible_gpus < 1 or nproc <= visible_gpus:
+        return None
+    return (
+        f"--nproc-per-node {nproc} is more processes than this node's {visible_gpus} visible GPU(s): NCCL runs one "
+        f"process per GPU; ask for at most {visible_gpus}, or leave --nproc-per-node out (one per GPU)"
+    )
+
+
 def refusal(env: Mapping[str, str]) -> str | None:
     """The error to stop with when this node was given GPUs that cannot be used, else None."""
     requested = requested_accelerators(env)

@@ -15,13 +15,14 @@ from datetime import UTC, datetime, timedelta
 from functions.capacity.budgets import Budgets, seed_month
 from functions.capacity.quota_pool import QuotaPools
 from functions.capacity.quota_queue import QuotaQueue
-from functions.cloud.ports import Events, Jobs, Quotas, Registry, Storage
+from functions.cloud.ports import Endpoints, Events, Jobs, Metrics, Quotas, Registry, Storage
 from functions.intake.delivery import Delivery
 from functions.intake.preparation import Preparation
 from functions.intake.refusals import Refusals
 from functions.intake.rejections import Rejections
 from functions.intake.submission import Submission
 from functions.ledger.budget_records import BudgetRecords
+from functions.ledger.endpoint_records import EndpointLedger
 from functions.ledger.keys import id_namespace
 from functions.ledger.model_records import ModelCharters, ModelLedger
 from functions.ledger.outbox import Outbox
@@ -30,6 +31,7 @@ from functions.ledger.requests import Ledger
 from functions.lifecycle.observation import Observation
 from functions.models.intake import ModelIntake
 from functions.models.promotion import Promotion
+from functions.models.rollout import Rollouts
 from functions.settings import Settings
 from schemas.request import TrainingJobRequest
 
@@ -51,6 +53,8 @@ class Controller:
     quotas: Quotas | None = None
     # Vertex's Model Registry, built on first use (only requests with a model block need it); None: the settings'.
     registry_factory: Callable[[], Registry] | None = None
+    endpoints_factory: Callable[[], Endpoints] | None = None
+    metrics_factory: Callable[[], Metrics] | None = None
     clock: Callable[[], datetime] = utcnow
     owner: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
@@ -104,15 +108,19 @@ class Controller:
             ),
             self.rejections,
         )
-        self.promotion = Promotion(
+        model_ledger = ModelLedger(self.gcs, self.ledger.bucket)
+        self.rollouts = Rollouts(
             s,
-            self.gcs,
+            functools.cache(self.endpoints_factory or functools.partial(default_endpoints, s)),
+            functools.cache(self.metrics_factory or functools.partial(default_metrics, s)),
             self.registry,
-            ModelLedger(self.gcs, self.ledger.bucket),
-            self.charters,
+            EndpointLedger(self.gcs, self.ledger.bucket),
+            model_ledger,
             self.outbox,
             self.clock,
-            self.owner,
+        )
+        self.promotion = Promotion(
+            s, self.gcs, self.registry, model_ledger, self.charters, self.outbox, self.clock, self.owner, self.rollouts
         )
         self.observation = Observation(
             s,
@@ -202,3 +210,20 @@ def default_registry(settings: Settings) -> Registry:
     return ModelRegistry(
         settings.project, settings.region, settings.vertex_endpoint, POLICY.scaled(settings.retry_pause_scale)
     )
+
+
+def default_endpoints(settings: Settings) -> Endpoints:
+    """Vertex's EndpointService of the settings' project and region (the local stack's at `vertex_endpoint`)."""
+    from functions.cloud.endpoints import Endpoints as VertexEndpoints
+    from functions.cloud.vertex import POLICY
+
+    return VertexEndpoints(
+        settings.project, settings.region, settings.vertex_endpoint, POLICY.scaled(settings.retry_pause_scale)
+    )
+
+
+def default_metrics(settings: Settings) -> Metrics:
+    """Cloud Monitoring's view of the endpoints (the local stack's stand-in at `monitoring_endpoint`)."""
+    from functions.cloud.monitoring import POLICY, ServingMetrics
+
+    return ServingMetrics(settings.project, settings.monitoring_endpoint, POLICY.scaled(settings.retry_pause_scale))

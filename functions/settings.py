@@ -69,6 +69,9 @@ class Settings:
     # The base URL of a Cloud Quotas REST endpoint to use instead of https://cloudquotas.googleapis.com (the
     # local stack's stand-in); Terraform leaves it unset.
     quotas_endpoint: str = ""
+    # The base URL of a Cloud Monitoring REST endpoint to use instead of https://monitoring.googleapis.com (the local
+    # stack's stand-in, on the JobService's REST port); Terraform leaves it unset.
+    monitoring_endpoint: str = ""
     # Regions a request's fallback rung may name besides `region`; empty: only `region`.
     allowed_regions: tuple[str, ...] = ()
     lease: int = 600

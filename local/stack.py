@@ -106,6 +106,8 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_VERTEX_ENDPOINT": jobservice_rest_url.rstrip("/"),  # the controller calls Vertex's REST API
         # The Cloud Quotas stand-in (the capacity model's limits) is served on the same REST port.
         "TRAINCTL_QUOTAS_ENDPOINT": jobservice_rest_url.rstrip("/"),
+        # So is the Cloud Monitoring stand-in: each deployed model's requests, errors and latencies (issue 41).
+        "TRAINCTL_MONITORING_ENDPOINT": jobservice_rest_url.rstrip("/"),
         "TRAINCTL_LEASE": f"{options.lease}s",
         "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
         "TRAINCTL_TEAMS": json.dumps(with_topics(options.teams, names.team_requests_topic, names.data_bucket))

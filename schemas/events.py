@@ -39,6 +39,10 @@ State = Literal[
     "promoted",
     "held",
     "rule_changed",
+    "deploying",
+    "canary",
+    "deployed",
+    "rolled_back",
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 FailureReason = Literal[
@@ -437,6 +441,57 @@ class RuleChanged(_ModelEvent):
     changes: list[str] = Field(default_factory=list, description="One `field: before -> after` line per change.")
 
 
+class ServingFigures(_Strict):
+    """A deployed version's own answers over a window, from Cloud Monitoring's endpoint metrics (never from the
+    version itself): prediction/online/response_count, error_count and prediction_latencies (total)."""
+
+    requests: int = Field(ge=0, description="Answered requests (response_count).")
+    errors: int = Field(ge=0, description="Failed requests (error_count).")
+    error_rate: float | None = Field(None, description="errors / requests; None without requests.")
+    p99_ms: float | None = Field(None, description="The 99th percentile of total latency, in ms; None without data.")
+    since: datetime
+    until: datetime
+
+
+class _RolloutEvent(_ModelEvent):
+    """A step of rolling a promoted version out to the model's endpoint (issue 41): each once per request, in order
+    deploying → canary → deployed or rolled_back (rolled_back may also follow deploying)."""
+
+    alias: str = Field(description="The alias the version was promoted to.")
+    endpoint: str = Field(description="projects/{project id}/locations/{l}/endpoints/{endpoint id}.")
+    endpoint_name: str = Field(description="The model's deploy.endpoint: the endpoint's display name.")
+    deployed_model_id: str | None = Field(None, description="The new version's DeployedModel id on the endpoint.")
+    previous_version: str | None = Field(None, description="The version that served before (None: the first).")
+    traffic_split: dict[str, int] = Field(
+        default_factory=dict, description="The endpoint's traffic split after this step: deployed model id → percent."
+    )
+
+
+class Deploying(_RolloutEvent):
+    state: Literal["deploying"] = "deploying"
+
+
+class Canary(_RolloutEvent):
+    state: Literal["canary"] = "canary"
+    bake_until: datetime = Field(description="When the bake ends and the version is judged.")
+
+
+class Deployed(_RolloutEvent):
+    state: Literal["deployed"] = "deployed"
+    figures: ServingFigures | None = Field(None, description="Its answers over the bake (None: the first version).")
+
+
+class RolledBack(_RolloutEvent):
+    state: Literal["rolled_back"] = "rolled_back"
+    reason: Literal["errors", "latency", "too_few_requests", "deploy_failed"] = Field(
+        description="errors or latency over the limits, too few requests to judge, or the deployment itself failed."
+    )
+    figures: ServingFigures | None = None
+    alias_version: str | None = Field(
+        None, description="The version under the alias after the rollback (the one it held before, when it moved)."
+    )
+
+
 JobEvent = Annotated[
     Accepted
     | Duplicate
@@ -452,7 +507,11 @@ JobEvent = Annotated[
     | Registered
     | Promoted
     | Held
-    | RuleChanged,
+    | RuleChanged
+    | Deploying
+    | Canary
+    | Deployed
+    | RolledBack,
     Field(discriminator="state"),
 ]
 EVENT_ADAPTER: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)

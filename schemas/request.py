@@ -677,6 +677,78 @@ class Serving(_Strict):
     )
 
 
+ENDPOINT_NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+MACHINE_TYPE_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$"
+
+
+class DeployBlock(_Strict):
+    """Where the model's promoted versions serve, and how a new one is rolled out: deployed beside the serving
+    version with `canary_percent` of the traffic, watched for `bake`, then given all of it — or rolled back by itself
+    (traffic back, the new version undeployed, the alias back) when its errors or latency over the bake break the
+    limits. Owned and fixed with the model's rule: its owner changes it (`trainctl models deploy`)."""
+
+    endpoint: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=ENDPOINT_NAME_PATTERN,
+        description="The endpoint's name (its display name and trainctl_endpoint label); created on first use.",
+        examples=["churn-online"],
+    )
+    machine_type: str = Field(
+        "n1-standard-2",
+        max_length=64,
+        pattern=MACHINE_TYPE_PATTERN,
+        description="The serving machine type (DedicatedResources.machine_spec.machine_type).",
+    )
+    accelerator_type: str | None = Field(
+        None, max_length=64, pattern=r"^[A-Z][A-Z0-9_]*$", description="A GPU for each replica, e.g. NVIDIA_L4."
+    )
+    accelerator_count: int = Field(0, ge=0, le=8, description="GPUs per replica (with accelerator_type).")
+    min_replicas: int = Field(1, ge=1, le=100, description="Replicas always up (min_replica_count).")
+    max_replicas: int = Field(1, ge=1, le=100, description="Replicas autoscaling may reach (max_replica_count).")
+    canary_percent: int = Field(
+        10, ge=1, le=50, description="The share of the endpoint's traffic a new version gets while it bakes."
+    )
+    bake: Duration = Field(
+        900, description="How long a new version serves its canary share before it is judged (seconds or 15m)."
+    )
+    max_error_rate: float = Field(
+        0.01,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="The most errors per answered request the new version may show over the bake (Cloud "
+        "Monitoring's prediction/online/error_count over response_count); above it, it is rolled back.",
+    )
+    max_p99_ms: float | None = Field(
+        None,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="The slowest 1 % of its requests may take at most this (prediction/online/prediction_latencies, "
+        "total); null: latency is reported, not judged.",
+    )
+    min_requests: int = Field(
+        0,
+        ge=0,
+        le=10_000_000,
+        description="Requests the new version must have answered by the end of the bake to be judged; fewer: rolled "
+        "back, since nothing shows it works. 0: judged on whatever came.",
+    )
+
+    @model_validator(mode="after")
+    def _replicas_and_gpus(self) -> DeployBlock:
+        problems = []
+        if self.max_replicas < self.min_replicas:
+            problems.append(("max_replicas", f"must be at least min_replicas ({self.min_replicas})"))
+        if (self.accelerator_type is None) != (self.accelerator_count == 0):
+            problems.append(("accelerator_count", "is set with accelerator_type, and only then"))
+        if self.bake > 7 * 86400:
+            problems.append(("bake", f"at most 7 days, got {rules.format_duration(self.bake)}"))
+        if problems:
+            raise _cross_field(problems)
+        return self
+
+
 class ModelBlock(_Strict):
     """The Vertex AI Model Registry model each successful run becomes a new version of. The version is promoted
     (the alias moved to it, and `default` with it) when it beats the version under the alias on the model's
@@ -750,6 +822,11 @@ class ModelBlock(_Strict):
         "trainer's measure, in metrics.json's drift_measure); above it the run stops before its first epoch and "
         "fails with reason `data`, naming the features. Default: drift is reported, never acted on.",
         examples=[0.25],
+    )
+    deploy: DeployBlock | None = Field(
+        None,
+        description="Serve the champion: promoted versions roll out to this endpoint, canary first, and roll back by "
+        "themselves when they fail on live traffic. Fixed with the model's rule when the model is created.",
     )
     serving: Serving | None = Field(
         None,

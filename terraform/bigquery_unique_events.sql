@@ -62,6 +62,13 @@ SELECT
   JSON_VALUE(data, '$.rule') AS `rule`,
   JSON_VALUE(data, '$.reference') AS `reference`,
   ARRAY(SELECT JSON_VALUE(item1, '$') FROM UNNEST(JSON_QUERY_ARRAY(data, '$.changes')) AS item1 WITH OFFSET AS position1 ORDER BY position1) AS `changes`,
+  JSON_VALUE(data, '$.endpoint') AS `endpoint`,
+  JSON_VALUE(data, '$.endpoint_name') AS `endpoint_name`,
+  JSON_VALUE(data, '$.deployed_model_id') AS `deployed_model_id`,
+  JSON_QUERY(data, '$.traffic_split') AS `traffic_split`,
+  SAFE_CAST(JSON_VALUE(data, '$.bake_until') AS TIMESTAMP) AS `bake_until`,
+  IF(JSON_TYPE(JSON_QUERY(data, '$.figures')) = 'object', STRUCT(SAFE_CAST(JSON_VALUE(data, '$.figures.requests') AS INT64) AS `requests`, SAFE_CAST(JSON_VALUE(data, '$.figures.errors') AS INT64) AS `errors`, SAFE_CAST(JSON_VALUE(data, '$.figures.error_rate') AS FLOAT64) AS `error_rate`, SAFE_CAST(JSON_VALUE(data, '$.figures.p99_ms') AS FLOAT64) AS `p99_ms`, SAFE_CAST(JSON_VALUE(data, '$.figures.since') AS TIMESTAMP) AS `since`, SAFE_CAST(JSON_VALUE(data, '$.figures.until') AS TIMESTAMP) AS `until`), NULL) AS `figures`,
+  JSON_VALUE(data, '$.alias_version') AS `alias_version`,
   subscription_name, message_id, publish_time, data, attributes
 FROM `${events_table}`
 WHERE TRUE

@@ -29,7 +29,7 @@ resource "google_project_iam_custom_role" "function_vertex" {
   project     = var.project
   role_id     = replace("${var.name_prefix}_${each.value.account}_vertex", "-", "_")
   title       = "trainctl ${each.key} Vertex AI calls"
-  description = "The Vertex AI calls the ${each.key} function makes: ${join(", ", each.value.vertex_permissions)}."
+  description = "The Vertex AI (and its Cloud Monitoring metrics) calls the ${each.key} function makes: ${join(", ", each.value.vertex_permissions)}."
   permissions = each.value.vertex_permissions
 
   depends_on = [google_project_service.enabled]

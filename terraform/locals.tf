@@ -47,9 +47,9 @@ locals {
   reduction_server_image       = coalesce(var.reduction_server_image, "${local.reduction_server_multiregion}-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest")
 
   # The controller's settings (functions/settings.py): one TRAINCTL_<FIELD> per Settings field, the same for
-  # all four functions. TRAINCTL_VERTEX_ENDPOINT and TRAINCTL_QUOTAS_ENDPOINT are left out on purpose: only the
-  # local stack sets them, so in the cloud the controller talks to <region>-aiplatform.googleapis.com and
-  # cloudquotas.googleapis.com.
+  # all four functions. TRAINCTL_VERTEX_ENDPOINT, TRAINCTL_QUOTAS_ENDPOINT and TRAINCTL_MONITORING_ENDPOINT are left
+  # out on purpose: only the local stack sets them, so in the cloud the controller talks to
+  # <region>-aiplatform.googleapis.com, cloudquotas.googleapis.com and monitoring.googleapis.com.
   # Teams (teams.tf): the variable with each team's topic and the data bucket (which data_prefixes are folders of) filled
   # in, as the controller reads it (functions/teams.py).
   # try(), not `var.teams == null ? {} : var.teams.teams`: a conditional must unify its two results' types, and teams
@@ -133,6 +133,9 @@ locals {
         "aiplatform.customJobs.cancel", "aiplatform.customJobs.create", "aiplatform.customJobs.get", "aiplatform.customJobs.list",
         "aiplatform.modelEvaluations.import", "aiplatform.modelEvaluations.list",
         "aiplatform.models.get", "aiplatform.models.list", "aiplatform.models.update", "aiplatform.models.upload",
+        # Rolling promoted versions out to their model's endpoint, judged on its Cloud Monitoring figures (issue 41).
+        "aiplatform.endpoints.create", "aiplatform.endpoints.deploy", "aiplatform.endpoints.get",
+        "aiplatform.endpoints.undeploy", "aiplatform.endpoints.update", "monitoring.timeSeries.list",
       ]
       trigger = {
         event_type   = "google.cloud.pubsub.topic.v1.messagePublished"
@@ -149,6 +152,9 @@ locals {
         "aiplatform.customJobs.cancel", "aiplatform.customJobs.create", "aiplatform.customJobs.get", "aiplatform.customJobs.list",
         "aiplatform.modelEvaluations.import", "aiplatform.modelEvaluations.list",
         "aiplatform.models.get", "aiplatform.models.list", "aiplatform.models.update", "aiplatform.models.upload",
+        # Rolling promoted versions out to their model's endpoint, judged on its Cloud Monitoring figures (issue 41).
+        "aiplatform.endpoints.create", "aiplatform.endpoints.deploy", "aiplatform.endpoints.get",
+        "aiplatform.endpoints.undeploy", "aiplatform.endpoints.update", "monitoring.timeSeries.list",
       ]
       trigger = null
     }

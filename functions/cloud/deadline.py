@@ -9,10 +9,12 @@ to the redelivery (DESIGN.md §4 "Deadlines").
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TypeVar
 
 from functions.cloud.errors import Transient
 
@@ -20,6 +22,9 @@ from functions.cloud.errors import Transient
 MAX_MARGIN = 15.0
 # (deadline, the end of the timeout, the clock both are read on) of the invocation.
 _limits: ContextVar[tuple[float, float, Callable[[], float]] | None] = ContextVar("trainctl_deadline", default=None)
+
+
+T = TypeVar("T")
 
 
 class DeadlineReached(Transient):
@@ -73,3 +78,14 @@ def call_timeout(default: float, what: str) -> float:
     if left <= 0:
         raise DeadlineReached(f"the handler's deadline passed before {what}")
     return min(default, left)
+
+
+def poll(look: Callable[[], T], finished: Callable[[T], bool], seconds: float) -> T:
+    """`look()` again every few tenths of a second until `finished` says so, `seconds` have passed or the deadline is
+    near: the last look (a long-running operation waited on briefly; the next visit looks again)."""
+    until = time.monotonic() + seconds
+    while True:
+        found = look()
+        if finished(found) or time.monotonic() > until or not allows(2.0):
+            return found
+        time.sleep(random.uniform(0.2, 0.5))

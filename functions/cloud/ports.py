@@ -8,10 +8,11 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
+from functions.cloud.endpoint_types import EndpointState, Operation
 from functions.cloud.gcs import ObjectDigest
 from functions.cloud.job_snapshot import JobSnapshot
 from functions.cloud.registry_types import ModelVersion, Upload
-from schemas.events import JobEvent
+from schemas.events import JobEvent, ServingFigures
 
 
 class Storage(Protocol):
@@ -113,3 +114,30 @@ class Registry(Protocol):
     def evaluations(self, version_name: str) -> list[dict[str, Any]]: ...
 
     def import_evaluation(self, version_name: str, evaluation: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class Endpoints(Protocol):
+    """Vertex AI's EndpointService and online prediction (functions/cloud/endpoints.py)."""
+
+    @property
+    def parent(self) -> str: ...
+
+    def endpoint_name(self, endpoint_id: str) -> str: ...
+
+    def get(self, name: str) -> EndpointState | None: ...
+
+    def create(self, endpoint_id: str, display_name: str, labels: dict[str, str]) -> Operation | None: ...
+
+    def deploy(self, name: str, deployed_model: dict[str, Any], traffic_split: dict[str, int]) -> Operation | None: ...
+
+    def undeploy(self, name: str, deployed_model_id: str, traffic_split: dict[str, int]) -> Operation | None: ...
+
+    def set_traffic(self, name: str, traffic_split: dict[str, int]) -> EndpointState: ...
+
+    def operation(self, name: str) -> Operation | None: ...
+
+
+class Metrics(Protocol):
+    """A deployed model's answers from Cloud Monitoring (functions/cloud/monitoring.py)."""
+
+    def figures(self, endpoint_id: str, deployed_model_id: str, since: datetime, until: datetime) -> ServingFigures: ...

@@ -27,6 +27,7 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("model", "max_target_drift"): 1.0,
     ("model", "reference"): None,
     ("model", "serving"): None,
+    ("model", "deploy"): None,
     ("trainer", "python_package"): None,
     ("trainer", "secret_env"): None,
 }

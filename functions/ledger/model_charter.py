@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.request import BUILTIN_METRIC_GOALS, ModelBlock
+from schemas.request import BUILTIN_METRIC_GOALS, DeployBlock, ModelBlock
 
 CHARTERS_PREFIX = "model-charters/"
 # The controller's own copies, outside every prefix a job account may write and every prefix the lifecycle rule
@@ -97,7 +97,7 @@ class Change(BaseModel):
     by: str = Field(
         description="`operator` (trainctl models, with the control bucket's write access) or the controller."
     )
-    action: Literal["created", "adopted", "rule", "reference", "metric_fixed", "owner"]
+    action: Literal["created", "adopted", "rule", "reference", "metric_fixed", "owner", "deploy"]
     changes: dict[str, list[Any]] = Field(default_factory=dict, description="field: [before, after]")
     message: str = ""
 
@@ -111,6 +111,9 @@ class Charter(BaseModel):
     kind: str = Field(description="The trainer that feeds it (trainer label value): builtin, an image, a package.")
     rule: Rule
     reference: Reference | None = None
+    deploy: DeployBlock | None = Field(
+        None, description="Where promoted versions serve and how they roll out (issue 41); None: not served."
+    )
     reference_from_first_version: bool = Field(
         description="No reference named at creation: the first registered version's validation rows become it. "
         "False for an adopted model: its reference is set by its owner."
@@ -159,6 +162,17 @@ def disagreements(block: ModelBlock, rule: Rule) -> list[str]:
         if mine != theirs:
             found.append(f"model.{name}: {mine!r} is not the model's rule ({name}: {theirs!r})")
     return found
+
+
+def deploy_disagreement(block: ModelBlock, deploy: DeployBlock | None) -> list[str]:
+    """A request's `model.deploy` that is not the model's, as an error; leaving it out takes the model's."""
+    if "deploy" not in block.model_fields_set or block.deploy == deploy:
+        return []
+    theirs = deploy.model_dump(mode="json") if deploy else None
+    return [
+        f"model.deploy: {block.deploy.model_dump(mode='json') if block.deploy else None!r} is not the model's rollout "
+        f"({theirs!r}); its owner changes it: `trainctl models deploy {block.name} --endpoint NAME …`"
+    ]
 
 
 def reference_id(model_id: str, source: str, by: str) -> str:

@@ -75,10 +75,15 @@ class ModelSteps(BaseModel):
     version: str | None = Field(None, description="The registered version's id.")
     evaluated: bool = Field(False, description="The run's metrics are imported as a ModelEvaluation (or refused).")
     decision: Literal["promoted", "held"] | None = None
+    rollout: Literal["waiting", "deploying", "canary", "deployed", "rolled_back", "skipped"] | None = Field(
+        None,
+        description="A promoted version of a model with a deploy block: where its rollout stands (issue 41), from "
+        "`waiting` (set with the promotion) to deployed, rolled_back or skipped (a later promotion took the alias).",
+    )
 
     @property
     def done(self) -> bool:
-        return self.decision is not None
+        return self.decision is not None and self.rollout not in ("waiting", "deploying", "canary")
 
 
 class Record(BaseModel):

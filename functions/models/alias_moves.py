@@ -45,6 +45,7 @@ def move_by_hand(
     clock: Callable[[], datetime],
     stale_after: timedelta,
     aliases: list[str] | None = None,
+    trigger: Literal["controller", "cli"] = "cli",
 ) -> Entry:
     """`trainctl models promote` (to `version`) or `rollback` (to the version the alias held before): the move,
     recorded in the model's history with trigger `cli`; `aliases`: what it sets (the model's rule: the alias, and
@@ -67,11 +68,12 @@ def move_by_hand(
         entry = Entry(
             time=clock(),
             action=action,
-            trigger="cli",
+            trigger=trigger,
             version=target,
             previous=held,
             request_id=_registered_by(record, target),
-            message=f"`{alias}` moved from version {held or 'none'} to {target} by `trainctl models {action}`",
+            message=f"`{alias}` moved from version {held or 'none'} to {target} by "
+            + (f"`trainctl models {action}`" if trigger == "cli" else f"the controller ({owner})"),
         )
         record.record(entry)
         record.moving = Move(to_version=target, owner=owner, since=clock(), aliases=aliases)

@@ -22,7 +22,7 @@ from functions.cloud.ports import Registry, Storage
 from functions.cloud.registry_types import ModelVersion
 from functions.cloud.vertex import CallRejected
 from functions.jobs.planning import Evidence
-from functions.ledger.model_charter import Change, Charter, disagreements, rule_of
+from functions.ledger.model_charter import Change, Charter, deploy_disagreement, disagreements, rule_of
 from functions.ledger.model_records import ModelCharters
 from functions.ledger.record import ModelSteps
 from functions.models.artifacts import NothingToCopy, copy_reference
@@ -163,6 +163,7 @@ class ModelIntake:
             kind=kind_of_version(existing.labels) if existing else trainer_kind(request),
             rule=rule_of(block),
             reference=reference,
+            deploy=block.deploy,
             reference_from_first_version=not exists and reference is None,
             created=now,
             created_by=request.request_id,
@@ -187,7 +188,7 @@ class ModelIntake:
                 ],
                 "the model is fed by another trainer",
             )
-        errors = disagreements(block, charter.rule)
+        errors = disagreements(block, charter.rule) + deploy_disagreement(block, charter.deploy)
         if block.reference is not None and "reference" in block.model_fields_set:
             source = charter.reference.source if charter.reference else None
             if source != block.reference:

@@ -47,6 +47,7 @@ from functions.ledger.record import ModelSteps, Record
 from functions.models.alias_moves import finish_move
 from functions.models.artifacts import NothingToCopy, copy_model_folder, reference_from_version
 from functions.models.decision import Goal, NoMetric, confidence_problem, decide, figures_of, metric_and_goal
+from functions.models.rollout import Rollouts
 from functions.models.versions import (
     KEY_LABEL,
     NOT_SERVABLE,
@@ -79,6 +80,7 @@ class Promotion:
     outbox: Outbox
     clock: Callable[[], datetime]
     owner: str
+    rollouts: Rollouts | None = None  # rolls promoted versions out to their model's endpoint (issue 41)
 
     def settle(self, record: Record, generation: int) -> tuple[Record, int]:
         """Take a succeeded request's model steps as far as they go now; the record as saved. Raises Transient
@@ -101,6 +103,9 @@ class Promotion:
                 f"(`trainctl models adopt {block.name} --team TEAM`), then the next run is judged"
             )
             return self._hold(record, generation, block, why)
+        if steps.decision is not None:  # promoted, with its rollout still under way
+            assert self.rollouts is not None
+            return self.rollouts.advance(record, generation, charter)
         step = "copying the run's model folder"
         try:
             if steps.artifact_uri is None:
@@ -118,7 +123,11 @@ class Promotion:
             step = f"deciding on version {steps.version}"
             if not steps.evaluated:
                 record, generation = self._evaluate(record, generation)
-            return self._decide(record, generation, block, charter.rule)
+            rolls_out = charter.deploy is not None and self.rollouts is not None
+            record, generation = self._decide(record, generation, block, charter.rule, rolls_out)
+            if record.model_steps is not None and record.model_steps.rollout == "waiting":
+                return self.rollouts.advance(record, generation, charter)  # type: ignore[union-attr]
+            return record, generation
         except NothingToCopy as exc:
             return self._hold(record, generation, block, f"nothing was registered: {exc}")
         except CallRejected as exc:
@@ -204,12 +213,7 @@ class Promotion:
     def _wait_for(self, operation: str) -> Upload | None:
         """The upload's operation, waited on briefly while it runs."""
         registry = self.registry()
-        until = time.monotonic() + WAIT_SECONDS
-        while True:
-            upload = registry.operation(operation)
-            if upload is None or upload.done or time.monotonic() > until or not deadline.allows(2.0):
-                return upload
-            time.sleep(random.uniform(0.2, 0.5))
+        return deadline.poll(lambda: registry.operation(operation), lambda u: u is None or u.done, WAIT_SECONDS)
 
     def _expired(self, since: datetime) -> bool:
         """A claim older than a handler can live was left by one that died."""
@@ -273,7 +277,9 @@ class Promotion:
 
     # ---- decide and promote ------------------------------------------------------------------------------
 
-    def _decide(self, record: Record, generation: int, block: ModelBlock, rule: Rule) -> tuple[Record, int]:
+    def _decide(
+        self, record: Record, generation: int, block: ModelBlock, rule: Rule, rolls_out: bool = False
+    ) -> tuple[Record, int]:
         steps = record.model_steps
         registry = self.registry()
         assert steps is not None and steps.version is not None and steps.artifact_uri is not None
@@ -301,7 +307,7 @@ class Promotion:
                 entry = self._new_decision(record, models, model_generation, rule, metric, goal, (metrics, note))
                 if entry is None:
                     continue  # the model's records changed meanwhile: decide again against what they hold now
-            return self._decided(record, generation, block, entry)
+            return self._decided(record, generation, block, entry, rolls_out)
         raise Transient(f"the record of model {block.name} kept changing")
 
     def _new_decision(
@@ -383,7 +389,11 @@ class Promotion:
             return f"the champion is version {champion}, but this run was given {given} to score"
         return confidence_problem(metrics, charter.rule)
 
-    def _decided(self, record: Record, generation: int, block: ModelBlock, entry: Entry) -> tuple[Record, int]:
+    def _decided(
+        self, record: Record, generation: int, block: ModelBlock, entry: Entry, rolls_out: bool = False
+    ) -> tuple[Record, int]:
+        """Record the decision and its event; a promotion of a model with a deploy block starts its rollout
+        (`waiting`) in the same save, so that no crash leaves a promoted version that is never rolled out."""
         steps = record.model_steps
         assert steps is not None and entry.decision is not None
         common = self._model_fields(record, block)
@@ -391,6 +401,7 @@ class Promotion:
         event: JobEvent
         if entry.action == "promoted":
             steps.decision = "promoted"
+            steps.rollout = "waiting" if rolls_out else None
             moved = f" from version {entry.previous}" if entry.previous else ""
             event = Promoted(
                 **now_envelope,

@@ -120,6 +120,7 @@ class Deployment:
             "TRAINCTL_CUSTOM_SERVICE_ACCOUNT": CUSTOM_ACCOUNT,
             "TRAINCTL_VERTEX_ENDPOINT": self.vertex_endpoint,
             "TRAINCTL_QUOTAS_ENDPOINT": self.vertex_endpoint,  # the Cloud Quotas stand-in shares the REST port
+            "TRAINCTL_MONITORING_ENDPOINT": self.vertex_endpoint,  # and the Cloud Monitoring one
             "TRAINCTL_LEASE": "3s",
         }
         return env | self.extra_settings | overrides

@@ -22,6 +22,8 @@ PUBLISHER = "functions.cloud.publisher.EventPublisher"
 QUOTAS = "functions.cloud.quotas.GpuQuotas"
 REGISTRY = "functions.cloud.registry.ModelRegistry"
 VERTEX = "functions.cloud.vertex.VertexJobs"
+ENDPOINTS = "functions.cloud.endpoints.Endpoints"
+MONITORING = "functions.cloud.monitoring.ServingMetrics"
 # The custom role each function's Vertex AI permissions are granted by (terraform/iam.tf).
 VERTEX_ROLE = "${google_project_iam_custom_role.function_vertex[each.key].id}"
 
@@ -73,6 +75,21 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (VERTEX, "active_jobs"): frozenset({"aiplatform.customJobs.list"}),
     (VERTEX, "get"): frozenset({"aiplatform.customJobs.get"}),
     (VERTEX, "cancel"): frozenset({"aiplatform.customJobs.cancel"}),
+    # The EndpointService (functions/cloud/endpoints.py), each method's permission from its REST reference page
+    # (cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.endpoints…, "IAM Permissions"); an
+    # endpoint's operation is read with the endpoint's `.get`, as the registry's uploads are.
+    (ENDPOINTS, "__init__"): frozenset(),
+    (ENDPOINTS, "endpoint_name"): frozenset(),  # a name, no call
+    (ENDPOINTS, "get"): frozenset({"aiplatform.endpoints.get"}),
+    (ENDPOINTS, "create"): frozenset({"aiplatform.endpoints.create"}),
+    (ENDPOINTS, "deploy"): frozenset({"aiplatform.endpoints.deploy"}),
+    (ENDPOINTS, "undeploy"): frozenset({"aiplatform.endpoints.undeploy"}),
+    (ENDPOINTS, "set_traffic"): frozenset({"aiplatform.endpoints.update"}),
+    (ENDPOINTS, "operation"): frozenset({"aiplatform.endpoints.get"}),
+    (ENDPOINTS, "predict"): frozenset({"aiplatform.endpoints.predict"}),  # trainctl predict only
+    # Cloud Monitoring's timeSeries.list (https://cloud.google.com/monitoring/access-control#monitoring-perms).
+    (MONITORING, "__init__"): frozenset(),
+    (MONITORING, "figures"): frozenset({"monitoring.timeSeries.list"}),
 }
 
 # Which resource each call site touches: "data" (the data bucket and extra_data_buckets), "control" (the
@@ -91,6 +108,11 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     (REGISTRY, "*"): frozenset({"project"}),
     # VertexJobs(settings.project, settings.region, …): the project's CustomJobs, in any region (a project-level grant).
     (VERTEX, "*"): frozenset({"project"}),
+    # Endpoints(settings.project, settings.region, …) and ServingMetrics(settings.project, …): the project's.
+    (ENDPOINTS, "*"): frozenset({"project"}),
+    (MONITORING, "*"): frozenset({"project"}),
+    # Each served endpoint's record (issue 41) beside the model records.
+    ("functions.ledger.endpoint_records.EndpointLedger", "*"): frozenset({"control"}),
     # The per-model records (functions/ledger/model_records.py) live in the control bucket beside the ledger.
     ("functions.ledger.model_records.ModelLedger", "*"): frozenset({"control"}),
     # Each model's charter (issue 38) beside them.
@@ -173,7 +195,7 @@ def entry_points() -> list[str]:
 @pytest.fixture(scope="module")
 def graph() -> CallGraph:
     return CallGraph(
-        {GCS, PUBLISHER, QUOTAS, REGISTRY, VERTEX},
+        {GCS, PUBLISHER, QUOTAS, REGISTRY, VERTEX, ENDPOINTS, MONITORING},
         ports={
             "functions.cloud.ports.Storage": GCS,
             "functions.cloud.ports.Events": PUBLISHER,
@@ -181,6 +203,8 @@ def graph() -> CallGraph:
             "functions.cloud.ports.Registry": REGISTRY,
             # Jobs is VertexJobs in the deployed functions (LazyJobs builds one on first use and hands calls to it).
             "functions.cloud.ports.Jobs": VERTEX,
+            "functions.cloud.ports.Endpoints": ENDPOINTS,
+            "functions.cloud.ports.Metrics": MONITORING,
         },
     )
 
@@ -256,6 +280,8 @@ def test_every_adapter_method_is_classified():
         (QUOTAS, "cloud/quotas.py"),
         (REGISTRY, "cloud/registry.py"),
         (VERTEX, "cloud/vertex.py"),
+        (ENDPOINTS, "cloud/endpoints.py"),
+        (MONITORING, "cloud/monitoring.py"),
     ]:
         class_name = adapter.rsplit(".", 1)[1]
         tree = ast.parse((FUNCTIONS_DIR / path).read_text())
@@ -342,7 +368,7 @@ def test_each_function_holds_exactly_the_vertex_permissions_it_can_reach(tf, gra
     (endpoints, datasets, pipelines, deleting models …). Each now holds a custom role with the permissions of the
     JobService and ModelService calls it can reach, no more and no fewer: the intake functions create jobs and read the
     champion; only the observers cancel, read jobs and register versions."""
-    need = {permission for (_, permission) in needed(function, graph) if permission.startswith("aiplatform.")}
+    need = {p for (_, p) in needed(function, graph) if p.startswith(("aiplatform.", "monitoring."))}
     assert set(tf.locals["functions"][function]["vertex_permissions"]) == need
     role = tf.resource("google_project_iam_custom_role", "function_vertex")
     assert (role["for_each"], role["permissions"]) == ("${local.functions}", "${each.value.vertex_permissions}")

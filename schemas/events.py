@@ -434,7 +434,7 @@ class RuleChanged(_ModelEvent):
     operator, through `trainctl models` (trigger `cli`), or by the controller (the first version's rows)."""
 
     state: Literal["rule_changed"] = "rule_changed"
-    action: Literal["adopted", "rule", "reference", "owner"]
+    action: Literal["adopted", "rule", "reference", "owner", "deploy"]
     owner: str = Field(description="The team that owns the model after the change.")
     rule: str = Field(description="The model's rule after the change, in words.")
     reference: str | None = Field(None, description="Where the model's reference set came from, after the change.")

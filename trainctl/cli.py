@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from trainctl import demo, jobs, local_stack, model_rules, models, plan, replay, report, submit, validate
+from trainctl import demo, jobs, local_stack, model_rules, models, plan, replay, report, serving, submit, validate
 from trainctl.problems import EXIT_INTERRUPTED, Problem, explain
 from trainctl.terminal import escaped_output
 
@@ -27,7 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     submit.register(commands)
     jobs.register(commands)
     report.register(commands)
-    model_rules.register(models.register(commands))
+    verbs = models.register(commands)
+    model_rules.register(verbs)
+    serving.register(verbs)
+    serving.register_predict(commands)
     replay.register(commands)
     demo.register(commands)
     local_stack.register(commands)

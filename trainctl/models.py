@@ -54,7 +54,9 @@ def register(commands: argparse._SubParsersAction) -> argparse._SubParsersAction
     """`trainctl models` and its verbs here; the verbs that change a charter add themselves to what this returns
     (trainctl/model_rules.py)."""
     cmd = commands.add_parser(
-        "models", help="the Model Registry models trainctl registers: list, show, promote, rollback, adopt, rule"
+        "models",
+        help="the Model Registry models trainctl registers: list, show, promote, rollback, adopt, rule, deploy, "
+        "undeploy",
     )
     verbs = cmd.add_subparsers(dest="verb", required=True, metavar="VERB")
 
@@ -139,7 +141,14 @@ def describe(models: Models, name: str) -> dict[str, Any] | None:
         "versions": [_version(models, v) for v in sorted(versions, key=lambda v: int(v.version_id or 0))],
         "aliases": {r.alias: {"version": r.champion, "held_before": r.champions[:-1][-5:]} for r in records},
         "decisions": [_decision(e) for e in decisions],
+        "serving": _serving(models, charter),
     }
+
+
+def _serving(models: Models, charter: Charter | None) -> dict[str, Any] | None:
+    from trainctl.serving import describe_serving  # it builds on this module's Models
+
+    return describe_serving(models, charter) if charter else None
 
 
 def _charter(charter: Charter) -> dict[str, Any]:
@@ -255,6 +264,10 @@ def run_show(args: argparse.Namespace) -> int:
     for alias, held in found["aliases"].items():
         earlier = ", ".join(held["held_before"]) or "none"
         print(f"  {alias} -> version {held['version']} (earlier: {earlier})")
+    if found["serving"]:
+        from trainctl.serving import print_serving
+
+        print_serving(found["serving"])
     print(f"\n{'VERSION':>7}  {'ALIASES':<20} {'CREATED':<19}  {'REQUEST':<32} METRICS")
     for v in found["versions"]:
         shown = headline_metrics(v["metrics"], limit=1) or "-"

@@ -135,10 +135,11 @@ def timeline(outcomes: list[Outcome], since: datetime, until: datetime) -> dict[
 
 
 def model_figures(decisions: list[Outcome]) -> dict[str, dict[str, int]]:
-    """Per model, how many successful runs were promoted and how many held (issue 26)."""
-    models: dict[str, dict[str, int]] = defaultdict(lambda: {"promoted": 0, "held": 0})
+    """Per model, how many successful runs were promoted and how many held (issue 26), and how many promoted versions
+    rolled out to the model's endpoint and how many were rolled back (issue 41)."""
+    models: dict[str, dict[str, int]] = defaultdict(lambda: {"promoted": 0, "held": 0, "deployed": 0, "rolled_back": 0})
     for d in decisions:
-        if d.model and d.state in ("promoted", "held"):
+        if d.model and d.state in ("promoted", "held", "deployed", "rolled_back"):
             models[d.model][d.state] += 1
     return {model: models[model] for model in sorted(models)}
 
@@ -215,7 +216,12 @@ def _lines(name: str, f: dict[str, Any]) -> list[str]:
         f"  run time         p50 {_seconds(run['p50'])}  p95 {_seconds(run['p95'])}",
         f"  GPU-hours        {f['gpu_hours']:.2f}   estimated cost ${f['estimated_cost_usd']:,.2f}",
         *_data_lines(f.get("data_rejections")),
-    ] + [f"  model {model:<10} promoted {n['promoted']}, held {n['held']}" for model, n in f.get("models", {}).items()]
+    ] + [
+        f"  model {model:<10} promoted {n['promoted']}, held {n['held']}"
+        + (f"; rollouts: deployed {n['deployed']}, rolled back {n['rolled_back']}" if n["deployed"] + n["rolled_back"]
+           else "")
+        for model, n in f.get("models", {}).items()
+    ]  # fmt: skip
 
 
 def _data_lines(rejections: dict[str, Any] | None) -> list[str]:

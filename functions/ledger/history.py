@@ -27,6 +27,8 @@ METADATA_KEY = "outcome"
 # The controller's model decisions after a success (functions/models/promotion.py) are filed beside the outcomes, under
 # their own key, so that the report counts them per model without counting them as requests.
 MODEL_DECISION_STATES = frozenset({"promoted", "held"})
+# How each promoted version's rollout ended (issue 41), filed the same way under the same key.
+ROLLOUT_END_STATES = frozenset({"deployed", "rolled_back"})
 MODEL_DECISION_KEY = "model_decision"
 # Set to LABELS_IN_CONTENT when the outcome in METADATA_KEY was stored without its labels (and, should they not fit
 # either, the other fields a request fills: SHORTENED): the content holds it whole.

@@ -13,7 +13,13 @@ from functions.cloud.errors import Transient
 from functions.cloud.gcs import Conflict
 from functions.cloud.ports import Events
 from functions.ledger.budget_records import BudgetRecords
-from functions.ledger.history import FINAL_EVENT_STATES, MODEL_DECISION_KEY, MODEL_DECISION_STATES, outcome_of
+from functions.ledger.history import (
+    FINAL_EVENT_STATES,
+    MODEL_DECISION_KEY,
+    MODEL_DECISION_STATES,
+    ROLLOUT_END_STATES,
+    outcome_of,
+)
 from functions.ledger.monitoring_fields import published_fields
 from functions.ledger.output_claims import OutputClaims, output_dir_of
 from functions.ledger.record import Record
@@ -69,6 +75,8 @@ class Outbox:
                 self.ledger.record_outcome(outcome, record.key_hash)
             elif event.state in MODEL_DECISION_STATES:
                 self.ledger.record_outcome(outcome_of(event, record), f"{record.key_hash}-model", MODEL_DECISION_KEY)
+            elif event.state in ROLLOUT_END_STATES:
+                self.ledger.record_outcome(outcome_of(event, record), f"{record.key_hash}-rollout", MODEL_DECISION_KEY)
         done = {e.ce_id for e in events}
         for _ in range(5):
             record.mark_published(done)

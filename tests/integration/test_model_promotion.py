@@ -409,7 +409,12 @@ def test_rollback_moves_the_alias_back_with_an_event_from_the_command_line(deplo
     status = json.loads(capsys.readouterr().out)
     assert status["model"] == {"name": model, "champion_given": "1", "version": "2", "decision": "promoted"}
     assert trainctl(["report", "--since", "1h", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["total"]["models"][model] == {"promoted": 2, "held": 0, "deployed": 0, "rolled_back": 0}
+    assert json.loads(capsys.readouterr().out)["total"]["models"][model] == {
+        "promoted": 2,
+        "held": 0,
+        "deployed": 0,
+        "rolled_back": 0,
+    }
 
 
 def test_an_upload_whose_answer_was_lost_while_it_ran_registers_one_version(deployment, registry, jobservice_control):

@@ -52,6 +52,7 @@ def main() -> int:
     parser.add_argument("--reference-data", help="the model's reference set, which trainctl passes; not read here")
     parser.add_argument("--confidence", help="the level of the reference set's interval; not used here")
     parser.add_argument("--write-reference-rows", action="store_true", help="write a stand-in reference.parquet")
+    parser.add_argument("--model-from", type=Path, help="the primary copies this trained model folder's files too")
     args, trainer_flags = parser.parse_known_args()
     standing_in = bool(args.data)
     # Like the built-in trainer, a run given no reference set writes its own sample beside its metrics (issue 38).
@@ -74,7 +75,7 @@ def main() -> int:
     while args.until_file and not args.until_file.exists():
         time.sleep(0.05)
     if args.metrics and node_name() == "workerpool0-0":
-        write_metrics(args.metrics, writes_reference)
+        write_metrics(args.metrics, writes_reference, args.model_from)
     if args.runs_file:
         with open(args.runs_file, "a") as runs:
             runs.write("run\n")
@@ -95,7 +96,7 @@ def stand_in_args(data: str) -> list[str]:
     return client.bucket(bucket).blob(folder + "fake-node-args").download_as_text().splitlines()
 
 
-def write_metrics(metrics: str, reference: bool) -> None:
+def write_metrics(metrics: str, reference: bool, model_from: Path | None = None) -> None:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
@@ -103,6 +104,9 @@ def write_metrics(metrics: str, reference: bool) -> None:
     folder = storage.Client(project="local", credentials=AnonymousCredentials()).bucket(bucket)
     if reference:
         folder.blob(prefix.rstrip("/") + "/reference.parquet").upload_from_string(b"stand-in validation rows")
+    for path in sorted(model_from.iterdir()) if model_from else ():  # a real model, so that its version serves
+        if path.is_file() and path.name != "metrics.json":
+            folder.blob(prefix.rstrip("/") + "/" + path.name).upload_from_filename(str(path))
     folder.blob(prefix.rstrip("/") + "/metrics.json").upload_from_string(metrics)
 
 

@@ -483,8 +483,9 @@ class Deployed(_RolloutEvent):
 
 class RolledBack(_RolloutEvent):
     state: Literal["rolled_back"] = "rolled_back"
-    reason: Literal["errors", "latency", "too_few_requests", "deploy_failed"] = Field(
-        description="errors or latency over the limits, too few requests to judge, or the deployment itself failed."
+    reason: Literal["errors", "latency", "too_few_requests", "deploy_failed", "no_figures"] = Field(
+        description="errors or latency over the limits, too few requests to judge, the deployment itself failed, or "
+        "Cloud Monitoring refused to give the figures (a permission missing): never promoted unjudged."
     )
     figures: ServingFigures | None = None
     alias_version: str | None = Field(

@@ -24,7 +24,7 @@ MAX_HISTORY = 100
 
 Phase = Literal["deploying", "baking", "promoting", "rolling_back"]
 Outcome = Literal["deployed", "rolled_back"]
-RollbackReason = Literal["errors", "latency", "too_few_requests", "deploy_failed"]
+RollbackReason = Literal["errors", "latency", "too_few_requests", "deploy_failed", "no_figures"]
 
 
 class Served(BaseModel):

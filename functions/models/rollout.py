@@ -28,6 +28,7 @@ from functions.cloud import deadline
 from functions.cloud.endpoint_types import EndpointState, Operation
 from functions.cloud.endpoints import ENDPOINT_LABEL, NEW_DEPLOYED_MODEL, numeric_id
 from functions.cloud.ports import Endpoints, Metrics, Registry
+from functions.cloud.vertex import CallRejected
 from functions.ledger.endpoint_records import (
     Ended,
     EndpointLedger,
@@ -96,12 +97,15 @@ class Rollouts:
                 record, generation, "deploying", self._deploying(record, charter, endpoint)
             )
         if rollout.phase == "deploying":
-            endpoint, endpoint_generation = self._deploy(endpoint, endpoint_generation, deploy, charter)
+            try:
+                endpoint, endpoint_generation = self._deploy(endpoint, endpoint_generation, deploy, charter)
+            except CallRejected as exc:  # a deployment Vertex will never make (a machine type, a permission)
+                why = f"Vertex refused the deployment ({exc.reason}, code {exc.code}): {exc.message}"
+                endpoint, endpoint_generation = self._decide(
+                    endpoint, endpoint_generation, "rolling_back", why, reason="deploy_failed"
+                )
             rollout = endpoint.rollout
-            if rollout is None:  # the first version went straight to all the traffic, or the deployment failed
-                ended = endpoint.ended(record.key_hash)
-                assert ended is not None
-                return self._finished(record, generation, charter, endpoint, ended)
+            assert rollout is not None  # each step leaves it; only the end clears it
         if rollout.phase == "baking" and steps.rollout != "canary":
             record, generation = self._publish(record, generation, "canary", self._canary(record, charter, endpoint))
         if rollout.phase == "baking":
@@ -181,7 +185,11 @@ class Rollouts:
         assert rollout is not None and rollout.bake_since is not None and rollout.bake_until is not None
         now = self.clock()
         until = min(now, rollout.bake_until)
-        figures = self.metrics().figures(endpoint.endpoint_id, rollout.deployed_model_id, rollout.bake_since, until)
+        try:
+            figures = self.metrics().figures(endpoint.endpoint_id, rollout.deployed_model_id, rollout.bake_since, until)
+        except CallRejected as exc:
+            why = f"Cloud Monitoring refused the canary's figures ({exc.reason}, code {exc.code}): {exc.message}"
+            return self._decide(endpoint, generation, "rolling_back", why, reason="no_figures")
         rollout.figures = figures
         broken = limits_broken(figures, deploy)
         if broken is not None:
@@ -232,11 +240,10 @@ class Rollouts:
             keep, drop = rollout.previous if previous else None, rollout.deployed_model_id
             outcome = "rolled_back"
             alias_version = self._alias_back(rollout, charter)
-        if state is not None:
-            on_endpoint = {d.id for d in state.deployed}
-            if split.keys() <= on_endpoint and state.traffic_split != split:
+        if state is not None and split.keys() <= {d.id for d in state.deployed}:
+            if state.traffic_split != split:
                 api.set_traffic(name, split)
-            if drop is not None and drop in on_endpoint:
+            if drop is not None and state.deployed_model(drop) is not None:
                 api.undeploy(name, drop, split)
         endpoint.record(
             Ended(

@@ -33,6 +33,9 @@ NEEDS_A_DEPLOYMENT = [
     ["models", "rollback", "churn"],
     ["models", "adopt", "churn", "--team", "default"],
     ["models", "rule", "churn", "--min-improvement", "0.01"],
+    ["models", "deploy", "churn", "--endpoint", "churn-online"],
+    ["models", "undeploy", "churn"],
+    ["predict", "churn", REQUEST],
     ["replay", EVENT],
     ["plan", REQUEST, "--quota"],
 ]

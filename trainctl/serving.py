@@ -92,6 +92,13 @@ def run_deploy(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"model {args.name}: {exc}")
         return EXIT_REFUSED
+    if charter.deploy is not None and deploy.endpoint != charter.deploy.endpoint:
+        _, ledger = endpoints_of(models)
+        old = ledger.read(charter.deploy.endpoint, endpoint_id(models, charter.deploy.endpoint))[0]
+        if old.rollout is not None and old.rollout.model_id == charter.model_id:
+            print(f"version {old.rollout.version} of {charter.model_id} is rolling out on {old.name} "
+                  f"({old.rollout.phase}); change the endpoint once it ends")  # fmt: skip
+            return EXIT_REFUSED
     if deploy != charter.deploy:
         if not _save_deploy(models, charter, generation, deploy):
             return EXIT_REFUSED

@@ -70,7 +70,9 @@ class Rollouts:
         """Take the promoted request's rollout as far as it goes now; the record as saved. Raises gcs.Conflict (the
         endpoint record changed: the next visit reads it again) or Transient."""
         steps = record.model_steps
-        assert steps is not None and steps.version is not None and charter.deploy is not None
+        assert steps is not None and steps.version is not None
+        if charter.deploy is None:  # its owner took the model off its endpoint before this rollout began
+            return self._skip(record, generation, None, "the model is no longer served (`trainctl models undeploy`)")
         deploy = charter.deploy
         endpoint, endpoint_generation = self.ledger.read(deploy.endpoint, self.endpoint_id(deploy.endpoint))
         ended = endpoint.ended(record.key_hash)
@@ -80,7 +82,9 @@ class Rollouts:
         if rollout is None:
             holder = self.registry().get(f"{self.registry().model_name(charter.model_id)}@{charter.rule.alias}")
             if holder is None or holder.version_id != steps.version:
-                return self._skip(record, generation, holder.version_id if holder else None)
+                held = holder.version_id if holder else "none"
+                why = f"the alias holds version {held} now (a later promotion supersedes it)"
+                return self._skip(record, generation, holder.version_id if holder else None, why)
             rollout = self._claim(record, charter, endpoint)
             endpoint.rollout = rollout
             endpoint_generation = self.ledger.write(endpoint, endpoint_generation)
@@ -321,14 +325,11 @@ class Rollouts:
 
     # ---- the request's side: its events follow the endpoint record --------------------------------------------
 
-    def _skip(self, record: Record, generation: int, holder: str | None) -> tuple[Record, int]:
+    def _skip(self, record: Record, generation: int, holder: str | None, why: str) -> tuple[Record, int]:
         steps = record.model_steps
         assert steps is not None
         steps.rollout = "skipped"
-        logs.warning(
-            f"version {steps.version} is not rolled out: the alias holds version {holder or 'none'} now (a later "
-            "promotion supersedes it)"
-        )
+        logs.warning(f"version {steps.version} is not rolled out: {why}", alias_version=holder)
         return record, self.outbox.save(record, generation)
 
     def _publish(self, record: Record, generation: int, step: str, event: JobEvent) -> tuple[Record, int]:

@@ -187,3 +187,24 @@ def test_a_queued_job_cancelled_ends_cancelled_before_it_runs(batches: BatchPred
     batches.delete(created.name)
     listed = batches.list(ListBatchPredictionJobsRequest(parent=PARENT))
     assert list(listed.batch_prediction_jobs) == []
+
+
+def test_a_restarted_service_knows_every_job_runs_again_the_unfinished_and_ends_the_cancelling(tmp_path: Path):
+    registry = ModelRegistry(upload_seconds=0)
+    store = BatchJobStore(tmp_path)
+    states = {"1": JobState.JOB_STATE_RUNNING, "2": JobState.JOB_STATE_CANCELLING, "3": JobState.JOB_STATE_SUCCEEDED}
+    for job_id, state in states.items():
+        store.add(BatchPredictionJob(name=f"{PARENT}/batchPredictionJobs/{job_id}", display_name="s", state=state))
+    restarted = BatchPredictions(BatchJobStore(tmp_path), registry, ExecutionSettings(), tmp_path)
+    started: list[str] = []
+    restarted._start = started.append  # type: ignore[method-assign]
+
+    restarted.resume_all()
+
+    assert started == [f"{PARENT}/batchPredictionJobs/1"]
+    listed = restarted.list(ListBatchPredictionJobsRequest(parent=PARENT)).batch_prediction_jobs
+    assert [job.state for job in listed] == [
+        JobState.JOB_STATE_RUNNING,
+        JobState.JOB_STATE_CANCELLED,
+        JobState.JOB_STATE_SUCCEEDED,
+    ]

@@ -38,7 +38,7 @@ from local.jobservice.model_registry import ModelRegistry, done_delete_operation
 from local.jobservice.model_rules import RegistryError, refuse_invalid
 from local.jobservice.replicas import ExecutionSettings
 
-State = JobState  # its members, which proto-plus types as int
+State = JobState  # the type checker sees its members as int: _advance and _end take int
 ACTIVE = frozenset(
     {State.JOB_STATE_QUEUED, State.JOB_STATE_PENDING, State.JOB_STATE_RUNNING, State.JOB_STATE_CANCELLING}
 )
@@ -165,8 +165,8 @@ class BatchPredictions:
         """With `stop_jobs`, every run is stopped and its job fails (as the JobService's CustomJobs do)."""
         if not stop_jobs:
             return
-        self._stopping = True
         with self._lock:
+            self._stopping = True
             runs = list(self._runs.values())
         for run in runs:
             run.cancel()
@@ -177,7 +177,7 @@ class BatchPredictions:
 
     def _start(self, name: str) -> None:
         thread = threading.Thread(target=self._run, args=(name,), name=f"batch-{job_number(name)}", daemon=True)
-        self._threads.append(thread)
+        self._threads = [*(alive for alive in self._threads if alive.is_alive()), thread]
         thread.start()
 
     def _run(self, name: str) -> None:
@@ -188,7 +188,13 @@ class BatchPredictions:
                 return
             run.run()
             if self._stopping:
-                self._end(name, State.JOB_STATE_FAILED, code_pb2.UNAVAILABLE, "The local JobService stopped.", run)
+                self._end(
+                    name,
+                    State.JOB_STATE_FAILED,
+                    code_pb2.ABORTED,
+                    "The local JobService stopped while the job was running.",
+                    run,
+                )
             elif run.cancelled or self.get(name).state == State.JOB_STATE_CANCELLING:
                 self._end(name, State.JOB_STATE_CANCELLED, code_pb2.CANCELLED, "BatchPredictionJob was cancelled.", run)
             else:
@@ -230,6 +236,8 @@ class BatchPredictions:
             self._runs_dir / str(job_number(name)),
         )  # fmt: skip
         with self._lock:
+            if self._stopping:  # shutdown stops the runs it finds; this one would start after it
+                raise BatchRunError(code_pb2.ABORTED, "The local JobService stopped while the job was running.")
             self._runs[name] = run
 
         def running(job: BatchPredictionJob) -> None:

@@ -208,3 +208,13 @@ def test_a_restarted_service_knows_every_job_runs_again_the_unfinished_and_ends_
         JobState.JOB_STATE_CANCELLED,
         JobState.JOB_STATE_SUCCEEDED,
     ]
+
+
+def test_a_job_that_would_start_after_the_service_stopped_fails_without_running(batches: BatchPredictions):
+    created = batches.create(CreateBatchPredictionJobRequest(parent=PARENT, batch_prediction_job=job(model=MODEL)))
+    batches.shutdown(stop_jobs=True)
+
+    batches._run(created.name)  # the job's thread, late
+
+    ended = batches.get(created.name)
+    assert (ended.state, ended.error.code) == (JobState.JOB_STATE_FAILED, 10)  # ABORTED, as a stopped CustomJob

@@ -9,7 +9,8 @@ BatchPredictions method (batch_jobs.py):
     DELETE /v1/{name=…/batchPredictionJobs/*}                Operation (done)
     GET    /v1/{name=…/batchPredictionJobs/*/operations/*}   Operation (a delete's)
 
-Bodies and refusals as model_rest.py gives them (Google's REST error body, with BadRequest field violations).
+Bodies and refusals as model_rest.py gives them (Google's REST error body, with BadRequest field violations); the
+create fails as the fault plan says (faults.py), as CreateCustomJob and UploadModel do.
 """
 
 from __future__ import annotations
@@ -23,18 +24,29 @@ from google.cloud.aiplatform_v1.types import (
 )
 
 from local.jobservice.batch_jobs import BatchPredictions
+from local.jobservice.faults import FaultPlan
 from local.jobservice.model_rest import _answer, _list_query
+from local.jobservice.model_rules import RegistryError
 from local.jobservice.rest import RestRequest, RestResponse, Route, parse_message
 
 _LOCATION = r"projects/[^/]+/locations/[^/]+"
 _JOB = rf"{_LOCATION}/batchPredictionJobs/[^/:]+"
 
 
-def batch_prediction_routes(batches: BatchPredictions) -> list[Route]:
+def batch_prediction_routes(batches: BatchPredictions, faults: FaultPlan) -> list[Route]:
     def create(request: RestRequest, match: re.Match[str]) -> RestResponse:
         job = parse_message(request.json_body(), BatchPredictionJob, "batch_prediction_job")
         created = CreateBatchPredictionJobRequest(parent=match["parent"], batch_prediction_job=job)
-        return _answer(request, lambda: batches.create(created))
+
+        def create_with_faults() -> BatchPredictionJob:
+            failure = faults.next_create_failure("CreateBatchPredictionJob")
+            if failure is None:
+                return batches.create(created)
+            if failure.after_create:
+                batches.create(created)  # made, and the answer is lost on the way back
+            raise RegistryError(failure.code, failure.message)
+
+        return _answer(request, create_with_faults)
 
     def get(request: RestRequest, match: re.Match[str]) -> RestResponse:
         return _answer(request, lambda: batches.get(match["name"]))

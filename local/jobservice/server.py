@@ -118,7 +118,7 @@ class LocalJobService:
         routes += logging_routes(JobLogs(self.store))
         routes += cloud_quotas_routes(lambda: self.executor.quota.model, self.quota_reads)
         routes += secret_manager_routes(self.secrets)
-        routes += batch_prediction_routes(self.batches)
+        routes += batch_prediction_routes(self.batches, self.faults)
         self._rest = RestServer(routes, self.host, self.rest_port)
         self.rest_port = self._rest.port
         self.executor.node_services = NodeServices(self.secrets, self.rest_url)

@@ -24,6 +24,7 @@ from google.cloud import storage
 from google.cloud.aiplatform_v1 import BatchPredictionJob, JobServiceClient, JobState, ModelServiceClient
 
 from functions.cloud.batch_predictions import VertexBatchPredictions
+from functions.cloud.retry import RetryPolicy
 from functions.models.versions import SERVING_COMMAND, SERVING_PORT
 from local.fake_gcs import FakeGcs
 from local.jobservice.standalone import JobServiceProcess
@@ -268,16 +269,22 @@ def test_requests_vertex_refuses_name_the_field(jobservice: JobServiceProcess, s
     assert refused.status_code == 400 and "batch_prediction_job.labels.Bad Key" in refused.text
 
 
-def test_the_adapter_creates_once_and_finds_the_job_by_its_label(jobservice: JobServiceProcess, scoring: Scoring):
-    adapter = VertexBatchPredictions(LOCAL_PROJECT, "us-central1", endpoint=jobservice.rest_url)
-    key = uuid.uuid4().hex[:12]
-    body = {
+def rest_body(scoring: Scoring, key: str) -> dict:
+    """A BatchPredictionJob in its REST form, as the controller sends it, labelled with `key`."""
+    missing = f"gs://{scoring.bucket}/score/none/*.csv"  # fails at once: no process to wait for
+    return {
         "displayName": "score",
         "model": f"{scoring.model}@champion",
-        "inputConfig": {"instancesFormat": "csv", "gcsSource": {"uris": [f"gs://{scoring.bucket}/score/none/*.csv"]}},
+        "inputConfig": {"instancesFormat": "csv", "gcsSource": {"uris": [missing]}},
         "outputConfig": {"predictionsFormat": "csv", "gcsDestination": {"outputUriPrefix": f"gs://{scoring.bucket}/o"}},
         "labels": {"trainctl_scoring": key},
     }
+
+
+def test_the_adapter_creates_once_and_finds_the_job_by_its_label(jobservice: JobServiceProcess, scoring: Scoring):
+    adapter = VertexBatchPredictions(LOCAL_PROJECT, "us-central1", endpoint=jobservice.rest_url)
+    key = uuid.uuid4().hex[:12]
+    body = rest_body(scoring, key)
 
     created, adopted = adapter.find_or_create(body, "trainctl_scoring")
     again, adopted_again = adapter.find_or_create(body, "trainctl_scoring")
@@ -293,3 +300,23 @@ def test_the_adapter_creates_once_and_finds_the_job_by_its_label(jobservice: Job
     assert adapter.find("trainctl_scoring", "nothing-here") is None
     adapter.cancel(created.name)  # ended: left alone
     assert adapter.get(f"{PARENT}/batchPredictionJobs/1") is None
+
+
+def test_the_adapter_adopts_the_job_a_create_made_when_its_answer_was_lost(
+    jobservice: JobServiceProcess, scoring: Scoring
+):
+    """CreateBatchPredictionJob is not idempotent: after a create that failed (here UNAVAILABLE once the job was
+    made), the adapter looks the job up by its label before trying again, and adopts it."""
+    fast = RetryPolicy(attempts=3, first_pause=0.05, max_pause=0.1, call_timeout=10)
+    adapter = VertexBatchPredictions(LOCAL_PROJECT, "us-central1", endpoint=jobservice.rest_url, policy=fast)
+    key = uuid.uuid4().hex[:12]
+    jobservice.control.fail_next_creates("UNAVAILABLE", after_create=True, method="CreateBatchPredictionJob")
+    try:
+        created, adopted = adapter.find_or_create(rest_body(scoring, key), "trainctl_scoring")
+    finally:
+        jobservice.control.clear_faults()
+
+    assert adopted
+    jobs, _ = rest_clients(jobservice)
+    listed = jobs.list_batch_prediction_jobs(request={"parent": PARENT, "filter": f'labels.trainctl_scoring="{key}"'})
+    assert [job.name for job in listed] == [created.name]

@@ -1,5 +1,6 @@
-"""What the controller's core needs of Cloud Storage, Pub/Sub, Vertex (jobs and the Model Registry) and Cloud Quotas:
-the adapters' shapes as Protocols, so that each adapter (functions/cloud/gcs.py, publisher.py, vertex.py, registry.py,
+"""What the controller's core needs of Cloud Storage, Pub/Sub, Vertex (jobs, batch predictions, the Model Registry and
+endpoints), Cloud Monitoring and Cloud Quotas: the adapters' shapes as Protocols, so that each adapter
+(functions/cloud/gcs.py, publisher.py, vertex.py, batch_predictions.py, registry.py, endpoints.py, monitoring.py,
 quotas.py) and trainctl replay's in-memory stand-ins are checked against the same interface by the type checker."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
+from functions.cloud.batch_snapshot import BatchPrediction
 from functions.cloud.endpoint_types import EndpointState, Operation
 from functions.cloud.gcs import ObjectDigest
 from functions.cloud.job_snapshot import JobSnapshot
@@ -141,3 +143,22 @@ class Metrics(Protocol):
     """A deployed model's answers from Cloud Monitoring (functions/cloud/monitoring.py)."""
 
     def figures(self, endpoint_id: str, deployed_model_id: str, since: datetime, until: datetime) -> ServingFigures: ...
+
+
+class BatchPredictions(Protocol):
+    """Vertex AI's BatchPredictionJobs (functions/cloud/batch_predictions.py)."""
+
+    @property
+    def parent(self) -> str: ...
+
+    def find(self, label: str, value: str) -> BatchPrediction | None:
+        """The job labelled `label=value`; None when there is none."""
+        ...
+
+    def find_or_create(self, job: dict[str, Any], label: str) -> tuple[BatchPrediction, bool]:
+        """(the job, adopted): the one labelled with `job`'s `label` value, else a new one from `job` (REST form)."""
+        ...
+
+    def get(self, name: str) -> BatchPrediction | None: ...
+
+    def cancel(self, name: str) -> None: ...

@@ -99,8 +99,8 @@ class JobServiceControl:
         after_create: bool = False,
         method: str = "CreateCustomJob",
     ) -> None:
-        """The next `count` calls of `method` (CreateCustomJob or UploadModel) fail with gRPC status `code` (a
-        grpc.StatusCode name); with `after_create`, after the job was created (the upload started)."""
+        """The next `count` calls of `method` (CreateCustomJob, UploadModel or CreateBatchPredictionJob) fail with gRPC
+        status `code` (a grpc.StatusCode name); with `after_create`, after the job was created (the upload started)."""
         self._call("FailNextCreates", code=code, count=count, message=message, after_create=after_create, method=method)
 
     def delay_next_creates(self, seconds: float, count: int = 1) -> None:

@@ -1,8 +1,8 @@
 """Faults the local JobService can be told to produce, for tests of the controller's error handling.
 
-- fail the next N CreateCustomJob (or UploadModel) calls with a gRPC code and Vertex's wording for it (optionally
-  after the job was created, or the upload started, anyway, as when a response is lost on the way back: UNKNOWN
-  "Stream removed");
+- fail the next N CreateCustomJob (or UploadModel, or CreateBatchPredictionJob) calls with a gRPC code and Vertex's
+  wording for it (optionally after the job was created, or the upload started, anyway, as when a response is lost on
+  the way back: UNKNOWN "Stream removed");
 - rate-limit the next N Get/List/Cancel calls (RESOURCE_EXHAUSTED, Vertex's request-rate text);
 - refuse the next N Create/List/Get/Cancel calls with PERMISSION_DENIED (IAM's text), as while fresh grants
   propagate;
@@ -64,7 +64,8 @@ DEFAULT_MESSAGES = {
 }
 
 
-CREATE_METHODS = ("CreateCustomJob", "UploadModel")  # the calls that create something, and may fail after it
+# The calls that create something, and may fail after it.
+CREATE_METHODS = ("CreateCustomJob", "UploadModel", "CreateBatchPredictionJob")
 
 
 @dataclass(frozen=True)

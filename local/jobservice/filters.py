@@ -44,7 +44,7 @@ def parse_filter(text: str, hyphenated_label_keys: bool = False) -> Predicate:
                 f"{field}: the local JobService refuses a '-' in a label key, as Vertex documents label filters only "
                 "as labels.keyA=valueA and AIP-160 reads '-' as NOT; name labels with underscores"
             )
-        return _job_comparison(field, operator, value)
+        return job_comparison(field, operator, value)
 
     matches = parse_query(text, comparison)
     return lambda job: matches(CustomJob.pb(job))
@@ -125,7 +125,7 @@ class _Parser:
         return self.make_comparison(field, operator, value)
 
 
-def _job_comparison(field: str, operator: str, value: str) -> Callable[[Any], bool]:
+def job_comparison(field: str, operator: str, value: str) -> Callable[[Any], bool]:
     if field.startswith("labels."):
         return label_comparison(unquote(field.removeprefix("labels.")), operator, value)
     if field == "state":

@@ -388,11 +388,7 @@ class ModelRegistry:
         return record, version
 
     def _delete_operation(self, model_name: str) -> operations_pb2.Operation:
-        now = self._now()
-        operation = operations_pb2.Operation(name=f"{model_name}/operations/{self._new_id()}", done=True)
-        metadata = DeleteOperationMetadata(generic_metadata={"create_time": now, "update_time": now})
-        operation.metadata.Pack(DeleteOperationMetadata.pb(metadata))
-        operation.response.Pack(empty_pb2.Empty())
+        operation = done_delete_operation(f"{model_name}/operations/{self._new_id()}", self._now())
         self._operations[operation.name] = operation
         return operation
 
@@ -412,6 +408,15 @@ class ModelRegistry:
         """Numeric and increasing, like Vertex's model, operation and evaluation ids."""
         self._last_id = max(self._last_id + 1, time.time_ns() // 1000)
         return str(self._last_id)
+
+
+def done_delete_operation(name: str, now: dt.datetime) -> operations_pb2.Operation:
+    """A delete's Operation, done at once (the local services delete in place): DeleteOperationMetadata, Empty."""
+    operation = operations_pb2.Operation(name=name, done=True)
+    metadata = DeleteOperationMetadata(generic_metadata={"create_time": now, "update_time": now})
+    operation.metadata.Pack(DeleteOperationMetadata.pb(metadata))
+    operation.response.Pack(empty_pb2.Empty())
+    return operation
 
 
 def _version_of(record: ModelRecord, ref: ModelRef) -> VersionRecord | None:

@@ -28,6 +28,9 @@ from pathlib import Path
 import grpc
 from google.cloud.aiplatform_v1.types import CustomJob, JobState
 
+from local.jobservice.batch_jobs import BatchPredictions
+from local.jobservice.batch_rest import batch_prediction_routes
+from local.jobservice.batch_store import BatchJobStore
 from local.jobservice.capacity import CapacityError, CapacityModel, parse_capacity
 from local.jobservice.cloud_quotas import QuotaReads, cloud_quotas_routes
 from local.jobservice.control import control_handler
@@ -79,6 +82,9 @@ class LocalJobService:
         # Secret Manager's access method and the nodes' metadata servers (secret_manager.py): empty unless given.
         self.secrets = secrets or SecretStore(numbers=project_numbers)
         self.servicer = JobServiceServicer(self.store, self.executor, self.faults)
+        # BatchPredictionJobs (batch_jobs.py), on the REST port: the registry's versions run with trainer.predict.
+        batch_store = BatchJobStore(self.state_dir)
+        self.batches = BatchPredictions(batch_store, self.registry, self.settings, self.state_dir / "batch_runs")
         self._server: grpc.Server | None = None
         self._rest: RestServer | None = None
 
@@ -112,6 +118,7 @@ class LocalJobService:
         routes += logging_routes(JobLogs(self.store))
         routes += cloud_quotas_routes(lambda: self.executor.quota.model, self.quota_reads)
         routes += secret_manager_routes(self.secrets)
+        routes += batch_prediction_routes(self.batches, self.faults)
         self._rest = RestServer(routes, self.host, self.rest_port)
         self.rest_port = self._rest.port
         self.executor.node_services = NodeServices(self.secrets, self.rest_url)
@@ -119,6 +126,7 @@ class LocalJobService:
         self._server = server
         self._rest.start()
         self.executor.resume_all()
+        self.batches.resume_all()
         return self.address
 
     def stop(self, stop_jobs: bool = True, grace: float = 1.0) -> None:
@@ -131,6 +139,7 @@ class LocalJobService:
             self._server.stop(grace).wait()
             self._server = None
         self.executor.shutdown(stop_jobs=stop_jobs)
+        self.batches.shutdown(stop_jobs=stop_jobs)
 
     def _control_methods(self) -> dict:
         def fail_next_creates(request: dict, context: grpc.ServicerContext) -> dict:

@@ -8,6 +8,8 @@ import base64
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +33,7 @@ from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE
 from local.pubsub_emulator import pull_now
 from schemas.events import JobEvent, parse_event
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FAKE_NODE_IMAGE = "localhost/tests/fake-node"
 # A built-in trainer image under the test image's prefix, so the session's JobService runs fake_node.py for it: a
 # deployment serving with TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN runs built-in requests without torch.
@@ -323,3 +326,23 @@ class EventLog:
             if act is not None:
                 act()
             time.sleep(0.3)
+
+
+def train_breast_cancer_model(folder: Path) -> Path:
+    """A real model folder (scikit-learn's breast cancer table, 2 epochs, seed 5) for the trainer stand-in to copy
+    beside its metrics (`--model-from`), so that its registered version serves with `python -m trainer.serve`."""
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    header = ",".join([name.replace(" ", "_") for name in data.feature_names] + ["target"])
+    rows = [",".join(map(str, [*row, label])) for row, label in zip(data.data, data.target, strict=True)]
+    (folder / "train.csv").write_text("\n".join([header, *rows]) + "\n")
+    trained = subprocess.run(
+        [sys.executable, "-m", "trainer.train", "--data", str(folder / "train.csv"), "--target", "target",
+         "--epochs", "2", "--batch-size", "64", "--seed", "5", "--model-dir", str(folder / "model"),
+         "--checkpoint-dir", str(folder / "checkpoints"), "--tensorboard-dir", str(folder / "logs")],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "HOME": str(folder)},
+        capture_output=True, text=True, timeout=240, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    return folder / "model"

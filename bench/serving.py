@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import random
+import shlex
 import socket
 import statistics
 import subprocess
@@ -301,7 +302,7 @@ def table(rounds: list[dict]) -> str:
 def report(rounds: list[dict], difference: float, args: argparse.Namespace, load_before: tuple) -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "trainer"], cwd=REPO, capture_output=True, text=True)
-    command = " ".join(["python", "bench/serving.py", *sys.argv[1:]])
+    command = shlex.join(["python", "bench/serving.py", *sys.argv[1:]])
     load_after = os.getloadavg()
     return "\n".join([
         f"### {args.label or 'Run'}, {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}, commit "

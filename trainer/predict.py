@@ -45,6 +45,8 @@ def predict_rows(model: nn.Module, prep: Preprocessor, table: pa.Table) -> pa.Ta
 
 def model_outputs(model: nn.Module, prep: Preprocessor, features: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
+        if 0 < len(features) <= CHUNK_ROWS:  # one chunk, as every online request is: no copy
+            return model(features)
         return torch.cat(
             [model(features[i : i + CHUNK_ROWS]) for i in range(0, len(features), CHUNK_ROWS)]
             or [torch.zeros((0, prep.num_outputs))]

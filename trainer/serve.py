@@ -20,6 +20,7 @@ retry. Answers go out with TCP_NODELAY over kept-alive HTTP/1.1 connections (iss
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -85,25 +86,35 @@ def instances_features(body: bytes, prep: Preprocessor) -> torch.Tensor:
         raise Refused(400, "`instances` is empty; send at least one instance")
 
     numbers = _numbers(instances, prep)
-    if numbers is None:
+    try:
+        # Row by row, so that the first value at fault is the one a reader of the request meets first.
+        cells = None if numbers is None else [
+            [_cell(instance[column], True, i, column) for column in prep.categories]
+            for i, instance in enumerate(instances)
+        ]  # fmt: skip
+    except (KeyError, TypeError):  # an instance that lacks a string column, or is not an object
+        cells = None
+    if numbers is None or cells is None:
         _check_instances(instances, prep)  # raises Refused, naming the first instance and column at fault
         raise AssertionError("instances the quick read refused passed the full check")
-    # Row by row, so that the first value at fault is the one a reader of the request meets first.
-    cells = [
-        [_cell(instance[column], True, i, column) for column in prep.categories] for i, instance in enumerate(instances)
-    ]
     categories = [pa.array(column, pa.string()) for column in zip(*cells, strict=True)]
     return prep.features_of_values(numbers, categories)
 
 
 def _numbers(instances: list, prep: Preprocessor) -> np.ndarray | None:
-    """The numeric columns' values of well-formed instances as float64 (null: NaN, a boolean: 0 or 1, as
-    `_cell` takes them), in C loops rather than a call per value; None when any instance is not an object of
-    every feature column or a numeric value is not a number or null — `_check_instances` then says which."""
-    wanted = {*prep.numeric, *prep.categories}
-    if not all(type(instance) is dict and instance.keys() >= wanted for instance in instances):
+    """The numeric columns' values as float64, as `_cell` reads them (null: NaN, a boolean: 0 or 1), in C loops
+    rather than a call per value; None when an instance is not an object, lacks one of them, or holds in one
+    anything but a number or null — `_check_instances` then says which."""
+    try:
+        rows = [[instance[column] for column in prep.numeric] for instance in instances]
+    except (KeyError, TypeError):  # not an object, or a column missing
         return None
-    rows = [[instance[column] for column in prep.numeric] for instance in instances]
+    # The common case first: numpy finds every value a number (or a boolean) and no null among them. A list value
+    # makes another shape or a ValueError; a string, a null or an object another kind.
+    with contextlib.suppress(ValueError, OverflowError):
+        numbers = np.array(rows)
+        if numbers.ndim == 2 and numbers.dtype.kind in "fib":
+            return numbers.astype(np.float64, copy=False)
     if not set(map(type, chain.from_iterable(rows))) <= _NUMBER_TYPES:
         return None
     try:
@@ -138,7 +149,10 @@ def _cell(value: Any, categorical: bool, index: int, column: str) -> Any:
         return None
     if categorical and isinstance(value, (str, int, float)):
         # The text a file's column of such values becomes in preprocessing (5.0 → "5", true → "true").
-        return value if isinstance(value, str) else pa.scalar(value).cast(pa.string()).as_py()
+        try:
+            return value if isinstance(value, str) else pa.scalar(value).cast(pa.string()).as_py()
+        except OverflowError:
+            raise Refused(400, f"instances[{index}][{json.dumps(column)}] is an integer beyond 64 bits") from None
     if not categorical and isinstance(value, (int, float)):
         try:
             return float(value)
@@ -162,8 +176,11 @@ def _example(columns: list[str]) -> str:
 def answer(body: bytes, model: nn.Module, prep: Preprocessor) -> dict:
     """The response to a prediction request's body: one prediction per instance, as `trainer.predict` writes it."""
     columns = prediction_columns(prep, model_outputs(model, prep, instances_features(body, prep)))
-    names, values = list(columns), [column.to_pylist() for column in columns.values()]
-    return {"predictions": [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]}
+    predictions = columns["prediction"].to_pylist()
+    if "confidence" not in columns:
+        return {"predictions": [{"prediction": p} for p in predictions]}
+    confidences = columns["confidence"].to_pylist()
+    return {"predictions": [{"prediction": p, "confidence": c} for p, c in zip(predictions, confidences, strict=True)]}
 
 
 class PredictionServer(ThreadingHTTPServer):

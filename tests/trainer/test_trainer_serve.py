@@ -131,6 +131,10 @@ def full(breast_cancer_csv_shards) -> dict:
         (lambda full: {"instances": [full], "instance": []}, "unknown request fields ['instance']"),
         (lambda full: {"instances": [{**full, "mean area": 10**400}]},
          'instances[0]["mean area"] is a number beyond float64'),
+        (lambda full: {"instances": [{column: "1.5" for column in full}]},
+         'instances[0]["mean radius"] must be a number or null, not a string'),
+        (lambda full: {"instances": [{column: [1.0] for column in full}]},
+         'instances[0]["mean radius"] must be a number or null, not an array'),
         (lambda full: b'{"instances": [' + b"1" * 5000 + b"]}", "the request body is not JSON this server reads"),
         (lambda full: b"[" * 100_000, "the request body is not JSON this server reads: RecursionError"),
         # The first value at fault in reading order is named, whichever check finds it.
@@ -285,6 +289,12 @@ def test_instances_get_the_inputs_a_file_of_the_same_rows_gets_value_for_value()
     assert inputs.shape == (rows, prep.num_features) and not inputs[:, :4].isnan().any()
     assert torch.equal(inputs, prep.features(as_file))
 
+    # Integers alone (numpy reads them as int64, or as objects beyond it), booleans alone: the same again.
+    for values in ([7, -3, 2**53 + 1, 2**62], [2**63, 2**64, -(2**63) - 1, 10**300], [True, False, True, True]):
+        sent = [{**{f"x{j}": values[j] for j in range(4)}, "colour": "red", "size": "1"}]
+        as_file = pa.table({**{f"x{j}": [float(values[j])] for j in range(4)}, "colour": ["red"], "size": ["1"]})
+        assert torch.equal(instances_features(json.dumps({"instances": sent}).encode(), prep), prep.features(as_file))
+
 
 def test_a_refusal_names_the_first_value_at_fault_in_reading_order():
     """Numbers and categories are checked by different code (issue 41); the refusal still names the first value at
@@ -296,6 +306,12 @@ def test_a_refusal_names_the_first_value_at_fault_in_reading_order():
         instances_features(json.dumps({"instances": sent}).encode(), prep)
     sent = [{"x": 1, "colour": "red", "size": {}}, {"x": "2", "colour": "red", "size": "1"}]
     with pytest.raises(Refused, match=r'^instances\[0\]\["size"\]'):
+        instances_features(json.dumps({"instances": sent}).encode(), prep)
+    sent = [{"x": 1, "colour": "red", "size": "1"}, {"x": 2, "colour": "red"}]
+    with pytest.raises(Refused, match=r'^instances\[1\] lacks 1 of the columns the model reads: "size"'):
+        instances_features(json.dumps({"instances": sent}).encode(), prep)
+    sent = [{"x": 1, "colour": 2**64, "size": "1"}]
+    with pytest.raises(Refused, match=r'^instances\[0\]\["colour"\] is an integer beyond 64 bits'):
         instances_features(json.dumps({"instances": sent}).encode(), prep)
 
 

@@ -20,8 +20,9 @@ request bodies encoded beforehand. Each measurement sends `--warmup` requests, t
 sending the request to reading the whole response. Every round measures both servers at both batch sizes, the
 order of the two servers alternating between rounds (so load from elsewhere on a shared machine hits both alike);
 the figures are medians over the rounds of each round's throughput and percentiles, and the ratios are computed
-within each round, then their median taken. Before timing, both servers' answers to the same 64 instances are
-compared (they must agree to float32 precision).
+within each round, then their median taken. The server's CPU time per request (all its threads, from /proc, warm-up
+included) is reported beside them: other programs on a shared machine move it less than the wall clock. Before
+timing, both servers' answers to the same 64 instances are compared (they must agree to float32 precision).
 """
 
 from __future__ import annotations
@@ -176,10 +177,18 @@ def client(port: int, route: str, batch: int, requests: int, warmup: int) -> Non
     print(json.dumps(latencies))
 
 
-def measure(port: int, route: str, batch: int, args: argparse.Namespace) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process, all its threads, so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(port: int, route: str, batch: int, args: argparse.Namespace, server_pid: int) -> dict[str, float]:
     command = [sys.executable, __file__, "--client", "--port", str(port), "--route", route, "--batch", str(batch),
                "--requests", str(args.requests), "--warmup", str(args.warmup)]  # fmt: skip
+    cpu_before = cpu_seconds(server_pid)
     result = subprocess.run(command, env=child_env(), capture_output=True, text=True, preexec_fn=pinned(CLIENT_CPU))
+    server_cpu = cpu_seconds(server_pid) - cpu_before
     if result.returncode:
         sys.exit(f"the client failed: {result.stderr[-2000:]}")
     latencies = json.loads(result.stdout)
@@ -188,6 +197,8 @@ def measure(port: int, route: str, batch: int, args: argparse.Namespace) -> dict
         "predictions_per_second": batch * len(latencies) / sum(latencies),
         "p50_ms": percentiles[49] * 1000,
         "p99_ms": percentiles[98] * 1000,
+        # Warm-up requests included; less moved by other programs on a shared machine than the wall clock.
+        "server_cpu_ms": server_cpu * 1000 / (args.warmup + args.requests),
     }
 
 
@@ -261,10 +272,11 @@ def run(args: argparse.Namespace) -> tuple[list[dict], float]:
                 measured: dict[str, Any] = {"order": order}
                 for batch in BATCHES:
                     for side in order:
-                        measured[f"{side}@{batch}"] = measure(ports[side], routes[side], batch, args)
+                        measured[f"{side}@{batch}"] = measure(ports[side], routes[side], batch, args, servers[side].pid)
                 rounds.append(measured)
                 print(f"round {round_ + 1}: " + "; ".join(
-                    f"{key} {m['predictions_per_second']:,.0f}/s p50 {m['p50_ms']:.3f} p99 {m['p99_ms']:.3f} ms"
+                    f"{key} {m['predictions_per_second']:,.0f}/s p50 {m['p50_ms']:.3f} p99 {m['p99_ms']:.3f} ms "
+                    f"CPU {m['server_cpu_ms']:.3f} ms"
                     for key, m in measured.items() if key != "order"), flush=True)  # fmt: skip
         finally:
             for side in SIDES:
@@ -281,15 +293,18 @@ def table(rounds: list[dict]) -> str:
     def ratio(batch: int, figure: str) -> float:
         return statistics.median(r[f"trainer.serve@{batch}"][figure] / r[f"baseline@{batch}"][figure] for r in rounds)
 
-    lines = ["| batch | server | predictions/s | p50 latency | p99 latency |", "|---|---|---|---|---|"]
+    lines = ["| batch | server | predictions/s | p50 latency | p99 latency | server CPU per request |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for batch in BATCHES:
         for side in SIDES:
             key = f"{side}@{batch}"
             lines.append(f"| {batch} | {side} | {median(key, 'predictions_per_second'):,.0f} | "
-                         f"{median(key, 'p50_ms'):.3f} ms | {median(key, 'p99_ms'):.3f} ms |")  # fmt: skip
-        throughput, p50, p99 = (ratio(batch, f) for f in ("predictions_per_second", "p50_ms", "p99_ms"))
+                         f"{median(key, 'p50_ms'):.3f} ms | {median(key, 'p99_ms'):.3f} ms | "
+                         f"{median(key, 'server_cpu_ms'):.3f} ms |")  # fmt: skip
+        throughput, p50, p99, cpu = (ratio(batch, f) for f in ("predictions_per_second", "p50_ms", "p99_ms",
+                                                                "server_cpu_ms"))  # fmt: skip
         lines.append(f"| {batch} | **trainer.serve / baseline** | **{throughput:.2f} ×** | {p50:.2f} × | "
-                     f"**{p99:.2f} ×** |")  # fmt: skip
+                     f"**{p99:.2f} ×** | {cpu:.2f} × |")  # fmt: skip
     goals = [
         ("throughput at batch 64 ≥ 0.8 × the baseline's", ratio(64, "predictions_per_second"), lambda r: r >= 0.8),
         ("p99 latency at batch 1 ≤ 1.5 × the baseline's", ratio(1, "p99_ms"), lambda r: r <= 1.5),

@@ -36,18 +36,31 @@ def predict(model_dir: str, data_uri: str, data_format: str = "auto") -> pa.Tabl
 
 def predict_rows(model: nn.Module, prep: Preprocessor, table: pa.Table) -> pa.Table:
     """`table` with `prediction` (and `confidence`) appended: the one prediction path, for batch files here and
-    for online instances in trainer/serve.py."""
-    features = prep.features(table)
+    (from `model_outputs` on, the inputs made by `Preprocessor.features_of_values`) for online instances in
+    trainer/serve.py."""
+    for name, column in prediction_columns(prep, model_outputs(model, prep, prep.features(table))).items():
+        table = table.append_column(name, column)
+    return table
+
+
+def model_outputs(model: nn.Module, prep: Preprocessor, features: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        outputs = torch.cat(
+        if 0 < len(features) <= CHUNK_ROWS:  # one chunk, as every online request is: no copy
+            return model(features)
+        return torch.cat(
             [model(features[i : i + CHUNK_ROWS]) for i in range(0, len(features), CHUNK_ROWS)]
             or [torch.zeros((0, prep.num_outputs))]
         )
-    table = table.append_column("prediction", prep.decode(outputs))
+
+
+def prediction_columns(prep: Preprocessor, outputs: torch.Tensor) -> dict[str, pa.Array]:
+    """`prediction` (the label in the target's own type, or the value in its units) and, for classification,
+    `confidence` (the predicted class's probability)."""
+    columns = {"prediction": prep.decode(outputs)}
     if prep.task == "classification":
         confidence = torch.softmax(outputs.float(), dim=1).max(dim=1).values.double().numpy()
-        table = table.append_column("confidence", pa.array(confidence))
-    return table
+        columns["confidence"] = pa.array(confidence)
+    return columns
 
 
 def encode(table: pa.Table, out_uri: str) -> bytes:

@@ -51,7 +51,17 @@ def _as_float(column: pa.ChunkedArray) -> np.ndarray:
     return column.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
 
 
-def _as_keys(column: pa.ChunkedArray) -> pa.ChunkedArray:
+def _standardised(values: np.ndarray, mean: Any, std: Any, out: np.ndarray) -> np.ndarray:
+    """`values` standardised into `out`, in float64, a missing (NaN) one becoming 0 (the training mean): one column
+    with its mean and std, or a block of columns with a row of each — element by element the same arithmetic."""
+    np.subtract(values, mean, out=out)
+    np.divide(out, std, out=out)
+    if not np.isfinite(out).all():  # nan_to_num costs tens of µs even when it has nothing to do
+        np.nan_to_num(out, copy=False, nan=0.0)
+    return out
+
+
+def _as_keys(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     return pc.cast(column, pa.string())
 
 
@@ -188,23 +198,33 @@ class Preprocessor:
         # np.zeros maps untouched pages lazily: the one-hot blocks cost only what is written into them.
         return np.zeros((rows, self.num_features), dtype=np.float32)
 
+    def features_of_values(self, numbers: np.ndarray, categories: list[pa.Array]) -> torch.Tensor:
+        """The model inputs of rows given as values rather than a table (online prediction: trainer/serve.py):
+        `numbers` the float64 values of the numeric columns, a row per row and NaN where one is missing, and
+        `categories` the string columns in the order of `self.categories`. The same arithmetic as `features`
+        (a whole block at once, which gives the same values as column by column), so a row gets the same inputs
+        either way."""
+        out = self._empty_features(len(numbers))
+        out[:, : len(self.numeric)] = _standardised(numbers, np.array(self.means), np.array(self.stds), out=numbers)
+        self._fill_one_hot(out, categories)
+        return torch.from_numpy(out)
+
     def _fill_features(self, out: np.ndarray, table: pa.Table) -> None:
-        missing = [c for c in [*self.numeric, *self.categories] if c not in table.column_names]
+        present = set(table.column_names)  # a list built anew on every access
+        missing = [c for c in [*self.numeric, *self.categories] if c not in present]
         if missing:
             raise ValueError(f"the data lacks feature columns {missing} that the model was trained on")
-        rows = table.num_rows
-        scratch = np.empty(rows, dtype=np.float64)
+        scratch = np.empty(table.num_rows, dtype=np.float64)
         for j, (column, mean, std) in enumerate(zip(self.numeric, self.means, self.stds, strict=True)):
-            # The same float64 arithmetic as a whole-table computation, one column at a time: identical values.
-            np.subtract(_as_float(table[column]), mean, out=scratch)
-            np.divide(scratch, std, out=scratch)
-            np.nan_to_num(scratch, copy=False, nan=0.0)  # a missing number becomes the training mean
-            out[:, j] = scratch
+            out[:, j] = _standardised(_as_float(table[column]), mean, std, out=scratch)
         del scratch
+        self._fill_one_hot(out, [table[column] for column in self.categories])
+
+    def _fill_one_hot(self, out: np.ndarray, columns: list[pa.Array] | list[pa.ChunkedArray]) -> None:
         offset = len(self.numeric)
-        every_row = np.arange(rows)
-        for column, vocabulary in self.categories.items():
-            index = pc.index_in(_as_keys(table[column]), value_set=pa.array(vocabulary, pa.string()))
+        every_row = np.arange(len(out))
+        for column, vocabulary in zip(columns, self.categories.values(), strict=True):
+            index = pc.index_in(_as_keys(column), value_set=pa.array(vocabulary, pa.string()))
             index = pc.fill_null(index, len(vocabulary)).to_numpy(zero_copy_only=False)
             out[every_row, offset + index] = 1.0
             offset += len(vocabulary) + 1

@@ -48,6 +48,7 @@ class ScoringRecord(BaseModel):
     model_version: str = Field(description="projects/P/locations/L/models/M@VERSION, as the job names it.")
     input_uris: list[str]
     output_prefix: str
+    service_account: str = Field("", description="What the job runs as ('' : Vertex's default, the local stack).")
     created: datetime
     job_name: str | None = Field(None, description="The BatchPredictionJob, once found or made.")
     outbox: list[Queued] = Field(default_factory=list)

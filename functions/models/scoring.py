@@ -12,9 +12,10 @@ job carries the record's key hash as a label and is looked up by it before it is
 .find_or_create), and each event is written into the record before it is published. The reconcile sweep visits each
 record in the index until its last event is out.
 
-The predictions go under the control bucket's runs/ folder (gs://<control>/runs/scoring/<key hash>/), not beside the
-data: the job runs as the trainer's account, which may write only there (terraform/iam.tf) and only reads the data
-buckets; predictions written into the data folder would also become part of the next training marker's dataset.
+The predictions go under the control bucket (gs://<control>/runs/scoring/<key hash>/ for the built-in trainer's
+models), not beside the data: the job runs as the account that trains the model, which may write only its own folder
+there (terraform/iam.tf, teams.tf) and only reads the data buckets; predictions written into the data folder would
+also become part of the next training marker's dataset (`run_as`).
 """
 
 from __future__ import annotations
@@ -31,17 +32,18 @@ from functions.cloud.gcs import Conflict
 from functions.cloud.job_labels import DEPLOYMENT, deployment_label
 from functions.cloud.ports import BatchPredictions, Events, Registry, Storage
 from functions.cloud.registry_types import ModelVersion
-from functions.jobs.planning import RUNS_PREFIX
+from functions.jobs.planning import CUSTOM_RUNS_PREFIX, RUNS_PREFIX, TEAMS_FOLDER
+from functions.ledger.keys import id_namespace
 from functions.ledger.model_charter import Charter
 from functions.ledger.model_records import ModelCharters
 from functions.ledger.monitoring_fields import published_fields
 from functions.ledger.scoring_records import ScoringLedger, ScoringRecord
-from functions.models.versions import SERVABLE_LABEL
+from functions.models.versions import BUILTIN_TRAINER, SERVABLE_LABEL
 from functions.settings import Settings
 from schemas.events import JobEvent, Scored, Scoring, ScoringFailed, Trigger
 
 SCORING_LABEL = "trainctl_scoring"  # the job's label: the record's key hash
-SCORING_FOLDER = f"{RUNS_PREFIX}scoring/"
+SCORING_FOLDER = "scoring/"
 # What each job's one replica runs on: Vertex requires dedicated resources for a custom-trained model's batch job
 # (BatchPredictionJob.dedicated_resources: "if the Model doesn't support AUTOMATIC_RESOURCES, this config must be
 # provided"; custom-trained models support DEDICATED_RESOURCES only).
@@ -118,6 +120,19 @@ def champion_problem(model: str, alias: str, champion: ModelVersion | None, rule
     return None
 
 
+def run_as(kind: str, settings: Settings, team: str | None) -> tuple[str, str]:
+    """(the account the job runs as, the control bucket's folder its predictions go under). The built-in trainer's
+    serving container runs as the trainer's account and writes below runs/, as its training does; a model served by
+    its team's own container (`model.serving`) runs as the scoring team's own account (settings.custom_account) and
+    writes only that team's folder below custom-runs/, as its own code's training does (functions/jobs/planning.py):
+    custom code never runs as the trainer's account, which may rewrite every built-in run's outputs."""
+    if kind == BUILTIN_TRAINER:
+        return settings.trainer_service_account, f"{RUNS_PREFIX}{SCORING_FOLDER}"
+    namespace = id_namespace(team, settings.teams.default_team) if settings.teams else None
+    folder = f"{TEAMS_FOLDER}{namespace}/" if namespace else ""
+    return settings.custom_account(team), f"{CUSTOM_RUNS_PREFIX}{folder}{SCORING_FOLDER}"
+
+
 def job_body(record: ScoringRecord, settings: Settings) -> dict[str, Any]:
     """The REST BatchPredictionJob (googleapis google/cloud/aiplatform/v1/batch_prediction_job.proto)."""
     body: dict[str, Any] = {
@@ -132,9 +147,9 @@ def job_body(record: ScoringRecord, settings: Settings) -> dict[str, Any]:
         },
         "labels": {SCORING_LABEL: record.key_hash, DEPLOYMENT: deployment_label(settings.control_bucket)},
     }
-    if settings.trainer_service_account:
+    if record.service_account:
         # BatchPredictionJob.service_account: what the job's containers run as (googleapis commit b4dea4a).
-        body["serviceAccount"] = settings.trainer_service_account
+        body["serviceAccount"] = record.service_account
     return body
 
 
@@ -205,6 +220,15 @@ class Scorings:
         assert champion is not None
         names = (name for name, _ in self.gcs.objects_under(marker.bucket, marker.folder))
         inputs = csv_inputs(marker.bucket, marker.folder, names, marker.rule)
+        account, folder = run_as(charter.kind, self.settings, marker.team)
+        if self.settings.trainer_service_account and not account:
+            raise ScoringRefused(
+                [
+                    f"model.name: model {model} serves with its own container, which runs only as the custom images' "
+                    f"account, and none is set (custom_service_account; rule {marker.rule})"
+                ],
+                "the model's own container has no account to run as",
+            )
         return ScoringRecord(
             key=marker.key,
             key_hash=marker.key_hash,
@@ -216,7 +240,8 @@ class Scorings:
             version=champion.version_id,
             model_version=champion.name,
             input_uris=inputs,
-            output_prefix=f"gs://{self.settings.control_bucket}/{SCORING_FOLDER}{marker.key_hash}/",
+            output_prefix=f"gs://{self.settings.control_bucket}/{folder}{marker.key_hash}/",
+            service_account=account,
             created=self.clock(),
         )
 

@@ -25,6 +25,7 @@ from functions.models.scoring import (
     csv_inputs,
     job_body,
     model_of,
+    run_as,
 )
 from functions.models.versions import SERVABLE_LABEL
 from functions.settings import Settings
@@ -220,3 +221,30 @@ def test_another_teams_model_is_refused_before_anything_is_made(world: World, se
     assert refused.value.errors[0].startswith("model.name: model churn belongs to team a")
     assert world.batch.jobs == {} and world.gcs.names(settings.control_bucket, "scoring") == []
     assert world.scorings.start(dataclasses.replace(world.marker, team="a")) == "scoring"
+
+
+def test_the_trainers_models_score_as_the_trainer_and_a_teams_own_container_as_the_team(settings: Settings):
+    """Custom code never runs as the trainer's account (which may rewrite every built-in run's outputs): a model served
+    by its own container scores as the scoring team's own account, into that team's folder only."""
+    from functions.teams import parse_teams
+
+    assert run_as("builtin", settings, None) == (settings.trainer_service_account, "runs/scoring/")
+    assert run_as("image", settings, None) == (settings.custom_service_account, "custom-runs/scoring/")
+    teams = parse_teams(
+        {"default_team": "a", "teams": {"a": {"topic": "ta"}, "b": {"topic": "tb", "custom_service_account": "b@p"}}}
+    )
+    with_teams = dataclasses.replace(settings, teams=teams)
+    assert run_as("image", with_teams, "b") == ("b@p", "custom-runs/_teams/b/scoring/")
+    assert run_as("image", with_teams, "a") == (settings.custom_service_account, "custom-runs/scoring/")
+
+
+def test_a_model_with_its_own_container_runs_as_the_custom_account(world: World, settings: Settings):
+    charters = world.scorings.charters
+    charter, generation = charters.read("churn")
+    assert charter is not None
+    charters.write(charter.model_copy(update={"kind": "localhost/own/image@sha256:" + "0" * 64}), generation)
+    world.scorings.start(world.marker)
+    (body,) = world.batch.bodies
+    assert body["serviceAccount"] == settings.custom_service_account
+    prefix = f"gs://{settings.control_bucket}/custom-runs/scoring/{'k' * 40}/"
+    assert body["outputConfig"]["gcsDestination"]["outputUriPrefix"] == prefix

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from functions import logs
+from functions.cloud import deadline
 from functions.cloud.batch_snapshot import BatchPrediction
 from functions.cloud.errors import Transient
 from functions.cloud.gcs import Conflict
@@ -48,6 +49,8 @@ SCORING_FOLDER = "scoring/"
 # (BatchPredictionJob.dedicated_resources: "if the Model doesn't support AUTOMATIC_RESOURCES, this config must be
 # provided"; custom-trained models support DEDICATED_RESOURCES only).
 SCORING_MACHINE = "n1-standard-4"
+# What a reconcile visit of one scoring needs at most (a few Cloud Storage calls, one Vertex call, a publish).
+VISIT_SECONDS = 10.0
 
 
 class ScoringRefused(Exception):
@@ -190,13 +193,17 @@ class Scorings:
         return self._advance(*found)
 
     def reconcile(self) -> dict[str, int]:
+        """Visit each unfinished scoring, as long as the tick's deadline leaves time; counts by outcome."""
         summary: dict[str, int] = {}
         for khash in self.ledger.active():
-            try:
-                outcome = self.visit(khash)
-            except Exception as exc:  # the sweep goes on
-                logs.error(f"scoring {khash}: {type(exc).__name__}: {exc}", key_hash=khash)
-                outcome = "errors"
+            if not deadline.allows(VISIT_SECONDS):
+                outcome = "deferred"  # the next tick visits it
+            else:
+                try:
+                    outcome = self.visit(khash)
+                except Exception as exc:  # the sweep goes on
+                    logs.error(f"scoring {khash}: {type(exc).__name__}: {exc}", key_hash=khash)
+                    outcome = "errors"
             summary[f"scoring_{outcome}"] = summary.get(f"scoring_{outcome}", 0) + 1
         return summary
 

@@ -248,3 +248,14 @@ def test_a_model_with_its_own_container_runs_as_the_custom_account(world: World,
     assert body["serviceAccount"] == settings.custom_service_account
     prefix = f"gs://{settings.control_bucket}/custom-runs/scoring/{'k' * 40}/"
     assert body["outputConfig"]["gcsDestination"]["outputUriPrefix"] == prefix
+
+
+def test_a_tick_without_time_left_defers_the_visits_to_the_next(world: World):
+    from functions.cloud import deadline
+
+    world.scorings.start(world.marker)
+    world.batch.end(successful_count=3)
+    with deadline.handler_deadline(1.0):
+        assert world.scorings.reconcile() == {"scoring_deferred": 1}
+    assert world.publisher.states == ["scoring"]
+    assert world.scorings.reconcile() == {"scoring_finished": 1}

@@ -502,7 +502,9 @@ class _ScoringEvent(_Event):
 
     model: str = Field(description="The Model Registry model id (the rule's model.name).")
     version: str = Field(description="The champion's version id when the job was made: the version that scores.")
-    job_name: str = Field(description="projects/{p}/locations/{l}/batchPredictionJobs/{id}.")
+    job_name: str = Field(
+        description="projects/{p}/locations/{l}/batchPredictionJobs/{id}; empty when Vertex refused to make it."
+    )
 
 
 class Scoring(_ScoringEvent):
@@ -520,7 +522,9 @@ class Scored(_ScoringEvent):
 
 class ScoringFailed(_ScoringEvent):
     state: Literal["scoring_failed"] = "scoring_failed"
-    job_state: str = Field(description="JOB_STATE_FAILED or JOB_STATE_CANCELLED.")
+    job_state: str = Field(
+        description="JOB_STATE_FAILED or JOB_STATE_CANCELLED; JOB_STATE_UNSPECIFIED when Vertex refused to make it."
+    )
     error_code: int = Field(0, description="The job's google.rpc.Code.")
     error: str = Field("", description="The job's error message.")
 

@@ -50,7 +50,7 @@ class ScoringRecord(BaseModel):
     output_prefix: str
     service_account: str = Field("", description="What the job runs as ('' : Vertex's default, the local stack).")
     created: datetime
-    job_name: str | None = Field(None, description="The BatchPredictionJob, once found or made.")
+    job_name: str | None = Field(None, description="The BatchPredictionJob, once found or made ('': refused).")
     outbox: list[Queued] = Field(default_factory=list)
     published: list[str] = Field(default_factory=list, description="The states published, in order.")
 

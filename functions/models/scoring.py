@@ -33,6 +33,7 @@ from functions.cloud.gcs import Conflict
 from functions.cloud.job_labels import DEPLOYMENT, deployment_label
 from functions.cloud.ports import BatchPredictions, Events, Registry, Storage
 from functions.cloud.registry_types import ModelVersion
+from functions.cloud.vertex import CallRejected
 from functions.jobs.planning import CUSTOM_RUNS_PREFIX, RUNS_PREFIX, TEAMS_FOLDER
 from functions.ledger.keys import id_namespace
 from functions.ledger.model_charter import Charter
@@ -179,9 +180,10 @@ class Scorings:
                 found = self.ledger.read(marker.key_hash)
                 assert found is not None
                 record, generation = found
-            self.ledger.mark_active(marker.key_hash)
         else:
             record, generation = found
+        if not record.finished:  # again at each delivery: a handler may have died between the record and its entry
+            self.ledger.mark_active(marker.key_hash)
         return self._advance(record, generation)
 
     def visit(self, khash: str) -> str:
@@ -275,10 +277,20 @@ class Scorings:
     def _advance(self, record: ScoringRecord, generation: int) -> str:
         mine: set[str] = set()
         if record.job_name is None:
-            job, adopted = self.batch().find_or_create(job_body(record, self.settings), SCORING_LABEL)
-            logs.info(f"{'found' if adopted else 'created'} batch prediction job {job.name}", key_hash=record.key_hash)
-            record, generation, mine = self._change(record, generation, lambda r: self._created(r, job))
-        if not record.final_queued and record.job_name is not None:
+            try:
+                job, adopted = self.batch().find_or_create(job_body(record, self.settings), SCORING_LABEL)
+            except CallRejected as exc:  # a job Vertex will never make (a permission, the model's formats): not retried
+                code, why = (
+                    exc.code,
+                    f"Vertex refused the batch prediction job ({exc.reason}, code {exc.code}): {exc.message}",
+                )
+                record, generation, mine = self._change(record, generation, lambda r: self._refused(r, code, why))
+            else:
+                logs.info(
+                    f"{'found' if adopted else 'created'} batch prediction job {job.name}", key_hash=record.key_hash
+                )
+                record, generation, mine = self._change(record, generation, lambda r: self._created(r, job))
+        if not record.final_queued and record.job_name:
             now = self.batch().get(record.job_name)
             if now is None or now.ended:
                 record, generation, more = self._change(record, generation, lambda r: self._ended(r, now))
@@ -312,6 +324,16 @@ class Scorings:
             **self._envelope(record, f"scoring {record.input_uris[0]} with version {record.version}"),
             input_uris=record.input_uris,
             output_prefix=record.output_prefix,
+        )
+        record.queue(event, self.clock())
+        return {event.state}
+
+    def _refused(self, record: ScoringRecord, code: int, why: str) -> set[str]:
+        if record.job_name is not None:
+            return set()  # another delivery made or was refused the job first
+        record.job_name = ""  # none: refused
+        event = ScoringFailed(
+            **self._envelope(record, why), job_state="JOB_STATE_UNSPECIFIED", error_code=code, error=why
         )
         record.queue(event, self.clock())
         return {event.state}

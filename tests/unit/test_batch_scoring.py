@@ -259,3 +259,25 @@ def test_a_tick_without_time_left_defers_the_visits_to_the_next(world: World):
         assert world.scorings.reconcile() == {"scoring_deferred": 1}
     assert world.publisher.states == ["scoring"]
     assert world.scorings.reconcile() == {"scoring_finished": 1}
+
+
+def test_a_job_vertex_refuses_ends_the_scoring_with_scoring_failed_not_a_retry_loop(world: World):
+    from functions.cloud.vertex import CallRejected
+
+    def refuse(job: dict[str, Any], label: str) -> tuple[BatchPrediction, bool]:
+        raise CallRejected(7, "PERMISSION_DENIED", "the caller may not act as the trainer's account")
+
+    world.batch.find_or_create = refuse  # type: ignore[method-assign]
+    assert world.scorings.start(world.marker) == "finished"
+    failed = world.publisher.events[-1]
+    assert failed.state == "scoring_failed" and failed.job_name == ""  # type: ignore[union-attr]
+    assert "PERMISSION_DENIED" in failed.error and failed.error_code == 7  # type: ignore[union-attr]
+    assert world.scorings.start(world.marker) == "finished" and world.publisher.states == ["scoring_failed"]
+
+
+def test_a_record_whose_index_entry_was_lost_is_indexed_again_by_the_next_delivery(world: World, settings: Settings):
+    world.scorings.start(world.marker)
+    world.scorings.ledger.mark_inactive(world.marker.key_hash)  # a handler that died between the record and its entry
+    world.scorings.start(world.marker)
+    world.batch.end(successful_count=3)
+    assert world.scorings.reconcile() == {"scoring_finished": 1}

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from functions.capacity.budgets import Budgets, seed_month
 from functions.capacity.quota_pool import QuotaPools
 from functions.capacity.quota_queue import QuotaQueue
-from functions.cloud.ports import Endpoints, Events, Jobs, Metrics, Quotas, Registry, Storage
+from functions.cloud.ports import BatchPredictions, Endpoints, Events, Jobs, Metrics, Quotas, Registry, Storage
 from functions.intake.delivery import Delivery
 from functions.intake.preparation import Preparation
 from functions.intake.refusals import Refusals
@@ -28,10 +28,12 @@ from functions.ledger.model_records import ModelCharters, ModelLedger
 from functions.ledger.outbox import Outbox
 from functions.ledger.output_claims import OutputClaims
 from functions.ledger.requests import Ledger
+from functions.ledger.scoring_records import ScoringLedger
 from functions.lifecycle.observation import Observation
 from functions.models.intake import ModelIntake
 from functions.models.promotion import Promotion
 from functions.models.rollout import Rollouts
+from functions.models.scoring import ScoreMarker, Scorings
 from functions.settings import Settings
 from schemas.request import TrainingJobRequest
 
@@ -55,6 +57,7 @@ class Controller:
     registry_factory: Callable[[], Registry] | None = None
     endpoints_factory: Callable[[], Endpoints] | None = None
     metrics_factory: Callable[[], Metrics] | None = None
+    batch_factory: Callable[[], BatchPredictions] | None = None
     clock: Callable[[], datetime] = utcnow
     owner: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
@@ -121,6 +124,16 @@ class Controller:
         )
         self.promotion = Promotion(
             s, self.gcs, self.registry, model_ledger, self.charters, self.outbox, self.clock, self.owner, self.rollouts
+        )
+        self.scorings = Scorings(
+            s,
+            self.gcs,
+            self.registry,
+            self.charters,
+            functools.cache(self.batch_factory or functools.partial(default_batch_predictions, s)),
+            ScoringLedger(self.gcs, self.ledger.bucket),
+            self.publisher,
+            self.clock,
         )
         self.observation = Observation(
             s,
@@ -198,8 +211,14 @@ class Controller:
     def observe_record(self, khash: str) -> str:
         return self.observation.observe_record(khash)
 
+    def score(self, marker: ScoreMarker) -> str:
+        return self.scorings.start(marker)
+
     def reconcile(self) -> dict[str, int]:
-        return self.observation.reconcile()
+        """The requests' sweep, then each batch scoring not yet finished."""
+        summary = self.observation.reconcile()
+        summary.update(self.scorings.reconcile())
+        return summary
 
 
 def default_registry(settings: Settings) -> Registry:
@@ -227,3 +246,13 @@ def default_metrics(settings: Settings) -> Metrics:
     from functions.cloud.monitoring import POLICY, ServingMetrics
 
     return ServingMetrics(settings.project, settings.monitoring_endpoint, POLICY.scaled(settings.retry_pause_scale))
+
+
+def default_batch_predictions(settings: Settings) -> BatchPredictions:
+    """Vertex's BatchPredictionJobs in the settings' project and region (the local stack's at `vertex_endpoint`)."""
+    from functions.cloud.batch_predictions import VertexBatchPredictions
+    from functions.cloud.vertex import POLICY
+
+    return VertexBatchPredictions(
+        settings.project, settings.region, settings.vertex_endpoint, POLICY.scaled(settings.retry_pause_scale)
+    )

@@ -146,7 +146,35 @@ def dataset_upload(cloud_event: Any, ctl: Controller | None = None) -> str:
     if _too_old(cloud_event, when, s):
         return "too old"
     c = ctl or controller()
+    if triggers.is_score_marker(s, name):
+        return _score_marker(c, cloud_event, bucket, name, _text(generation), prefix, when)
     return _marker(c, cloud_event, bucket, name, _text(generation), _whole(fields().get("size")), prefix, when)
+
+
+def _score_marker(
+    c: Controller, cloud_event: Any, bucket: str, name: str, generation: str, prefix: str, when: datetime
+) -> str:
+    """A scoring marker (functions/models/scoring.py): its content is not read; its rule says which model scores."""
+    from functions.models.scoring import ScoreMarker, ScoringRefused
+    from functions.untrusted.documents import DocumentInvalid
+
+    delivery = _delivery({"kind": "gcs", "bucket": bucket, "object": name, "generation": generation}, cloud_event, when)
+    key = keys.marker_key(bucket, name, generation)
+    request_id = triggers.derive_request_id(name, generation)
+    with logs.request_context(request_id):
+        try:
+            template, delivery, planted = _rule_template(c, bucket, name, prefix, request_id, key, delivery)
+            if planted is not None:
+                return planted
+            marker = ScoreMarker(
+                bucket, name, generation, prefix, template, delivery.team, key, keys.key_hash(key), request_id,
+                delivery.trigger, delivery.event_id,
+            )  # fmt: skip
+            return c.score(marker)
+        except DocumentInvalid as exc:
+            return c.reject(request_id, key, delivery, [f"marker: {exc}"], "the marker's rule is unreadable")
+        except ScoringRefused as exc:
+            return c.reject(request_id, key, delivery, exc.errors, exc.message)
 
 
 def _marker(
@@ -168,13 +196,10 @@ def _marker(
             errors = [f"marker: gs://{bucket}/{name} is {size} bytes; the limit is {limit} bytes (max_request_bytes)"]
             return c.reject(request_id, key, delivery, errors, "the marker is larger than a request may be")
         try:
-            template, team = _template_team(c, _template(c, prefix), prefix)
-            delivery = replace(delivery, team=team)
-            teams = c.settings.teams
-            if teams is not None and team is not None and (planted := teams.marker_problem(bucket, name, team, prefix)):
-                # Before its content is read: told to the team whose folder it lies in, else to the rule's team.
-                delivery = replace(delivery, team=teams.owner_of(f"gs://{bucket}/{name}") or team)
-                return c.reject(request_id, key, delivery, [planted], "the marker lies outside its team's folders")
+            # Before its content is read: a marker outside its team's folders is refused.
+            template, delivery, planted = _rule_template(c, bucket, name, prefix, request_id, key, delivery)
+            if planted is not None:
+                return planted
             template, policy = template_policy(template, prefix)
             overrides: dict[str, Any] = {}
             if size > 0:
@@ -204,6 +229,22 @@ def _marker(
             key = c.request_key(request.request_id, delivery.team)
             logs.set_request_id(request.request_id)
         return c.handle_request(request, key, explicit, delivery)
+
+
+def _rule_template(
+    c: Controller, bucket: str, name: str, prefix: str, request_id: str, key: str, delivery: Delivery
+) -> tuple[dict[str, Any], Delivery, str | None]:
+    """(the rule's template without its team, the delivery as that team's, None); the third is the rejection's outcome
+    instead when the marker lies outside its team's folders — told to the team whose folder it lies in, else to the
+    rule's team."""
+    template, team = _template_team(c, _template(c, prefix), prefix)
+    delivery = replace(delivery, team=team)
+    teams = c.settings.teams
+    if teams is not None and team is not None and (planted := teams.marker_problem(bucket, name, team, prefix)):
+        delivery = replace(delivery, team=teams.owner_of(f"gs://{bucket}/{name}") or team)
+        message = "the marker lies outside its team's folders"
+        return template, delivery, c.reject(request_id, key, delivery, [planted], message)
+    return template, delivery, None
 
 
 def _template_team(c: Controller, template: dict[str, Any], prefix: str) -> tuple[dict[str, Any], str | None]:

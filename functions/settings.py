@@ -35,6 +35,9 @@ class Settings:
     # JSON object: "gs://bucket/prefix/" → a partial request (object) or a gs:// URI of a YAML/JSON template.
     trigger_rules: dict[str, Any] = field(default_factory=dict)
     marker_names: tuple[str, ...] = ("_SUCCESS",)
+    # Object basenames that ask for the folder's CSV files to be scored by the rule's model's champion (a Vertex
+    # BatchPredictionJob: functions/models/scoring.py). A name in both lists scores.
+    score_marker_names: tuple[str, ...] = ("_SCORE",)
     trainer_service_account: str = ""
     # What custom images run as: an account apart from the trainer's, so that custom code cannot write where the
     # built-in trainer's outputs live (gs://<control>/runs/). Empty where trainer_service_account is empty too (the

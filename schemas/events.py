@@ -43,6 +43,9 @@ State = Literal[
     "canary",
     "deployed",
     "rolled_back",
+    "scoring",
+    "scored",
+    "scoring_failed",
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 FailureReason = Literal[
@@ -493,6 +496,39 @@ class RolledBack(_RolloutEvent):
     )
 
 
+class _ScoringEvent(_Event):
+    """A batch scoring (issue 41, point 3): a `_SCORE` marker's folder of CSV files scored by a Vertex
+    BatchPredictionJob with its rule's model's champion, each event once per marker generation."""
+
+    model: str = Field(description="The Model Registry model id (the rule's model.name).")
+    version: str = Field(description="The champion's version id when the job was made: the version that scores.")
+    job_name: str = Field(
+        description="projects/{p}/locations/{l}/batchPredictionJobs/{id}; empty when Vertex refused to make it."
+    )
+
+
+class Scoring(_ScoringEvent):
+    state: Literal["scoring"] = "scoring"
+    input_uris: list[str] = Field(description="What the job reads: the folder's CSV files (a wildcard).")
+    output_prefix: str = Field(description="Where the job writes its prediction-<model>-<time>/ folder.")
+
+
+class Scored(_ScoringEvent):
+    state: Literal["scored"] = "scored"
+    rows: int = Field(ge=0, description="Rows predicted (the job's completionStats.successfulCount).")
+    failed_rows: int = Field(0, ge=0, description="Rows that failed (completionStats.failedCount).")
+    output_uri: str = Field(description="The job's outputInfo.gcsOutputDirectory: its predictions_*.csv files.")
+
+
+class ScoringFailed(_ScoringEvent):
+    state: Literal["scoring_failed"] = "scoring_failed"
+    job_state: str = Field(
+        description="JOB_STATE_FAILED or JOB_STATE_CANCELLED; JOB_STATE_UNSPECIFIED when Vertex refused to make it."
+    )
+    error_code: int = Field(0, description="The job's google.rpc.Code.")
+    error: str = Field("", description="The job's error message.")
+
+
 JobEvent = Annotated[
     Accepted
     | Duplicate
@@ -512,7 +548,10 @@ JobEvent = Annotated[
     | Deploying
     | Canary
     | Deployed
-    | RolledBack,
+    | RolledBack
+    | Scoring
+    | Scored
+    | ScoringFailed,
     Field(discriminator="state"),
 ]
 EVENT_ADAPTER: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)

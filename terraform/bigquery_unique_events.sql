@@ -69,6 +69,14 @@ SELECT
   SAFE_CAST(JSON_VALUE(data, '$.bake_until') AS TIMESTAMP) AS `bake_until`,
   IF(JSON_TYPE(JSON_QUERY(data, '$.figures')) = 'object', STRUCT(SAFE_CAST(JSON_VALUE(data, '$.figures.requests') AS INT64) AS `requests`, SAFE_CAST(JSON_VALUE(data, '$.figures.errors') AS INT64) AS `errors`, SAFE_CAST(JSON_VALUE(data, '$.figures.error_rate') AS FLOAT64) AS `error_rate`, SAFE_CAST(JSON_VALUE(data, '$.figures.p99_ms') AS FLOAT64) AS `p99_ms`, SAFE_CAST(JSON_VALUE(data, '$.figures.since') AS TIMESTAMP) AS `since`, SAFE_CAST(JSON_VALUE(data, '$.figures.until') AS TIMESTAMP) AS `until`), NULL) AS `figures`,
   JSON_VALUE(data, '$.alias_version') AS `alias_version`,
+  JSON_VALUE(data, '$.job_name') AS `job_name`,
+  ARRAY(SELECT JSON_VALUE(item1, '$') FROM UNNEST(JSON_QUERY_ARRAY(data, '$.input_uris')) AS item1 WITH OFFSET AS position1 ORDER BY position1) AS `input_uris`,
+  JSON_VALUE(data, '$.output_prefix') AS `output_prefix`,
+  SAFE_CAST(JSON_VALUE(data, '$.rows') AS INT64) AS `rows`,
+  SAFE_CAST(JSON_VALUE(data, '$.failed_rows') AS INT64) AS `failed_rows`,
+  JSON_VALUE(data, '$.output_uri') AS `output_uri`,
+  SAFE_CAST(JSON_VALUE(data, '$.error_code') AS INT64) AS `error_code`,
+  JSON_VALUE(data, '$.error') AS `error`,
   subscription_name, message_id, publish_time, data, attributes
 FROM `${events_table}`
 WHERE TRUE

@@ -65,6 +65,7 @@ locals {
     TRAINCTL_REGION                   = var.region
     TRAINCTL_TRIGGER_RULES            = jsonencode(var.trigger_rules)
     TRAINCTL_MARKER_NAMES             = join(",", var.marker_names)
+    TRAINCTL_SCORE_MARKER_NAMES       = join(",", var.score_marker_names)
     TRAINCTL_TRAINER_SERVICE_ACCOUNT  = google_service_account.trainer.email
     TRAINCTL_CUSTOM_SERVICE_ACCOUNT   = google_service_account.custom.email
     TRAINCTL_REDUCTION_SERVER_IMAGE   = local.reduction_server_image
@@ -103,11 +104,15 @@ locals {
   # function (on_job_request: our push subscription with a dead-letter policy; reconcile: Cloud Scheduler).
   functions = {
     on_dataset_upload = {
-      account            = "fn-upload"
-      description        = "Starts a job when a dataset marker lands in the data bucket."
-      reads_data         = true
-      reads_outputs      = false
-      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"]
+      account       = "fn-upload"
+      description   = "Starts a job when a dataset marker lands in the data bucket."
+      reads_data    = true
+      reads_outputs = false
+      vertex_permissions = [
+        "aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get",
+        # A `_SCORE` marker's BatchPredictionJob, looked up by its label before it is made (issue 41).
+        "aiplatform.batchPredictionJobs.create", "aiplatform.batchPredictionJobs.get", "aiplatform.batchPredictionJobs.list",
+      ]
       # The data bucket's notifications, through the uploads topic (storage.tf; triggers.tf says why not a Cloud
       # Storage trigger).
       trigger = {
@@ -155,6 +160,8 @@ locals {
         # Rolling promoted versions out to their model's endpoint, judged on its Cloud Monitoring figures (issue 41).
         "aiplatform.endpoints.create", "aiplatform.endpoints.deploy", "aiplatform.endpoints.get",
         "aiplatform.endpoints.undeploy", "aiplatform.endpoints.update", "monitoring.timeSeries.list",
+        # Each `_SCORE` marker's BatchPredictionJob, made if a crash left it unmade, read until it ends (issue 41).
+        "aiplatform.batchPredictionJobs.create", "aiplatform.batchPredictionJobs.get", "aiplatform.batchPredictionJobs.list",
       ]
       trigger = null
     }

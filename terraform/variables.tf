@@ -138,6 +138,17 @@ variable "marker_names" {
   }
 }
 
+variable "score_marker_names" {
+  description = "Object basenames that ask for their folder's CSV files to be scored by the rule's model's champion (a Vertex BatchPredictionJob); a name also in marker_names scores."
+  type        = list(string)
+  default     = ["_SCORE"]
+
+  validation {
+    condition     = alltrue([for m in var.score_marker_names : can(regex("^[^/,\\s]+$", m))])
+    error_message = "score_marker_names must be basenames, without '/', ',' or spaces."
+  }
+}
+
 variable "reduction_server_image" {
   description = "Reduction Server image for pool 2 of large jobs. Null means the vertex-ai-restricted image in the multi-region nearest to var.region."
   type        = string

@@ -15,7 +15,13 @@ from functions.settings import Settings
 
 
 def is_marker(settings: Settings, name: str) -> bool:
-    return name.rsplit("/", 1)[-1] in settings.marker_names
+    basename = name.rsplit("/", 1)[-1]
+    return basename in settings.marker_names or basename in settings.score_marker_names
+
+
+def is_score_marker(settings: Settings, name: str) -> bool:
+    """A marker asking for its folder to be scored (functions/models/scoring.py), not for a training run."""
+    return name.rsplit("/", 1)[-1] in settings.score_marker_names
 
 
 def matching_rule(settings: Settings, bucket: str, name: str) -> str | None:

@@ -24,6 +24,7 @@ REGISTRY = "functions.cloud.registry.ModelRegistry"
 VERTEX = "functions.cloud.vertex.VertexJobs"
 ENDPOINTS = "functions.cloud.endpoints.Endpoints"
 MONITORING = "functions.cloud.monitoring.ServingMetrics"
+BATCH = "functions.cloud.batch_predictions.VertexBatchPredictions"
 # The custom role each function's Vertex AI permissions are granted by (terraform/iam.tf).
 VERTEX_ROLE = "${google_project_iam_custom_role.function_vertex[each.key].id}"
 
@@ -90,6 +91,16 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     # Cloud Monitoring's timeSeries.list (https://cloud.google.com/monitoring/access-control#monitoring-perms).
     (MONITORING, "__init__"): frozenset(),
     (MONITORING, "figures"): frozenset({"monitoring.timeSeries.list"}),
+    # The JobService's BatchPredictionJobs (functions/cloud/batch_predictions.py), each method's permission from its
+    # REST reference page (cloud.google.com/vertex-ai/docs/reference/rest/v1/projects.locations.batchPredictionJobs…,
+    # "IAM Permissions").
+    (BATCH, "__init__"): frozenset(),
+    (BATCH, "find"): frozenset({"aiplatform.batchPredictionJobs.list"}),  # ListBatchPredictionJobs by label
+    (BATCH, "find_or_create"): frozenset(
+        {"aiplatform.batchPredictionJobs.list", "aiplatform.batchPredictionJobs.create"}
+    ),
+    (BATCH, "get"): frozenset({"aiplatform.batchPredictionJobs.get"}),
+    (BATCH, "cancel"): frozenset({"aiplatform.batchPredictionJobs.cancel"}),
 }
 
 # Which resource each call site touches: "data" (the data bucket and extra_data_buckets), "control" (the
@@ -111,6 +122,12 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     # Endpoints(settings.project, settings.region, …) and ServingMetrics(settings.project, …): the project's.
     (ENDPOINTS, "*"): frozenset({"project"}),
     (MONITORING, "*"): frozenset({"project"}),
+    # VertexBatchPredictions(settings.project, settings.region, …): the project's BatchPredictionJobs.
+    (BATCH, "*"): frozenset({"project"}),
+    # Each batch scoring's record and the index of those unfinished (functions/ledger/scoring_records.py).
+    ("functions.ledger.scoring_records.ScoringLedger", "*"): frozenset({"control"}),
+    # A `_SCORE` marker's folder, listed for its CSV files: a watched (data) bucket.
+    ("functions.models.scoring.Scorings._new_record", "objects_under"): frozenset({"data"}),
     # Each served endpoint's record (issue 41) beside the model records.
     ("functions.ledger.endpoint_records.EndpointLedger", "*"): frozenset({"control"}),
     # The per-model records (functions/ledger/model_records.py) live in the control bucket beside the ledger.
@@ -195,7 +212,7 @@ def entry_points() -> list[str]:
 @pytest.fixture(scope="module")
 def graph() -> CallGraph:
     return CallGraph(
-        {GCS, PUBLISHER, QUOTAS, REGISTRY, VERTEX, ENDPOINTS, MONITORING},
+        {GCS, PUBLISHER, QUOTAS, REGISTRY, VERTEX, ENDPOINTS, MONITORING, BATCH},
         ports={
             "functions.cloud.ports.Storage": GCS,
             "functions.cloud.ports.Events": PUBLISHER,
@@ -205,6 +222,7 @@ def graph() -> CallGraph:
             "functions.cloud.ports.Jobs": VERTEX,
             "functions.cloud.ports.Endpoints": ENDPOINTS,
             "functions.cloud.ports.Metrics": MONITORING,
+            "functions.cloud.ports.BatchPredictions": BATCH,
         },
     )
 
@@ -282,6 +300,7 @@ def test_every_adapter_method_is_classified():
         (VERTEX, "cloud/vertex.py"),
         (ENDPOINTS, "cloud/endpoints.py"),
         (MONITORING, "cloud/monitoring.py"),
+        (BATCH, "cloud/batch_predictions.py"),
     ]:
         class_name = adapter.rsplit(".", 1)[1]
         tree = ast.parse((FUNCTIONS_DIR / path).read_text())
@@ -384,10 +403,11 @@ def test_each_function_holds_exactly_the_vertex_permissions_it_can_reach(tf, gra
 
 def test_the_intake_functions_never_cancel_or_register(tf, graph):
     """Issue 40, point 6: what narrowing bought, in words a reviewer can check."""
-    for function in ("on_dataset_upload", "on_job_request"):
-        assert sorted(tf.locals["functions"][function]["vertex_permissions"]) == [
-            "aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"
-        ]  # fmt: skip
+    intake = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"]
+    # A `_SCORE` marker makes its BatchPredictionJob (issue 41): never cancels it either.
+    scoring = [f"aiplatform.batchPredictionJobs.{verb}" for verb in ("create", "get", "list")]
+    assert sorted(tf.locals["functions"]["on_dataset_upload"]["vertex_permissions"]) == sorted(intake + scoring)
+    assert sorted(tf.locals["functions"]["on_job_request"]["vertex_permissions"]) == intake
 
 
 # Calls on receivers named like the Vertex client that are not JobService calls, each with what it is.

@@ -9,6 +9,7 @@ from functions.intake.triggers import (
     derive_request_id,
     explicit_id_problem,
     is_marker,
+    is_score_marker,
     marker_request,
     matching_rule,
 )
@@ -22,6 +23,15 @@ def test_only_marker_basenames_start_work(settings):
     assert not is_marker(settings, "churn/_SUCCESS/part.csv")
     custom = dataclasses.replace(settings, marker_names=("READY", "_DONE"))
     assert is_marker(custom, "a/READY") and not is_marker(custom, "a/_SUCCESS")
+
+
+def test_a_scoring_marker_is_a_marker_that_scores(settings):
+    """`_SCORE` (score_marker_names) starts batch scoring (functions/models/scoring.py), not training; a name in both
+    lists scores."""
+    assert is_marker(settings, "churn/day/_SCORE") and is_score_marker(settings, "churn/day/_SCORE")
+    assert not is_score_marker(settings, "churn/day/_SUCCESS") and not is_score_marker(settings, "churn/_SCORE/x.csv")
+    both = dataclasses.replace(settings, score_marker_names=("_SUCCESS",))
+    assert is_score_marker(both, "churn/day/_SUCCESS")
 
 
 def test_longest_matching_prefix_wins(settings):

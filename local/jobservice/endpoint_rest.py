@@ -10,6 +10,7 @@ aiplatform v1 client uses too), on the local JobService's REST port:
     POST   /v1/{endpoint=…/endpoints/*}:deployModel           {deployedModel, trafficSplit} → Operation
     POST   /v1/{endpoint=…/endpoints/*}:undeployModel         {deployedModelId, trafficSplit} → Operation
     GET    /v1/{name=…/endpoints/*/operations/*}              Operation; also /ui/…
+    (each also under /v1beta1/, which gcloud's deploy-model uses)
     POST   /v1/{endpoint=…/endpoints/*}:predict               {instances, parameters} → PredictResponse
     POST   /v1/{endpoint=…/endpoints/*}:rawPredict            any body → the model server's answer
 """
@@ -28,6 +29,9 @@ from local.jobservice.model_rules import RegistryError, refuse_invalid
 from local.jobservice.prediction import PredictionRouter
 from local.jobservice.rest import RestRequest, RestResponse, Route, parse_message
 
+# gcloud's GA `ai endpoints deploy-model` polls its operation on v1beta1 (its beta client): the same paths and,
+# for every field read here, the same messages.
+_VERSION = "(?:v1|v1beta1)"
 _LOCATION = r"projects/[^/]+/locations/[^/]+"
 _ENDPOINT = rf"{_LOCATION}/endpoints/[^/:]+"
 
@@ -80,16 +84,16 @@ def endpoint_service_routes(endpoints: EndpointService, router: PredictionRouter
         return _routed(lambda: router.predict(match["endpoint"], request.body, raw=True))
 
     return [
-        ("POST", re.compile(rf"/v1/(?P<parent>{_LOCATION})/endpoints"), create),
-        ("GET", re.compile(rf"/v1/(?P<parent>{_LOCATION})/endpoints"), list_endpoints),
-        ("GET", re.compile(rf"/(?:v1|ui)/(?P<name>{_ENDPOINT}/operations/[^/:]+)"), get_operation),
-        ("GET", re.compile(rf"/v1/(?P<name>{_ENDPOINT})"), get),
-        ("PATCH", re.compile(rf"/v1/(?P<name>{_ENDPOINT})"), update),
-        ("DELETE", re.compile(rf"/v1/(?P<name>{_ENDPOINT})"), delete),
-        ("POST", re.compile(rf"/v1/(?P<endpoint>{_ENDPOINT}):deployModel"), deploy),
-        ("POST", re.compile(rf"/v1/(?P<endpoint>{_ENDPOINT}):undeployModel"), undeploy),
-        ("POST", re.compile(rf"/v1/(?P<endpoint>{_ENDPOINT}):predict"), predict),
-        ("POST", re.compile(rf"/v1/(?P<endpoint>{_ENDPOINT}):rawPredict"), raw_predict),
+        ("POST", re.compile(rf"/{_VERSION}/(?P<parent>{_LOCATION})/endpoints"), create),
+        ("GET", re.compile(rf"/{_VERSION}/(?P<parent>{_LOCATION})/endpoints"), list_endpoints),
+        ("GET", re.compile(rf"/(?:v1|v1beta1|ui)/(?P<name>{_ENDPOINT}/operations/[^/:]+)"), get_operation),
+        ("GET", re.compile(rf"/{_VERSION}/(?P<name>{_ENDPOINT})"), get),
+        ("PATCH", re.compile(rf"/{_VERSION}/(?P<name>{_ENDPOINT})"), update),
+        ("DELETE", re.compile(rf"/{_VERSION}/(?P<name>{_ENDPOINT})"), delete),
+        ("POST", re.compile(rf"/{_VERSION}/(?P<endpoint>{_ENDPOINT}):deployModel"), deploy),
+        ("POST", re.compile(rf"/{_VERSION}/(?P<endpoint>{_ENDPOINT}):undeployModel"), undeploy),
+        ("POST", re.compile(rf"/{_VERSION}/(?P<endpoint>{_ENDPOINT}):predict"), predict),
+        ("POST", re.compile(rf"/{_VERSION}/(?P<endpoint>{_ENDPOINT}):rawPredict"), raw_predict),
     ]
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import json
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -261,3 +264,60 @@ def test_injected_500s_and_latency_show_in_the_monitoring_stand_in(
     (p99,) = series(jobservice, endpoint_name, "prediction_latencies", "ALIGN_PERCENTILE_99", since)
     assert p99["valueType"] == "DOUBLE" and p99["points"][0]["value"]["doubleValue"] >= 300.0
     assert p99["resource"]["labels"]["endpoint_id"] == endpoint_name.rsplit("/", 1)[1]
+
+
+def gcloud(jobservice: JobServiceProcess, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A stock gcloud command on the local REST port, as `trainctl local env` sets a shell up (stack_state.py)."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(config),
+        "CLOUDSDK_CONFIG": str(config / "gcloud"),
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_AIPLATFORM": jobservice.rest_url,
+        "CLOUDSDK_AUTH_ACCESS_TOKEN": "dummy",
+        "CLOUDSDK_CORE_PROJECT": PROJECT,
+        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+        "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "1",
+    }
+    return subprocess.run(
+        ["gcloud", *args, "--region=us-central1"], env=env, capture_output=True, text=True, timeout=240
+    )
+
+
+def test_gcloud_creates_deploys_predicts_and_undeploys(jobservice, model_version, instances, tmp_path):
+    """The stock `gcloud ai endpoints create / list / describe / deploy-model / predict / undeploy-model / delete`
+    through CLOUDSDK_API_ENDPOINT_OVERRIDES_AIPLATFORM: gcloud sends no traffic split unless asked, and the first
+    model of an endpoint then takes all of it."""
+    model_id = model_version.split("/models/")[1].split("@")[0]
+    created = gcloud(jobservice, tmp_path, "ai", "endpoints", "create", "--display-name=gcloud-churn")
+    assert created.returncode == 0, created.stderr
+    endpoint_id = created.stderr.split("/endpoints/")[1].split(".")[0].split("]")[0].strip()
+    listed = gcloud(jobservice, tmp_path, "ai", "endpoints", "list", "--format=value(name)")
+    assert listed.returncode == 0 and endpoint_id in listed.stdout, listed.stderr
+    deploy = gcloud(
+        jobservice, tmp_path, "ai", "endpoints", "deploy-model", endpoint_id, f"--model={model_id}",
+        "--display-name=gcloud-v1", "--machine-type=n1-standard-2",
+    )  # fmt: skip
+    assert deploy.returncode == 0, deploy.stderr
+    described = gcloud(jobservice, tmp_path, "ai", "endpoints", "describe", endpoint_id, "--format=json")
+    endpoint = json.loads(described.stdout)
+    (deployed_model,) = endpoint["deployedModels"]
+    assert endpoint["trafficSplit"] == {deployed_model["id"]: 100}
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"instances": instances[1][:2]}))
+    predicted = gcloud(
+        jobservice, tmp_path, "ai", "endpoints", "predict", endpoint_id, f"--json-request={request}", "--format=json"
+    )
+    assert predicted.returncode == 0, predicted.stderr
+    assert len(json.loads(predicted.stdout)["predictions"]) == 2
+    undeployed = gcloud(
+        jobservice,
+        tmp_path,
+        "ai",
+        "endpoints",
+        "undeploy-model",
+        endpoint_id,
+        f"--deployed-model-id={deployed_model['id']}",
+    )
+    assert undeployed.returncode == 0, undeployed.stderr
+    deleted = gcloud(jobservice, tmp_path, "ai", "endpoints", "delete", endpoint_id)
+    assert deleted.returncode == 0, deleted.stderr

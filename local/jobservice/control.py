@@ -36,6 +36,9 @@ is the client:
     control.quota_reads()                                         # how many quotaInfos calls were served
     control.quota_calls()                                         # which: ["list", "get CustomModel…", …]
     control.crash()                                               # exit at once; nodes keep running
+    # a deployed model of an endpoint (endpoint_service.py's router)
+    control.disturb_predictions("123", error_fraction=0.5)         # half its requests answer 500
+    control.disturb_predictions("123", added_seconds=0.2)          # each waits 0.2 s first
     # the list filter, and what was called
     control.read_hyphenated_label_keys()                          # take labels.a-b=… instead of refusing it
     control.park_jobs(parent, job_json, [{"k": "1"}, …])          # QUEUED jobs nothing runs, until cancelled
@@ -197,6 +200,18 @@ class JobServiceControl:
     def call_counts(self) -> dict[str, int]:
         """How many calls of each JobService method the server has served (refused ones included)."""
         return {method: int(count) for method, count in self._call("CallCounts")["counts"].items()}
+
+    def disturb_predictions(
+        self, deployed_model_id: str, error_fraction: float = 0.0, added_seconds: float = 0.0
+    ) -> None:
+        """Make the endpoint's router answer 500 for this share of the deployed model's requests, and make every
+        request of it wait `added_seconds` first (0 and 0 undo it)."""
+        self._call(
+            "DisturbPredictions",
+            deployed_model_id=deployed_model_id,
+            error_fraction=error_fraction,
+            added_seconds=added_seconds,
+        )
 
     def clear_faults(self) -> None:
         self._call("ClearFaults")

@@ -13,13 +13,17 @@
 - preempt a running job (see vertex_retries.py);
 - read a hyphenated label key in a list filter (`labels.a-b=…`) instead of refusing it (filters.py), as Vertex
   may: whether it does is not documented, so both are tested;
-- hold a listing's pages to fewer jobs than its usual maximum, as Vertex may (its maximum is not documented).
+- hold a listing's pages to fewer jobs than its usual maximum, as Vertex may (its maximum is not documented);
+- make one deployed model of an endpoint answer 500 for a fraction of its prediction requests, or answer later (the
+  endpoint's router does it, endpoint_service.py, before the model's own server is asked), so that a canary's
+  errors and latency can be shown without a bad model.
 
 This module is the plan; control.py exposes it to other processes, execution.py carries it out.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 from dataclasses import dataclass
 
@@ -85,9 +89,19 @@ class NewJobFaults:
     stockouts: int = 0  # provisioning attempts that meet a stockout
 
 
+@dataclass(frozen=True)
+class PredictionFault:
+    """What the router does to the requests one deployed model gets."""
+
+    error_fraction: float = 0.0  # this share of its requests get 500 without reaching its server
+    added_seconds: float = 0.0  # every request of it waits this long first
+
+
 class FaultPlan:
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._prediction_faults: dict[str, PredictionFault] = {}
+        self._draw = random.Random()
         self._create_failures: dict[str, list[CreateFailure]] = {method: [] for method in CREATE_METHODS}
         self._create_delays: list[float] = []
         self._upload_durations: list[float] = []
@@ -197,8 +211,25 @@ class FaultPlan:
             self._quota_failures = max(0, self._quota_failures - 1)
             return faults
 
+    def disturb_predictions(self, deployed_model_id: str, error_fraction: float, added_seconds: float) -> None:
+        if not deployed_model_id:
+            raise ValueError("deployed_model_id is required: the deployed model whose requests to disturb")
+        if not 0.0 <= error_fraction <= 1.0:
+            raise ValueError(f"error_fraction must be from 0 to 1, got {error_fraction}")
+        if added_seconds < 0:
+            raise ValueError(f"added_seconds must be 0 or more, got {added_seconds}")
+        with self._lock:
+            self._prediction_faults[deployed_model_id] = PredictionFault(error_fraction, added_seconds)
+
+    def prediction_fault(self, deployed_model_id: str) -> tuple[bool, float]:
+        """(answer 500?, seconds to wait first) for one request to the deployed model."""
+        with self._lock:
+            fault = self._prediction_faults.get(deployed_model_id, PredictionFault())
+            return self._draw.random() < fault.error_fraction, fault.added_seconds
+
     def clear(self) -> None:
         with self._lock:
+            self._prediction_faults.clear()
             for failures in self._create_failures.values():
                 failures.clear()
             self._create_delays.clear()

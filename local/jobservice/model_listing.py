@@ -9,7 +9,7 @@ filters.parse_query. A bad filter, order_by (not imitated) or page token is INVA
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.cloud.aiplatform_v1.types import Model
 
@@ -28,6 +28,12 @@ def model_filter(text: str) -> Callable[[Model], bool]:
 
 def version_filter(text: str) -> Callable[[Model], bool]:
     return _filter(text, _version_comparison)
+
+
+def endpoint_filter(text: str) -> Callable[[Any], bool]:
+    """ListEndpointsRequest.filter (endpoint_service.proto): `endpoint` and `display_name` (= and !=), labels, on
+    the same reading as ListModels'."""
+    return _filter(text, _endpoint_comparison)
 
 
 def order_by_problem(order_by: str) -> Problem | None:
@@ -68,6 +74,17 @@ def _model_comparison(field: str, operator: str, value: str) -> Callable[[Model]
     labels = _label_comparison(field, operator, value)
     if labels is None:
         raise FilterError(f"unsupported field {field!r}; supported: model, display_name, base_model_name, labels.KEY")
+    return labels
+
+
+def _endpoint_comparison(field: str, operator: str, value: str) -> Callable[[Any], bool]:
+    if field == "endpoint":
+        return _equality(field, operator, value, lambda endpoint: endpoint.name.rsplit("/", 1)[1])
+    if field in ("display_name", "displayName"):
+        return _equality(field, operator, value, lambda endpoint: endpoint.display_name)
+    labels = _label_comparison(field, operator, value)
+    if labels is None:
+        raise FilterError(f"unsupported field {field!r}; supported: endpoint, display_name, labels.KEY")
     return labels
 
 

@@ -149,6 +149,11 @@ class ModelRegistry:
             for output_only in _OUTPUT_ONLY:
                 delattr(model, output_only)
             model.name, model.version_id = record.name, str(record.last_version_id)
+            # Model.supported_deployment_resources_types: "If no configuration types are listed, the Model cannot be
+            # deployed to an Endpoint"; a custom-container model is deployed on dedicated resources, and gcloud's
+            # deploy-model reads the field to choose them (api_lib/ai/endpoints/client.py).
+            dedicated = Model.DeploymentResourcesType.DEDICATED_RESOURCES
+            model.supported_deployment_resources_types = [dedicated]  # type: ignore[list-item]
             model.create_time = record.create_time
             model.update_time = model.version_create_time = model.version_update_time = now
             version = VersionRecord(

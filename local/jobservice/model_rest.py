@@ -59,46 +59,46 @@ def model_service_routes(registry: ModelRegistry, faults: FaultPlan) -> list[Rou
                 registry.upload(upload_request, seconds)  # started, and the answer is lost on the way back
             raise RegistryError(failure.code, failure.message)
 
-        return _answer(request, upload_with_faults)
+        return answer(request, upload_with_faults)
 
     def get_operation(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        return _answer(request, lambda: registry.get_operation(match["name"]))
+        return answer(request, lambda: registry.get_operation(match["name"]))
 
     def get(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        return _answer(request, lambda: registry.get(match["name"]))
+        return answer(request, lambda: registry.get(match["name"]))
 
     def list_models(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        listed = ListModelsRequest(parent=match["parent"], **_list_query(request))
-        return _answer(request, lambda: registry.list_models(listed))
+        listed = ListModelsRequest(parent=match["parent"], **list_query(request))
+        return answer(request, lambda: registry.list_models(listed))
 
     def list_versions(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        listed = ListModelVersionsRequest(name=match["name"], **_list_query(request))
-        return _answer(request, lambda: registry.list_versions(listed))
+        listed = ListModelVersionsRequest(name=match["name"], **list_query(request))
+        return answer(request, lambda: registry.list_versions(listed))
 
     def merge_aliases(request: RestRequest, match: re.Match[str]) -> RestResponse:
         merge = parse_message(request.json_body(), MergeVersionAliasesRequest, "merge_version_aliases_request")
         merge.name = match["name"]
-        return _answer(request, lambda: registry.merge_version_aliases(merge))
+        return answer(request, lambda: registry.merge_version_aliases(merge))
 
     def delete_version(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        return _answer(request, lambda: registry.delete_version(match["name"]))
+        return answer(request, lambda: registry.delete_version(match["name"]))
 
     def delete_model(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        return _answer(request, lambda: registry.delete_model(match["name"]))
+        return answer(request, lambda: registry.delete_model(match["name"]))
 
     def import_evaluation(request: RestRequest, match: re.Match[str]) -> RestResponse:
         imported = parse_message(request.json_body(), ImportModelEvaluationRequest, "import_model_evaluation_request")
         imported.parent = match["parent"]
-        return _answer(request, lambda: registry.import_evaluation(imported))
+        return answer(request, lambda: registry.import_evaluation(imported))
 
     def list_evaluations(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        query = _list_query(request)
+        query = list_query(request)
         query.pop("order_by", None)  # ListModelEvaluationsRequest has no order_by
         listed = ListModelEvaluationsRequest(parent=match["parent"], **query)
-        return _answer(request, lambda: registry.list_evaluations(listed))
+        return answer(request, lambda: registry.list_evaluations(listed))
 
     def get_evaluation(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        return _answer(request, lambda: registry.get_evaluation(match["name"]))
+        return answer(request, lambda: registry.get_evaluation(match["name"]))
 
     return [
         ("POST", re.compile(rf"/v1/(?P<parent>{_LOCATION})/models:upload"), upload),
@@ -116,7 +116,7 @@ def model_service_routes(registry: ModelRegistry, faults: FaultPlan) -> list[Rou
     ]
 
 
-def _list_query(request: RestRequest) -> dict:
+def list_query(request: RestRequest) -> dict:
     """The standard list parameters of the query string (readMask is read and ignored: whole messages)."""
     query = request.query
     try:
@@ -133,19 +133,24 @@ def _list_query(request: RestRequest) -> dict:
     }
 
 
-def _answer(request: RestRequest, call: Callable[[], Any]) -> RestResponse:
+def answer(request: RestRequest, call: Callable[[], Any]) -> RestResponse:
     """The call's result as JSON, or its refusal as a RestAbort (Google's error body, with BadRequest)."""
     try:
         result = call()
     except RegistryError as refusal:
-        details: list[Any] = []
-        if refusal.violations:
-            detail = any_pb2.Any()
-            violations = [
-                error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
-                for field, description in refusal.violations
-            ]
-            detail.Pack(error_details_pb2.BadRequest(field_violations=violations))
-            details.append(detail)
-        raise RestAbort(refusal.code, refusal.message, details) from None
+        raise registry_abort(refusal) from None
     return RestResponse(200, message_json(result, request.integer_enums))
+
+
+def registry_abort(refusal: RegistryError) -> RestAbort:
+    """A refusal of the registry (or the endpoint service) as the REST error it becomes."""
+    details: list[Any] = []
+    if refusal.violations:
+        detail = any_pb2.Any()
+        violations = [
+            error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
+            for field, description in refusal.violations
+        ]
+        detail.Pack(error_details_pb2.BadRequest(field_violations=violations))
+        details.append(detail)
+    return RestAbort(refusal.code, refusal.message, details)

@@ -119,12 +119,12 @@ def plan_nodes(
                 **_output_dirs(spec.base_output_directory.output_uri_prefix),
             }
             package = pool.python_package_spec if "python_package_spec" in pool else None
-            declared = _request_env((package or pool.container_spec).env, vertex_env)
+            declared = request_env((package or pool.container_spec).env, vertex_env)
             variables = {**declared, **vertex_env}
             if package is not None:
                 command = _package_command(package, variables)
             else:
-                command = _command(pool.container_spec, settings.image_map, variables)
+                command = container_command(pool.container_spec, settings.image_map, variables)
             name, home = f"workerpool{index}-{replica}", homes / f"workerpool{index}-{replica}"
             env = _node_env(settings, pool, declared, {**services, **vertex_env}, home, packages.get(index))
             nodes.append(NodePlan(name, int(vertex_env["RANK"]), command, env, home))
@@ -150,7 +150,7 @@ def _output_dirs(base: str) -> dict[str, str]:
     }
 
 
-def _command(container, image_map: Mapping[str, tuple[str, ...]], variables: Mapping[str, str]) -> list[str]:
+def container_command(container, image_map: Mapping[str, tuple[str, ...]], variables: Mapping[str, str]) -> list[str]:
     """The container's command (its ENTRYPOINT when none is given) followed by its args. `$(NAME)` in the
     command and args of the request expands to the container's variables (its `env` and Vertex's), as
     Kubernetes expands them (kubernetes/kubernetes pkg/kubelet/container/helpers.go,
@@ -201,16 +201,29 @@ def _node_env(
     """What the image gives, which the request's `declared` variables may override; then the machine's
     stand-ins and the platform's variables, which they may not (Vertex applies its own last). A package's node finds
     its installed code first, then the executor's own (this Python's site-packages)."""
+    gpus = pool.machine_spec.accelerator_count
+    procs = {PROCS_PER_NODE_VAR: str(max(1, min(gpus, settings.max_procs_per_node)))}
+    return container_env(settings, declared, {**procs, **vertex_env}, home, package_dir)
+
+
+def container_env(
+    settings: ExecutionSettings,
+    declared: Mapping[str, str],
+    platform: Mapping[str, str],
+    home: Path,
+    code_dir: Path | None = None,
+) -> dict[str, str]:
+    """A local container's environment (a job's node, a deployed model's server): what the image gives, the
+    request's `declared` variables over it, then the machine's stand-ins and the `platform`'s variables, which
+    `declared` may not override (Vertex applies its own last)."""
     host = os.environ if settings.host_env is None else settings.host_env
-    env = _image_env(host, package_dir or settings.workdir, home)
+    env = _image_env(host, code_dir or settings.workdir, home)
     env.update(declared)
     if settings.storage_emulator_host:  # gs:// reaches Cloud Storage from a Vertex node; here, fake-gcs-server
         env["STORAGE_EMULATOR_HOST"] = settings.storage_emulator_host
-    gpus = pool.machine_spec.accelerator_count
-    env[PROCS_PER_NODE_VAR] = str(max(1, min(gpus, settings.max_procs_per_node)))
     # Labels, not settings: the tests and `trainctl local down` find every process they started by them.
     env.update({name: host[name] for name in PROCESS_MARKER_VARS if name in host})
-    env.update(vertex_env)
+    env.update(platform)
     return env
 
 
@@ -240,7 +253,7 @@ def _image_env(host: Mapping[str, str], workdir: Path, home: Path) -> dict[str, 
     return env
 
 
-def _request_env(variables: Iterable, platform: Mapping[str, str]) -> dict[str, str]:
+def request_env(variables: Iterable, platform: Mapping[str, str]) -> dict[str, str]:
     """The container's `env` in order, each value expanded as Vertex documents for EnvVar.value
     (googleapis google/cloud/aiplatform/v1/env_var.proto): "using the previous defined environment variables
     in the container and any service environment variables". Those are the variables declared before it

@@ -34,6 +34,9 @@ from local.jobservice.batch_store import BatchJobStore
 from local.jobservice.capacity import CapacityError, CapacityModel, parse_capacity
 from local.jobservice.cloud_quotas import QuotaReads, cloud_quotas_routes
 from local.jobservice.control import control_handler
+from local.jobservice.endpoint_rest import endpoint_service_routes
+from local.jobservice.endpoint_service import EndpointService
+from local.jobservice.endpoint_store import EndpointStore
 from local.jobservice.execution import JobExecutor, TransitionHook, TransitionRefused
 from local.jobservice.faults import PERMISSIONS, RATE_LIMITED_METHODS, FaultPlan
 from local.jobservice.job_logs import JobLogs, logging_routes
@@ -41,10 +44,14 @@ from local.jobservice.model_registry import ModelRegistry
 from local.jobservice.model_rest import model_service_routes
 from local.jobservice.model_rules import ProjectNumbers
 from local.jobservice.model_store import ModelStore
+from local.jobservice.monitoring_rest import monitoring_routes
+from local.jobservice.prediction import PredictionRouter
+from local.jobservice.prediction_metrics import PredictionLog
 from local.jobservice.replicas import ExecutionSettings
 from local.jobservice.rest import RestServer, rest_routes
 from local.jobservice.secret_manager import NodeServices, SecretStore, secret_manager_routes
 from local.jobservice.servicer import JobServiceServicer
+from local.jobservice.serving import ServingProcesses
 from local.jobservice.store import JobStore
 from local.jobservice.validation import PARENT_RE
 
@@ -75,6 +82,11 @@ class LocalJobService:
         # Vertex's Model Registry, on the REST port; it answers with project numbers (model_rules.project_numbers).
         self.registry = ModelRegistry(ModelStore(self.state_dir), numbers=project_numbers)
         self.faults = FaultPlan()
+        # Vertex's endpoints (deployed models served by local processes) and the Monitoring stand-in's metrics.
+        serving = ServingProcesses(self.settings, self.state_dir / "serving")
+        self.endpoints = EndpointService(self.registry, serving, EndpointStore(self.state_dir), project_numbers)
+        self.prediction_metrics = PredictionLog()
+        self._project_numbers = project_numbers
         self.executor = JobExecutor(self.store, self.settings)
         if capacity is not None:
             self.executor.quota.set_model(capacity)
@@ -115,6 +127,9 @@ class LocalJobService:
         # One HTTP port for the REST APIs: their paths (/v1/projects/P/locations/L/customJobs…, …/models…,
         # /v1/projects/P/locations/global/services/S/quotaInfos…, /v2/entries:list) never meet.
         routes = rest_routes(servicer) + model_service_routes(self.registry, self.faults)
+        router = PredictionRouter(self.endpoints, self.faults, self.prediction_metrics)
+        routes += endpoint_service_routes(self.endpoints, router)
+        routes += monitoring_routes(self.prediction_metrics, self._project_numbers)
         routes += logging_routes(JobLogs(self.store))
         routes += cloud_quotas_routes(lambda: self.executor.quota.model, self.quota_reads)
         routes += secret_manager_routes(self.secrets)
@@ -127,6 +142,7 @@ class LocalJobService:
         self._rest.start()
         self.executor.resume_all()
         self.batches.resume_all()
+        self.endpoints.serve_deployed()
         return self.address
 
     def stop(self, stop_jobs: bool = True, grace: float = 1.0) -> None:
@@ -140,6 +156,7 @@ class LocalJobService:
             self._server = None
         self.executor.shutdown(stop_jobs=stop_jobs)
         self.batches.shutdown(stop_jobs=stop_jobs)
+        self.endpoints.stop()
 
     def _control_methods(self) -> dict:
         def fail_next_creates(request: dict, context: grpc.ServicerContext) -> dict:
@@ -243,6 +260,17 @@ class LocalJobService:
             self.faults.max_page_size = int(request["size"]) if request.get("size") else None
             return {}
 
+        def disturb_predictions(request: dict, context: grpc.ServicerContext) -> dict:
+            try:
+                self.faults.disturb_predictions(
+                    str(request.get("deployed_model_id") or ""),
+                    float(request.get("error_fraction") or 0.0),
+                    float(request.get("added_seconds") or 0.0),
+                )
+            except ValueError as error:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            return {}
+
         def call_counts(request: dict, context: grpc.ServicerContext) -> dict:
             return {"counts": self.servicer.call_counts()}
 
@@ -285,6 +313,7 @@ class LocalJobService:
             "ParkJobs": park_jobs,
             "ReadHyphenatedLabelKeys": read_hyphenated_label_keys,
             "CapListPages": cap_list_pages,
+            "DisturbPredictions": disturb_predictions,
             "CallCounts": call_counts,
             "ClearFaults": clear_faults,
             "Info": info,

@@ -25,7 +25,7 @@ from google.cloud.aiplatform_v1.types import (
 
 from local.jobservice.batch_jobs import BatchPredictions
 from local.jobservice.faults import FaultPlan
-from local.jobservice.model_rest import _answer, _list_query
+from local.jobservice.model_rest import answer, list_query
 from local.jobservice.model_rules import RegistryError
 from local.jobservice.rest import RestRequest, RestResponse, Route, parse_message
 
@@ -46,29 +46,29 @@ def batch_prediction_routes(batches: BatchPredictions, faults: FaultPlan) -> lis
                 batches.create(created)  # made, and the answer is lost on the way back
             raise RegistryError(failure.code, failure.message)
 
-        return _answer(request, create_with_faults)
+        return answer(request, create_with_faults)
 
     def get(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        return _answer(request, lambda: batches.get(match["name"]))
+        return answer(request, lambda: batches.get(match["name"]))
 
     def list_jobs(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        query = _list_query(request)
+        query = list_query(request)
         query.pop("order_by", None)  # ListBatchPredictionJobsRequest has no order_by
         listed = ListBatchPredictionJobsRequest(parent=match["parent"], **query)
-        return _answer(request, lambda: batches.list(listed))
+        return answer(request, lambda: batches.list(listed))
 
     def cancel(request: RestRequest, match: re.Match[str]) -> RestResponse:
         def cancelled() -> BatchPredictionJob:
             batches.cancel(match["name"])
             return BatchPredictionJob()  # answered as {}: CancelBatchPredictionJob returns Empty
 
-        return _answer(request, cancelled)
+        return answer(request, cancelled)
 
     def delete(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        return _answer(request, lambda: batches.delete(match["name"]))
+        return answer(request, lambda: batches.delete(match["name"]))
 
     def get_operation(request: RestRequest, match: re.Match[str]) -> RestResponse:
-        return _answer(request, lambda: batches.get_operation(match["name"]))
+        return answer(request, lambda: batches.get_operation(match["name"]))
 
     return [
         ("POST", re.compile(rf"/v1/(?P<parent>{_LOCATION})/batchPredictionJobs"), create),

@@ -22,7 +22,7 @@ from pathlib import Path
 from google.rpc import code_pb2
 
 from local.jobservice.batch_rules import has_wildcard, predictions_file, wildcard_matcher, wildcard_prefix
-from local.jobservice.replicas import ExecutionSettings, _image_env
+from local.jobservice.replicas import ExecutionSettings, image_env
 from local.processes import PROCESS_MARKER_VARS, stop_group
 
 LOG_TAIL_BYTES = 4000
@@ -100,7 +100,7 @@ class BatchRun:
 
     def _env(self, home: Path) -> dict[str, str]:
         host = os.environ if self.settings.host_env is None else self.settings.host_env
-        env = _image_env(host, self.settings.workdir, home)
+        env = image_env(host, self.settings.workdir, home)
         if self.settings.storage_emulator_host:
             env["STORAGE_EMULATOR_HOST"] = self.settings.storage_emulator_host
         env.update({name: host[name] for name in PROCESS_MARKER_VARS if name in host})

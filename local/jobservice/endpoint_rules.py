@@ -51,6 +51,17 @@ def endpoint_id_problem(endpoint_id: str) -> Problem | None:
     )
 
 
+DEPLOYED_MODEL_ID_RE = re.compile(r"[0-9]{1,10}")
+
+
+def deployed_model_id_problem(deployed_model_id: str) -> Problem | None:
+    """DeployedModel.id, when the caller chooses it: "1-10 characters, and valid characters are /[0-9]/"
+    (endpoint.proto)."""
+    if not deployed_model_id or DEPLOYED_MODEL_ID_RE.fullmatch(deployed_model_id):
+        return None
+    return ("deployed_model.id", f"must be 1-10 digits, got {deployed_model_id!r}")
+
+
 def split_problems(field: str, split: Mapping[str, int], known: Sequence[str]) -> list[Problem]:
     """An endpoint's split: percentages of known deployed models, each 0-100, adding up to 100 (or empty)."""
     problems: list[Problem] = []

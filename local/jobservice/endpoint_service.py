@@ -5,7 +5,8 @@ traffic split (endpoint_rules.py), on the real aiplatform_v1 message types.
 - CreateEndpoint, DeleteEndpoint, DeployModel and UndeployModel answer long-running operations
   (`endpoints/E/operations/ID`); create and delete are done at once, DeployModel once the model's server answers
   its health route (the endpoint lists the deployed model only then), UndeployModel once the server is stopped.
-- DeployedModel ids are numeric strings; DeployedModel.model is the model's name without a version and
+- DeployedModel ids are numeric strings, the caller's own when it names one (1-10 digits, endpoint.proto; one in use
+  on the endpoint, or being deployed, is ALREADY_EXISTS: AIP-133), else chosen here; DeployedModel.model is the model's name without a version and
   model_version_id the version deployed (the request may name `M`, `M@VERSION_ID` or `M@ALIAS`).
 - DeleteEndpoint refuses (FAILED_PRECONDITION) while models are deployed to the endpoint.
 - Names spell the project by its number, as the Model Registry's (model_rules.project_numbers).
@@ -41,6 +42,7 @@ from google.rpc import status_pb2
 
 from local.jobservice.endpoint_rules import (
     UPDATE_FIELDS,
+    deployed_model_id_problem,
     endpoint_id_problem,
     endpoint_name_problem,
     split_after_deploy,
@@ -86,6 +88,7 @@ class EndpointService:
         self._number = numbers or project_numbers()
         self._health_timeout = health_timeout
         self._lock = threading.Lock()
+        self._deploying: set[str] = set()  # deployed model ids whose DeployModel has not finished
         self._endpoints = {endpoint.name: endpoint for endpoint in self._store.load()}
         self._sequence = {name: index for index, name in enumerate(sorted(self._endpoints), start=1)}
         self._operations: dict[str, operations_pb2.Operation] = {}
@@ -197,8 +200,7 @@ class EndpointService:
         model_name = self._named(wanted.model)
         problems = [endpoint_name_problem("endpoint", request.endpoint)]
         problems.append(model_name_problem("deployed_model.model", model_name))
-        if wanted.id:
-            problems.append(("deployed_model.id", "is chosen by the local EndpointService; leave it out"))
+        problems.append(deployed_model_id_problem(wanted.id))
         refuse_invalid(problems)
         endpoint_name = self._named(request.endpoint)
         model = self._registry.get(model_name)  # NOT_FOUND for an unknown model, version or alias
@@ -210,8 +212,15 @@ class EndpointService:
             )
         with self._lock:
             endpoint = self._endpoint(endpoint_name)
-            deployed_model_id = self._new_id()
             deployed = [existing.id for existing in endpoint.deployed_models]
+            deployed_model_id = wanted.id or self._new_id()
+            if deployed_model_id in deployed or deployed_model_id in self._deploying:
+                # A caller-chosen id in use (AIP-133: a user-specified id that exists is ALREADY_EXISTS).
+                raise RegistryError(
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"DeployedModel {deployed_model_id} already exists in endpoint {endpoint_name}.",
+                )
+            self._deploying.add(deployed_model_id)
             split_after_deploy(endpoint.traffic_split, request.traffic_split, deployed, deployed_model_id)  # refuses
             now = _utc_now()
             metadata = DeployModelOperationMetadata(generic_metadata={"create_time": now, "update_time": now})
@@ -226,6 +235,7 @@ class EndpointService:
         try:
             served = self._serving.start(endpoint_name, deployed_model_id, model, _machine_type(record))
         except NodePlanError as error:
+            self._deploying.discard(deployed_model_id)
             self._finish(operation, metadata, error=(grpc.StatusCode.FAILED_PRECONDITION, str(error)))
             return self._copy_operation(operation.name)
         threading.Thread(
@@ -237,6 +247,21 @@ class EndpointService:
         return self._copy_operation(operation.name)
 
     def _finish_deploy(
+        self,
+        operation: operations_pb2.Operation,
+        metadata: DeployModelOperationMetadata,
+        endpoint_name: str,
+        record: DeployedModel,
+        requested: dict[str, int],
+        served: ServedModel,
+    ) -> None:
+        try:
+            self._finish_deploy_once(operation, metadata, endpoint_name, record, requested, served)
+        finally:
+            with self._lock:
+                self._deploying.discard(record.id)
+
+    def _finish_deploy_once(
         self,
         operation: operations_pb2.Operation,
         metadata: DeployModelOperationMetadata,

@@ -59,7 +59,7 @@ class ExecutionSettings:
     workdir: Path = field(default_factory=Path.cwd)
     cancel_grace: float = 5.0
     # The JobService's own environment (None: os.environ). Nodes take only PATH, TMPDIR and the process
-    # markers from it (see _image_env), never the rest.
+    # markers from it (see image_env), never the rest.
     host_env: Mapping[str, str] | None = None
 
 
@@ -217,7 +217,7 @@ def container_env(
     request's `declared` variables over it, then the machine's stand-ins and the `platform`'s variables, which
     `declared` may not override (Vertex applies its own last)."""
     host = os.environ if settings.host_env is None else settings.host_env
-    env = _image_env(host, code_dir or settings.workdir, home)
+    env = image_env(host, code_dir or settings.workdir, home)
     env.update(declared)
     if settings.storage_emulator_host:  # gs:// reaches Cloud Storage from a Vertex node; here, fake-gcs-server
         env["STORAGE_EMULATOR_HOST"] = settings.storage_emulator_host
@@ -227,7 +227,7 @@ def container_env(
     return env
 
 
-def _image_env(host: Mapping[str, str], workdir: Path, home: Path) -> dict[str, str]:
+def image_env(host: Mapping[str, str], workdir: Path, home: Path) -> dict[str, str]:
     """The environment a container of the image starts with, this machine standing in for the image.
 
     No LANG or LC_*: the trainer's base image sets none (pytorch/pytorch's Dockerfile, on Ubuntu), so Python

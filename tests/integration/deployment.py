@@ -346,3 +346,17 @@ def train_breast_cancer_model(folder: Path) -> Path:
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]
     return folder / "model"
+
+
+def accuracy(value: float, champion: float | None = None, spread: float = 0.01) -> dict[str, Any]:
+    """The metrics.json of a classification run, its figure the same on its own rows and on the model's reference
+    set; with `champion`, the trainer scored the champion on both, and the paired interval of the improvement on the
+    reference set is ± `spread` around it (trainer/README.md, issue 38)."""
+    metrics: dict[str, Any] = {"task": "classification", "metric": "accuracy", "val_accuracy": value}
+    metrics |= {"reference_val_accuracy": value, "reference_rows": 200, "reference_confidence": 0.95}
+    if champion is not None:
+        gain = round(value - champion, 6)
+        metrics |= {"champion_val_accuracy": champion, "champion_scored_on_same_rows": True}
+        metrics |= {"champion_reference_val_accuracy": champion}
+        metrics["reference_improvement_val_accuracy"] = {"point": gain, "low": gain - spread, "high": gain + spread}
+    return metrics

@@ -78,3 +78,12 @@ def test_an_endpoint_split_must_add_up_to_100_or_be_empty_and_ids_and_masks_are_
     assert update_mask_problems([])[0][0] == "update_mask"
     assert update_mask_problems(["traffic_split", "display_name"]) == []
     assert update_mask_problems(["deployed_models"])[0][0] == "update_mask"
+
+
+def test_a_callers_deployed_model_id_is_1_to_10_digits():
+    from local.jobservice.endpoint_rules import deployed_model_id_problem
+
+    assert deployed_model_id_problem("") is None, "left out: the service chooses one"
+    assert deployed_model_id_problem("1234567890") is None
+    assert deployed_model_id_problem("12345678901") == ("deployed_model.id", "must be 1-10 digits, got '12345678901'")
+    assert deployed_model_id_problem("abc") is not None

@@ -105,7 +105,8 @@ def write_metrics(metrics: str, reference: bool, model_from: Path | None = None)
     if reference:
         folder.blob(prefix.rstrip("/") + "/reference.parquet").upload_from_string(b"stand-in validation rows")
     for path in sorted(model_from.iterdir()) if model_from else ():  # a real model, so that its version serves
-        if path.is_file() and path.name != "metrics.json":
+        # Not its schema.json: the stand-in's datasets are not the model's, and the data check reads that file.
+        if path.is_file() and path.name not in ("metrics.json", "schema.json"):
             folder.blob(prefix.rstrip("/") + "/" + path.name).upload_from_filename(str(path))
     folder.blob(prefix.rstrip("/") + "/metrics.json").upload_from_string(metrics)
 

@@ -11,7 +11,9 @@ import csv
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -321,3 +323,35 @@ def test_gcloud_creates_deploys_predicts_and_undeploys(jobservice, model_version
     assert undeployed.returncode == 0, undeployed.stderr
     deleted = gcloud(jobservice, tmp_path, "ai", "endpoints", "delete", endpoint_id)
     assert deleted.returncode == 0, deleted.stderr
+
+
+def server_pids(deployed_model_id: str) -> list[int]:
+    """The processes started with the deployed model's AIP_DEPLOYED_MODEL_ID (Linux: /proc/PID/environ)."""
+    marker = f"AIP_DEPLOYED_MODEL_ID={deployed_model_id}".encode()
+    pids = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes().split(b"\0"):
+                pids.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_server_that_dies_is_started_again_and_predictions_resume(jobservice, deployed, instances):
+    """A deployed model's server killed from outside (as a crashed replica) is started again by the JobService,
+    a new process, and the endpoint answers predictions again without anything being redeployed."""
+    endpoint_name, deployed_model_id = deployed
+    (before,) = server_pids(deployed_model_id)
+    os.kill(before, signal.SIGKILL)
+    predictions = PredictionServiceClient(**options(jobservice))
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            answer = predictions.predict(endpoint=endpoint_name, instances=instances[1][:1], timeout=30)
+            break
+        except exceptions.GoogleAPICallError:
+            assert time.monotonic() < deadline, "the deployed model's server was not started again"
+            time.sleep(0.5)
+    assert answer.deployed_model_id == deployed_model_id
+    assert server_pids(deployed_model_id) not in ([], [before])

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 import requests
 from google.api_core import exceptions
@@ -26,7 +27,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud.aiplatform_v1 import Endpoint, EndpointServiceClient, ModelServiceClient, PredictionServiceClient
 
 import trainer.storage.folders
-from functions.models.versions import SERVING_COMMAND
+from functions.models.versions import NOT_SERVABLE, NOT_SERVABLE_COMMAND, SERVING_COMMAND
 from local.fake_gcs import FakeGcs, create_bucket
 from local.jobservice.control import JobServiceControl
 from local.jobservice.standalone import JobServiceProcess
@@ -216,6 +217,27 @@ def test_a_second_deployment_shares_the_traffic_and_takes_none_away_when_undeplo
     endpoint = client.get_endpoint(name=endpoint_name)
     assert [model.id for model in endpoint.deployed_models] == [first]
     assert dict(endpoint.traffic_split) == {first: 100}
+
+
+def test_a_version_whose_server_exits_fails_its_deployment_and_is_not_listed(jobservice):
+    """The controller's not-servable versions (a command that exits at once saying why): the DeployModel operation
+    ends with FAILED_PRECONDITION quoting the server's last words, and the endpoint lists no deployed model."""
+    container = {"image_uri": TRAINER_IMAGE, "command": NOT_SERVABLE_COMMAND}
+    upload = ModelServiceClient(**options(jobservice)).upload_model(
+        request={"parent": PARENT, "model": {"display_name": "unservable", "container_spec": container}}
+    )
+    model = upload.result(timeout=30, polling=POLLING).model
+    client = EndpointServiceClient(**options(jobservice))
+    endpoint = client.create_endpoint(request={"parent": PARENT, "endpoint": {"display_name": "unservable"}}).result(
+        timeout=30, polling=POLLING
+    )
+    deployment = client.deploy_model(request={"endpoint": endpoint.name, "deployed_model": {"model": model}})
+    with pytest.raises(exceptions.GoogleAPICallError, match=NOT_SERVABLE.split(":")[0]) as failed:
+        deployment.result(timeout=120, polling=POLLING)
+    assert failed.value.grpc_status_code == grpc.StatusCode.FAILED_PRECONDITION
+    after = client.get_endpoint(name=endpoint.name)
+    assert (list(after.deployed_models), dict(after.traffic_split)) == ([], {})
+    client.delete_endpoint(name=endpoint.name).result(timeout=30, polling=POLLING)
 
 
 def test_a_bad_instance_gets_the_servers_4xx_and_raw_predict_passes_the_answer_through(jobservice, deployed, instances):

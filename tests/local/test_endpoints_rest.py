@@ -144,8 +144,9 @@ def test_the_rest_clients_create_list_deploy_and_predict(jobservice, model_versi
     )
 
 
-def test_the_sdk_predicts_through_the_endpoint(jobservice, deployed, instances):
-    """The Vertex SDK's `aiplatform.Endpoint(...).predict()` over REST, as the controller's bake would call it."""
+def test_the_sdk_predicts_through_the_endpoint_and_deploys_a_canary(jobservice, deployed, model_version, instances):
+    """The Vertex SDK over REST: `aiplatform.Endpoint(...).predict()`, `Model.deploy(endpoint=…,
+    traffic_percentage=0)` and `Endpoint.undeploy()`."""
     from google.cloud import aiplatform
 
     aiplatform.init(
@@ -155,8 +156,16 @@ def test_the_sdk_predicts_through_the_endpoint(jobservice, deployed, instances):
         api_transport="rest",
         credentials=AnonymousCredentials(),
     )
-    answer = aiplatform.Endpoint(deployed[0]).predict(instances=instances[1][:2])
+    endpoint = aiplatform.Endpoint(deployed[0])
+    answer = endpoint.predict(instances=instances[1][:2])
     assert len(answer.predictions) == 2 and answer.deployed_model_id == deployed[1]
+
+    # The SDK computes the split itself: a canary with 0 % keeps the first model's 100.
+    aiplatform.Model(model_version).deploy(endpoint=endpoint, machine_type="n1-standard-2", traffic_percentage=0)
+    canary = next(model.id for model in endpoint.list_models() if model.id != deployed[1])
+    assert endpoint.traffic_split == {deployed[1]: 100, canary: 0}
+    endpoint.undeploy(canary)
+    assert [model.id for model in endpoint.list_models()] == [deployed[1]]
 
 
 def test_refusals_say_which_rule_a_request_broke(jobservice, deployed, model_version):

@@ -11,11 +11,14 @@ import csv
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 import requests
 from google.api_core import exceptions
@@ -24,7 +27,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud.aiplatform_v1 import Endpoint, EndpointServiceClient, ModelServiceClient, PredictionServiceClient
 
 import trainer.storage.folders
-from functions.models.versions import SERVING_COMMAND
+from functions.models.versions import NOT_SERVABLE, NOT_SERVABLE_COMMAND, SERVING_COMMAND
 from local.fake_gcs import FakeGcs, create_bucket
 from local.jobservice.control import JobServiceControl
 from local.jobservice.standalone import JobServiceProcess
@@ -141,8 +144,9 @@ def test_the_rest_clients_create_list_deploy_and_predict(jobservice, model_versi
     )
 
 
-def test_the_sdk_predicts_through_the_endpoint(jobservice, deployed, instances):
-    """The Vertex SDK's `aiplatform.Endpoint(...).predict()` over REST, as the controller's bake would call it."""
+def test_the_sdk_predicts_through_the_endpoint_and_deploys_a_canary(jobservice, deployed, model_version, instances):
+    """The Vertex SDK over REST: `aiplatform.Endpoint(...).predict()`, `Model.deploy(endpoint=…,
+    traffic_percentage=0)` and `Endpoint.undeploy()`."""
     from google.cloud import aiplatform
 
     aiplatform.init(
@@ -152,8 +156,16 @@ def test_the_sdk_predicts_through_the_endpoint(jobservice, deployed, instances):
         api_transport="rest",
         credentials=AnonymousCredentials(),
     )
-    answer = aiplatform.Endpoint(deployed[0]).predict(instances=instances[1][:2])
+    endpoint = aiplatform.Endpoint(deployed[0])
+    answer = endpoint.predict(instances=instances[1][:2])
     assert len(answer.predictions) == 2 and answer.deployed_model_id == deployed[1]
+
+    # The SDK computes the split itself: a canary with 0 % keeps the first model's 100.
+    aiplatform.Model(model_version).deploy(endpoint=endpoint, machine_type="n1-standard-2", traffic_percentage=0)
+    canary = next(model.id for model in endpoint.list_models() if model.id != deployed[1])
+    assert endpoint.traffic_split == {deployed[1]: 100, canary: 0}
+    endpoint.undeploy(canary)
+    assert [model.id for model in endpoint.list_models()] == [deployed[1]]
 
 
 def test_refusals_say_which_rule_a_request_broke(jobservice, deployed, model_version):
@@ -214,6 +226,27 @@ def test_a_second_deployment_shares_the_traffic_and_takes_none_away_when_undeplo
     endpoint = client.get_endpoint(name=endpoint_name)
     assert [model.id for model in endpoint.deployed_models] == [first]
     assert dict(endpoint.traffic_split) == {first: 100}
+
+
+def test_a_version_whose_server_exits_fails_its_deployment_and_is_not_listed(jobservice):
+    """The controller's not-servable versions (a command that exits at once saying why): the DeployModel operation
+    ends with FAILED_PRECONDITION quoting the server's last words, and the endpoint lists no deployed model."""
+    container = {"image_uri": TRAINER_IMAGE, "command": NOT_SERVABLE_COMMAND}
+    upload = ModelServiceClient(**options(jobservice)).upload_model(
+        request={"parent": PARENT, "model": {"display_name": "unservable", "container_spec": container}}
+    )
+    model = upload.result(timeout=30, polling=POLLING).model
+    client = EndpointServiceClient(**options(jobservice))
+    endpoint = client.create_endpoint(request={"parent": PARENT, "endpoint": {"display_name": "unservable"}}).result(
+        timeout=30, polling=POLLING
+    )
+    deployment = client.deploy_model(request={"endpoint": endpoint.name, "deployed_model": {"model": model}})
+    with pytest.raises(exceptions.GoogleAPICallError, match=NOT_SERVABLE.split(":")[0]) as failed:
+        deployment.result(timeout=120, polling=POLLING)
+    assert failed.value.grpc_status_code == grpc.StatusCode.FAILED_PRECONDITION
+    after = client.get_endpoint(name=endpoint.name)
+    assert (list(after.deployed_models), dict(after.traffic_split)) == ([], {})
+    client.delete_endpoint(name=endpoint.name).result(timeout=30, polling=POLLING)
 
 
 def test_a_bad_instance_gets_the_servers_4xx_and_raw_predict_passes_the_answer_through(jobservice, deployed, instances):
@@ -321,3 +354,35 @@ def test_gcloud_creates_deploys_predicts_and_undeploys(jobservice, model_version
     assert undeployed.returncode == 0, undeployed.stderr
     deleted = gcloud(jobservice, tmp_path, "ai", "endpoints", "delete", endpoint_id)
     assert deleted.returncode == 0, deleted.stderr
+
+
+def server_pids(deployed_model_id: str) -> list[int]:
+    """The processes started with the deployed model's AIP_DEPLOYED_MODEL_ID (Linux: /proc/PID/environ)."""
+    marker = f"AIP_DEPLOYED_MODEL_ID={deployed_model_id}".encode()
+    pids = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes().split(b"\0"):
+                pids.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_server_that_dies_is_started_again_and_predictions_resume(jobservice, deployed, instances):
+    """A deployed model's server killed from outside (as a crashed replica) is started again by the JobService,
+    a new process, and the endpoint answers predictions again without anything being redeployed."""
+    endpoint_name, deployed_model_id = deployed
+    (before,) = server_pids(deployed_model_id)
+    os.kill(before, signal.SIGKILL)
+    predictions = PredictionServiceClient(**options(jobservice))
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            answer = predictions.predict(endpoint=endpoint_name, instances=instances[1][:1], timeout=30)
+            break
+        except exceptions.GoogleAPICallError:
+            assert time.monotonic() < deadline, "the deployed model's server was not started again"
+            time.sleep(0.5)
+    assert answer.deployed_model_id == deployed_model_id
+    assert server_pids(deployed_model_id) not in ([], [before])

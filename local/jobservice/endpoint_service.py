@@ -6,8 +6,9 @@ traffic split (endpoint_rules.py), on the real aiplatform_v1 message types.
   (`endpoints/E/operations/ID`); create and delete are done at once, DeployModel once the model's server answers
   its health route (the endpoint lists the deployed model only then), UndeployModel once the server is stopped.
 - DeployedModel ids are numeric strings, the caller's own when it names one (1-10 digits, endpoint.proto; one in use
-  on the endpoint, or being deployed, is ALREADY_EXISTS: AIP-133), else chosen here; DeployedModel.model is the model's name without a version and
-  model_version_id the version deployed (the request may name `M`, `M@VERSION_ID` or `M@ALIAS`).
+  on the endpoint, or being deployed, is ALREADY_EXISTS: AIP-133), else chosen here; DeployedModel.model is the
+  model's name without a version and model_version_id the version deployed (the request may name `M`,
+  `M@VERSION_ID` or `M@ALIAS`).
 - DeleteEndpoint refuses (FAILED_PRECONDITION) while models are deployed to the endpoint.
 - Names spell the project by its number, as the Model Registry's (model_rules.project_numbers).
 """

@@ -731,8 +731,9 @@ class DeployBlock(_Strict):
         0,
         ge=0,
         le=10_000_000,
-        description="Requests the new version must have answered by the end of the bake to be judged; fewer: rolled "
-        "back, since nothing shows it works. 0: judged on whatever came.",
+        description="Requests the new version must have answered by the end of the bake to be judged (fewer: rolled "
+        "back, since nothing shows it works), and before a broken limit ends its bake early. 0: judged on whatever "
+        "came.",
     )
 
     @model_validator(mode="after")

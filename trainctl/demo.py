@@ -2,12 +2,16 @@
 
 Starts the local stack and writes a real tabular dataset (scikit-learn's breast-cancer data, shipped in the wheel)
 into the local data bucket: first the model's reference set (rows kept out of every partition, which the model's
-owner pins: issue 38), then five partitions one after another, each ending in a `_SUCCESS` marker whose content
-asks for 2 nodes and names the model `demo-breast-cancer`: the first trains and becomes the champion, the second
-(more data, more epochs) beats it on the reference set and is promoted, the third lost a column on its way and is
-rejected at admission, against the champion's schema.json, before any GPU starts (issue 27), the fourth had its
-labels inverted upstream and is stopped by the label check before training (issue 38), the fifth (a learning rate
-far too small) is worse and held. Each lifecycle event is printed as it arrives; then a summary of
+owner pins: issue 38), then six partitions one after another, each ending in a `_SUCCESS` marker whose content
+asks for 2 nodes and names the model `demo-breast-cancer`, served on the endpoint of the same name (issue 41): the
+first trains, becomes the champion and the endpoint's first version; the second (more data, more epochs) beats it on
+the reference set, is promoted and deployed as a canary beside it, but its server answers errors on the live traffic
+the demo sends (a fault injected into the local endpoint), so it is rolled back by itself and the alias returns to
+version 1; the third lost a column on its way and is rejected at admission, against the champion's schema.json,
+before any GPU starts (issue 27); the fourth had its labels inverted upstream and is stopped by the label check
+before training (issue 38); the fifth (a learning rate far too small) is worse and held; the sixth, trained well,
+is promoted, holds the limits over its canary's bake and takes all the traffic. Each lifecycle event is printed as
+it arrives; then a summary of
 the champion's run (job, nodes × processes, the metrics against the trivial baseline, artifacts, wall time), a
 loss-curve PNG, a check that the champion loads and predicts, the registry's view of the model, and the short
 `trainctl report`.
@@ -24,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import redirect_stdout
 from dataclasses import dataclass
@@ -60,6 +65,8 @@ class Partition:
     decision: str  # "promoted", "held", "rejected" (by the data check at admission) or "failed" (the label check)
     dropped: tuple[str, ...] = ()  # columns the partition lost on its way
     inverted: bool = False  # its labels were inverted upstream
+    rollout: str | None = None  # a promoted version's rollout: "deployed" or "rolled_back" (issue 41)
+    faulty: bool = False  # its serving answers errors on live traffic (a fault injected into the local endpoint)
 
     @property
     def folder(self) -> str:
@@ -70,12 +77,22 @@ PARTITIONS = (
     Partition(
         "2026-11-01",
         60,
-        {"epochs": 2, "batch_size": 8, "learning_rate": 0.003, "hidden_sizes": [4], "seed": 7},
-        "a first, small partition (60 rows, 2 epochs of a tiny network): the model's first version, so its champion",
+        {"epochs": 3, "batch_size": 8, "learning_rate": 0.003, "hidden_sizes": [8], "seed": 7},
+        "a first, small partition (60 rows, 3 epochs of a small network): the model's first version, so its "
+        "champion, and the endpoint's first version",
         "promoted",
+        rollout="deployed",
     ),
     Partition(
-        "2026-11-08", None, GOOD_TRAINING, "all 409 rows, 30 epochs: surely better on the reference set", "promoted"
+        "2026-11-08",
+        None,
+        GOOD_TRAINING,
+        "all 409 rows, 30 epochs: surely better on the reference set, so promoted and deployed as a canary beside "
+        "version 1 — but its server answers errors on live traffic (a fault injected into the local endpoint), so "
+        "it is rolled back by itself and `champion` returns to version 1",
+        "promoted",
+        rollout="rolled_back",
+        faulty=True,
     ),
     Partition(
         "2026-11-12",
@@ -101,7 +118,19 @@ PARTITIONS = (
         "the same rows trained with a learning rate 300 times too small: worse, so held",
         "held",
     ),
+    Partition(
+        "2026-11-20",
+        None,
+        GOOD_TRAINING,
+        "the next export, trained well: better than version 1, so a canary beside it; it holds the limits over the "
+        "bake under live traffic and takes all of it",
+        "promoted",
+        rollout="deployed",
+    ),
 )
+# Where the demo's versions serve, and how each rolls out: a short bake, judged on the canary's own answers.
+DEPLOY = {"endpoint": "demo-breast-cancer", "canary_percent": 50, "bake": "15s", "max_error_rate": 0.05,
+          "min_requests": 5}  # fmt: skip
 
 
 class DemoFailed(Exception):
@@ -112,7 +141,8 @@ class DemoFailed(Exception):
 
 def register(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser(
-        "demo", help="run the whole flow locally: data lands five times, 2-node DDP jobs train, the better model wins"
+        "demo",
+        help="run the whole flow locally: data lands six times, 2-node DDP jobs train, the better model serves",
     )
     cmd.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each partition (default 600)")
     cmd.add_argument("--out", type=Path, default=None, help="where the loss curve goes (default .trainctl/demo)")
@@ -173,7 +203,7 @@ def _flow(state: Any, timeout: float, out_dir: Path, started: float) -> int:
         for number, partition in enumerate(PARTITIONS, start=1):
             marker = _upload_partition(state.project, names["data_bucket"], table, partition, reference_uri)
             say(f"3/5 partition {number}: {partition.story}\n    uploaded gs://{names['data_bucket']}/{marker}")
-            ended = _follow(stream, partition, timeout)
+            ended = _follow(stream, partition, timeout, LiveTraffic(state, reference))
             if partition.decision == "promoted":
                 champion = ended
     assert champion is not None  # the partitions promote at least once
@@ -189,9 +219,65 @@ def _flow(state: Any, timeout: float, out_dir: Path, started: float) -> int:
     return 0
 
 
-def _follow(stream: Any, partition: Partition, timeout: float) -> Any:
+class LiveTraffic:
+    """Callers of the model's endpoint while a canary bakes: a thread sending one reference row at a time through
+    Vertex's Predict (the local endpoint), so the canary has live traffic to be judged on."""
+
+    def __init__(self, state: Any, reference: Any):
+        self.url = state.jobservice_rest_url.rstrip("/")
+        self.control = state.jobservice_address
+        self.rows = [{k: v for k, v in row.items() if k != "target"} for row in reference.to_pylist()]
+        self.answered: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, endpoint: str) -> None:
+        self._thread = threading.Thread(target=self._send, args=(endpoint,), daemon=True)
+        self._thread.start()
+
+    def break_serving(self, deployed_model_id: str) -> None:
+        """Make the canary's server answer errors, as a model that breaks on live traffic would."""
+        from local.jobservice.control import JobServiceControl
+
+        JobServiceControl(self.control).disturb_predictions(deployed_model_id, error_fraction=0.5)
+
+    def stop(self) -> str:
+        """Stop sending; who answered what, in words ("" when nothing was sent)."""
+        self._stop.set()
+        if self._thread is None:
+            return ""
+        self._thread.join(timeout=10)
+        return ", ".join(f"{who} {count}" for who, count in sorted(self.answered.items())) or "none"
+
+    def _send(self, endpoint: str) -> None:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud.aiplatform_v1 import PredictionServiceClient
+
+        client = PredictionServiceClient(
+            transport="rest", client_options={"api_endpoint": self.url}, credentials=AnonymousCredentials()
+        )
+        index = 0
+        while not self._stop.wait(0.1):
+            row = self.rows[index % len(self.rows)]
+            index += 1
+            try:
+                who = f"deployed model {client.predict(endpoint=endpoint, instances=[row]).deployed_model_id}"
+            except Exception:  # an error answer: what the canary's figures count
+                who = "errors"
+            self.answered[who] = self.answered.get(who, 0) + 1
+
+
+def _follow(stream: Any, partition: Partition, timeout: float, traffic: LiveTraffic) -> Any:
     """Print the events of this partition's request until its model decision (or, for a partition the data check
-    should stop, its rejection); its `succeeded` (or `rejected`) event."""
+    should stop, its rejection), and for a promoted version with a rollout until the rollout ends, sending live
+    traffic while its canary bakes; its `succeeded` (or `rejected`) event."""
+    try:
+        return _events_of(stream, partition, timeout, traffic)
+    finally:
+        traffic.stop()
+
+
+def _events_of(stream: Any, partition: Partition, timeout: float, traffic: LiveTraffic) -> Any:
     from trainctl.eventstream import format_event
 
     succeeded = None
@@ -219,6 +305,21 @@ def _follow(stream: Any, partition: Partition, timeout: float) -> Any:
                 raise DemoFailed("the model step", f"partition {partition.day} was {event.state}: {event.message}")
             if succeeded is None:
                 raise DemoFailed("the model step", f"{event.state} arrived before succeeded")
+            if partition.rollout is None:
+                return succeeded
+        elif event.state == "canary":
+            traffic.start(event.endpoint)
+            say(f"    (live traffic: one reference row every 0.1 s through {event.endpoint}:predict)")
+            if partition.faulty:
+                traffic.break_serving(event.deployed_model_id)
+                say(f"    (fault injected: deployed model {event.deployed_model_id} answers half its requests "
+                    "with errors)")  # fmt: skip
+        elif event.state in ("deployed", "rolled_back"):
+            answered = traffic.stop()
+            if answered:
+                say(f"    (answered during the bake: {answered})")
+            if event.state != partition.rollout:
+                raise DemoFailed("the rollout", f"partition {partition.day} was {event.state}: {event.message}")
             return succeeded
     raise DemoFailed("training", f"no model decision for partition {partition.day} within {timeout:.0f} s")
 
@@ -311,7 +412,7 @@ def marker_overrides(partition: Partition, reference: str) -> dict[str, Any]:
         **MARKER_OVERRIDES,
         "display_name": f"trainctl demo: breast cancer {partition.day} (2 nodes)",
         "trainer": {"builtin": "tabular", "hyperparameters": partition.hyperparameters},
-        "model": {"name": MODEL, "reference": reference},
+        "model": {"name": MODEL, "reference": reference, "deploy": DEPLOY},
     }
 
 

@@ -196,9 +196,12 @@ class Rollouts:
             return self._decide(endpoint, generation, "rolling_back", why, reason="no_figures")
         rollout.figures = figures
         broken = limits_broken(figures, deploy)
-        if broken is not None:
+        ended = now >= rollout.bake_until
+        # Before the bake ends a broken limit counts once the canary has answered enough to judge (min_requests, at
+        # least one): one error in its first two answers is not yet a failing version.
+        if broken is not None and (ended or figures.requests >= max(deploy.min_requests, 1)):
             return self._decide(endpoint, generation, "rolling_back", broken[1], reason=broken[0])
-        if now < rollout.bake_until:
+        if not ended:
             return endpoint, generation
         if figures.requests < deploy.min_requests:
             why = f"{figures.requests} requests over the bake, fewer than min_requests {deploy.min_requests}"

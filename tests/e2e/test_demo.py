@@ -18,7 +18,9 @@ def test_the_demo_trains_the_partitions_promotes_the_better_model_and_cleans_up(
     reference set) is promoted, the last (worse) is held — each with its events, then the registry's view. Issue 27,
     demo: the third lost a column and is rejected at admission with reason `data`, naming it, before any job. Issue
     38, demo: the fourth's labels are inverted and the label check stops it before training, its reason in one
-    line."""
+    line. Issue 41, demo: the first version takes the endpoint; the second is a canary that answers errors on live
+    traffic and is rolled back by itself, the alias back on version 1; the sixth bakes cleanly and takes all the
+    traffic."""
     env = user_env(tmp_path / "local")
     result = subprocess.run(
         [sys.executable, "-m", "trainctl", "demo", "--out", str(tmp_path / "out")],
@@ -34,12 +36,15 @@ def test_the_demo_trains_the_partitions_promotes_the_better_model_and_cleans_up(
     run = ["accepted", "submitted", "running", "succeeded", "registered"]
     started = ["accepted", "submitted", "running"]
     assert list(by_request.values()) == [
-        [*run, "promoted"],
-        [*run, "promoted"],
+        [*run, "promoted", "deploying", "deployed"],
+        [*run, "promoted", "deploying", "canary", "rolled_back"],
         ["rejected"],
         [*started, "failed"],
         [*run, "held"],
+        [*run, "promoted", "deploying", "canary", "deployed"],
     ], out
+    [rolled] = [line for line in out.splitlines() if re.match(r"    \S+ +rolled_back ", line)]
+    assert "error rate" in rolled and "above max_error_rate" in rolled and "`champion` is on version 1" in rolled
     assert "dataset: column 'mean_radius' is missing (a feature of the champion)" in out
     [stopped] = [line for line in out.splitlines() if re.match(r"    \S+ +failed ", line)]
     assert "failed (data): The trainer reported: LabelsChanged: the champion scores" in stopped, stopped
@@ -50,11 +55,12 @@ def test_the_demo_trains_the_partitions_promotes_the_better_model_and_cleans_up(
     assert "(loaded; " in out
     assert (tmp_path / "out" / "loss-curve.png").stat().st_size > 1000
     registry = out[out.index("$ .venv/bin/trainctl models show demo-breast-cancer") :]
-    assert "champion -> version 2 (earlier: 1)" in registry, registry
+    assert "champion -> version 4 (earlier: 1)" in registry, registry
+    assert re.search(r"traffic: version 4 \(\d+\) 100 %", registry), registry
     # Guards issue 15 item 6: the demo ends with the report of what it ran, from the ledger.
     report = out[out.index("$ .venv/bin/trainctl report --since 1h") :]
-    assert "all: 5 requests  (succeeded 3  failed 1  cancelled 0  rejected 1)" in report, report
+    assert "all: 6 requests  (succeeded 4  failed 1  cancelled 0  rejected 1)" in report, report
     assert "data rejections  1, saving up to " in report
-    assert "model demo-breast-cancer promoted 2, held 1" in report
+    assert "model demo-breast-cancer promoted 3, held 1; rollouts: deployed 2, rolled back 1" in report
     stack_id = re.search(r"starting local stack (\w+)", out).group(1)
     assert leftover_processes(stack_id, var=STACK_MARKER_VAR) == []

@@ -10,6 +10,7 @@ beside a real model trained once here (`--model-from`), so that each version ser
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,8 @@ from tests.integration.deployment import (
     train_breast_cancer_model,
 )
 from tests.integration.test_model_promotion import champion
+from tests.local.test_endpoints_rest import gcloud
+from trainctl.cli import main as trainctl
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +90,7 @@ def predict(deployment: Deployment, endpoint: str, count: int) -> list[str]:
 
 
 def test_a_better_version_goes_canary_then_deployed_and_one_failing_on_live_traffic_rolls_back(
-    deployment, trained_model, registry, jobservice_control
+    deployment, trained_model, registry, jobservice, jobservice_control, tmp_path
 ):
     """Issue 41, acceptance: v1 takes the new endpoint (deploying, deployed); v2, better, is deployed beside it with
     the canary's share, answers live traffic over the bake and takes all of it, v1 undeployed; v3 passes the gate but
@@ -117,6 +120,12 @@ def test_a_better_version_goes_canary_then_deployed_and_one_failing_on_live_traf
     live = endpoint_of(deployment, canary)
     assert dict(live.traffic_split) == {second.deployed_model_id: 100}
     assert [d.id for d in live.deployed_models] == [second.deployed_model_id], "the old version is undeployed"
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"instances": instances(2)}))
+    answer = gcloud(jobservice, tmp_path, "ai", "endpoints", "predict", second.endpoint, f"--json-request={request}",
+                    "--format=json")  # fmt: skip
+    assert answer.returncode == 0, answer.stderr
+    assert json.loads(answer.stdout)["deployedModelId"] == second.deployed_model_id, "stock gcloud reaches the new one"
 
     release(deployment, "roll-3", model, accuracy(0.97, champion=0.90), trained_model, endpoint)
     third = events.wait_for("roll-3", "canary", act=deployment.reconcile, timeout=180)
@@ -151,3 +160,63 @@ def test_a_repeated_deployment_finds_the_first_instead_of_making_a_second(deploy
     assert api.deploy(first.endpoint, body, {"0": 100}) is None
     state = api.get(first.endpoint)
     assert state is not None and [d.id for d in state.deployed] == [first.deployed_model_id]
+
+
+def test_a_version_promoted_during_a_bake_waits_for_it_then_rolls_out(deployment, trained_model):
+    """Issue 41, point 2: one rollout per endpoint at a time. v2 bakes; v3, promoted meanwhile, waits (no `deploying`)
+    until v2's bake ends (v2 is judged and deployed: the bake is never cut short), then rolls out beside v2."""
+    model, endpoint = f"m-{uuid.uuid4().hex[:10]}", f"e-{uuid.uuid4().hex[:10]}"
+    events = deployment.events()
+    slow = DEPLOY | {"endpoint": endpoint, "bake": "30s", "min_requests": 0}
+    for request_id, metrics in (("wait-1", accuracy(0.80)), ("wait-2", accuracy(0.90, champion=0.80))):
+        document = builtin_request(deployment, request_id, "--metrics", json.dumps(metrics), "--model-from",
+                                   str(trained_model), model={"name": model, "deploy": slow})  # fmt: skip
+        assert deployment.request(document) == 200
+        events.wait_for(request_id, "deployed" if request_id == "wait-1" else "canary", act=deployment.reconcile,
+                        timeout=180)  # fmt: skip
+    document = builtin_request(deployment, "wait-3", "--metrics", json.dumps(accuracy(0.95, champion=0.90)),
+                               "--model-from", str(trained_model), model={"name": model, "deploy": slow})  # fmt: skip
+    assert deployment.request(document) == 200
+    events.wait_for("wait-3", "promoted", act=deployment.reconcile, timeout=180)
+    deployment.reconcile()
+    assert events.of("wait-3", "deploying") == [], "it waits while version 2 bakes"
+    assert events.of("wait-2", "deployed") == [], "the bake in progress is not cut short"
+    deployed = events.wait_for("wait-2", "deployed", act=deployment.reconcile, timeout=120)
+    third = events.wait_for("wait-3", "canary", act=deployment.reconcile, timeout=120)
+    assert isinstance(third, Canary) and third.previous_version == "2"
+    assert third.time >= deployed.time
+
+
+def test_people_deploy_the_champion_predict_through_the_endpoint_see_it_and_undeploy(
+    deployment, trained_model, monkeypatch, capsys, tmp_path
+):
+    """Issue 41, point 4: `trainctl models deploy` gives a served-nowhere model its deploy block and deploys its
+    champion with all the traffic; `trainctl predict` answers through the endpoint; `models show` lists the traffic;
+    `models undeploy` takes it off; a model without a charter, or rows that are not rows, are refused in a line."""
+    model, endpoint = f"m-{uuid.uuid4().hex[:10]}", f"e-{uuid.uuid4().hex[:10]}"
+    events = deployment.events()
+    document = builtin_request(deployment, "cli-1", "--metrics", json.dumps(accuracy(0.80)), "--model-from",
+                               str(trained_model), model={"name": model})  # fmt: skip
+    assert deployment.request(document) == 200
+    events.wait_for("cli-1", "promoted", act=deployment.reconcile, timeout=180)
+    for name, value in deployment.settings_env().items():
+        monkeypatch.setenv(name, value)
+    capsys.readouterr()
+    assert trainctl(["models", "deploy", model, "--endpoint", endpoint, "--bake", "30s"]) == 0
+    out = capsys.readouterr().out
+    assert f"serves on endpoint {endpoint}" in out and f"endpoint {endpoint} serves version 1 of {model}" in out
+    rows = tmp_path / "rows.csv"
+    header = list(instances(1)[0])
+    rows.write_text(",".join(header) + "\n" + "\n".join(",".join(str(r[k]) for k in header) for r in instances(3)))
+    assert trainctl(["predict", model, str(rows)]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert len(answer["predictions"]) == 3 and answer["modelVersionId"] == "1"
+    assert trainctl(["models", "show", model]) == 0
+    assert re.search(r"traffic: version 1 \(\d+\) 100 %", capsys.readouterr().out)
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    assert trainctl(["predict", model, str(tmp_path / "bad.json")]) == 4
+    assert "object of the model's feature columns" in capsys.readouterr().out
+    assert trainctl(["models", "undeploy", model]) == 0
+    assert "undeployed" in capsys.readouterr().out
+    assert trainctl(["predict", model, str(rows)]) == 3, "not served any more"
+    assert trainctl(["models", "deploy", "no-such-model", "--endpoint", endpoint]) == 3

@@ -239,30 +239,19 @@ class EndpointService:
             self._deploying.discard(deployed_model_id)
             self._finish(operation, metadata, error=(grpc.StatusCode.FAILED_PRECONDITION, str(error)))
             return self._copy_operation(operation.name)
-        threading.Thread(
-            target=self._finish_deploy,
-            args=(operation, metadata, endpoint_name, record, dict(request.traffic_split), served),
-            name=f"deploy-{deployed_model_id}",
-            daemon=True,
-        ).start()
+        requested = dict(request.traffic_split)
+
+        def finish() -> None:
+            try:
+                self._finish_deploy(operation, metadata, endpoint_name, record, requested, served)
+            finally:  # listed, or failed: either way its id is no longer being deployed
+                with self._lock:
+                    self._deploying.discard(deployed_model_id)
+
+        threading.Thread(target=finish, name=f"deploy-{deployed_model_id}", daemon=True).start()
         return self._copy_operation(operation.name)
 
     def _finish_deploy(
-        self,
-        operation: operations_pb2.Operation,
-        metadata: DeployModelOperationMetadata,
-        endpoint_name: str,
-        record: DeployedModel,
-        requested: dict[str, int],
-        served: ServedModel,
-    ) -> None:
-        try:
-            self._finish_deploy_once(operation, metadata, endpoint_name, record, requested, served)
-        finally:
-            with self._lock:
-                self._deploying.discard(record.id)
-
-    def _finish_deploy_once(
         self,
         operation: operations_pb2.Operation,
         metadata: DeployModelOperationMetadata,

@@ -166,6 +166,7 @@ def _score_marker(
             template, delivery, planted = _rule_template(c, bucket, name, prefix, request_id, key, delivery)
             if planted is not None:
                 return planted
+            template, _ = triggers.split_policy(template, prefix)
             marker = ScoreMarker(
                 bucket, name, generation, prefix, template, delivery.team, key, keys.key_hash(key), request_id,
                 delivery.trigger, delivery.event_id,
@@ -200,6 +201,7 @@ def _marker(
             template, delivery, planted = _rule_template(c, bucket, name, prefix, request_id, key, delivery)
             if planted is not None:
                 return planted
+            template, _ = triggers.split_policy(template, prefix)
             template, policy = template_policy(template, prefix)
             overrides: dict[str, Any] = {}
             if size > 0:

@@ -46,6 +46,9 @@ State = Literal[
     "scoring",
     "scored",
     "scoring_failed",
+    "skipped",
+    "coalesced",
+    "superseded",
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 FailureReason = Literal[
@@ -57,8 +60,15 @@ FailureReason = Literal[
 RejectedDelivery = Literal["unclaimed", "conflicting_delivery"]
 # Where a request stands in the controller's ledger: claimed until its job exists (queued while it waits in
 # trainctl for GPU quota), then as its job goes.
-RequestState = Literal["claimed", "queued", "submitted", "running", "succeeded", "failed", "cancelled", "rejected"]
-FINAL_REQUEST_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "rejected"})
+# `skipped`: a trigger policy decided at the claim that it starts nothing (issue 42): no job, no GPU.
+RequestState = Literal[
+    "claimed", "queued", "submitted", "running", "succeeded", "failed", "cancelled", "rejected", "skipped"
+]
+FINAL_REQUEST_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "rejected", "skipped"})
+# Why a trigger policy started nothing (issue 42): one of the model's runs was active under `concurrency: skip`; the
+# dataset's fingerprint is the champion's (`skip_unchanged`); a schedule tick arrived after a newer one was due and
+# the rule catches up on none.
+SkipReason = Literal["running", "unchanged_data", "missed_tick"]
 
 
 class _Strict(BaseModel):
@@ -68,12 +78,20 @@ class _Strict(BaseModel):
 class Trigger(_Strict):
     """What started the request: a Cloud Storage marker, a Pub/Sub message, or an operator."""
 
-    kind: Literal["gcs", "pubsub", "cli"]
+    kind: Literal["gcs", "pubsub", "cli", "schedule", "alert"]
     bucket: str | None = None
     object: str | None = None
     generation: str | None = None
     message_id: str | None = None
     topic: str | None = None
+    rule: str | None = Field(None, description="schedule, alert: the trigger rule (its gs:// prefix) that ran.")
+    scheduled_time: datetime | None = Field(
+        None, description="schedule: the tick's scheduled time, from which the request id derives."
+    )
+    incident: str | None = Field(
+        None, description="alert: the Cloud Monitoring incident id (or the Vertex model-monitoring alert) that asked."
+    )
+    policy: str | None = Field(None, description="alert: the alerting policy's name, as the incident gives it.")
 
 
 class JobRef(_Strict):
@@ -342,8 +360,10 @@ class Failed(_Event):
 
 class Cancelled(_Event):
     state: Literal["cancelled"] = "cancelled"
-    reason: Literal["quota", "capacity"] | None = Field(
-        None, description="Set when trainctl cancelled the job for waiting longer than max_pending: why it waited."
+    reason: Literal["quota", "capacity", "superseded"] | None = Field(
+        None,
+        description="Set when trainctl cancelled the job: for waiting longer than max_pending (why it waited), or "
+        "`superseded` by a newer run of its model (model.concurrency: replace).",
     )
     duration_seconds: float | None = None
     spent: Spend | None = Field(None, description="What every attempt ran: GPU-hours and estimated cost.")
@@ -363,6 +383,14 @@ class Lineage(_Strict):
     code_digest: str | None = Field(None, description=CODE_DIGEST_DESCRIPTION)
     champion_passed: str | None = Field(
         None, description="The version the trainer was given to score on the same rows (--champion-model-dir)."
+    )
+    dataset_fingerprint: str | None = Field(
+        None,
+        description="sha256 of the dataset's listing as the trainer reads it (object names, generations, CRC32C): a "
+        "trigger whose fingerprint equals the champion's is `skipped` under model.skip_unchanged (issue 42).",
+    )
+    trigger: Trigger | None = Field(
+        None, description="What started the run: a marker, a message, a schedule tick or an incident (issue 42)."
     )
 
 
@@ -529,6 +557,43 @@ class ScoringFailed(_ScoringEvent):
     error: str = Field("", description="The job's error message.")
 
 
+class Skipped(_Event):
+    """A trigger policy started nothing for this request (issue 42): decided once, at its claim."""
+
+    state: Literal["skipped"] = "skipped"
+    reason: SkipReason
+    blocking_request: str | None = Field(
+        None, description="reason `running`: the request id of the model's run that was active."
+    )
+    fingerprint: str | None = Field(None, description="reason `unchanged_data`: the dataset's fingerprint.")
+    champion_version: str | None = Field(
+        None, description="reason `unchanged_data`: the champion version trained on the same data."
+    )
+    saved_gpu_hours: float | None = Field(
+        None, description="The GPU-hours the run could have held at most (its GPUs × its timeout), not spent."
+    )
+
+
+class Coalesced(_Event):
+    """The markers a rule's quiet window folded into this one request (issue 42), newest last."""
+
+    state: Literal["coalesced"] = "coalesced"
+    rule: str = Field(description="The trigger rule (its gs:// prefix) whose quiet window closed.")
+    markers: list[str] = Field(description="gs://bucket/object#generation of each marker folded in, oldest first.")
+    dataset_uri: str = Field(description="What the one request trains on: the newest marker's folder, or the union.")
+    saved_gpu_hours: float | None = Field(
+        None, description="The GPU-hours the runs not started would have held at most (one per marker folded in)."
+    )
+
+
+class Superseded(_Event):
+    """This request's run was cancelled because a newer trigger of its model arrived (model.concurrency: replace)."""
+
+    state: Literal["superseded"] = "superseded"
+    successor: str = Field(description="The request id of the run that replaces it.")
+    model: str = Field(description="The model both runs feed.")
+
+
 JobEvent = Annotated[
     Accepted
     | Duplicate
@@ -551,7 +616,10 @@ JobEvent = Annotated[
     | RolledBack
     | Scoring
     | Scored
-    | ScoringFailed,
+    | ScoringFailed
+    | Skipped
+    | Coalesced
+    | Superseded,
     Field(discriminator="state"),
 ]
 EVENT_ADAPTER: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)

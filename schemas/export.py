@@ -11,10 +11,12 @@ from typing import Any
 from schemas import bigquery
 from schemas.events import EVENT_ADAPTER
 from schemas.request import Dataset, TabularHyperparameters, TrainingJobRequest
+from schemas.triggers import TriggerPolicy
 
 HERE = Path(__file__).parent
 REQUEST_SCHEMA = HERE / "training_job.schema.json"
 EVENT_SCHEMA = HERE / "job_event.schema.json"
+TRIGGER_POLICY_SCHEMA = HERE / "trigger_policy.schema.json"
 # The trainer stands alone (DESIGN.md §2: it never imports schemas/), so a request's defaults reach its command line
 # as a generated module in its own package: one definition (the fields below), two readers.
 TRAINER_DEFAULTS = HERE.parent / "trainer" / "request_defaults.py"
@@ -25,6 +27,13 @@ def request_schema() -> dict[str, Any]:
     return {"$schema": _DIALECT, "$id": "https://trainctl.dev/schemas/trainctl-v1/training_job.schema.json"} | (
         TrainingJobRequest.model_json_schema()
     )
+
+
+def trigger_policy_schema() -> dict[str, Any]:
+    return {
+        "$schema": _DIALECT,
+        "$id": "https://trainctl.dev/schemas/trainctl-v1/trigger_policy.schema.json",
+    } | TriggerPolicy.model_json_schema()
 
 
 def event_schema() -> dict[str, Any]:
@@ -65,7 +74,12 @@ def trainer_defaults() -> str:
 
 
 def main() -> None:
-    for path, schema in ((REQUEST_SCHEMA, request_schema()), (EVENT_SCHEMA, event_schema())):
+    schemas = (
+        (REQUEST_SCHEMA, request_schema()),
+        (EVENT_SCHEMA, event_schema()),
+        (TRIGGER_POLICY_SCHEMA, trigger_policy_schema()),
+    )
+    for path, schema in schemas:
         path.write_text(render(schema))
         print(f"wrote {path}")
     TRAINER_DEFAULTS.write_text(trainer_defaults())

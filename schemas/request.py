@@ -835,6 +835,19 @@ class ModelBlock(_Strict):
         "is registered as not deployable (label trainctl_servable=false, and `registered` and `trainctl models show` "
         "say so). The built-in trainer's versions are served by its own image (python -m trainer.serve).",
     )
+    concurrency: Literal["allow", "skip", "replace"] = Field(
+        "allow",
+        description="One run of this model at a time (issue 42): `allow` runs every trigger; `skip` ends a trigger "
+        "that arrives while one of the model's runs is active with `skipped` (reason running, no GPU); `replace` "
+        "cancels the older active run (`superseded`, naming its successor: it registers no version) and runs the new "
+        "one. Decided once, at the claim.",
+    )
+    skip_unchanged: bool = Field(
+        False,
+        description="Skip unchanged data (issue 42): a trigger whose dataset fingerprint (object names, generations "
+        "and CRC32C of what the trainer would read) equals the champion's ends with `skipped` (reason "
+        "unchanged_data), no GPU.",
+    )
 
 
 def rung_prefix(index: int) -> str:

@@ -7,7 +7,7 @@ SELECT
   SAFE_CAST(JSON_VALUE(data, '$.attempt') AS INT64) AS `attempt`,
   SAFE_CAST(JSON_VALUE(data, '$.time') AS TIMESTAMP) AS `time`,
   JSON_VALUE(data, '$.message') AS `message`,
-  IF(JSON_TYPE(JSON_QUERY(data, '$.trigger')) = 'object', STRUCT(JSON_VALUE(data, '$.trigger.kind') AS `kind`, JSON_VALUE(data, '$.trigger.bucket') AS `bucket`, JSON_VALUE(data, '$.trigger.object') AS `object`, JSON_VALUE(data, '$.trigger.generation') AS `generation`, JSON_VALUE(data, '$.trigger.message_id') AS `message_id`, JSON_VALUE(data, '$.trigger.topic') AS `topic`), NULL) AS `trigger`,
+  IF(JSON_TYPE(JSON_QUERY(data, '$.trigger')) = 'object', STRUCT(JSON_VALUE(data, '$.trigger.kind') AS `kind`, JSON_VALUE(data, '$.trigger.bucket') AS `bucket`, JSON_VALUE(data, '$.trigger.object') AS `object`, JSON_VALUE(data, '$.trigger.generation') AS `generation`, JSON_VALUE(data, '$.trigger.message_id') AS `message_id`, JSON_VALUE(data, '$.trigger.topic') AS `topic`, JSON_VALUE(data, '$.trigger.rule') AS `rule`, SAFE_CAST(JSON_VALUE(data, '$.trigger.scheduled_time') AS TIMESTAMP) AS `scheduled_time`, JSON_VALUE(data, '$.trigger.incident') AS `incident`, JSON_VALUE(data, '$.trigger.policy') AS `policy`), NULL) AS `trigger`,
   JSON_VALUE(data, '$.delivery') AS `delivery`,
   IF(JSON_TYPE(JSON_QUERY(data, '$.job')) = 'object', STRUCT(JSON_VALUE(data, '$.job.name') AS `name`, JSON_VALUE(data, '$.job.console_url') AS `console_url`), NULL) AS `job`,
   IF(JSON_TYPE(JSON_QUERY(data, '$.timestamps')) = 'object', STRUCT(SAFE_CAST(JSON_VALUE(data, '$.timestamps.created') AS TIMESTAMP) AS `created`, SAFE_CAST(JSON_VALUE(data, '$.timestamps.started') AS TIMESTAMP) AS `started`, SAFE_CAST(JSON_VALUE(data, '$.timestamps.ended') AS TIMESTAMP) AS `ended`), NULL) AS `timestamps`,
@@ -52,7 +52,7 @@ SELECT
   JSON_VALUE(data, '$.model_resource') AS `model_resource`,
   JSON_VALUE(data, '$.version') AS `version`,
   JSON_VALUE(data, '$.artifact_uri') AS `artifact_uri`,
-  IF(JSON_TYPE(JSON_QUERY(data, '$.lineage')) = 'object', STRUCT(JSON_VALUE(data, '$.lineage.request_id') AS `request_id`, JSON_VALUE(data, '$.lineage.dataset_uri') AS `dataset_uri`, JSON_VALUE(data, '$.lineage.marker') AS `marker`, JSON_VALUE(data, '$.lineage.job') AS `job`, JSON_VALUE(data, '$.lineage.image') AS `image`, JSON_VALUE(data, '$.lineage.code_digest') AS `code_digest`, JSON_VALUE(data, '$.lineage.champion_passed') AS `champion_passed`), NULL) AS `lineage`,
+  IF(JSON_TYPE(JSON_QUERY(data, '$.lineage')) = 'object', STRUCT(JSON_VALUE(data, '$.lineage.request_id') AS `request_id`, JSON_VALUE(data, '$.lineage.dataset_uri') AS `dataset_uri`, JSON_VALUE(data, '$.lineage.marker') AS `marker`, JSON_VALUE(data, '$.lineage.job') AS `job`, JSON_VALUE(data, '$.lineage.image') AS `image`, JSON_VALUE(data, '$.lineage.code_digest') AS `code_digest`, JSON_VALUE(data, '$.lineage.champion_passed') AS `champion_passed`, JSON_VALUE(data, '$.lineage.dataset_fingerprint') AS `dataset_fingerprint`, IF(JSON_TYPE(JSON_QUERY(data, '$.lineage.trigger')) = 'object', STRUCT(JSON_VALUE(data, '$.lineage.trigger.kind') AS `kind`, JSON_VALUE(data, '$.lineage.trigger.bucket') AS `bucket`, JSON_VALUE(data, '$.lineage.trigger.object') AS `object`, JSON_VALUE(data, '$.lineage.trigger.generation') AS `generation`, JSON_VALUE(data, '$.lineage.trigger.message_id') AS `message_id`, JSON_VALUE(data, '$.lineage.trigger.topic') AS `topic`, JSON_VALUE(data, '$.lineage.trigger.rule') AS `rule`, SAFE_CAST(JSON_VALUE(data, '$.lineage.trigger.scheduled_time') AS TIMESTAMP) AS `scheduled_time`, JSON_VALUE(data, '$.lineage.trigger.incident') AS `incident`, JSON_VALUE(data, '$.lineage.trigger.policy') AS `policy`), NULL) AS `trigger`), NULL) AS `lineage`,
   SAFE_CAST(JSON_VALUE(data, '$.servable') AS BOOL) AS `servable`,
   JSON_VALUE(data, '$.alias') AS `alias`,
   JSON_VALUE(data, '$.previous_version') AS `previous_version`,
@@ -77,6 +77,12 @@ SELECT
   JSON_VALUE(data, '$.output_uri') AS `output_uri`,
   SAFE_CAST(JSON_VALUE(data, '$.error_code') AS INT64) AS `error_code`,
   JSON_VALUE(data, '$.error') AS `error`,
+  JSON_VALUE(data, '$.blocking_request') AS `blocking_request`,
+  JSON_VALUE(data, '$.fingerprint') AS `fingerprint`,
+  JSON_VALUE(data, '$.champion_version') AS `champion_version`,
+  ARRAY(SELECT JSON_VALUE(item1, '$') FROM UNNEST(JSON_QUERY_ARRAY(data, '$.markers')) AS item1 WITH OFFSET AS position1 ORDER BY position1) AS `markers`,
+  JSON_VALUE(data, '$.dataset_uri') AS `dataset_uri`,
+  JSON_VALUE(data, '$.successor') AS `successor`,
   subscription_name, message_id, publish_time, data, attributes
 FROM `${events_table}`
 WHERE TRUE

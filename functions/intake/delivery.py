@@ -28,6 +28,8 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("model", "reference"): None,
     ("model", "serving"): None,
     ("model", "deploy"): None,
+    ("model", "concurrency"): "allow",
+    ("model", "skip_unchanged"): False,
     ("trainer", "python_package"): None,
     ("trainer", "secret_env"): None,
 }

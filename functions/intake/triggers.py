@@ -9,9 +9,12 @@ A marker's request id is derived under a prefix that no explicit id may use, so 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions.settings import Settings
+
+if TYPE_CHECKING:
+    from schemas.triggers import TriggerPolicy
 
 
 def is_marker(settings: Settings, name: str) -> bool:
@@ -84,3 +87,20 @@ def marker_request(
     if not explicit:
         document["request_id"] = derive_request_id(name, generation)
     return document, explicit
+
+
+def split_policy(template: dict[str, Any], rule: str) -> tuple[dict[str, Any], TriggerPolicy]:
+    """(the template without its `policy`, the rule's policy: schemas/triggers.py, issue 42); DocumentInvalid naming
+    the rule and the field for a policy that breaks its schema."""
+    from pydantic import ValidationError
+
+    from functions.untrusted.documents import DocumentInvalid
+    from schemas.errors import field_errors
+    from schemas.triggers import POLICY_KEY, TriggerPolicy
+
+    body = {key: value for key, value in template.items() if key != POLICY_KEY}
+    try:
+        return body, TriggerPolicy.model_validate(template.get(POLICY_KEY) or {})
+    except ValidationError as exc:
+        problems = "; ".join(f"{POLICY_KEY}.{error}" for error in field_errors(exc))
+        raise DocumentInvalid(f"the template of rule {rule}: {problems}") from None

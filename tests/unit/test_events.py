@@ -12,7 +12,15 @@ from pydantic import ValidationError
 
 from schemas import events
 from schemas.events import Artifacts, CostEstimate, Rejected, Succeeded, Trigger, parse_event, to_pubsub_message
-from schemas.export import EVENT_SCHEMA, REQUEST_SCHEMA, event_schema, render, request_schema
+from schemas.export import (
+    EVENT_SCHEMA,
+    REQUEST_SCHEMA,
+    TRIGGER_POLICY_SCHEMA,
+    event_schema,
+    render,
+    request_schema,
+    trigger_policy_schema,
+)
 
 NOW = datetime(2026, 11, 22, 10, 30, tzinfo=UTC)
 ARTIFACTS = Artifacts(
@@ -96,7 +104,10 @@ def test_published_events_validate_against_the_checked_in_event_schema():
     jsonschema.validate(json.loads(to_pubsub_message(succeeded(), "s").data), schema)
 
 
-@pytest.mark.parametrize(("path", "build"), [(REQUEST_SCHEMA, request_schema), (EVENT_SCHEMA, event_schema)])
+@pytest.mark.parametrize(
+    ("path", "build"),
+    [(REQUEST_SCHEMA, request_schema), (EVENT_SCHEMA, event_schema), (TRIGGER_POLICY_SCHEMA, trigger_policy_schema)],
+)
 def test_checked_in_json_schema_is_current(path: Path, build):
     assert path.read_text() == render(build()), f"{path.name} is stale: run `make schemas`"
 

@@ -17,6 +17,7 @@ from functions.capacity.quota_pool import QuotaPools
 from functions.capacity.quota_queue import QuotaQueue
 from functions.cloud.ports import BatchPredictions, Endpoints, Events, Jobs, Metrics, Quotas, Registry, Storage
 from functions.intake.delivery import Delivery
+from functions.intake.markers import Markers
 from functions.intake.preparation import Preparation
 from functions.intake.refusals import Refusals
 from functions.intake.rejections import Rejections
@@ -111,6 +112,7 @@ class Controller:
             ),
             self.rejections,
         )
+        self.markers = Markers(s, self.gcs, self.rejections, self.request_key, self.handle_request)
         model_ledger = ModelLedger(self.gcs, self.ledger.bucket)
         self.rollouts = Rollouts(
             s,

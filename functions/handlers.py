@@ -15,7 +15,6 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -155,137 +154,37 @@ def _score_marker(
     c: Controller, cloud_event: Any, bucket: str, name: str, generation: str, prefix: str, when: datetime
 ) -> str:
     """A scoring marker (functions/models/scoring.py): its content is not read; its rule says which model scores."""
+    from functions.intake.markers import marker_arrival
     from functions.models.scoring import ScoreMarker, ScoringRefused
     from functions.untrusted.documents import DocumentInvalid
 
     delivery = _delivery({"kind": "gcs", "bucket": bucket, "object": name, "generation": generation}, cloud_event, when)
-    key = keys.marker_key(bucket, name, generation)
-    request_id = triggers.derive_request_id(name, generation)
+    arrival = marker_arrival(bucket, name, generation, 0, prefix, delivery)
+    key, request_id = arrival.key, arrival.request_id
     with logs.request_context(request_id):
         try:
-            template, delivery, planted = _rule_template(c, bucket, name, prefix, request_id, key, delivery)
+            template, arrival, planted = c.markers.rule_template(arrival)
             if planted is not None:
                 return planted
             template, _ = triggers.split_policy(template, prefix)
             marker = ScoreMarker(
-                bucket, name, generation, prefix, template, delivery.team, key, keys.key_hash(key), request_id,
-                delivery.trigger, delivery.event_id,
+                bucket, name, generation, prefix, template, arrival.delivery.team, key, keys.key_hash(key), request_id,
+                arrival.delivery.trigger, arrival.delivery.event_id,
             )  # fmt: skip
             return c.score(marker)
         except DocumentInvalid as exc:
-            return c.reject(request_id, key, delivery, [f"marker: {exc}"], "the marker's rule is unreadable")
+            return c.reject(request_id, key, arrival.delivery, [f"marker: {exc}"], "the marker's rule is unreadable")
         except ScoringRefused as exc:
-            return c.reject(request_id, key, delivery, exc.errors, exc.message)
+            return c.reject(request_id, key, arrival.delivery, exc.errors, exc.message)
 
 
 def _marker(
     c: Controller, cloud_event: Any, bucket: str, name: str, generation: str, size: int, prefix: str, when: datetime
 ) -> str:
-    from functions.cloud.gcs import TooLarge
-    from functions.intake.marker_policy import template_policy
-    from functions.untrusted.documents import DocumentInvalid, load_document
-    from schemas.errors import RequestInvalid, parse_request
+    from functions.intake.markers import marker_arrival
 
     delivery = _delivery({"kind": "gcs", "bucket": bucket, "object": name, "generation": generation}, cloud_event, when)
-    key = keys.marker_key(bucket, name, generation)
-    request_id = triggers.derive_request_id(name, generation)
-    limit = c.settings.max_request_bytes
-    with logs.request_context(request_id):
-        if size > limit:
-            # Refused from the event alone (StorageObjectData.size, ../shared/reference/functions.md §2.1): a marker
-            # of gigabytes is never downloaded (issue 24, point 6).
-            errors = [f"marker: gs://{bucket}/{name} is {size} bytes; the limit is {limit} bytes (max_request_bytes)"]
-            return c.reject(request_id, key, delivery, errors, "the marker is larger than a request may be")
-        try:
-            # Before its content is read: a marker outside its team's folders is refused.
-            template, delivery, planted = _rule_template(c, bucket, name, prefix, request_id, key, delivery)
-            if planted is not None:
-                return planted
-            template, _ = triggers.split_policy(template, prefix)
-            template, policy = template_policy(template, prefix)
-            overrides: dict[str, Any] = {}
-            if size > 0:
-                # Each generation of a marker is its own request with its own overrides: read exactly this one.
-                # The data bucket is versioned (terraform/storage.tf), so an overwritten generation stays readable.
-                if not _digits(generation):
-                    raise DocumentInvalid(f"the event's generation {generation!r} is not a number")
-                # Bounded as well: the event's size may be missing or wrong.
-                found = c.gcs.read(bucket, name, int(generation), max_bytes=limit)
-                if found is None:
-                    logs.info("this generation of the marker is gone (an unversioned bucket); the newer one counts")
-                    return "ignored"
-                overrides = load_document(found[0], limit)
-                if not isinstance(overrides, dict):
-                    raise DocumentInvalid("a marker's content must be a mapping of request fields")
-            problems = policy.problems(template, overrides, triggers.dataset_folder(bucket, name))
-            if problems:
-                message = "the marker sets fields its template does not let markers set"
-                return c.reject(request_id, key, delivery, problems, message)
-            document, explicit = triggers.marker_request(template, overrides, bucket, name, generation)
-            request = parse_request(document)
-        except (DocumentInvalid, TooLarge) as exc:
-            return c.reject(request_id, key, delivery, [f"marker: {exc}"], "the marker's overrides are unreadable")
-        except RequestInvalid as exc:
-            return c.reject(request_id, key, delivery, [str(e) for e in exc.errors], "the request is invalid")
-        if explicit:
-            key = c.request_key(request.request_id, delivery.team)
-            logs.set_request_id(request.request_id)
-        return c.handle_request(request, key, explicit, delivery)
-
-
-def _rule_template(
-    c: Controller, bucket: str, name: str, prefix: str, request_id: str, key: str, delivery: Delivery
-) -> tuple[dict[str, Any], Delivery, str | None]:
-    """(the rule's template without its team, the delivery as that team's, None); the third is the rejection's outcome
-    instead when the marker lies outside its team's folders — told to the team whose folder it lies in, else to the
-    rule's team."""
-    template, team = _template_team(c, _template(c, prefix), prefix)
-    delivery = replace(delivery, team=team)
-    teams = c.settings.teams
-    if teams is not None and team is not None and (planted := teams.marker_problem(bucket, name, team, prefix)):
-        delivery = replace(delivery, team=teams.owner_of(f"gs://{bucket}/{name}") or team)
-        message = "the marker lies outside its team's folders"
-        return template, delivery, c.reject(request_id, key, delivery, [planted], message)
-    return template, delivery, None
-
-
-def _template_team(c: Controller, template: dict[str, Any], prefix: str) -> tuple[dict[str, Any], str | None]:
-    """(the template without its `team`, the team its markers belong to: the one it names, else the default)."""
-    from functions.teams import TEMPLATE_TEAM_KEY
-    from functions.untrusted.documents import DocumentInvalid
-
-    body = {key: value for key, value in template.items() if key != TEMPLATE_TEAM_KEY}
-    team = template.get(TEMPLATE_TEAM_KEY)
-    teams = c.settings.teams
-    if team is None:
-        return body, teams.default_team if teams else None
-    if not isinstance(team, str) or (teams is not None and team not in teams.teams):
-        known = f"one of {', '.join(teams.teams)}" if teams else "a team name"
-        raise DocumentInvalid(f"the template of rule {prefix}: {TEMPLATE_TEAM_KEY} {team!r} must be {known}")
-    return body, team
-
-
-def _template(c: Controller, prefix: str) -> dict[str, Any]:
-    """A rule's template: inline in the settings, or a gs:// YAML/JSON object (read each time: it may change),
-    read with the same bound as a request."""
-    from functions.cloud.gcs import TooLarge
-    from functions.untrusted.documents import DocumentInvalid, load_document
-    from schemas.rules import split_gs_uri
-
-    template = c.settings.trigger_rules[prefix]
-    if isinstance(template, str):
-        bucket, name = split_gs_uri(template)
-        limit = c.settings.max_request_bytes
-        try:
-            found = c.gcs.read(bucket, name, max_bytes=limit)
-        except TooLarge as exc:
-            raise DocumentInvalid(f"the template of rule {prefix} is too large: {exc} (max_request_bytes)") from None
-        if found is None:
-            raise DocumentInvalid(f"the template {template} of rule {prefix} does not exist")
-        template = load_document(found[0], limit)
-    if not isinstance(template, dict):
-        raise DocumentInvalid(f"the template of rule {prefix} is not a mapping of request fields")
-    return template
+    return c.markers.arrive(marker_arrival(bucket, name, generation, size, prefix, delivery))
 
 
 # ---- on_job_request ------------------------------------------------------------------------------------

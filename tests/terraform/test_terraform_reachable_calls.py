@@ -147,9 +147,9 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     # metrics.json of the run being registered: its output folder (control bucket, or an operator output bucket).
     ("functions.models.promotion.Promotion._metrics", "read"): frozenset({"control", "outputs"}),
     # The marker is read from the bucket its event came from: a watched (data) bucket.
-    ("functions.handlers._marker", "read"): frozenset({"data"}),
+    ("functions.intake.markers.Markers._overrides", "read"): frozenset({"data"}),
     # Trigger templates (gs:// in trigger_rules) are kept in the control bucket (terraform/README.md).
-    ("functions.handlers._template", "read"): frozenset({"control"}),
+    ("functions.intake.markers.Markers.template", "read"): frozenset({"control"}),
     # OutputClaims(gcs, ledger, …): the index of output folders lives in the control bucket beside the ledger.
     ("functions.ledger.output_claims.OutputClaims", "*"): frozenset({"control"}),
     # What the job wrote under output_dir (metrics.json, progress.json, the trainer's failure note), which the

@@ -110,15 +110,15 @@ def test_a_markers_team_is_its_templates_and_a_template_naming_no_team_is_the_de
     rule, so an operator's typo never files one team's runs under another."""
     from types import SimpleNamespace
 
-    from functions.handlers import _template_team
+    from functions.intake.markers import Markers
     from functions.untrusted.documents import DocumentInvalid
 
-    controller: Any = SimpleNamespace(settings=SimpleNamespace(teams=parse_teams(TEAMS)))
+    markers: Any = SimpleNamespace(settings=SimpleNamespace(teams=parse_teams(TEAMS)))
     template = {"dataset": {"target": "y"}, "team": "vision"}
-    assert _template_team(controller, template, "gs://d/vision/") == ({"dataset": {"target": "y"}}, "vision")
-    assert _template_team(controller, {"dataset": {"target": "y"}}, "gs://d/x/")[1] == "shared"
+    assert Markers.template_team(markers, template, "gs://d/vision/") == ({"dataset": {"target": "y"}}, "vision")
+    assert Markers.template_team(markers, {"dataset": {"target": "y"}}, "gs://d/x/")[1] == "shared"
     with pytest.raises(DocumentInvalid, match="the template of rule gs://d/x/: team 'visoin' must be one of"):
-        _template_team(controller, {"team": "visoin"}, "gs://d/x/")
+        Markers.template_team(markers, {"team": "visoin"}, "gs://d/x/")
 
 
 def test_an_active_requests_budget_figure_counts_what_its_ended_attempts_ran():

@@ -66,9 +66,8 @@ class Markers:
             if a.size > limit:
                 # Refused from the event alone (StorageObjectData.size, ../shared/reference/functions.md §2.1): a
                 # marker of gigabytes is never downloaded (issue 24, point 6).
-                errors = [
-                    f"marker: gs://{a.bucket}/{a.name} is {a.size} bytes; the limit is {limit} bytes (max_request_bytes)"
-                ]
+                size = f"gs://{a.bucket}/{a.name} is {a.size} bytes"
+                errors = [f"marker: {size}; the limit is {limit} bytes (max_request_bytes)"]
                 return self._reject(a, errors, "the marker is larger than a request may be")
             try:
                 # Before its content is read: a marker outside its team's folders is refused.

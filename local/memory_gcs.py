@@ -5,6 +5,7 @@ custom metadata, and listings sorted by name; a compare-and-swap is atomic acros
 
 from __future__ import annotations
 
+import base64
 import bisect
 import hashlib
 import itertools
@@ -12,8 +13,10 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
-from functions.cloud.gcs import Conflict, ObjectDigest, TooLarge
+from functions.cloud.gcs import Conflict, ListedObject, ObjectDigest, TooLarge
+from functions.jobs.secret_launcher import crc32c
 
 
 @dataclass
@@ -24,6 +27,7 @@ class MemoryGcs:
     objects: dict[tuple[str, str], tuple[bytes, int]] = field(default_factory=dict)
     metadata: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     generation: int = 1000  # the last generation given out
+    updated: dict[tuple[str, str], str] = field(default_factory=dict)  # when each object's generation was written
     _names: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list), repr=False)  # sorted, per bucket
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -92,6 +96,14 @@ class MemoryGcs:
             if found is not None:
                 yield name, len(found[0])
 
+    def listing(self, bucket: str, prefix: str) -> Iterator[ListedObject]:
+        for name in self.names(bucket, prefix):
+            found = self.objects.get((bucket, name))
+            if found is not None:
+                data, generation = found
+                checksum = base64.b64encode(crc32c(data).to_bytes(4, "big")).decode()
+                yield ListedObject(name, len(data), generation, checksum, self.updated.get((bucket, name), ""))
+
     def any_under(self, bucket: str, prefix: str) -> bool:
         return bool(self.names(bucket, prefix))
 
@@ -106,6 +118,7 @@ class MemoryGcs:
             bisect.insort(self._names[bucket], name)
         self.generation += 1
         self.objects[(bucket, name)] = (data, self.generation)
+        self.updated[(bucket, name)] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         self.metadata[(bucket, name)] = dict(metadata)
         return self.generation
 

@@ -63,6 +63,18 @@ class ObjectDigest:
     md5: str | None  # base64; composite objects have none
 
 
+@dataclass(frozen=True)
+class ListedObject:
+    """One object as a listing shows it, read from no object: what a dataset's fingerprint and a rule's newest marker
+    are made of (issue 42)."""
+
+    name: str
+    size: int
+    generation: int
+    crc32c: str  # base64 of the big-endian CRC32C, as Cloud Storage states it for every object
+    updated: str  # RFC 3339, when this generation was written
+
+
 class StorageError(Exception):
     """Cloud Storage refused a call for a reason retrying will not fix (permission, bad request …)."""
 
@@ -263,6 +275,28 @@ class Gcs:
             if not listing.get("nextPageToken"):
                 return
             params["pageToken"] = listing["nextPageToken"]
+
+    def listing(self, bucket: str, prefix: str) -> Iterator[ListedObject]:
+        """Each object whose name starts with `prefix`, with its generation, CRC32C and update time (objects.list's
+        resource fields: cloud.google.com/storage/docs/json_api/v1/objects#resource), page by page as they are
+        consumed; nothing for a missing bucket; StorageError when the listing is refused."""
+        url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"
+        fields = "items(name,size,generation,crc32c,updated),nextPageToken"
+        params: dict[str, Any] = {"prefix": prefix, "maxResults": 1000, "fields": fields}
+        while True:
+            response = self._call("GET", url, missing_ok=True, params=params)
+            page = response.json() if response is not None else {}
+            for item in page.get("items", []):
+                yield ListedObject(
+                    item["name"],
+                    int(item.get("size", 0)),
+                    int(item.get("generation", 0)),
+                    str(item.get("crc32c", "")),
+                    str(item.get("updated", "")),
+                )
+            if not page.get("nextPageToken"):
+                return
+            params["pageToken"] = page["nextPageToken"]
 
     def any_under(self, bucket: str, prefix: str) -> bool:
         """Whether any object's name starts with `prefix` (False for a missing bucket)."""

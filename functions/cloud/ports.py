@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from functions.cloud.batch_snapshot import BatchPrediction
 from functions.cloud.endpoint_types import EndpointState, Operation
-from functions.cloud.gcs import ObjectDigest
+from functions.cloud.gcs import ListedObject, ObjectDigest
 from functions.cloud.job_snapshot import JobSnapshot
 from functions.cloud.registry_types import ModelVersion, Upload
 from schemas.events import JobEvent, ServingFigures
@@ -53,6 +53,10 @@ class Storage(Protocol):
     def names(self, bucket: str, prefix: str) -> list[str]: ...
 
     def objects_under(self, bucket: str, prefix: str) -> Iterator[tuple[str, int]]: ...
+
+    def listing(self, bucket: str, prefix: str) -> Iterator[ListedObject]:
+        """Each object under `prefix` with its generation, CRC32C and update time, in name order."""
+        ...
 
     def any_under(self, bucket: str, prefix: str) -> bool: ...
 

@@ -3,6 +3,7 @@ the download and stops past the limit, so a huge object is never held in memory;
 
 from __future__ import annotations
 
+import base64
 import os
 import uuid
 
@@ -51,3 +52,23 @@ def test_a_ranged_read_gets_only_its_bytes(bucket: str) -> None:
     assert gcs.read_range(bucket, "ranged.bin", 102_390, 100) == bytes(range(246, 256))
     assert gcs.read_range(bucket, "ranged.bin", 102_400, 8) == b""
     assert gcs.read_range(bucket, "missing.bin", 0, 8) is None
+
+
+def test_a_listing_states_each_objects_generation_and_crc32c_as_the_memory_stand_in_does(bucket: str) -> None:
+    """Issue 42: a dataset's fingerprint and a rule's newest marker come from one listing (generation, CRC32C, update
+    time), never a read; the in-memory Cloud Storage (trainctl replay, unit tests) states the same CRC32C."""
+    import google_crc32c
+
+    from local.memory_gcs import MemoryGcs
+
+    gcs, memory = Gcs(LOCAL_PROJECT), MemoryGcs()
+    prefix = f"listing-{uuid.uuid4().hex[:8]}/"
+    generations = {
+        name: gcs.write(bucket, prefix + name, data, 0) for name, data in (("a.csv", b"x,y\n1,2\n"), ("b", b""))
+    }
+    memory.write(bucket, prefix + "a.csv", b"x,y\n1,2\n", 0)
+    listed = {item.name.removeprefix(prefix): item for item in gcs.listing(bucket, prefix)}
+    assert {name: item.generation for name, item in listed.items()} == generations
+    expected = base64.b64encode(google_crc32c.value(b"x,y\n1,2\n").to_bytes(4, "big")).decode()
+    assert listed["a.csv"].crc32c == expected == next(memory.listing(bucket, prefix)).crc32c
+    assert listed["a.csv"].size == 8 and listed["a.csv"].updated

@@ -126,15 +126,21 @@ def first_data_file(request: TrainingJobRequest, objects: Iterable[tuple[str, in
         if name == prefix and not prefix.endswith("/"):
             file_format = requested if requested != "auto" else _suffix_format(name)
             return (name, size, file_format) if file_format else None
-        if not name.startswith(folder) or name.endswith("/"):
-            continue
-        basename = name.rsplit("/", 1)[-1]
-        if basename.startswith(("_", ".")) or size == 0:
-            continue
-        file_format = requested if requested != "auto" else _suffix_format(basename)
-        if file_format:
+        if (file_format := data_format_below(folder, name, size, requested)) is not None:
             return name, size, file_format
     return None
+
+
+def data_format_below(folder: str, name: str, size: int, requested: str) -> str | None:
+    """The format of an object below the dataset's folder that the trainer reads (trainer/data/tables.py
+    list_shards): a CSV or Parquet object (by its suffix, or the request's format), not empty, not a marker nor a
+    hidden file; None for any other object."""
+    if not name.startswith(folder) or name.endswith("/"):
+        return None
+    basename = name.rsplit("/", 1)[-1]
+    if basename.startswith(("_", ".")) or size == 0:
+        return None
+    return requested if requested != "auto" else _suffix_format(basename)
 
 
 def _suffix_format(name: str) -> str | None:

@@ -6,7 +6,8 @@ job: succeeded, failed, cancelled), p50/p95 time to start (accepted → the job 
 attempt's job, start → end), GPU-hours (GPUs × run time) and estimated cost (the catalog's hourly list price
 × run time); with model blocks, per model how many successful runs were promoted and how many held, and how many
 requests the data check rejected at admission with the GPU-hours and cost their own estimates say it saved at most
-(issue 27). Percentiles
+(issue 27); what the trigger policies spared (issue 42): requests skipped by reason, runs superseded, markers
+coalesced, and the GPU-hours saved. Percentiles
 are nearest-rank: the smallest value with at least p% of the values at or below it.
 """
 
@@ -23,12 +24,12 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from functions.ledger.budget_records import MonthSpend, month_of
-from functions.ledger.history import MODEL_DECISION_KEY, Outcome
+from functions.ledger.history import MODEL_DECISION_KEY, TRIGGER_POLICY_KEY, Outcome
 from functions.teams import Teams
 from schemas.rules import parse_duration
 
 NO_LABEL = "(none)"
-STATES = ("succeeded", "failed", "cancelled", "rejected")
+STATES = ("succeeded", "failed", "cancelled", "rejected", "skipped")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -71,6 +72,32 @@ def figures(outcomes: list[Outcome]) -> dict[str, Any]:
         "gpu_hours": round(sum(o.gpu_hours for o in outcomes), 4),
         "estimated_cost_usd": round(sum(o.cost_usd for o in outcomes), 2),
         "data_rejections": data_rejections(outcomes),
+    }
+
+
+def policy_figures(outcomes: list[Outcome], coalesced: list[Outcome]) -> dict[str, Any]:
+    """What the trigger policies spared (issue 42): requests skipped at their claim, by reason, with the GPU-hours and
+    cost their own estimates say they saved at most (each one's GPUs × its timeout); runs superseded by a newer run of
+    their model (cancelled: whatever they ran counts as spent, nothing as saved); and markers a rule's quiet window
+    folded into one request (`coalesced`, filed under history.TRIGGER_POLICY_KEY), with the GPU-hours saved."""
+    skipped = [o for o in outcomes if o.state == "skipped"]
+    folded = [o for o in coalesced if o.state == "coalesced"]
+    skipped_hours = sum(o.saved_gpu_hours or 0 for o in skipped)
+    coalesced_hours = sum(o.saved_gpu_hours or 0 for o in folded)
+    return {
+        "skipped": {
+            "requests": len(skipped),
+            "by_reason": dict(sorted(Counter(o.reason or "unknown" for o in skipped).items())),
+            "gpu_hours_saved": round(skipped_hours, 4),
+            "cost_saved_usd": round(sum(o.saved_usd or 0 for o in skipped), 2),
+        },
+        "superseded": sum(1 for o in outcomes if o.state == "cancelled" and o.reason == "superseded"),
+        "coalesced": {
+            "requests": len(folded),
+            "markers": sum(o.markers or 0 for o in folded),
+            "gpu_hours_saved": round(coalesced_hours, 4),
+        },
+        "gpu_hours_saved": round(skipped_hours + coalesced_hours, 4),
     }
 
 
@@ -145,28 +172,43 @@ def model_figures(decisions: list[Outcome]) -> dict[str, dict[str, int]]:
 
 
 def build_report(
-    outcomes: list[Outcome], since: datetime, until: datetime, by: str | None, decisions: list[Outcome] | None = None
+    outcomes: list[Outcome],
+    since: datetime,
+    until: datetime,
+    by: str | None,
+    decisions: list[Outcome] | None = None,
+    coalesced: list[Outcome] | None = None,
 ) -> dict[str, Any]:
-    """The report's figures; `decisions`: the controller's model decisions in the window (promoted, held)."""
-    decisions = decisions or []
+    """The report's figures; `decisions`: the controller's model decisions in the window (promoted, held);
+    `coalesced`: the trigger policies' own filings (history.TRIGGER_POLICY_KEY)."""
+    decisions, coalesced = decisions or [], coalesced or []
     report: dict[str, Any] = {
         "since": since.isoformat(),
         "until": until.isoformat(),
         "prices": "approximate: catalog list prices × run time, reducers included",
-        "total": figures(outcomes) | {"models": model_figures(decisions)},
+        "total": figures(outcomes)
+        | {"models": model_figures(decisions), "trigger_policies": policy_figures(outcomes, coalesced)},
         "per_day": per_day(outcomes),
         "timeline": timeline(outcomes, since, until),
     }
     if by:
         groups: dict[str, list[Outcome]] = defaultdict(list)
         decided: dict[str, list[Outcome]] = defaultdict(list)
+        folded: dict[str, list[Outcome]] = defaultdict(list)
         for o in outcomes:
             groups[_group_of(o, by)].append(o)
         for d in decisions:
             decided[_group_of(d, by)].append(d)
+        for c in coalesced:
+            folded[_group_of(c, by)].append(c)
         report["by"] = by
         report["groups"] = {
-            value: figures(groups[value]) | {"models": model_figures(decided[value])} for value in sorted(groups)
+            value: figures(groups[value])
+            | {
+                "models": model_figures(decided[value]),
+                "trigger_policies": policy_figures(groups[value], folded[value]),
+            }
+            for value in sorted(groups)
         }
     return report
 
@@ -216,6 +258,7 @@ def _lines(name: str, f: dict[str, Any]) -> list[str]:
         f"  run time         p50 {_seconds(run['p50'])}  p95 {_seconds(run['p95'])}",
         f"  GPU-hours        {f['gpu_hours']:.2f}   estimated cost ${f['estimated_cost_usd']:,.2f}",
         *_data_lines(f.get("data_rejections")),
+        *_policy_lines(f.get("trigger_policies")),
     ] + [
         f"  model {model:<10} promoted {n['promoted']}, held {n['held']}"
         + (f"; rollouts: deployed {n['deployed']}, rolled back {n['rolled_back']}" if n["deployed"] + n["rolled_back"]
@@ -230,6 +273,24 @@ def _data_lines(rejections: dict[str, Any] | None) -> list[str]:
     return [
         f"  data rejections  {rejections['requests']}, saving up to {rejections['gpu_hours_saved']:.2f} GPU-hours "
         f"(${rejections['cost_saved_usd']:,.2f}; each request's GPUs × its timeout)"
+    ]
+
+
+def _policy_lines(policies: dict[str, Any] | None) -> list[str]:
+    """The trigger policies' lines (issue 42), only when one of them did anything in the window."""
+    if not policies:
+        return []
+    skipped, coalesced = policies["skipped"], policies["coalesced"]
+    if not (skipped["requests"] or coalesced["requests"] or policies["superseded"]):
+        return []
+    reasons = ", ".join(f"{reason} {n}" for reason, n in skipped["by_reason"].items()) or "-"
+    return [
+        f"  skipped          {skipped['requests']} ({reasons}), saving up to {skipped['gpu_hours_saved']:.2f} "
+        f"GPU-hours (${skipped['cost_saved_usd']:,.2f})",
+        f"  superseded       {policies['superseded']} (cancelled for a newer run of their model; nothing saved)",
+        f"  coalesced        {coalesced['requests']} requests from {coalesced['markers']} markers, saving up to "
+        f"{coalesced['gpu_hours_saved']:.2f} GPU-hours",
+        f"  policies saved   up to {policies['gpu_hours_saved']:.2f} GPU-hours (each run's GPUs × its timeout)",
     ]
 
 
@@ -258,7 +319,14 @@ def report_from_ledger(since: timedelta, by: str | None = None) -> dict[str, Any
     start = until - since
     gcs = Gcs(settings.project)
     ledger = Ledger(gcs, settings.control_bucket)
-    report = build_report(ledger.outcomes(start), start, until, by, ledger.outcomes(start, MODEL_DECISION_KEY))
+    report = build_report(
+        ledger.outcomes(start),
+        start,
+        until,
+        by,
+        ledger.outcomes(start, MODEL_DECISION_KEY),
+        ledger.outcomes(start, TRIGGER_POLICY_KEY),
+    )
     if by == "team" and settings.teams is not None:
         from functions.capacity.budgets import seed_month
         from functions.ledger.budget_records import BudgetRecords

@@ -9,8 +9,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-# Colours people read without a legend: green done, red failed, grey cancelled, amber rejected.
-STATE_COLOURS = {"succeeded": "#2e7d32", "failed": "#c62828", "cancelled": "#757575", "rejected": "#ef8f00"}
+# Colours people read without a legend: green done, red failed, grey cancelled, amber rejected, blue-grey skipped.
+STATE_COLOURS = {
+    "succeeded": "#2e7d32",
+    "failed": "#c62828",
+    "cancelled": "#757575",
+    "rejected": "#ef8f00",
+    "skipped": "#90a4ae",
+}
 
 
 def chart(report: dict[str, Any]) -> Any:

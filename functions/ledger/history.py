@@ -19,10 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from functions.cloud.gcs import metadata_problems
 from functions.ledger.record import Record
-from schemas.events import JobEvent, Rejected, Spend
+from schemas.events import Coalesced, JobEvent, Rejected, Skipped, Spend
 from schemas.request import code_digest
 
-FINAL_EVENT_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected"})
+FINAL_EVENT_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected", "skipped"})
 METADATA_KEY = "outcome"
 # The controller's model decisions after a success (functions/models/promotion.py) are filed beside the outcomes, under
 # their own key, so that the report counts them per model without counting them as requests.
@@ -30,6 +30,11 @@ MODEL_DECISION_STATES = frozenset({"promoted", "held"})
 # How each promoted version's rollout ended (issue 41), filed the same way under the same key.
 ROLLOUT_END_STATES = frozenset({"deployed", "rolled_back"})
 MODEL_DECISION_KEY = "model_decision"
+# A rule's quiet window folding markers into one request (issue 42, `coalesced`) is filed the same way under its own
+# key, so that the report counts the markers folded in and the GPU-hours saved without counting them as requests:
+# Outbox.flush files a `coalesced` event it publishes; whoever publishes one elsewhere files outcome_of(event, None)
+# with Ledger.record_outcome(…, TRIGGER_POLICY_KEY).
+TRIGGER_POLICY_KEY = "trigger_policy"
 # Set to LABELS_IN_CONTENT when the outcome in METADATA_KEY was stored without its labels (and, should they not fit
 # either, the other fields a request fills: SHORTENED): the content holds it whole.
 LABELS_KEY = "labels"
@@ -42,7 +47,10 @@ class Outcome(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     request_id: str
-    state: str = Field(description="succeeded, failed, cancelled or rejected; a model decision: promoted or held.")
+    state: str = Field(
+        description="succeeded, failed, cancelled, rejected or skipped; a model decision: promoted or held; a trigger "
+        "policy's: coalesced."
+    )
     model: str | None = Field(None, description="A model decision's model (the request's model block).")
     reason: str | None = None
     time: datetime = Field(description="When the final event happened (its `time`).")
@@ -60,6 +68,7 @@ class Outcome(BaseModel):
         None, description="A rejection by the data check: the GPU-hours the run could have held at most."
     )
     saved_usd: float | None = Field(None, description="… and the most it could have cost (its max_usd).")
+    markers: int | None = Field(None, description="A `coalesced` event: how many markers it folded into one request.")
 
     @property
     def run_seconds(self) -> float | None:
@@ -84,6 +93,11 @@ def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
     """The outcome a final event records; `record` is None for a rejection at intake (nothing was accepted)."""
     stamps = event.timestamps
     saved = event if isinstance(event, Rejected) and event.saved_gpu_hours is not None else None  # the data check
+    policy = event if isinstance(event, Skipped | Coalesced) else None  # a trigger policy (issue 42)
+    saved_gpu_hours = saved.saved_gpu_hours if saved else policy.saved_gpu_hours if policy else None
+    saved_usd = saved.cost.max_usd if saved and saved.cost else None
+    if isinstance(event, Skipped) and record is not None:
+        saved_usd = record.cost.max_usd
     return Outcome(
         request_id=event.request_id,
         state=event.state,
@@ -100,8 +114,9 @@ def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
         team=record.team if record else getattr(event, "team", None),
         code_digest=code_digest(record.request) if record else None,
         model=getattr(event, "model", None),
-        saved_gpu_hours=saved.saved_gpu_hours if saved else None,
-        saved_usd=saved.cost.max_usd if saved and saved.cost else None,
+        saved_gpu_hours=saved_gpu_hours,
+        saved_usd=saved_usd,
+        markers=len(event.markers) if isinstance(event, Coalesced) else None,
     )
 
 

@@ -18,6 +18,7 @@ from functions.ledger.history import (
     MODEL_DECISION_KEY,
     MODEL_DECISION_STATES,
     ROLLOUT_END_STATES,
+    TRIGGER_POLICY_KEY,
     outcome_of,
 )
 from functions.ledger.monitoring_fields import published_fields
@@ -77,6 +78,10 @@ class Outbox:
                 self.ledger.record_outcome(outcome_of(event, record), f"{record.key_hash}-model", MODEL_DECISION_KEY)
             elif event.state in ROLLOUT_END_STATES:
                 self.ledger.record_outcome(outcome_of(event, record), f"{record.key_hash}-rollout", MODEL_DECISION_KEY)
+            elif event.state == "coalesced":
+                self.ledger.record_outcome(
+                    outcome_of(event, record), f"{record.key_hash}-coalesced", TRIGGER_POLICY_KEY
+                )
         done = {e.ce_id for e in events}
         for _ in range(5):
             record.mark_published(done)

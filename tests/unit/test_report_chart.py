@@ -48,8 +48,8 @@ def test_a_week_is_drawn_as_days_with_outcomes_time_to_start_gpu_hours_and_cost_
 
         # One bar per day and outcome, every day drawn, empty ones too; the busy day stacks 1 succeeded + 1 failed.
         heights = bar_heights(requests)
-        assert len(heights) == days * 4
-        per_day = [sum(heights[state * days + day] for state in range(4)) for day in range(days)]
+        assert len(heights) == days * 5  # five outcomes: skipped too (issue 42)
+        per_day = [sum(heights[state * days + day] for state in range(5)) for day in range(days)]
         assert per_day == [0, 2, 0, 0, 0, 0, 0, 1]
         assert requests.get_ylabel() == "requests per day"
         assert sorted(start.collections[0].get_offsets()[:, 1].tolist()) == [2, 2, 12]  # minutes, each request
@@ -61,7 +61,8 @@ def test_a_week_is_drawn_as_days_with_outcomes_time_to_start_gpu_hours_and_cost_
         # The legend names the outcomes and stands outside every panel.
         figure.canvas.draw()
         (legend,) = figure.legends
-        assert [text.get_text() for text in legend.get_texts()] == ["succeeded", "failed", "cancelled", "rejected"]
+        outcomes = ["succeeded", "failed", "cancelled", "rejected", "skipped"]
+        assert [text.get_text() for text in legend.get_texts()] == outcomes
         box = legend.get_window_extent()
         assert all(not box.overlaps(axes.get_window_extent()) for axes in figure.axes)
     finally:

@@ -21,6 +21,7 @@ from functions.intake.markers import Markers
 from functions.intake.preparation import Preparation
 from functions.intake.refusals import Refusals
 from functions.intake.rejections import Rejections
+from functions.intake.run_policy import RunPolicy
 from functions.intake.submission import Submission
 from functions.ledger.budget_records import BudgetRecords
 from functions.ledger.endpoint_records import EndpointLedger
@@ -29,6 +30,7 @@ from functions.ledger.model_records import ModelCharters, ModelLedger
 from functions.ledger.outbox import Outbox
 from functions.ledger.output_claims import OutputClaims
 from functions.ledger.requests import Ledger
+from functions.ledger.run_slots import RunSlots
 from functions.ledger.scoring_records import ScoringLedger
 from functions.lifecycle.observation import Observation
 from functions.models.intake import ModelIntake
@@ -111,6 +113,16 @@ class Controller:
                 self.clock,
             ),
             self.rejections,
+            RunPolicy(
+                s,
+                self.ledger,
+                RunSlots(self.gcs, self.ledger.bucket),
+                ModelLedger(self.gcs, self.ledger.bucket),
+                self.outbox,
+                self.jobs,
+                self.quota_queue,
+                self.clock,
+            ),
         )
         self.markers = Markers(s, self.gcs, self.rejections, self.request_key, self.handle_request)
         model_ledger = ModelLedger(self.gcs, self.ledger.bucket)

@@ -10,7 +10,7 @@ from functions.intake.delivery import Delivery
 from functions.intake.preparation import Prepared
 from functions.ledger.keys import key_hash
 from functions.ledger.record import Record
-from schemas.events import Accepted, Artifacts, cost_summary
+from schemas.events import Accepted, Artifacts, JobEvent, cost_summary
 from schemas.request import TrainingJobRequest, code_digest
 from schemas.secrets import redacted_request, sealed_env
 
@@ -73,8 +73,18 @@ def accepted_record(
         model_steps=prepared.model.steps() if prepared.model else None,
         code_objects=prepared.code_objects or None,
         budget_month=prepared.budget_month,
+        dataset_fingerprint=prepared.fingerprint,
     )
     record.add_events([_accepted(request, key, delivery, prepared, record, team, now)])
+    return record
+
+
+def skipped_record(record: Record, skipped: JobEvent) -> Record:
+    """The new request's record made final at its claim by a trigger policy (issue 42): `skipped`, with only that
+    event in its outbox (no `accepted`), and no claim held."""
+    record.state, record.owner, record.lease_until = "skipped", None, None
+    record.outbox, record.sequence = [], 0
+    record.add_events([skipped])
     return record
 
 

@@ -1,7 +1,8 @@
 """What a new request needs before its claim (DESIGN.md §4, step 0, after the guardrails), each answered by the module
 that owns it: its dataset holds data (admission), its packages are what their names say (package_check), a rung of
 its ladder can ever fit the quota (quota_queue), its team's budget has room (budgets), its model may take it and what
-its run is judged by (model_intake), the new data matches the champion's (data_admission). Submission gets one
+its run is judged by (model_intake), the new data matches the champion's (data_admission), and its dataset's
+fingerprint (for model.skip_unchanged). Submission gets one
 Prepared request, or the Refusal that rejects it; nothing is written here but a new model's charter.
 """
 
@@ -16,6 +17,7 @@ from functions.capacity.quota_queue import QuotaQueue
 from functions.cloud.gcs import StorageError
 from functions.cloud.ports import Storage
 from functions.data.admission import DataCheck, check_dataset
+from functions.data.fingerprint import dataset_fingerprint
 from functions.intake.package_check import check_packages
 from functions.jobs.admission import dataset_problem
 from functions.jobs.planning import Plan, plan_custom_job
@@ -55,6 +57,7 @@ class Prepared:
     data: DataCheck
     code_objects: list[CodeObject] = field(default_factory=list)
     budget_month: str | None = None
+    fingerprint: str | None = None  # with a model block: its dataset's (functions/data/fingerprint.py)
 
 
 @dataclass
@@ -97,7 +100,8 @@ class Preparation:
         if data.errors:
             self.let_go(key, team, reservation.month)
             return self._data_refusal(request, data, plan.cost, start)
-        return Prepared(plan, rungs, start, model, data, packages.objects, reservation.month)
+        fingerprint = dataset_fingerprint(self.gcs, request) if request.model else None
+        return Prepared(plan, rungs, start, model, data, packages.objects, reservation.month, fingerprint)
 
     def let_go(self, key: str, team: str, month: str | None) -> None:
         """A request refused after its budget was reserved holds nothing of it (unless another delivery of it has

@@ -30,12 +30,13 @@ from functions.cloud.job_snapshot import job_ref
 from functions.cloud.ports import Events
 from functions.cloud.vertex import CallRejected, LazyJobs
 from functions.intake import triggers
-from functions.intake.acceptance import accepted_record
+from functions.intake.acceptance import accepted_record, skipped_record
 from functions.intake.delivery import Delivery, spec_hash, team_of
 from functions.intake.preparation import Preparation, Prepared, Refusal
 from functions.intake.refusals import Refusals
 from functions.intake.rejections import Rejections
 from functions.intake.repeats import decide_on_existing
+from functions.intake.run_policy import RunPolicy, Skip
 from functions.jobs import secret_env
 from functions.jobs.admission import admission_problems
 from functions.jobs.planning import Plan, plan_custom_job
@@ -68,6 +69,7 @@ class Submission:
     outputs: OutputClaims  # the output folders active requests hold outside the control bucket
     preparation: Preparation  # what a new request needs before its claim (dataset, packages, ladder, budget, model)
     rejections: Rejections  # what is published (and filed) for a delivery that is refused before any claim
+    policy: RunPolicy  # a model's trigger policies at the claim: one run at a time, skip unchanged data (issue 42)
 
     def handle_request(self, request: TrainingJobRequest, key: str, explicit_id: bool, delivery: Delivery) -> str:
         """Admit, plan and submit one request exactly once; returns what happened in a word. `explicit_id`: the
@@ -115,29 +117,42 @@ class Submission:
         """Step 1: claim the output folder, then create the record; what happened in a word, or the record another
         delivery created meanwhile (for step 2)."""
         plan = prepared.plan
-        self.jobs.prepare()
-        holder = self.outputs.claim(plan.output_dir, key_hash(key), request.request_id)
-        if holder is not None:
-            error = (
-                f"output_dir: guardrail output_isolation: {plan.output_dir} overlaps {holder.output_dir}, where active "
-                f"request {holder.request_id} writes (two jobs in one folder would read each other's metrics and "
-                f"progress); choose a folder neither inside nor around it, or send this request again once "
-                f"{holder.request_id} has ended"
-            )
-            self.preparation.let_go(key, team, prepared.budget_month)
-            return self.rejections.reject(
-                request.request_id, key, delivery, [error], "the output_dir overlaps an active request's"
-            )
         teamed = team if self.settings.teams or delivery.team else None
-        now = self.clock()
-        lease_until = now + timedelta(seconds=self.settings.lease)
-        record = accepted_record(
-            request, key, explicit_id, delivery, prepared, digest, teamed, self.owner, lease_until, now
-        )
+        policy = self.policy.before_claim(request, key, prepared)
+        if isinstance(policy, Skip):
+            # A trigger policy starts nothing (issue 42): the record is created final, `skipped`, so that a redelivery
+            # reads a duplicate; it holds no output folder, and its budget's reservation is settled at nothing when
+            # its event is published.
+            now = self.clock()
+            record = accepted_record(
+                request, key, explicit_id, delivery, prepared, digest, teamed, self.owner, now, now
+            )
+            record = skipped_record(record, policy.event(record, now))
+        else:
+            self.jobs.prepare()
+            holder = self.outputs.claim(plan.output_dir, key_hash(key), request.request_id)
+            if holder is not None:
+                error = (
+                    f"output_dir: guardrail output_isolation: {plan.output_dir} overlaps {holder.output_dir}, where "
+                    f"active request {holder.request_id} writes (two jobs in one folder would read each other's "
+                    f"metrics and progress); choose a folder neither inside nor around it, or send this request again "
+                    f"once {holder.request_id} has ended"
+                )
+                self.preparation.let_go(key, team, prepared.budget_month)
+                return self.rejections.reject(
+                    request.request_id, key, delivery, [error], "the output_dir overlaps an active request's"
+                )
+            now = self.clock()
+            lease_until = now + timedelta(seconds=self.settings.lease)
+            record = accepted_record(
+                request, key, explicit_id, delivery, prepared, digest, teamed, self.owner, lease_until, now
+            )
+            record.supersedes = policy.supersedes
         try:
             generation = self.ledger.create(record)
         except IdTaken as taken:
-            self.outputs.release(plan.output_dir, key_hash(key))  # this request will not write there
+            if not record.final:
+                self.outputs.release(plan.output_dir, key_hash(key))  # this request will not write there
             self.preparation.let_go(key, team, prepared.budget_month)
             return self._id_taken(request, key, explicit_id, delivery, taken)
         except Conflict:
@@ -145,8 +160,16 @@ class Submission:
             if found is None:
                 raise Transient("the ledger record vanished between create and read") from None
             return found
-        logs.info("claimed", request_key=key, owner=self.owner)
-        self.ledger.mark_active(record.key_hash)
+        logs.info("claimed" if not record.final else "skipped at its claim", request_key=key, owner=self.owner)
+        self.ledger.mark_active(record.key_hash)  # a skipped one too, until its event is out (reconcile after a crash)
+        if not record.final:
+            record, generation = self.policy.confirm(
+                record, generation, lambda holder: self.policy.running(request, prepared, holder)
+            )
+        if record.final:  # skipped, or another trigger of its model took the model's run slot meanwhile
+            record, generation = self.outbox.flush(record, generation, whole_outbox(record))
+            self.outbox.retire_when_done(record)
+            return record.state
         record, generation = self.outbox.flush(record, generation, whole_outbox(record))
         return self.submit(record, generation, plan, new_attempt=True)
 
@@ -235,6 +258,10 @@ class Submission:
         """Steps 3-4 for the claim this controller holds; `plan` when the caller has just made it. `new_attempt`:
         the caller has just made this attempt (a new record, a resubmission) in its own compare-and-swap, so no
         earlier holder of its claim, of this version of trainctl or an earlier one, can have created its job."""
+        if record.superseded_by is not None and new_attempt:  # no job of this attempt can exist: none is made
+            return self.policy.end_superseded(record, generation, [])[0].state
+        if record.supersedes is not None and record.job_name is None:
+            self.policy.supersede_older(record)  # before this run's job: the model's older run makes way
         if plan is None:
             request = TrainingJobRequest.model_validate(record.job_request())
             evidence = evidence_of(record.model_steps)
@@ -282,9 +309,16 @@ class Submission:
             generation = self.outbox.save(record, generation)
         except Conflict:
             current, _ = self.outbox.read(record.key_hash)
+            if current.superseded_by is not None and current.job_name is None:
+                # A newer run of its model replaced it meanwhile: this job never runs. Its record keeps the claim; the
+                # next visit after the lease adopts the cancelled job, and it ends `cancelled` (superseded).
+                self.jobs.cancel(job.name)
+                return "superseded"
             if current.job_name != job.name:
                 raise Transient(f"lost the claim on {record.key} while submitting") from None
             return "submitted"  # whoever took over adopted the same job and reports it
+        if record.superseded_by is not None:
+            self.jobs.cancel(job.name)  # adopted by a take-over after its run was replaced: `cancelled` follows
         self.outbox.flush(record, generation, whole_outbox(record))
         logs.info("submitted", job=job.name, attempt=record.attempt)
         return "submitted"

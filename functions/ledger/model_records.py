@@ -59,6 +59,9 @@ class Entry(BaseModel):
     key_hash: str | None = None
     decision: Decision | None = None
     message: str = ""
+    dataset_fingerprint: str | None = Field(
+        None, description="The controller's decisions: the fingerprint of the data the version was trained on."
+    )
 
 
 class ModelRecord(BaseModel):
@@ -77,6 +80,18 @@ class ModelRecord(BaseModel):
     def decided(self, key_hash: str) -> Entry | None:
         """The controller's decision on the request with this key hash, if it made one."""
         return next((e for e in reversed(self.history) if e.key_hash == key_hash and e.trigger == "controller"), None)
+
+    def fingerprint_of(self, version: str) -> str | None:
+        """The dataset fingerprint the controller recorded when it decided on `version` (model.skip_unchanged rests
+        on this record, never on a registry label a person could edit); None when it recorded none."""
+        return next(
+            (
+                e.dataset_fingerprint
+                for e in reversed(self.history)
+                if e.version == version and e.trigger == "controller" and e.dataset_fingerprint
+            ),
+            None,
+        )
 
     def record(self, entry: Entry) -> None:
         self.history = [*self.history, entry][-MAX_HISTORY:]

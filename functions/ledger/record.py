@@ -139,6 +139,19 @@ class Record(BaseModel):
         None, description="When Vertex first refused this attempt's submission with PERMISSION_DENIED."
     )
     model_steps: ModelSteps | None = Field(None, description="With a model block: the steps after `succeeded`.")
+    dataset_fingerprint: str | None = Field(
+        None,
+        description="With a model block: its dataset's fingerprint at admission (functions/data/fingerprint.py), kept "
+        "in its version's lineage and its model's record, so model.skip_unchanged rests on the controller's records.",
+    )
+    supersedes: str | None = Field(
+        None, description="model.concurrency replace: the key hash of the model's run this one replaces (issue 42)."
+    )
+    superseded_by: str | None = Field(
+        None,
+        description="The request id of the newer run of its model that replaced this one: its job is cancelled, it "
+        "ends `cancelled` (reason superseded) and registers no version.",
+    )
     earlier_gpu_hours: float = Field(0.0, description="What the attempts before the current one ran, in GPU-hours.")
     earlier_cost_usd: float = Field(0.0, description="… and their estimated cost, each at its own rung's price.")
     code_objects: list[CodeObject] | None = Field(

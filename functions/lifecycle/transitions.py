@@ -133,7 +133,7 @@ def _waiting(record: Record, seen: _Observed) -> Transition:
     """QUEUED or PENDING: the job waits to start; past max_pending it is stuck, and cancelled (its reason: quota in
     QUEUED, capacity in PENDING)."""
     job = seen.job
-    if record.stuck:
+    if record.stuck or record.superseded_by:
         return Transition([], "cancel")  # the earlier cancel has not taken effect (or failed): again
     if job.start_time is not None or record.state == "running":
         # Vertex restarts a job that ran, by itself, after a preemption, a stockout or a crash (reference/
@@ -164,8 +164,8 @@ def _running(record: Record, seen: _Observed) -> Transition:
     """RUNNING or UPDATING: `running` the first time; with a heartbeat to judge (max_silence), a job whose
     training has not advanced for longer than max_silence is hung, and cancelled."""
     job, max_silence, progress = seen.job, seen.max_silence, seen.progress
-    if record.stuck:
-        return Transition([], "cancel")  # declared hung; the earlier cancel has not taken effect
+    if record.stuck or record.superseded_by:
+        return Transition([], "cancel")  # declared hung, or replaced; the earlier cancel has not taken effect
     if max_silence is not None and progress is None:
         return Transition([], "load_progress")
     events: list[JobEvent] = []
@@ -233,7 +233,9 @@ def _failed(record: Record, seen: _Observed) -> Transition:
     if reason == "preemption":
         record.rung_preemptions += 1
     stocked_out = is_stockout(job.error_message)
-    if ladder.has_fallbacks(record) and ladder.leaves_rung(record, reason, stocked_out):
+    if record.superseded_by:
+        pass  # a newer run of its model replaced it: never tried again
+    elif ladder.has_fallbacks(record) and ladder.leaves_rung(record, reason, stocked_out):
         if ladder.next_rung(record) is not None:
             left = ladder.left_because(record, reason, stocked_out)
             return resubmit(record, events, seen.common, reason, text, seen.now, left=left, job=job)
@@ -255,7 +257,10 @@ def _failed(record: Record, seen: _Observed) -> Transition:
 
 
 def _cancelled(record: Record, seen: _Observed) -> Transition:
-    """CANCELLED: by trainctl, for a job it declared stuck (hung, or waiting past max_pending), or by request."""
+    """CANCELLED: by trainctl, for a job it declared stuck (hung, or waiting past max_pending) or whose run a newer
+    run of its model replaced (model.concurrency replace: reason superseded), or by request."""
+    if record.superseded_by:
+        return _cancelled_superseded(record, seen)
     if record.stuck and record.failure_reason == "hang":
         return _cancelled_hung(record, seen)
     stuck_reason: Literal["quota", "capacity"] | None = None
@@ -271,6 +276,16 @@ def _cancelled(record: Record, seen: _Observed) -> Transition:
         duration_seconds=seen.job.duration_seconds,
     )
     return Transition([cancelled])
+
+
+def _cancelled_superseded(record: Record, seen: _Observed) -> Transition:
+    """The cancel of a replaced run took effect: `cancelled`, reason superseded, never tried again."""
+    events: list[JobEvent] = []
+    _running_if_missed(record, seen, events)
+    record.state, record.message = "cancelled", f"superseded by {record.superseded_by}"
+    text = f"job {seen.job.job_id} was cancelled: superseded by {record.superseded_by}, a newer run of its model"
+    events.append(Cancelled(**seen.fields(text), reason="superseded", duration_seconds=seen.job.duration_seconds))
+    return Transition(events)
 
 
 def _cancelled_hung(record: Record, seen: _Observed) -> Transition:

@@ -106,6 +106,11 @@ class Promotion:
         if steps.decision is not None:  # promoted, with its rollout still under way
             assert self.rollouts is not None
             return self.rollouts.advance(record, generation, charter)
+        if record.superseded_by is not None and steps.version is None:
+            # A run replaced by a newer one (model.concurrency replace) whose job succeeded before its cancel took
+            # effect: the newer run is the model's, so this one registers no version.
+            why = f"superseded by {record.superseded_by}, a newer run of the model: no version is registered"
+            return self._hold(record, generation, block, why)
         step = "copying the run's model folder"
         try:
             if steps.artifact_uri is None:
@@ -354,6 +359,7 @@ class Promotion:
             key_hash=record.key_hash,
             decision=decision,
             message=decision.reason,
+            dataset_fingerprint=record.dataset_fingerprint,
         )
         models.record(entry)
         if promote:

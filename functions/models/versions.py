@@ -117,6 +117,7 @@ def lineage(record: Record, settings: Settings) -> Lineage:
         image=image_of(request, settings),
         code_digest=code_digest(record.request),
         champion_passed=record.model_steps.champion_version if record.model_steps else None,
+        dataset_fingerprint=record.dataset_fingerprint,
     )
 
 

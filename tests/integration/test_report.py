@@ -59,7 +59,7 @@ def _expected(events: list[JobEvent], requests: list[str]) -> dict[str, dict]:
         runs = [r["run"] for r in group if r["run"] is not None]
         return {
             "requests": len(group),
-            "by_state": {s: states[s] for s in ("succeeded", "failed", "cancelled", "rejected")},
+            "by_state": {s: states[s] for s in ("succeeded", "failed", "cancelled", "rejected", "skipped")},
             "failures_by_reason": dict(sorted(Counter(r["reason"] for r in group if r["state"] == "failed").items())),
             "success_rate": round(states["succeeded"] / got_a_job, 4) if got_a_job else None,
             "time_to_start_seconds": {"p50": _nearest_rank(starts, 50), "p95": _nearest_rank(starts, 95)},

@@ -176,12 +176,20 @@ class RunPolicy:
         if slot is None or slot.key_hash == record.key_hash:
             return record, generation
         logs.info("another trigger took the model's run slot meanwhile", model=block.name, holder=slot.request_id)
-        if block.concurrency == "replace" or slot.supersedes == record.key_hash:
-            record.superseded_by = slot.request_id
-            return self.end_superseded(record, generation, [self._superseded(record, block, slot.request_id)])
-        # Its `accepted` was never published: it is skipped instead.
-        record = skipped_record(record, skip(slot.request_id).event(record, self.clock()))
-        return self._save_final(record, generation, [])
+        for _ in range(5):
+            try:
+                if block.concurrency == "replace" or slot.supersedes == record.key_hash:
+                    record.superseded_by = record.superseded_by or slot.request_id
+                    superseded = self._superseded(record, block, record.superseded_by)
+                    return self.end_superseded(record, generation, [superseded])
+                # Its `accepted` was never published: it is skipped instead.
+                record = skipped_record(record, skip(slot.request_id).event(record, self.clock()))
+                return self._save_final(record, generation, [])
+            except Conflict:  # the newer one marked it superseded meanwhile: end it as that says
+                record, generation = self.outbox.read(record.key_hash)
+                if record.final:
+                    return record, generation
+        raise Transient(f"the record of {record.request_id} kept changing while it ended")
 
     def supersede_older(self, record: Record) -> None:
         """The newer `record` replaces the run its slot named: mark that one superseded (its `superseded` event),

@@ -19,6 +19,8 @@ from cloudevents.http import CloudEvent
 from functions import handlers
 from functions.cloud.gcs import Gcs
 from functions.controller import Controller
+from functions.ledger.record import Record
+from functions.ledger.requests import Ledger
 from functions.ledger.run_slots import RunSlot, RunSlots
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT
@@ -216,6 +218,38 @@ def test_a_trigger_that_loses_the_slot_before_its_record_exists_ends_superseded(
     assert jobs_with_key(job_client, "request:gap-1") == []
     assert len(jobs_with_key(job_client, "request:gap-2")) == 1
     assert not deployment.record("request:gap-1").get("owner"), "it holds no claim"
+
+
+def test_a_trigger_marked_superseded_before_its_own_check_of_the_slot_ends_superseded(deployment, job_client):
+    """The newer trigger arrives right after the older one's record exists and marks it superseded (its record
+    changed under the older delivery's feet); the older delivery's check of the slot reads it again and ends it,
+    once. `superseded` is published by the newer delivery, the older one's `accepted` by its own: in sequence order
+    they are accepted, superseded, cancelled."""
+    model = new_model()
+    events = deployment.events()
+    newer = model_request(deployment, "mark-2", model, accuracy(0.8), concurrency="replace")
+    settings = Settings.from_env(deployment.settings_env(TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN))
+    controller = Controller.from_settings(settings)
+    ledger = controller.submission.ledger
+
+    class NewerArrivesRightAfter(Ledger):
+        def __init__(self) -> None:
+            self.__dict__ = dict(ledger.__dict__)
+
+        def create(self, record: Record) -> int:
+            created = super().create(record)
+            assert deployment.request(newer) == 200  # between this record's creation and its check of the slot
+            return created
+
+    controller.submission.ledger = NewerArrivesRightAfter()
+    older = model_request(deployment, "mark-1", model, accuracy(0.8), concurrency="replace")
+    _, body = deployment.push_body(json.dumps(older).encode(), "msg-mark-1")
+    attributes = {"type": MESSAGE_PUBLISHED, "source": "//pubsub.googleapis.com/test", "id": "mark-1"}
+    assert handlers.job_request(CloudEvent(attributes, json.loads(body)), controller) == "cancelled"
+    published = sorted((e for e, _ in events.drain() if e.request_id == "mark-1"), key=lambda e: e.sequence or 0)
+    assert [e.state for e in published] == ["accepted", "superseded", "cancelled"]
+    assert jobs_with_key(job_client, "request:mark-1") == []
+    assert len(jobs_with_key(job_client, "request:mark-2")) == 1
 
 
 def test_a_replaced_run_whose_cancel_failed_is_cancelled_by_reconcile(deployment, jobservice_control, tmp_path):

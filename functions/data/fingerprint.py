@@ -1,7 +1,8 @@
 """A dataset's fingerprint (issue 42, model.skip_unchanged): sha256 over the sorted lines "name generation crc32c" of
 the objects the trainer would read under dataset.uri — the selection admission's first_data_file and the trainer's
 list_shards make — from one bounded listing, so that no object is read. A new generation of any data object (the
-same bytes written again included) changes it; a marker or a hidden file does not.
+same bytes written again included: "the new object always has a different generation assigned to it",
+https://cloud.google.com/storage/docs/generations-preconditions) changes it; a marker or a hidden file does not.
 
 A dataset of more objects than the bound, or one that cannot be listed, has no fingerprint (None): it is never
 taken for unchanged.

@@ -45,8 +45,15 @@ from trainctl.source_package import (
 from trainctl.validate import EXIT_INVALID, load_request_file
 
 EXIT_FAILED = 1
-# A final event, and the exit status it gives `submit --wait`.
-FINAL_EXIT = {"succeeded": 0, "failed": EXIT_FAILED, "cancelled": EXIT_FAILED, "rejected": EXIT_INVALID}
+# A final event, and the exit status it gives `submit --wait`: a request a trigger policy skipped (issue 42) did what
+# its model block asked.
+FINAL_EXIT = {
+    "succeeded": 0,
+    "skipped": 0,
+    "failed": EXIT_FAILED,
+    "cancelled": EXIT_FAILED,
+    "rejected": EXIT_INVALID,
+}
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -122,6 +122,15 @@ def test_submit_wait_follows_the_key_its_own_delivery_names_and_no_other_teams_r
     assert [line.split()[1] for line in out.splitlines()] == ["duplicate", "succeeded"]
 
 
+def test_submit_wait_ends_on_its_requests_skip_and_on_a_duplicate_of_one(capsys):
+    """Issue 42: a request a trigger policy skipped at its claim is final (`skipped`, no `accepted`), exit 0, as is a
+    redelivery of it (a duplicate of a skipped request)."""
+    mine = Trigger(kind="pubsub", message_id="victim-7")
+    skipped = lifecycle("skipped", trigger=mine, reason="running", blocking_request="victim-0", saved_gpu_hours=4.0)
+    assert follow([skipped], capsys=capsys)[0] == 0
+    assert follow([lifecycle("duplicate", delivery="victim-7", existing_state="skipped")], capsys=capsys)[0] == 0
+
+
 def test_watch_shows_another_deliverys_rejection_as_such_and_only_its_teams_request():
     from trainctl.jobs import about_request
 

@@ -80,11 +80,13 @@ def accepted_record(
 
 
 def skipped_record(record: Record, skipped: JobEvent) -> Record:
-    """The new request's record made final at its claim by a trigger policy (issue 42): `skipped`, with only that
-    event in its outbox (no `accepted`), and no claim held."""
+    """The new request's record made final at its claim by a trigger policy (issue 42): `skipped`, with that event in
+    its outbox instead of `accepted` (what else its claim queued, such as `coalesced`, stays, numbered again), and
+    no claim held."""
     record.state, record.owner, record.lease_until = "skipped", None, None
+    kept = [event for event in record.outbox_events() if event.state != "accepted"]
     record.outbox, record.sequence = [], 0
-    record.add_events([skipped])
+    record.add_events([*kept, skipped])
     return record
 
 

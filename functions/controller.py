@@ -119,7 +119,6 @@ class Controller:
                 RunSlots(self.gcs, self.ledger.bucket),
                 ModelLedger(self.gcs, self.ledger.bucket),
                 self.outbox,
-                self.jobs,
                 self.quota_queue,
                 self.clock,
             ),

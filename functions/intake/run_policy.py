@@ -9,7 +9,8 @@ slot. Of two triggers at the same instant one write wins; the other reads the wi
 it counts as active for a lease) and decides again. After its record is created a request reads the slot once more:
 one that lost it meanwhile ends at once, superseded (or skipped, under `skip`). The run replaced is marked
 `superseded_by` (with its `superseded` event) by the newer request's submission before the newer one's job is created,
-whichever delivery or reconcile visit gets there: its job is cancelled, it ends `cancelled` (reason superseded)
+whichever delivery or reconcile visit gets there: its job is cancelled by the observers (reconcile's next tick: the
+intake functions never cancel jobs, issue 40 point 6), it ends `cancelled` (reason superseded)
 and registers no version (functions/models/promotion.py).
 
 Skip unchanged data: the dataset's fingerprint (functions/data/fingerprint.py, computed at preparation) against the
@@ -28,7 +29,6 @@ from functions import logs
 from functions.capacity.quota_queue import QuotaQueue
 from functions.cloud.errors import Transient
 from functions.cloud.gcs import Conflict
-from functions.cloud.vertex import LazyJobs
 from functions.intake.acceptance import skipped_record
 from functions.intake.preparation import Prepared
 from functions.ledger.keys import key_hash
@@ -88,7 +88,6 @@ class RunPolicy:
     slots: RunSlots
     models: ModelLedger
     outbox: Outbox
-    jobs: LazyJobs
     queue: QuotaQueue  # an older run ended while it waited for quota lets go of its place
     clock: Callable[[], datetime]
 
@@ -192,9 +191,11 @@ class RunPolicy:
         raise Transient(f"the record of {record.request_id} kept changing while it ended")
 
     def supersede_older(self, record: Record) -> None:
-        """The newer `record` replaces the run its slot named: mark that one superseded (its `superseded` event),
-        cancel its job, and end it at once when it waits in trainctl's queue (no job). A claimed one with no job
-        yet is ended by its own next submission (Submission.submit), which may be creating its job right now."""
+        """The newer `record` replaces the run its slot named: mark that one superseded (its `superseded` event), and
+        end it at once when it waits in trainctl's queue (no job). Its job is cancelled by the observers — the intake
+        functions may create jobs, never cancel them (issue 40, point 6) — at reconcile's next tick, which is made to
+        look at it (what the sweep last saw of it is forgotten), or the job's next state change. A claimed one with
+        no job yet is ended by its own next submission (Submission.submit), which may be creating its job now."""
         block = block_of(record)
         if record.supersedes is None or block is None:
             return
@@ -214,14 +215,8 @@ class RunPolicy:
             except Conflict:
                 continue
             logs.info("superseded the model's older run", superseded=older.request_id, model=block.name)
-            if older.job_name is not None:
-                try:
-                    self.jobs.cancel(older.job_name)  # its `cancelled` follows when the cancel takes effect
-                except Exception as exc:  # the older one's next observation cancels it again (transitions.py)
-                    logs.warning(f"could not cancel the replaced run's job yet: {type(exc).__name__}: {exc}")
-                    # What the sweep last saw of it is forgotten, so that the next tick looks at it, job unchanged.
-                    with contextlib.suppress(Exception):
-                        self.ledger.note_on_active(older.key_hash, {FORGET_SEEN: ""})
+            with contextlib.suppress(Exception):  # else it is looked at when its job's state changes, or is due
+                self.ledger.note_on_active(older.key_hash, {FORGET_SEEN: ""})
             self.outbox.flush(older, generation, mine)
             return
         raise Transient(f"the record of the run {record.request_id} replaces kept changing")

@@ -308,17 +308,14 @@ class Submission:
         try:
             generation = self.outbox.save(record, generation)
         except Conflict:
-            current, _ = self.outbox.read(record.key_hash)
+            current, current_generation = self.outbox.read(record.key_hash)
             if current.superseded_by is not None and current.job_name is None:
-                # A newer run of its model replaced it meanwhile: this job never runs. Its record keeps the claim; the
-                # next visit after the lease adopts the cancelled job, and it ends `cancelled` (superseded).
-                self.jobs.cancel(job.name)
-                return "superseded"
+                # A newer run of its model replaced it meanwhile: the claim is let go at once, so that the redelivery
+                # (or reconcile) adopts this job, and the observers cancel it (the intake functions never cancel).
+                self._release(current, current_generation)
             if current.job_name != job.name:
                 raise Transient(f"lost the claim on {record.key} while submitting") from None
             return "submitted"  # whoever took over adopted the same job and reports it
-        if record.superseded_by is not None:
-            self.jobs.cancel(job.name)  # adopted by a take-over after its run was replaced: `cancelled` follows
         self.outbox.flush(record, generation, whole_outbox(record))
         logs.info("submitted", job=job.name, attempt=record.attempt)
         return "submitted"

@@ -45,6 +45,7 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (GCS, "names"): frozenset({"storage.objects.list"}),
     (GCS, "objects_under"): frozenset({"storage.objects.list"}),  # the admission preflight's listing
     (GCS, "metadata_under"): frozenset({"storage.objects.list"}),  # the history index, names with their metadata
+    (GCS, "listing"): frozenset({"storage.objects.list"}),  # names with generation and CRC32C (issue 42)
     # objects.patch of custom metadata (the reconcile sweep's notes on active entries): storage.objects.update.
     (GCS, "set_metadata"): frozenset({"storage.objects.update"}),
     (PUBLISHER, "__init__"): frozenset(),
@@ -166,6 +167,10 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.data.admission.check_dataset", "read"): frozenset({"control"}),
     ("functions.data.admission.check_dataset", "objects_under"): frozenset({"data"}),
     ("functions.data.admission._read_header", "read_range"): frozenset({"data"}),
+    # Each model's run slot (issue 42, model.concurrency) beside the model records.
+    ("functions.ledger.run_slots.RunSlots", "*"): frozenset({"control"}),
+    # A model request's dataset fingerprint (issue 42, model.skip_unchanged): one listing of its dataset.
+    ("functions.data.fingerprint.dataset_fingerprint", "listing"): frozenset({"data"}),
     # Packages verified at intake (issue 38): admission keeps a package's URIs to the data buckets.
     ("functions.intake.package_check.check_packages", "digest"): frozenset({"data"}),
     # trainctl's secret launcher package (issue 40), written to launchers/ of the control bucket before a package job

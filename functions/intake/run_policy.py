@@ -77,6 +77,7 @@ class Go:
 
 
 def block_of(record: Record) -> ModelBlock | None:
+    """The model block of a record's request; None without one."""
     model = record.request.get("model")
     return ModelBlock.model_validate(model) if model else None
 

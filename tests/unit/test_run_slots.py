@@ -96,3 +96,26 @@ def test_allow_never_reads_or_writes_the_slot():
     generation = p.slots.read("churn")[1]
     assert decide(p, "allow") == Go(None)
     assert p.slots.read("churn")[1] == generation
+
+
+def test_a_replaced_run_waiting_in_the_queue_ends_at_once_and_a_running_one_is_left_to_the_observers():
+    """The newer run's submission marks the older superseded: one with no job, waiting for quota, ends `cancelled`
+    (superseded) there and then; one with a job is only marked, for reconcile to cancel."""
+    for state, ends in (("queued", True), ("running", False)):
+        p = policy()
+        model = trigger("replace", "old").model_dump(mode="json")
+        older = make_record(key="request:old", key_hash=HOLDER, request_id="old", state=state, request=model)
+        if state == "queued":
+            older.job_name = None
+        p.ledger.create(older)
+        p.ledger.mark_active(HOLDER)
+        newer = make_record(key="request:new", key_hash="n" * 64, request_id="new", request=model, supersedes=HOLDER)
+        p.supersede_older(newer)
+        found = p.ledger.read(HOLDER)
+        assert found is not None
+        record = found[0]
+        assert record.superseded_by == "new" and record.final == ends
+        published = [e.state for e in p.outbox.publisher.published]  # type: ignore[attr-defined]
+        assert published == (["superseded", "cancelled"] if ends else ["superseded"])
+        if ends:
+            assert p.outbox.publisher.published[-1].reason == "superseded"  # type: ignore[attr-defined]

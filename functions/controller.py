@@ -22,6 +22,7 @@ from functions.intake.preparation import Preparation
 from functions.intake.refusals import Refusals
 from functions.intake.rejections import Rejections
 from functions.intake.submission import Submission
+from functions.intake.windows import Windows
 from functions.ledger.budget_records import BudgetRecords
 from functions.ledger.endpoint_records import EndpointLedger
 from functions.ledger.keys import id_namespace
@@ -30,6 +31,7 @@ from functions.ledger.outbox import Outbox
 from functions.ledger.output_claims import OutputClaims
 from functions.ledger.requests import Ledger
 from functions.ledger.scoring_records import ScoringLedger
+from functions.ledger.window_records import WindowRecords
 from functions.lifecycle.observation import Observation
 from functions.models.intake import ModelIntake
 from functions.models.promotion import Promotion
@@ -112,7 +114,8 @@ class Controller:
             ),
             self.rejections,
         )
-        self.markers = Markers(s, self.gcs, self.rejections, self.request_key, self.handle_request)
+        self.windows = Windows(s, WindowRecords(self.gcs, self.ledger.bucket), self.clock)
+        self.markers = Markers(s, self.gcs, self.rejections, self.request_key, self.handle_request, self.windows.fold)
         model_ledger = ModelLedger(self.gcs, self.ledger.bucket)
         self.rollouts = Rollouts(
             s,
@@ -217,8 +220,12 @@ class Controller:
         return self.scorings.start(marker)
 
     def reconcile(self) -> dict[str, int]:
-        """The requests' sweep, then each batch scoring not yet finished."""
+        """The requests' sweep, the coalescing windows that have closed (each started once), then each batch scoring
+        not yet finished."""
         summary = self.observation.reconcile()
+        windows = self.windows.close_due(self.markers.arrive)
+        summary["windows_started"] = windows["windows_started"]
+        summary["errors"] += windows["errors"]
         summary.update(self.scorings.reconcile())
         return summary
 

@@ -223,9 +223,9 @@ class Controller:
         """The requests' sweep, the coalescing windows that have closed (each started once), then each batch scoring
         not yet finished."""
         summary = self.observation.reconcile()
-        windows = self.windows.close_due(self.markers.arrive)
-        summary["windows_started"] = windows["windows_started"]
-        summary["errors"] += windows["errors"]
+        for count, value in self.windows.close_due(self.markers.arrive).items():
+            if value:  # a deployment without coalescing rules sums up as before
+                summary[count] = summary.get(count, 0) + value
         summary.update(self.scorings.reconcile())
         return summary
 

@@ -10,6 +10,7 @@ finds the records with something to start without reading the others.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from datetime import datetime, timedelta
 from typing import Literal
@@ -115,6 +116,16 @@ class WindowRecords:
             generation,
             custom_metadata={"due": due.isoformat() if due else ""},
         )
+
+    def first_due(self) -> datetime | None:
+        """When the first window of any rule comes due (trainctl replay's clock moves there), None when none is open."""
+        times = []
+        for _, metadata in self._gcs.metadata_under(self.bucket, WINDOWS_PREFIX):
+            due = metadata.get("due", "")
+            with contextlib.suppress(ValueError):
+                if due:
+                    times.append(datetime.fromisoformat(due))
+        return min(times, default=None)
 
     def due(self, now: datetime) -> list[str]:
         """The names of the records whose first window is due at `now` (from one listing of their metadata); a record

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from functions.intake.markers import Arrival
 from functions.intake.windows import (
+    Windows,
     dataset_of,
     fold_in,
     folded_already,
@@ -13,7 +15,16 @@ from functions.intake.windows import (
     union_folder,
     window_arrival,
 )
-from functions.ledger.window_records import MAX_MARKERS, FoldedMarker, StartedMarker, WindowRecord
+from functions.ledger.window_records import (
+    MAX_MARKERS,
+    FoldedMarker,
+    StartedMarker,
+    WindowRecord,
+    WindowRecords,
+    record_name,
+)
+from functions.settings import Settings
+from local.memory_gcs import MemoryGcs
 from schemas.triggers import TriggerPolicy
 
 T0 = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
@@ -113,3 +124,28 @@ def test_a_closed_window_starts_its_newest_markers_request_over_newest_or_union(
     assert folded is not None and folded.markers == (early.uri, late.uri) and folded.dataset_uri == "gs://data/churn/"
     window.coalesce = "newest"
     assert dataset_of(window, RULE) == ("gs://data/churn/p2/", None)
+
+
+def test_a_window_whose_start_keeps_raising_is_dropped_after_three_tries_and_other_rules_go_on():
+    """A start that raises something other than a transient error (a bug, say) is counted on the window; the third
+    drops it, logged, instead of trying it every tick forever. Another rule's due window still starts each tick."""
+    gcs = MemoryGcs()
+    records = WindowRecords(gcs, "control")
+    windows = Windows(Settings(project="p", region="r", control_bucket="control", events_topic="t", trainer_image="i"),
+                      records, lambda: T0 + timedelta(minutes=5))  # fmt: skip
+    for rule in (RULE, "gs://data/other/"):
+        record = WindowRecord(rule=rule)
+        fold_in(record, marker(rule.removeprefix("gs://data/") + "a/", 0), QUIET, T0)
+        records.write(record, 0)
+    started: list[str] = []
+
+    def arrive(arrival: Arrival) -> str:
+        if arrival.rule == RULE:
+            raise RuntimeError("a bug")
+        started.append(arrival.rule)
+        return "submitted"
+
+    summaries = [windows.close_due(arrive) for _ in range(4)]
+    assert [s["errors"] for s in summaries] == [1, 1, 1, 0]
+    assert started == ["gs://data/other/"]
+    assert records.read(record_name(RULE))[0].windows == []  # type: ignore[index]

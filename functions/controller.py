@@ -220,10 +220,11 @@ class Controller:
         return self.scorings.start(marker)
 
     def reconcile(self) -> dict[str, int]:
-        """The requests' sweep, the coalescing windows that have closed (each started once), then each batch scoring
-        not yet finished."""
+        """The coalescing windows that have closed, each started once (first: a few per tick, and a closed window's
+        run should not wait behind the sweep), the requests' sweep, then each batch scoring not yet finished."""
+        windows = self.windows.close_due(self.markers.arrive)
         summary = self.observation.reconcile()
-        for count, value in self.windows.close_due(self.markers.arrive).items():
+        for count, value in windows.items():
             if value:  # a deployment without coalescing rules sums up as before
                 summary[count] = summary.get(count, 0) + value
         summary.update(self.scorings.reconcile())

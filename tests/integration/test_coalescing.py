@@ -105,7 +105,7 @@ def test_ten_partitions_in_30s_under_a_20s_quiet_window_make_one_run(deployment,
     assert len(jobs_with_key(job_client, rule.key(newest))) == 1
     assert all(jobs_with_key(job_client, rule.key(blob)) == [] for blob in markers[:-1])
     request_id = rule.request_id(newest)
-    assert events.states(request_id) == ["accepted", "coalesced", "submitted"]
+    assert events.states(request_id)[:3] == ["accepted", "coalesced", "submitted"]  # then the sweep sees it run
     (coalesced,) = events.of(request_id, "coalesced")
     assert coalesced.markers == [rule.uri(blob) for blob in markers]
     assert coalesced.rule == rule.prefix and coalesced.dataset_uri == f"{rule.prefix}p9/"

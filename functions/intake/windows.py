@@ -190,6 +190,11 @@ class Windows:
             window = next((w for w in record.windows if w.closes_at() <= now), None)
             if window is None:
                 return started
+            if record.rule not in self.settings.trigger_rules:
+                logs.warning(f"the rule {record.rule} is gone from the trigger rules; its window starts nothing",
+                             window=window.id, markers=len(window.markers))  # fmt: skip
+                self._drop(name, window.id, now)
+                continue
             if window.closed is None:
                 # Closed first, in its own swap: a marker folded in meanwhile makes this fail, and is then in it.
                 window.closed = window.closes_at()

@@ -131,8 +131,10 @@ def test_a_window_whose_start_keeps_raising_is_dropped_after_three_tries_and_oth
     drops it, logged, instead of trying it every tick forever. Another rule's due window still starts each tick."""
     gcs = MemoryGcs()
     records = WindowRecords(gcs, "control")
-    windows = Windows(Settings(project="p", region="r", control_bucket="control", events_topic="t", trainer_image="i"),
-                      records, lambda: T0 + timedelta(minutes=5))  # fmt: skip
+    rules = {RULE: {}, "gs://data/other/": {}}
+    settings = Settings(project="p", region="r", control_bucket="control", events_topic="t", trainer_image="i",
+                        trigger_rules=rules)  # fmt: skip
+    windows = Windows(settings, records, lambda: T0 + timedelta(minutes=5))
     for rule in (RULE, "gs://data/other/"):
         record = WindowRecord(rule=rule)
         fold_in(record, marker(rule.removeprefix("gs://data/") + "a/", 0), QUIET, T0)
@@ -149,3 +151,17 @@ def test_a_window_whose_start_keeps_raising_is_dropped_after_three_tries_and_oth
     assert [s["errors"] for s in summaries] == [1, 1, 1, 0]
     assert started == ["gs://data/other/"]
     assert records.read(record_name(RULE))[0].windows == []  # type: ignore[index]
+
+
+def test_a_window_of_a_rule_gone_from_the_settings_is_dropped_without_a_start():
+    gcs = MemoryGcs()
+    records = WindowRecords(gcs, "control")
+    settings = Settings(project="p", region="r", control_bucket="control", events_topic="t", trainer_image="i")
+    windows = Windows(settings, records, lambda: T0 + timedelta(minutes=5))
+    record = WindowRecord(rule=RULE)
+    fold_in(record, marker("churn/a/", 0), QUIET, T0)
+    records.write(record, 0)
+    assert windows.close_due(lambda arrival: "submitted") == {"windows_started": 0, "errors": 0}
+    kept = records.read(record_name(RULE))
+    assert kept is not None and kept[0].windows == []
+    assert [s.uri for s in kept[0].started] == [marker("churn/a/", 0).uri]

@@ -67,9 +67,15 @@ class Window(BaseModel):
         return min(self.last + timedelta(seconds=self.quiet_window), self.first + timedelta(seconds=self.limit))
 
     def oldest_first(self) -> list[FoldedMarker]:
-        """Its markers by event time (the order folded in among equal times): the last is the newest."""
+        """Its markers by event time, then generation (events' times may share a second; a marker's generation is its
+        upload's microsecond on Cloud Storage), then the order folded in: the last is the newest."""
         order = {marker.uri: index for index, marker in enumerate(self.markers)}
-        return sorted(self.markers, key=lambda marker: (marker.time, order[marker.uri]))
+
+        def age(marker: FoldedMarker) -> tuple[datetime, int, int]:
+            generation = int(marker.generation) if marker.generation.isdigit() and len(marker.generation) <= 20 else 0
+            return marker.time, generation, order[marker.uri]
+
+        return sorted(self.markers, key=age)
 
 
 class StartedMarker(BaseModel):

@@ -184,8 +184,7 @@ def test_two_markers_at_the_same_instant_both_fold_in(deployment, job_client):
     (window,) = rule.window_record()["windows"]
     assert sorted(m["name"] for m in window["markers"]) == sorted(blob.name for blob in markers)
     assert rule.reconcile_at(1 + QUIET)["windows_started"] == 1
-    # Equal times: the newest is the one folded in last.
-    newest = next(blob for blob in markers if blob.name == window["markers"][-1]["name"])
+    newest = max(markers, key=lambda blob: blob.generation)  # equal times: the latest generation
     (coalesced,) = events.of(rule.request_id(newest), "coalesced")
     assert sorted(coalesced.markers) == sorted(rule.uri(blob) for blob in markers)
     assert [len(jobs_with_key(job_client, rule.key(blob))) for blob in markers].count(1) == 1

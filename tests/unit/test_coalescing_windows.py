@@ -165,3 +165,10 @@ def test_a_window_of_a_rule_gone_from_the_settings_is_dropped_without_a_start():
     kept = records.read(record_name(RULE))
     assert kept is not None and kept[0].windows == []
     assert [s.uri for s in kept[0].started] == [marker("churn/a/", 0).uri]
+
+
+def test_among_markers_of_one_second_the_latest_generation_is_the_newest():
+    record = WindowRecord(rule=RULE)
+    for generation in (30, 10, 20):  # delivered out of order, their events' times alike
+        fold_in(record, marker(f"churn/g{generation}/", 0, generation=generation), QUIET, T0)
+    assert [m.generation for m in record.windows[0].oldest_first()] == ["10", "20", "30"]

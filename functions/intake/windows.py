@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from functions import logs
+from functions.cloud import deadline
 from functions.cloud.errors import Transient
 from functions.cloud.gcs import Conflict
 from functions.intake import triggers
@@ -38,6 +39,9 @@ from schemas.triggers import TriggerPolicy
 
 # Compare-and-swaps tried before a contended record is left to the redelivery (or the next tick).
 SWAPS = 8
+# A rule's due windows are started only with this much of reconcile's deadline left (a start is a submission, as long
+# as a record's observation: functions/lifecycle/observation.py MIN_OBSERVE_SECONDS).
+START_SECONDS = 10.0
 # Starts of one window that raised something other than a transient error, after which it is dropped (logged).
 MAX_FAILURES = 3
 
@@ -162,7 +166,8 @@ class Windows:
 
     def close_due(self, arrive: Callable[[Arrival], str]) -> dict[str, int]:
         """reconcile: start every window that has closed, each once, through `arrive` (Markers.arrive). A record that
-        cannot be read or started is logged and counted in `errors`, and the sweep goes on."""
+        cannot be read or started is logged and counted in `errors`, and the sweep goes on; with too little of the
+        deadline left, the rest are counted in `windows_deferred`, for the next tick."""
         now = self.clock()
         summary = {"windows_started": 0, "errors": 0}
         try:
@@ -171,6 +176,9 @@ class Windows:
             logs.error(f"reconcile could not list the coalescing windows: {type(exc).__name__}: {exc}")
             return {"windows_started": 0, "errors": 1}
         for name in due:
+            if not deadline.allows(START_SECONDS):
+                summary["windows_deferred"] = summary.get("windows_deferred", 0) + 1  # the next tick's
+                continue
             try:
                 summary["windows_started"] += self._close_record(name, now, arrive)
             except Exception as exc:  # one rule's record never stops the others'

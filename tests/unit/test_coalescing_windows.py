@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from functions.cloud import deadline
 from functions.intake.markers import Arrival
 from functions.intake.windows import (
     Windows,
@@ -172,3 +173,20 @@ def test_among_markers_of_one_second_the_latest_generation_is_the_newest():
     for generation in (30, 10, 20):  # delivered out of order, their events' times alike
         fold_in(record, marker(f"churn/g{generation}/", 0, generation=generation), QUIET, T0)
     assert [m.generation for m in record.windows[0].oldest_first()] == ["10", "20", "30"]
+
+
+def test_a_tick_short_of_time_leaves_due_windows_to_the_next():
+    records = WindowRecords(MemoryGcs(), "control")
+    settings = Settings(project="p", region="r", control_bucket="control", events_topic="t", trainer_image="i",
+                        trigger_rules={RULE: {}})  # fmt: skip
+    windows = Windows(settings, records, lambda: T0 + timedelta(minutes=5))
+    record = WindowRecord(rule=RULE)
+    fold_in(record, marker("churn/a/", 0), QUIET, T0)
+    records.write(record, 0)
+    with deadline.handler_deadline(12):  # 9 s left: less than a start may take
+        assert windows.close_due(lambda arrival: "submitted") == {
+            "windows_started": 0,
+            "errors": 0,
+            "windows_deferred": 1,
+        }
+    assert windows.close_due(lambda arrival: "submitted") == {"windows_started": 1, "errors": 0}

@@ -12,6 +12,7 @@ locals {
     job_state_topic          = "${var.name_prefix}-job-state"
     dead_letter_topic        = "${var.name_prefix}-dead-letter"
     dead_letter_subscription = "${var.name_prefix}-dead-letter-pull"
+    retrain_topic            = "${var.name_prefix}-retrain"
   }
 
   names = merge(local.default_names, {
@@ -146,6 +147,20 @@ locals {
         event_type   = "google.cloud.pubsub.topic.v1.messagePublished"
         bucket       = null
         pubsub_topic = google_pubsub_topic.job_state.id
+      }
+    }
+    on_retrain = {
+      account     = "fn-retrain"
+      description = "Starts a trigger rule's run on its newest marker for a schedule tick or a Monitoring alert."
+      reads_data  = true
+      # A tick or an alert lists the rule's prefix for its newest marker (issue 42).
+      reads_outputs      = false
+      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"]
+      # Cloud Scheduler's ticks and the Monitoring notification channel's incidents, on the retrain topic (retrain.tf).
+      trigger = {
+        event_type   = "google.cloud.pubsub.topic.v1.messagePublished"
+        bucket       = null
+        pubsub_topic = google_pubsub_topic.retrain.id
       }
     }
     reconcile = {

@@ -48,7 +48,7 @@ locals {
   reduction_server_image       = coalesce(var.reduction_server_image, "${local.reduction_server_multiregion}-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest")
 
   # The controller's settings (functions/settings.py): one TRAINCTL_<FIELD> per Settings field, the same for
-  # all four functions. TRAINCTL_VERTEX_ENDPOINT, TRAINCTL_QUOTAS_ENDPOINT and TRAINCTL_MONITORING_ENDPOINT are left
+  # all five functions. TRAINCTL_VERTEX_ENDPOINT, TRAINCTL_QUOTAS_ENDPOINT and TRAINCTL_MONITORING_ENDPOINT are left
   # out on purpose: only the local stack sets them, so in the cloud the controller talks to
   # <region>-aiplatform.googleapis.com, cloudquotas.googleapis.com and monitoring.googleapis.com.
   # Teams (teams.tf): the variable with each team's topic and the data bucket (which data_prefixes are folders of) filled
@@ -95,7 +95,7 @@ locals {
   # Settings read an empty variable as unset, so empty ones (an empty allow-list) are simply not set.
   controller_env = { for name, value in local.controller_settings : name => value if value != "" }
 
-  # The four entry points of functions/main.py and what each one needs. All four create CustomJobs as the trainer (or a
+  # The five entry points of functions/main.py and what each one needs. All five create CustomJobs as the trainer (or a
   # custom account: act-as, iam.tf). `vertex_permissions`: the Vertex AI permissions of the calls it can reach, no more
   # (a custom role each, iam.tf; tests/terraform/test_terraform_reachable_calls.py derives them from the code: issue 40,
   # point 6). `reads_data`: reads dataset markers

@@ -337,7 +337,7 @@ variable "max_event_age" {
 # Functions
 
 variable "python_runtime" {
-  description = "Cloud Functions Python runtime of the four functions."
+  description = "Cloud Functions Python runtime of the five functions."
   type        = string
   default     = "python311"
 

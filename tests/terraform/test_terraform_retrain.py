@@ -99,3 +99,23 @@ def test_on_retrain_is_triggered_by_the_retrain_topic_as_on_job_state_is_by_its_
     trigger, state = functions["on_retrain"]["trigger"], functions["on_job_state"]["trigger"]
     assert trigger == state | {"pubsub_topic": "${google_pubsub_topic.retrain.id}"}
     assert tf.resource("google_pubsub_topic", "retrain")["name"] == "${local.names.retrain_topic}"
+
+
+def test_only_monitorings_agent_is_granted_publish_on_the_retrain_topic(tf):
+    """Guards SECURITY 38: a message on the retrain topic starts a paid run, so Terraform grants publish there to
+    Monitoring's notification agent alone (Cloud Scheduler's agent needs no grant), and publish nowhere project-wide."""
+    grants = [
+        name
+        for kind in (
+            "google_pubsub_topic_iam_member",
+            "google_pubsub_topic_iam_binding",
+            "google_pubsub_topic_iam_policy",
+        )
+        for name, body in tf.of_kind(kind).items()
+        if "retrain" in str(body.get("topic", ""))
+    ]
+    assert grants == ["monitoring_publishes_retrain"]
+    project_roles = [str(body.get("role")) for body in tf.of_kind("google_project_iam_member").values()]
+    assert not [
+        role for role in project_roles if role.startswith("roles/pubsub.") or role in ("roles/editor", "roles/owner")
+    ]

@@ -21,10 +21,11 @@ from functions.intake.markers import Markers
 from functions.intake.preparation import Preparation
 from functions.intake.refusals import Refusals
 from functions.intake.rejections import Rejections
+from functions.intake.rule_triggers import RuleTriggers
 from functions.intake.submission import Submission
 from functions.ledger.budget_records import BudgetRecords
 from functions.ledger.endpoint_records import EndpointLedger
-from functions.ledger.keys import id_namespace
+from functions.ledger.keys import id_namespace, key_hash
 from functions.ledger.model_records import ModelCharters, ModelLedger
 from functions.ledger.outbox import Outbox
 from functions.ledger.output_claims import OutputClaims
@@ -217,10 +218,17 @@ class Controller:
         return self.scorings.start(marker)
 
     def reconcile(self) -> dict[str, int]:
-        """The requests' sweep, then each batch scoring not yet finished."""
+        """The requests' sweep, then each batch scoring not yet finished, then the scheduled rules' ticks that never
+        came (catch_up latest: functions/intake/rule_triggers.py)."""
         summary = self.observation.reconcile()
         summary.update(self.scorings.reconcile())
+        if caught_up := self.rule_triggers().catch_up(lambda key: self.ledger.read(key_hash(key)) is not None):
+            summary["ticks_caught_up"] = caught_up
         return summary
+
+    def rule_triggers(self) -> RuleTriggers:
+        """A rule's schedule ticks and alerts (issue 42), on this controller's parts and clock."""
+        return RuleTriggers(self.settings, self.gcs, self.markers, self.publisher, self.clock)
 
 
 def default_registry(settings: Settings) -> Registry:

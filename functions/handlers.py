@@ -281,14 +281,12 @@ def job_state(cloud_event: Any, ctl: Controller | None = None) -> str:
 
 def retrain(cloud_event: Any, ctl: Controller | None = None) -> str:
     """A schedule tick or an alert on the retrain topic starts its rule's run (functions/intake/rule_triggers.py)."""
-    from functions.intake.rule_triggers import RuleTriggers
-
     c = ctl or controller()
     message, raw = _pubsub_payload(cloud_event)
     when = _event_time(cloud_event)
     if _too_old(cloud_event, when, c.settings):
         return "too old"
-    rule_triggers = RuleTriggers(c.settings, c.gcs, c.markers, c.publisher, c.clock)
+    rule_triggers = c.rule_triggers()
     with logs.request_context(None):
         message_id = str(message.get("messageId") or cloud_event["id"])
         return rule_triggers.receive(raw, message_id, _publish_time(message, when), when)

@@ -10,7 +10,8 @@ most once however often it is delivered:
   message's publishTime (schemas/cron.py); its id `sched.<rule>-<yyyymmddthhmmz>`, its key `schedule:<rule>#<time>`.
   A tick whose time is older than the newest fire time due (one due more than TICK_GRACE ago) was missed: catch_up
   `latest` runs it as that newest fire time, so that any number of missed ticks make one run; `none` publishes
-  `skipped` (reason missed_tick) for the delivery and runs nothing.
+  `skipped` (reason missed_tick) for the delivery and runs nothing. Under `latest`, reconcile also runs a fire time
+  whose tick never came (none had arrived RECONCILE_GRACE after it was due), as that tick: `catch_up`.
 - An alert is a Cloud Monitoring incident from a Pub/Sub notification channel (schema version 1.2:
   cloud.google.com/monitoring/support/notification-options, "Schema structure"): `{"version": "1.2", "incident":
   {"incident_id", "policy_name", "state": "open" | "closed", "policy_user_labels", …}}`. The alerting policy's user
@@ -54,6 +55,10 @@ MODEL_LABELS = ("trainctl-model", "trainctl_model")
 # A tick is missed once a later fire time has been due this long: a tick delivered a few seconds late, past the next
 # minute of an every-minute schedule, is not.
 TICK_GRACE = timedelta(seconds=60)
+# Reconcile runs a `latest` rule's fire time whose tick has not arrived this long after it was due, during the next
+# RECONCILE_GRACE only (two ticks of the default 5-minute reconcile schedule): a fire time from before the rule had a
+# schedule, or one whose run is refused, is not tried at every tick forever.
+RECONCILE_GRACE = timedelta(minutes=10)
 # The most objects one listing of a rule's prefix reads looking for its newest marker.
 MAX_LISTED = 100_000
 _MAX_INCIDENT_ID = 256
@@ -243,6 +248,32 @@ class RuleTriggers:
         self.publisher.publish(event)
         logs.info("published skipped (missed_tick)", request_id=request_id, rule=rule)
         return "skipped"
+
+    def catch_up(self, has_record: Callable[[str], bool]) -> int:
+        """Reconcile's part: each inline rule under catch_up `latest` whose newest fire time due RECONCILE_GRACE ago
+        (and not yet twice that) has no request under its key — its tick never came — runs that fire time now, as its
+        tick would have (the same id and key: a tick arriving later is a duplicate). How many were started."""
+        now, started = self.clock(), 0
+        for rule, template in self.settings.trigger_rules.items():
+            if not isinstance(template, dict):
+                continue  # a gs:// template is not read at every reconcile tick; its ticks catch up when they arrive
+            try:
+                _, policy = triggers.split_policy(template, rule)
+            except DocumentInvalid:
+                continue
+            schedule = policy.schedule
+            if schedule is None or schedule.catch_up != "latest":
+                continue
+            due = cron.latest_fire(schedule.cron, schedule.time_zone, now - RECONCILE_GRACE)
+            key = keys.schedule_key(rule, due) if due is not None else ""
+            if due is None or due <= now - 2 * RECONCILE_GRACE or has_record(key):
+                continue
+            logs.info(f"no tick of {rule} for {due:%Y-%m-%dT%H:%MZ} arrived; reconcile runs it")
+            trigger = Trigger(kind="schedule", rule=rule, scheduled_time=due)
+            request_id = schedule_request_id(rule, due)
+            with logs.request_context(request_id):
+                started += self._run(rule, request_id, key, trigger, now) != "ignored"
+        return started
 
     def alert(self, incident: Incident, message_id: str, when: datetime) -> str:
         if incident.state != "open":

@@ -251,3 +251,34 @@ def test_a_request_may_not_take_a_tick_or_an_alerts_id(deployment):
     assert deployment.request(document) == 200
     (rejected,) = events.of("sched.squatted-20261127t0200z", "rejected")
     assert any("reserved for requests started by a rule's schedule tick" in error for error in rejected.errors)
+
+
+def test_reconcile_runs_a_latest_rules_tick_that_never_came_once_and_only_while_it_is_recent(deployment, job_client):
+    """Guards issue 42 point 1 (reconcile's catch-up): Cloud Scheduler paused, or its message lost, a `latest` rule's
+    fire time with no request ten minutes after it was due is run by reconcile as that tick, once; a later tick for it
+    is a duplicate; a `none` rule's is not run, nor a fire time older than the next ten minutes."""
+    events = deployment.events()
+    data = f"gs://{deployment.data_bucket}"
+    land(deployment, "nightly/day-4/")
+    land(deployment, "strict/day-2/")
+    fired = top_of_the_hour(12)
+    nightly, strict = f"{data}/nightly/", f"{data}/strict/"
+    assert controller_at(deployment, fired + timedelta(minutes=9)).reconcile().get("ticks_caught_up") is None
+    controller = controller_at(deployment, fired + timedelta(minutes=12))
+    assert controller.reconcile()["ticks_caught_up"] == 1
+    assert controller.reconcile().get("ticks_caught_up") is None  # it has its request now
+    (_job,) = jobs_with_key(job_client, schedule_key(nightly, fired))
+    record = deployment.record(schedule_key(nightly, fired))
+    assert record["request"]["dataset"]["uri"] == f"{data}/nightly/day-4/"
+    assert record["trigger"] == {
+        "kind": "schedule",
+        "rule": nightly,
+        "scheduled_time": record["trigger"]["scheduled_time"],
+    }
+    assert events.states(schedule_request_id(nightly, fired)).count("submitted") == 1
+    assert handlers.retrain(tick(nightly, fired + timedelta(minutes=13), "tick-late"), controller) == "duplicate"
+    assert jobs_with_key(job_client, schedule_key(strict, fired)) == []
+    # The next fire time, never ticked, is left alone once it is more than twenty minutes old.
+    hour_later = fired + timedelta(hours=1)
+    assert controller_at(deployment, hour_later + timedelta(minutes=21)).reconcile().get("ticks_caught_up") is None
+    assert jobs_with_key(job_client, schedule_key(nightly, hour_later)) == []

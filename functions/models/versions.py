@@ -153,7 +153,7 @@ def version_description(found: Lineage, limit: int = MAX_DESCRIPTION) -> str:
     """The lineage as JSON of at most `limit` bytes (UTF-8), never cut mid-JSON: while it is too long, its longest
     text (a dataset URI, a marker, an image…) is shortened to its ends and a hash of the whole, so that it still
     reads as a Lineage and two values that differ only in the middle stay apart."""
-    fields = found.model_dump(exclude_none=True)
+    fields = found.model_dump(mode="json", exclude_none=True)  # a tick's scheduled_time is a datetime
     while True:
         text = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
         excess = len(text.encode()) - limit

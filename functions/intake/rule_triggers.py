@@ -233,7 +233,10 @@ class RuleTriggers:
         """catch_up none: `skipped` for this delivery of the missed tick (no record: nothing was claimed, and a
         redelivery publishes the same event under the same ce-id), and nothing runs."""
         request_id, key = schedule_request_id(rule, scheduled), keys.schedule_key(rule, scheduled)
-        _, team = self.markers.template_team(template, rule)
+        try:
+            _, team = self.markers.template_team(template, rule)
+        except DocumentInvalid:
+            team = None  # the template names a team that is not one: its runs are refused when it is read
         event = Skipped(
             request_id=request_id,
             request_key=key,

@@ -21,17 +21,20 @@ from functions.intake.markers import Markers
 from functions.intake.preparation import Preparation
 from functions.intake.refusals import Refusals
 from functions.intake.rejections import Rejections
+from functions.intake.rule_triggers import RuleTriggers
 from functions.intake.run_policy import RunPolicy
 from functions.intake.submission import Submission
+from functions.intake.windows import Windows
 from functions.ledger.budget_records import BudgetRecords
 from functions.ledger.endpoint_records import EndpointLedger
-from functions.ledger.keys import id_namespace
+from functions.ledger.keys import id_namespace, key_hash
 from functions.ledger.model_records import ModelCharters, ModelLedger
 from functions.ledger.outbox import Outbox
 from functions.ledger.output_claims import OutputClaims
 from functions.ledger.requests import Ledger
 from functions.ledger.run_slots import RunSlots
 from functions.ledger.scoring_records import ScoringLedger
+from functions.ledger.window_records import WindowRecords
 from functions.lifecycle.observation import Observation
 from functions.models.intake import ModelIntake
 from functions.models.promotion import Promotion
@@ -123,7 +126,8 @@ class Controller:
                 self.clock,
             ),
         )
-        self.markers = Markers(s, self.gcs, self.rejections, self.request_key, self.handle_request)
+        self.windows = Windows(s, WindowRecords(self.gcs, self.ledger.bucket), self.clock)
+        self.markers = Markers(s, self.gcs, self.rejections, self.request_key, self.handle_request, self.windows.fold)
         model_ledger = ModelLedger(self.gcs, self.ledger.bucket)
         self.rollouts = Rollouts(
             s,
@@ -228,10 +232,22 @@ class Controller:
         return self.scorings.start(marker)
 
     def reconcile(self) -> dict[str, int]:
-        """The requests' sweep, then each batch scoring not yet finished."""
+        """The coalescing windows that have closed, each started once (first: a few per tick, and a closed window's
+        run should not wait behind the sweep), the requests' sweep, each batch scoring not yet finished, then the
+        scheduled rules' ticks that never came (catch_up latest: functions/intake/rule_triggers.py)."""
+        windows = self.windows.close_due(self.markers.arrive)
         summary = self.observation.reconcile()
+        for count, value in windows.items():
+            if value:  # a deployment without coalescing rules sums up as before
+                summary[count] = summary.get(count, 0) + value
         summary.update(self.scorings.reconcile())
+        if caught_up := self.rule_triggers().catch_up(lambda key: self.ledger.read(key_hash(key)) is not None):
+            summary["ticks_caught_up"] = caught_up
         return summary
+
+    def rule_triggers(self) -> RuleTriggers:
+        """A rule's schedule ticks and alerts (issue 42), on this controller's parts and clock."""
+        return RuleTriggers(self.settings, self.gcs, self.markers, self.publisher, self.clock)
 
 
 def default_registry(settings: Settings) -> Registry:

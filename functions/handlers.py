@@ -276,6 +276,32 @@ def job_state(cloud_event: Any, ctl: Controller | None = None) -> str:
         return "error"
 
 
+# ---- on_retrain ----------------------------------------------------------------------------------------
+
+
+def retrain(cloud_event: Any, ctl: Controller | None = None) -> str:
+    """A schedule tick or an alert on the retrain topic starts its rule's run (functions/intake/rule_triggers.py)."""
+    c = ctl or controller()
+    message, raw = _pubsub_payload(cloud_event)
+    when = _event_time(cloud_event)
+    if _too_old(cloud_event, when, c.settings):
+        return "too old"
+    rule_triggers = c.rule_triggers()
+    with logs.request_context(None):
+        message_id = str(message.get("messageId") or cloud_event["id"])
+        return rule_triggers.receive(raw, message_id, _publish_time(message, when), when)
+
+
+def _publish_time(message: dict[str, Any], default: datetime) -> datetime:
+    """When Pub/Sub took the message (PubsubMessage.publishTime, RFC 3339 with up to nanoseconds), which no publisher
+    sets: a schedule tick's time derives from it; `default` (the event's time) when it is missing or unreadable."""
+    published = re.sub(r"(\.\d{6})\d+", r"\1", _text(message.get("publishTime")))
+    try:
+        return datetime.fromisoformat(published.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return default
+
+
 # ---- reconcile -----------------------------------------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ from functions import handlers
 
 # The deployed functions, by name: Terraform's root main.py re-exports exactly these, and the local stack
 # serves each (terraform/locals.tf's keys must match; tests/terraform checks).
-__all__ = ["on_dataset_upload", "on_job_request", "on_job_state", "reconcile"]
+__all__ = ["on_dataset_upload", "on_job_request", "on_job_state", "on_retrain", "reconcile"]
 
 
 @functions_framework.cloud_event
@@ -29,6 +29,13 @@ def on_job_state(cloud_event):
     """Pub/Sub messages from the log sink on Vertex job-state log lines."""
     with handlers.within_deadline():
         handlers.job_state(cloud_event)
+
+
+@functions_framework.cloud_event
+def on_retrain(cloud_event):
+    """Messages of the retrain topic: a rule's schedule tick (Cloud Scheduler) or an alert (a Monitoring incident)."""
+    with handlers.within_deadline():
+        handlers.retrain(cloud_event)
 
 
 @functions_framework.http

@@ -45,6 +45,11 @@ class Names:
         return f"{self.prefix}-dead-letter"
 
     @property
+    def retrain_topic(self) -> str:
+        """Schedule ticks and alerts for on_retrain (terraform/retrain.tf; issue 42)."""
+        return f"{self.prefix}-retrain"
+
+    @property
     def dead_letter_subscription(self) -> str:
         return f"{self.prefix}-dead-letter-pull"
 

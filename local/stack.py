@@ -1,7 +1,7 @@
 """The whole system on one machine (DESIGN.md §5), started and stopped as one: the Pub/Sub emulator,
 fake-gcs-server, the buckets, topics and subscriptions Terraform creates (same names), the local Vertex
-JobService announcing job states as the log sink would, the four functions, the Eventarc bridge and the
-reconcile timer. Every port is picked free at start-up; `start()` returns the StackState to record.
+JobService announcing job states as the log sink would, the functions, the Eventarc bridge, the reconcile timer
+and the trigger rules' schedules. Every port is picked free at start-up; `start()` returns the StackState to record.
 
 Started in dependency order and stopped in the reverse one: what calls or feeds others first (timer,
 bridge, functions), then the JobService (stopping it ends its jobs' nodes), then storage, and the Pub/Sub
@@ -30,7 +30,7 @@ from local.jobservice.standalone import JobServiceProcess, start_jobservice_proc
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
 from local.processes import ManagedProcess, process_start_time
 from local.pubsub_emulator import PubSubEmulator, start_pubsub_emulator
-from local.scheduler import ReconcileTimer
+from local.scheduler import ReconcileTimer, RuleSchedules, rule_schedules
 from local.stack_state import REPO_ROOT, STACK_MARKER_VAR, StackState
 
 log = logging.getLogger("local.stack")
@@ -176,6 +176,7 @@ class LocalStack:
         self.functions: dict[str, FunctionProcess] = {}
         self.bridge: EventarcBridge | None = None
         self.timer: ReconcileTimer | None = None
+        self.schedules: RuleSchedules | None = None
 
     def start(self, pid: int) -> StackState:
         """Start everything; `pid` is the process that will stop it (recorded in the state)."""
@@ -191,7 +192,8 @@ class LocalStack:
         names, project = self.names, self.options.project
 
         self.pubsub = start_pubsub_emulator(project, self.run_dir / "pubsub", env=_with(marker))
-        for topic in (names.requests_topic, names.events_topic, names.job_state_topic, names.dead_letter_topic):
+        topics = (names.requests_topic, names.events_topic, names.job_state_topic, names.dead_letter_topic)
+        for topic in (*topics, names.retrain_topic):
             self.pubsub.create_topic(topic)
         for team in self.teams:
             self.pubsub.create_topic(names.team_requests_topic(team))
@@ -219,6 +221,9 @@ class LocalStack:
         )
         subscriptions = self._subscribe()
         self.timer = ReconcileTimer(self.functions["reconcile"].url, self.options.reconcile_every)
+        # The rules' Cloud Scheduler jobs (terraform/retrain.tf): each scheduled rule's ticks on the retrain topic.
+        schedules = rule_schedules(json.loads(settings["TRAINCTL_TRIGGER_RULES"]))
+        self.schedules = RuleSchedules(self.pubsub.host, self.pubsub.topic_path(names.retrain_topic), schedules)
         return StackState(
             stack_id=self.stack_id,
             pid=pid,
@@ -250,8 +255,10 @@ class LocalStack:
         # The endpoint path names the topic: functions-framework makes it the CloudEvent's source.
         on_request = self.functions["on_job_request"].url + pubsub.topic_path(names.requests_topic)
         on_state = self.functions["on_job_state"].url + pubsub.topic_path(names.job_state_topic)
+        on_retrain = self.functions["on_retrain"].url + pubsub.topic_path(names.retrain_topic)
         storage_subscription = f"{names.prefix}-eventarc-storage"
         state_subscription = f"{names.prefix}-eventarc-job-state"
+        retrain_subscription = f"{names.prefix}-eventarc-retrain"
         pubsub.create_subscription(
             names.requests_subscription,
             names.requests_topic,
@@ -284,12 +291,17 @@ class LocalStack:
         pubsub.create_subscription(
             state_subscription, names.job_state_topic, on_state, ack_deadline_seconds=PUSH_ACK_DEADLINE_SECONDS
         )
+        # As on_retrain's Eventarc trigger (terraform/locals.tf): schedule ticks and alerts (issue 42).
+        pubsub.create_subscription(
+            retrain_subscription, names.retrain_topic, on_retrain, ack_deadline_seconds=PUSH_ACK_DEADLINE_SECONDS
+        )
         return {
             names.requests_subscription: on_request,
             **team_subscriptions,
             names.dead_letter_subscription: "(pull)",
             storage_subscription: f"{self.bridge.url} → on_dataset_upload",
             state_subscription: on_state,
+            retrain_subscription: on_retrain,
         }
 
     @property
@@ -308,6 +320,7 @@ class LocalStack:
         functions = list(self.functions.values())
         steps: list[tuple[str, Callable[[], None] | None]] = [
             ("reconcile timer", self.timer.stop if self.timer else None),
+            ("rule schedules", self.schedules.stop if self.schedules else None),
             ("Eventarc bridge", self.bridge.stop if self.bridge else None),
             ("functions", (lambda: stop_functions(functions)) if functions else None),  # all at once
             ("JobService", self.jobservice.stop if self.jobservice else None),
@@ -322,6 +335,7 @@ class LocalStack:
             except Exception:  # stop the rest regardless
                 log.exception("stopping the %s failed", what)
         self.timer = self.bridge = self.jobservice = self.storage = self.pubsub = None
+        self.schedules = None
         self.functions = {}
 
 

@@ -91,6 +91,8 @@ class StackState:
             "TRAINCTL_DATA_BUCKET": names["data_bucket"],
             "TRAINCTL_REQUESTS_TOPIC": names["requests_topic"],
             "TRAINCTL_JOB_STATE_TOPIC": names["job_state_topic"],
+            # Schedule ticks and alerts (issue 42): publish a Monitoring incident here to start a model's rule.
+            "TRAINCTL_RETRAIN_TOPIC": names.get("retrain_topic", ""),
             "TRAINCTL_DEAD_LETTER_TOPIC": names["dead_letter_topic"],
             "TRAINCTL_DEAD_LETTER_SUBSCRIPTION": names["dead_letter_subscription"],
             **{f"TRAINCTL_LOCAL_{target.upper()}_URL": url for target, url in self.function_urls.items()},

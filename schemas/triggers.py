@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from schemas import cron as unix_cron
 from schemas.request import Duration
 
 # The template's key that holds the policy (beside `team` and `marker_may_set`, which the controller reads too).
@@ -45,6 +46,17 @@ class Schedule(_Strict):
         "once, when a later tick or reconcile finds it; `none` runs none of them (a late tick is `skipped`, reason "
         "missed_tick).",
     )
+
+    @field_validator("cron", "time_zone")
+    @classmethod
+    def _as_cloud_scheduler_takes(cls, value: str, info: ValidationInfo) -> str:
+        """A cron and a zone Cloud Scheduler takes (schemas/cron.py): a schedule Terraform could not create is refused
+        here, naming the field."""
+        try:
+            unix_cron.parse(value) if info.field_name == "cron" else unix_cron.zone(value)
+        except unix_cron.CronError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
 
 class TriggerPolicy(_Strict):

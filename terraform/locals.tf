@@ -12,6 +12,7 @@ locals {
     job_state_topic          = "${var.name_prefix}-job-state"
     dead_letter_topic        = "${var.name_prefix}-dead-letter"
     dead_letter_subscription = "${var.name_prefix}-dead-letter-pull"
+    retrain_topic            = "${var.name_prefix}-retrain"
   }
 
   names = merge(local.default_names, {
@@ -47,7 +48,7 @@ locals {
   reduction_server_image       = coalesce(var.reduction_server_image, "${local.reduction_server_multiregion}-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest")
 
   # The controller's settings (functions/settings.py): one TRAINCTL_<FIELD> per Settings field, the same for
-  # all four functions. TRAINCTL_VERTEX_ENDPOINT, TRAINCTL_QUOTAS_ENDPOINT and TRAINCTL_MONITORING_ENDPOINT are left
+  # all five functions. TRAINCTL_VERTEX_ENDPOINT, TRAINCTL_QUOTAS_ENDPOINT and TRAINCTL_MONITORING_ENDPOINT are left
   # out on purpose: only the local stack sets them, so in the cloud the controller talks to
   # <region>-aiplatform.googleapis.com, cloudquotas.googleapis.com and monitoring.googleapis.com.
   # Teams (teams.tf): the variable with each team's topic and the data bucket (which data_prefixes are folders of) filled
@@ -94,7 +95,7 @@ locals {
   # Settings read an empty variable as unset, so empty ones (an empty allow-list) are simply not set.
   controller_env = { for name, value in local.controller_settings : name => value if value != "" }
 
-  # The four entry points of functions/main.py and what each one needs. All four create CustomJobs as the trainer (or a
+  # The five entry points of functions/main.py and what each one needs. All five create CustomJobs as the trainer (or a
   # custom account: act-as, iam.tf). `vertex_permissions`: the Vertex AI permissions of the calls it can reach, no more
   # (a custom role each, iam.tf; tests/terraform/test_terraform_reachable_calls.py derives them from the code: issue 40,
   # point 6). `reads_data`: reads dataset markers
@@ -146,6 +147,20 @@ locals {
         event_type   = "google.cloud.pubsub.topic.v1.messagePublished"
         bucket       = null
         pubsub_topic = google_pubsub_topic.job_state.id
+      }
+    }
+    on_retrain = {
+      account     = "fn-retrain"
+      description = "Starts a trigger rule's run on its newest marker for a schedule tick or a Monitoring alert."
+      reads_data  = true
+      # A tick or an alert lists the rule's prefix for its newest marker (issue 42).
+      reads_outputs      = false
+      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"]
+      # Cloud Scheduler's ticks and the Monitoring notification channel's incidents, on the retrain topic (retrain.tf).
+      trigger = {
+        event_type   = "google.cloud.pubsub.topic.v1.messagePublished"
+        bucket       = null
+        pubsub_topic = google_pubsub_topic.retrain.id
       }
     }
     reconcile = {

@@ -16,7 +16,13 @@ output "topics" {
     events      = google_pubsub_topic.events.name
     job_state   = google_pubsub_topic.job_state.name
     dead_letter = google_pubsub_topic.dead_letter.name
+    retrain     = google_pubsub_topic.retrain.name
   }
+}
+
+output "retrain_notification_channel" {
+  description = "The Cloud Monitoring notification channel (Pub/Sub, on the retrain topic) to add to an alerting policy labelled trainctl-model=<model> (or a Vertex AI model monitoring job's alert config): its open incidents start the model's rule on its newest data."
+  value       = google_monitoring_notification_channel.retrain.name
 }
 
 output "subscriptions" {

@@ -38,6 +38,16 @@ resource "google_pubsub_topic" "data_uploads" {
   depends_on = [google_project_service.enabled]
 }
 
+# A trigger rule's schedule ticks (Cloud Scheduler) and alerts (a Monitoring notification channel), for on_retrain
+# (retrain.tf; issue 42).
+resource "google_pubsub_topic" "retrain" {
+  # checkov:skip=CKV_GCP_83: Google-managed encryption keys; a CMEK is an organisation decision this configuration does not impose.
+  name   = local.names.retrain_topic
+  labels = local.labels
+
+  depends_on = [google_project_service.enabled]
+}
+
 resource "google_pubsub_topic" "dead_letter" {
   # checkov:skip=CKV_GCP_83: Google-managed encryption keys; a CMEK is an organisation decision this configuration does not impose.
   name   = local.names.dead_letter_topic

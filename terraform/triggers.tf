@@ -2,6 +2,7 @@
 #  - on_dataset_upload: Eventarc, on messages of the uploads topic, where the data bucket's notification publishes each
 #    object finalized (storage.tf, functions.tf).
 #  - on_job_state: Eventarc, on messages of the job-state topic (functions.tf).
+#  - on_retrain: Eventarc, on messages of the retrain topic: schedule ticks and alerts (retrain.tf).
 #  - on_job_request: our own push subscription on the requests topic, because only a subscription we own can
 #    carry a dead-letter policy (the one Eventarc creates for a function cannot be given one).
 # reconcile is called by Cloud Scheduler (scheduler.tf).
@@ -12,7 +13,7 @@
 resource "google_service_account" "eventarc" {
   account_id   = "${var.name_prefix}-eventarc"
   display_name = "trainctl Eventarc triggers"
-  description  = "Identity of the Eventarc triggers of on_dataset_upload and on_job_state."
+  description  = "Identity of the Eventarc triggers of on_dataset_upload, on_job_state and on_retrain."
 
   depends_on = [google_project_service.enabled]
 }

@@ -111,7 +111,7 @@ variable "trainer_image" {
 }
 
 variable "trigger_rules" {
-  description = "Trigger rules for dataset uploads: an object mapping \"gs://bucket/prefix/\" to a template (a partial job request object, or a gs:// URI of a YAML/JSON template). A template's optional marker_may_set lists the dotted request fields a marker may override (default: dataset, trainer.hyperparameters, labels, display_name); the controller checks the names against the request schema. Passed JSON-encoded as TRAINCTL_TRIGGER_RULES."
+  description = "Trigger rules for dataset uploads: an object mapping \"gs://bucket/prefix/\" to a template (a partial job request object, or a gs:// URI of a YAML/JSON template). A template's optional marker_may_set lists the dotted request fields a marker may override (default: dataset, trainer.hyperparameters, labels, display_name); the controller checks the names against the request schema. An inline template's policy.schedule (cron, time_zone) becomes a Cloud Scheduler job that publishes the rule's ticks to the retrain topic (retrain.tf). Passed JSON-encoded as TRAINCTL_TRIGGER_RULES."
   type        = any
   default     = {}
 
@@ -124,6 +124,15 @@ variable "trigger_rules" {
     # An absent marker_may_set (or a gs:// template, checked when it is read) passes; one that is there must be a list.
     condition     = try(alltrue([for template in values(var.trigger_rules) : try(alltrue([for field in template.marker_may_set : can(regex("^[a-z_]+(\\.[a-z_]+)*$", field))]), !can(template.marker_may_set))]), true)
     error_message = "A trigger template's marker_may_set must be a list of dotted request fields, such as [\"dataset\", \"trainer.hyperparameters\", \"labels\", \"display_name\"]."
+  }
+
+  validation {
+    # A template's policy.schedule becomes a Cloud Scheduler job (retrain.tf): five cron fields, and a time zone name if
+    # given. The controller checks the rest as Cloud Scheduler does (schemas/cron.py) when it reads the template.
+    condition = try(alltrue([for template in values(var.trigger_rules) : !can(template.policy.schedule) || (
+      can(regex("^\\S+(\\s+\\S+){4}$", trimspace(template.policy.schedule.cron))) && can(regex("^[A-Za-z0-9_+/-]+$", try(template.policy.schedule.time_zone, "Etc/UTC")))
+    )]), true)
+    error_message = "A trigger template's policy.schedule must hold cron, five unix-cron fields such as \"0 2 * * *\", and may hold time_zone, an IANA name such as \"Europe/Paris\"."
   }
 }
 
@@ -328,7 +337,7 @@ variable "max_event_age" {
 # Functions
 
 variable "python_runtime" {
-  description = "Cloud Functions Python runtime of the four functions."
+  description = "Cloud Functions Python runtime of the five functions."
   type        = string
   default     = "python311"
 
@@ -344,6 +353,7 @@ variable "function_memory" {
     on_dataset_upload = optional(string, "2Gi")
     on_job_request    = optional(string, "2Gi")
     on_job_state      = optional(string, "512Mi")
+    on_retrain        = optional(string, "2Gi")
     reconcile         = optional(string, "512Mi")
   })
   default = {}

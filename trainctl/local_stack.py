@@ -342,6 +342,7 @@ def describe(state: StackState) -> str:
         ("on_dataset_upload", f"{urls['on_dataset_upload']}  ← uploads to gs://{data} via {state.bridge_url}"),
         ("on_job_request", f"{urls['on_job_request']}  ← topic {names['requests_topic']}"),
         ("on_job_state", f"{urls['on_job_state']}  ← topic {names['job_state_topic']} (JobService states)"),
+        ("on_retrain", f"{urls['on_retrain']}  ← topic {names['retrain_topic']} (rule schedules, alerts)"),
         ("reconcile", f"{urls['reconcile']}  ← every {every} s"),
         ("buckets", f"gs://{data} (data), gs://{names['control_bucket']} (ledger, runs)"),
         ("events", f"topic {names['events_topic']}  (trainctl watch)"),

@@ -5,6 +5,10 @@ EVENT.json is a CloudEvent in structured JSON (what `on_dataset_upload`, `on_job
 received) or a Pub/Sub push body. Without --dry-run the event is handled for real, against the deployment
 the environment names. With --dry-run nothing leaves this process: the ledger starts empty in memory, events
 and CustomJobs are printed instead of published and created.
+
+Several recorded events (a folder of them, a JSON array or JSON Lines: a day of markers) are replayed with --dry-run
+only, in time order on a clock that follows them, and what the trigger rules' policies would have started is
+summed up (trainctl/policy_replay.py); `--rules` tries other trigger rules than the deployment's.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import argparse
 import base64
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,9 +30,12 @@ from functions.cloud.job_snapshot import JobSnapshot
 from functions.cloud.registry_types import ModelVersion, Upload
 from functions.controller import Controller
 from functions.jobs.secret_env import shown_custom_job
+from functions.untrusted.documents import load_document
 from local.memory_gcs import MemoryGcs
 from schemas.request import package_digest
 from trainctl.context import cli_settings
+from trainctl.policy_replay import load_documents, replay_day
+from trainctl.problems import Problem
 
 STORAGE_TYPE = "google.cloud.storage.object.v1.finalized"
 PUBSUB_TYPE = "google.cloud.pubsub.topic.v1.messagePublished"
@@ -36,8 +43,12 @@ PUBSUB_TYPE = "google.cloud.pubsub.topic.v1.messagePublished"
 
 def register(commands: argparse._SubParsersAction) -> None:
     cmd = commands.add_parser("replay", help="feed a recorded event through the controller, printing each decision")
-    cmd.add_argument("event", type=Path, metavar="EVENT.json")
+    cmd.add_argument("event", type=Path, metavar="EVENT.json", help="one event, or many: a folder, array or JSON Lines")
     cmd.add_argument("--dry-run", action="store_true", help="change nothing: in-memory ledger, print instead of act")
+    cmd.add_argument(
+        "--rules", type=Path, metavar="RULES.json", help="trigger rules to replay under (default: the deployment's)"
+    )
+    cmd.add_argument("--verbose", action="store_true", help="several events: every decision's log lines too")
     cmd.add_argument(
         "--as", dest="entry_point", choices=("upload", "request", "state"), help="default: from the event's type"
     )
@@ -46,7 +57,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def load_cloud_event(path: Path) -> CloudEvent:
-    document = json.loads(path.read_text())
+    return cloud_event_of(json.loads(path.read_text()))
+
+
+def cloud_event_of(document: dict[str, Any]) -> CloudEvent:
     if "message" in document and "specversion" not in document:  # a Pub/Sub push body
         message = document["message"]
         attributes = {
@@ -172,26 +186,43 @@ class PrintingRegistry:
 
 # A recording may be old: replay it whatever max_event_age says.
 NO_AGE_LIMIT = 100 * 365 * 86400
+# A trigger-rules file: the operator's own, bounded as TRAINCTL_TRIGGER_RULES' environment variable would be.
+MAX_RULES_BYTES = 1024 * 1024
 
 
-def dry_run_controller() -> Controller:
+def dry_run_controller(rules: dict[str, Any] | None = None, clock: Callable[[], datetime] | None = None) -> Controller:
     settings = dataclasses.replace(cli_settings(offline=True), max_event_age=NO_AGE_LIMIT)
+    if rules is not None:
+        settings = dataclasses.replace(settings, trigger_rules=rules)
     gcs = DryRunGcs()
-    return Controller.from_settings(
+    ctl = Controller.from_settings(
         settings,
         gcs=gcs,
         publisher=PrintingPublisher(),
         vertex_factory=PrintingVertex,
         registry_factory=PrintingRegistry,
     )
+    return dataclasses.replace(ctl, clock=clock) if clock else ctl
+
+
+def load_rules(path: Path) -> dict[str, Any]:
+    """Trigger rules as TRAINCTL_TRIGGER_RULES holds them: gs:// prefixes mapped to templates (YAML or JSON)."""
+    rules = load_document(path.read_bytes(), MAX_RULES_BYTES)
+    if not isinstance(rules, dict):
+        raise Problem(f"{path}: trigger rules must be a mapping of gs:// prefixes to request templates")
+    return rules
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    event = load_cloud_event(args.event)
+    documents = load_documents(args.event)
+    rules = load_rules(args.rules) if args.rules else None
+    if len(documents) != 1 or args.event.is_dir():
+        return replay_many(args, [cloud_event_of(d) for d in documents], rules)
+    event = cloud_event_of(documents[0])
     target = args.entry_point or entry_point(event)
     with logs.text_format(not args.json):
         if args.dry_run:
-            ctl = dry_run_controller()
+            ctl = dry_run_controller(rules)
         else:
             # The deployment the environment names, or the running local stack, as every other command reaches it.
             ctl = Controller.from_settings(dataclasses.replace(cli_settings(), max_event_age=NO_AGE_LIMIT))
@@ -199,4 +230,23 @@ def run_replay(args: argparse.Namespace) -> int:
         handle = {"upload": handlers.dataset_upload, "request": handlers.job_request, "state": handlers.job_state}
         outcome = handle[target](event, ctl)
         logs.info(f"outcome: {outcome}")
+    return 0
+
+
+def replay_many(args: argparse.Namespace, events: list[CloudEvent], rules: dict[str, Any] | None) -> int:
+    """Several recorded events, in time order on a clock that follows them: what the policies would have started."""
+    if not args.dry_run:
+        raise Problem("replaying several events needs --dry-run: it shows what they would start, changing nothing")
+    now = [datetime.now(UTC)]
+    handle = {"upload": handlers.dataset_upload, "request": handlers.job_request, "state": handlers.job_state}
+    with logs.text_format(not args.json):
+        ctl = dry_run_controller(rules, lambda: now[0])
+        report = replay_day(
+            events, ctl, now, lambda e, c: handle[args.entry_point or entry_point(e)](e, c), args.verbose
+        )
+    rules_used = ctl.settings.trigger_rules
+    print(f"replayed {len(events)} events under {len(rules_used)} trigger rule{'s' * (len(rules_used) != 1)} (dry run)")
+    for line in report.lines:
+        print(line)
+    print(report.summary())
     return 0

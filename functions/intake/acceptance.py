@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from functions.capacity.ladder import skipped_outcomes
-from functions.intake.delivery import Delivery
+from functions.intake.delivery import Delivery, Folded
 from functions.intake.preparation import Prepared
 from functions.ledger.keys import key_hash
 from functions.ledger.record import Record
-from schemas.events import Accepted, Artifacts, JobEvent, cost_summary
+from schemas.events import Accepted, Artifacts, Coalesced, JobEvent, cost_summary
 from schemas.request import TrainingJobRequest, code_digest
 from schemas.secrets import redacted_request, sealed_env
 
@@ -75,7 +75,10 @@ def accepted_record(
         budget_month=prepared.budget_month,
         dataset_fingerprint=prepared.fingerprint,
     )
-    record.add_events([_accepted(request, key, delivery, prepared, record, team, now)])
+    events: list[JobEvent] = [_accepted(request, key, delivery, prepared, record, team, now)]
+    if delivery.folded is not None:  # a quiet window's request: the markers it stands for, in the same outbox
+        events.append(_coalesced(request, key, delivery, delivery.folded, prepared, team, now))
+    record.add_events(events)
     return record
 
 
@@ -88,6 +91,34 @@ def skipped_record(record: Record, skipped: JobEvent) -> Record:
     record.outbox, record.sequence = [], 0
     record.add_events([*kept, skipped])
     return record
+
+
+def _coalesced(
+    request: TrainingJobRequest,
+    key: str,
+    delivery: Delivery,
+    folded: Folded,
+    prepared: Prepared,
+    team: str | None,
+    now: datetime,
+) -> Coalesced:
+    """What a quiet window folded into this request; the runs not started could each have held this one's GPUs for
+    its timeout at most."""
+    others = len(folded.markers) - 1
+    saved = round(others * prepared.plan.cost.gpus * request.scheduling.timeout / 3600, 3)
+    return Coalesced(
+        request_id=request.request_id,
+        request_key=key,
+        time=now,
+        message=f"{len(folded.markers)} markers under {folded.rule} folded into one run on {folded.dataset_uri}; "
+        f"{others} runs not started",
+        trigger=delivery.trigger,
+        team=team,
+        rule=folded.rule,
+        markers=list(folded.markers),
+        dataset_uri=folded.dataset_uri,
+        saved_gpu_hours=saved,
+    )
 
 
 def _accepted(

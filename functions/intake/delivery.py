@@ -51,6 +51,16 @@ def spec_hash(request: TrainingJobRequest) -> str:
 
 
 @dataclass(frozen=True)
+class Folded:
+    """The markers a rule's quiet window folded into one request (issue 42, functions/intake/windows.py): its rule,
+    each marker as gs://bucket/object#generation oldest first, and the folder the request trains on."""
+
+    rule: str
+    markers: tuple[str, ...]
+    dataset_uri: str
+
+
+@dataclass(frozen=True)
 class Delivery:
     """One arrival of a request: what triggered it, the arrival's id and time (for per-delivery events)."""
 
@@ -59,6 +69,8 @@ class Delivery:
     time: datetime
     # Where it arrived decides its team (its topic, its marker template's `team`): None, the default team.
     team: str | None = None
+    # A window's close: the markers this request stands for (its record's `coalesced` event names them).
+    folded: Folded | None = None
 
 
 def team_of(delivery: Delivery, teams: Teams | None) -> str:

@@ -24,6 +24,7 @@ from functions.untrusted.documents import DocumentInvalid, load_document
 from schemas.errors import RequestInvalid, parse_request
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
+from schemas.triggers import TriggerPolicy
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class Markers:
     rejections: Rejections
     request_key: Callable[[str, str | None], str]  # a named id's key as the team's (Controller.request_key)
     handle_request: Callable[[TrainingJobRequest, str, bool, Delivery], str]
+    # A rule with a quiet window folds its markers into its open window instead (functions/intake/windows.py).
+    fold: Callable[[Arrival, TriggerPolicy], str] | None = None
 
     def arrive(self, arrival: Arrival) -> str:
         """Build the arrival's request from its rule's template and the marker's overrides, and hand it on; what
@@ -74,7 +77,9 @@ class Markers:
                 template, a, planted = self.rule_template(a)
                 if planted is not None:
                     return planted
-                template, _ = triggers.split_policy(template, a.rule)
+                template, trigger_policy = triggers.split_policy(template, a.rule)
+                if trigger_policy.quiet_window is not None and a.delivery.folded is None and self.fold is not None:
+                    return self.fold(a, trigger_policy)  # into the rule's open window: reconcile starts it
                 template, policy = template_policy(template, a.rule)
                 overrides = self._overrides(a, limit)
                 if overrides is None:

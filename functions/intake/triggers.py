@@ -37,6 +37,12 @@ def matching_rule(settings: Settings, bucket: str, name: str) -> str | None:
 # Derived ids start with this; explicit ones (Pub/Sub, a marker's own request_id) may not (issue 24, point 7):
 # otherwise a requester could name a marker's id and share its ledger id and its default output folder.
 DERIVED_ID_PREFIX = "gcs."
+# And these, which a rule's schedule tick and alert derive (issue 42: functions/intake/rule_triggers.py).
+RESERVED_ID_PREFIXES = {
+    DERIVED_ID_PREFIX: "a marker upload",
+    "sched.": "a rule's schedule tick",
+    "alert.": "an alert",
+}
 
 
 def derive_request_id(name: str, generation: str) -> str:
@@ -51,11 +57,12 @@ def derive_request_id(name: str, generation: str) -> str:
 
 def explicit_id_problem(request_id: str) -> str | None:
     """Why a request id its requester chose (the `request_id` field's rule) may not be used, or None."""
-    if request_id.startswith(DERIVED_ID_PREFIX):
-        return (
-            f"ids starting with {DERIVED_ID_PREFIX!r} are reserved for requests started by a marker "
-            f"upload; choose an id that does not start with {DERIVED_ID_PREFIX!r}"
-        )
+    for prefix, starter in RESERVED_ID_PREFIXES.items():
+        if request_id.startswith(prefix):
+            return (
+                f"ids starting with {prefix!r} are reserved for requests started by {starter}; choose an id that "
+                f"does not start with {prefix!r}"
+            )
     return None
 
 

@@ -6,6 +6,8 @@
   per team, so one team can neither squat nor collide with another's ids (neither a team name nor a request id
   holds a `/`);
 - `gcs:<bucket>/<object>#<generation>` for a marker that does not;
+- `schedule:<rule>#<scheduled time>` for a rule's schedule tick and `alert:<model>#<incident id>` for an alert that
+  starts a rule's run (issue 42: functions/intake/rule_triggers.py);
 - `pubsub:<message id>` for a message that could not be read far enough to find an id (it is only rejected).
 
 The id's claim in the ledger (`ids/…`) and the request's own folder in the control bucket follow the key's
@@ -15,6 +17,7 @@ namespace, so that the same id in two teams is two requests with two folders.
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 
 REQUEST_KEY_PREFIX = "request:"
 
@@ -45,6 +48,15 @@ def id_claim(request_id: str, key: str) -> str:
 
 def marker_key(bucket: str, name: str, generation: str | int) -> str:
     return f"gcs:{bucket}/{name}#{generation}"
+
+
+def schedule_key(rule: str, scheduled: datetime) -> str:
+    """A tick's key: its rule and its fire time, ISO 8601 in UTC to the minute (cron's resolution)."""
+    return f"schedule:{rule}#{scheduled.astimezone(UTC).strftime('%Y-%m-%dT%H:%MZ')}"
+
+
+def alert_key(model: str, incident_id: str) -> str:
+    return f"alert:{model}#{incident_id}"
 
 
 def message_key(message_id: str) -> str:

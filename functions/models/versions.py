@@ -72,6 +72,8 @@ TRAINER_LABEL = "trainctl_trainer"
 LEGACY_TRAINER_LABEL = "trainctl-trainer"  # versions registered before the labels took underscores
 BUILTIN_TRAINER = "builtin"
 TEAM_LABEL = "trainctl_team"
+# The triggers a version's lineage and its `trainctl_trigger` label name (issue 42): a rule's schedule tick, an alert.
+POLICY_TRIGGERS = ("schedule", "alert")
 
 
 def trainer_kind(request: TrainingJobRequest) -> str:
@@ -118,6 +120,8 @@ def lineage(record: Record, settings: Settings) -> Lineage:
         code_digest=code_digest(record.request),
         champion_passed=record.model_steps.champion_version if record.model_steps else None,
         dataset_fingerprint=record.dataset_fingerprint,
+        # A schedule tick or an alert (issue 42) is the run's lineage too: which tick, which incident.
+        trigger=trigger if trigger is not None and trigger.kind in POLICY_TRIGGERS else None,
     )
 
 
@@ -150,7 +154,7 @@ def version_description(found: Lineage, limit: int = MAX_DESCRIPTION) -> str:
     """The lineage as JSON of at most `limit` bytes (UTF-8), never cut mid-JSON: while it is too long, its longest
     text (a dataset URI, a marker, an image…) is shortened to its ends and a hash of the whole, so that it still
     reads as a Lineage and two values that differ only in the middle stay apart."""
-    fields = found.model_dump(exclude_none=True)
+    fields = found.model_dump(mode="json", exclude_none=True)  # a tick's scheduled_time is a datetime
     while True:
         text = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
         excess = len(text.encode()) - limit
@@ -205,6 +209,8 @@ def version_labels(record: Record, image: str) -> dict[str, str]:
     trigger = record.trigger
     if trigger is not None and trigger.kind == "gcs" and trigger.generation:
         labels["trainctl_generation"] = sanitize_label_value(trigger.generation)
+    if trigger is not None and trigger.kind in POLICY_TRIGGERS:
+        labels["trainctl_trigger"] = trigger.kind
     return labels
 
 

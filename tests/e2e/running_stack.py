@@ -25,7 +25,13 @@ from local.fake_gcs import create_bucket
 from local.jobservice.client import job_service_client
 from local.stack_state import LOCAL_DIR_VAR, STACK_MARKER_VAR, StackState, read_state
 from tests.conftest import REPO_ROOT, TEST_IMAGE_MAP
-from tests.integration.deployment import DATA_SHARD, FAKE_NODE_IMAGE, SHARED_DATA_BUCKET
+from tests.integration.deployment import (
+    DATA_SHARD,
+    FAKE_NODE_IMAGE,
+    PINNED_FAKE_NODE_IMAGE,
+    SHARED_DATA_BUCKET,
+    accuracy,
+)
 
 VENV_BIN = Path(sys.executable).parent
 # What a marker under gs://<data bucket>/fake/ starts: the test image, quick, with metrics.
@@ -33,6 +39,15 @@ FAKE_NODE_TEMPLATE = {
     "dataset": {"target": "y"},
     "trainer": {"image": f"{FAKE_NODE_IMAGE}:1", "args": ["--sleep", "0.5", "--metrics", '{"rows": 3}']},
     "resources": {"machine_type": "g2-standard-24"},
+}
+# What markers under gs://<data bucket>/burst/ start: one run per quiet window of 20 s (issue 42, coalescing).
+BURST_TEMPLATE = {**FAKE_NODE_TEMPLATE, "policy": {"quiet_window": "20s", "coalesce": "newest"}}
+# What an alert for ALERTED_MODEL starts, on the newest marker under gs://<data bucket>/alerted/ (issue 42): the test
+# image (pinned, as a model's own code must be), registering a version of the model.
+ALERTED_MODEL = "e2e-alerted"
+ALERTED_TEMPLATE = FAKE_NODE_TEMPLATE | {
+    "trainer": {"image": PINNED_FAKE_NODE_IMAGE, "args": ["--sleep", "0.5", "--metrics", json.dumps(accuracy(0.9))]},
+    "model": {"name": ALERTED_MODEL, "metric": "val_accuracy", "goal": "maximize"},
 }
 # Variables of this test session that would point a command elsewhere than the stack under test.
 _FOREIGN = ("PUBSUB_EMULATOR_HOST", "PUBSUB_PROJECT_ID", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")
@@ -57,7 +72,7 @@ E2E_SECRET_VALUE = "e2e-secret-value-61d0c4f2"
 
 
 def up_args(data_bucket: str) -> list[str]:
-    """`trainctl local up` options for tests: the test image, and a trigger rule that starts it."""
+    """`trainctl local up` options for tests: the test image, and trigger rules that start it (one coalescing)."""
     return [
         "--reconcile-every", "2",
         "--image-map", TEST_IMAGE_MAP,
@@ -66,7 +81,11 @@ def up_args(data_bucket: str) -> list[str]:
         "--secret", f"{E2E_SECRET}={E2E_SECRET_VALUE}",  # issue 40: tests/e2e/test_secrets_on_the_local_stack.py
         # Google's executors are all past their end of availability (issue 40, point 8): the local stack's own list
         "--executors", str(REPO_ROOT / "examples" / "ddp-package" / "local-executors.yaml"),
-        "--trigger-rules", json.dumps({f"gs://{data_bucket}/fake/": FAKE_NODE_TEMPLATE}),
+        "--trigger-rules", json.dumps({
+            f"gs://{data_bucket}/fake/": FAKE_NODE_TEMPLATE,
+            f"gs://{data_bucket}/burst/": BURST_TEMPLATE,
+            f"gs://{data_bucket}/alerted/": ALERTED_TEMPLATE,
+        }),
     ]  # fmt: skip
 
 

@@ -48,6 +48,9 @@ class CallGraph:
         self.owner: dict[str, str] = {}  # function qualname -> its class qualname
         self.module_of: dict[str, str] = {}
         self.classes: dict[str, ClassInfo] = {}
+        # A method handed to a part's constructor as a field's value (`Markers(…, self.handle_request)`): calling the
+        # field (`self.handle_request(…)` in Markers) calls that method. (class, field) -> the methods.
+        self.bound: dict[tuple[str, str], set[str]] = {}
         for path in sorted(directory.rglob("*.py")):
             parts = path.relative_to(directory).with_suffix("").parts
             module = ".".join((PACKAGE, *parts[:-1])) if parts[-1] == "__init__" else ".".join((PACKAGE, *parts))
@@ -104,6 +107,23 @@ class CallGraph:
                         if _is_self_attribute(target):
                             types = self.expression_types(node.value, env, f"{qualname}.{method}")
                             info.attributes.setdefault(target.attr, set()).update(types)
+                elif isinstance(node, ast.Call):
+                    self._bind_methods(qualname, info, node, env, f"{qualname}.{method}")
+
+    def _bind_methods(
+        self, qualname: str, info: ClassInfo, call: ast.Call, env: dict[str, set[str]], caller: str
+    ) -> None:
+        """Record each of this class's methods passed to a constructor of ours as one of its fields' values."""
+        for target in self.callees(call, env, caller):
+            if target not in self.classes:
+                continue
+            fields = list(self.classes[target].annotations)
+            passed = [(fields[i] if i < len(fields) else None, arg) for i, arg in enumerate(call.args)]
+            passed += [(keyword.arg, keyword.value) for keyword in call.keywords]
+            for name, value in passed:
+                method = value.attr if _is_self_attribute(value) else None  # type: ignore[attr-defined]
+                if name and method in info.methods:
+                    self.bound.setdefault((target, name), set()).add(f"{qualname}.{method}")
 
     # ---- types ----------------------------------------------------------------------------------------
 
@@ -201,6 +221,7 @@ class CallGraph:
         for cls in self.expression_types(func.value, env, qualname):
             if func.attr in self.classes[cls].methods:
                 found.add(f"{cls}.{func.attr}")
+            found |= self.bound.get((cls, func.attr), set())
         return found
 
     def edges(self, qualname: str) -> Iterator[str]:

@@ -39,6 +39,7 @@ NAMED_RESOURCES = {
     ("google_pubsub_topic", "job_state"): "job_state_topic",
     ("google_pubsub_topic", "dead_letter"): "dead_letter_topic",
     ("google_pubsub_subscription", "dead_letter"): "dead_letter_subscription",
+    ("google_pubsub_topic", "retrain"): "retrain_topic",
 }
 
 

@@ -81,7 +81,7 @@ def test_every_function_runs_as_its_own_service_account(tf):
         == "${google_service_account.function[each.key].email}"
     )
     suffixes = [f["account"] for f in tf.locals["functions"].values()]
-    assert len(set(suffixes)) == len(suffixes) == 4
+    assert len(set(suffixes)) == len(suffixes) == 5
     assert accounts["account_id"] == "${var.name_prefix}-${each.value.account}"
 
 

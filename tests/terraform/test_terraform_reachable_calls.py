@@ -45,7 +45,7 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     (GCS, "names"): frozenset({"storage.objects.list"}),
     (GCS, "objects_under"): frozenset({"storage.objects.list"}),  # the admission preflight's listing
     (GCS, "metadata_under"): frozenset({"storage.objects.list"}),  # the history index, names with their metadata
-    (GCS, "listing"): frozenset({"storage.objects.list"}),  # names with generation and CRC32C (issue 42)
+    (GCS, "listing"): frozenset({"storage.objects.list"}),  # names with generation, CRC32C, update time (issue 42)
     # objects.patch of custom metadata (the reconcile sweep's notes on active entries): storage.objects.update.
     (GCS, "set_metadata"): frozenset({"storage.objects.update"}),
     (PUBLISHER, "__init__"): frozenset(),
@@ -129,6 +129,8 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.ledger.scoring_records.ScoringLedger", "*"): frozenset({"control"}),
     # A `_SCORE` marker's folder, listed for its CSV files: a watched (data) bucket.
     ("functions.models.scoring.Scorings._new_record", "objects_under"): frozenset({"data"}),
+    # Each coalescing rule's windows (issue 42, functions/ledger/window_records.py) beside the ledger.
+    ("functions.ledger.window_records.WindowRecords", "*"): frozenset({"control"}),
     # Each served endpoint's record (issue 41) beside the model records.
     ("functions.ledger.endpoint_records.EndpointLedger", "*"): frozenset({"control"}),
     # The per-model records (functions/ledger/model_records.py) live in the control bucket beside the ledger.
@@ -149,6 +151,8 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     ("functions.models.promotion.Promotion._metrics", "read"): frozenset({"control", "outputs"}),
     # The marker is read from the bucket its event came from: a watched (data) bucket.
     ("functions.intake.markers.Markers._overrides", "read"): frozenset({"data"}),
+    # A schedule tick's or an alert's rule is listed for its newest marker (issue 42): a watched (data) bucket.
+    ("functions.intake.rule_triggers.newest_marker", "listing"): frozenset({"data"}),
     # Trigger templates (gs:// in trigger_rules) are kept in the control bucket (terraform/README.md).
     ("functions.intake.markers.Markers.template", "read"): frozenset({"control"}),
     # OutputClaims(gcs, ledger, …): the index of output folders lives in the control bucket beside the ledger.

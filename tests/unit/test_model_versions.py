@@ -234,3 +234,23 @@ def test_the_lineage_still_names_the_image_that_trained_the_run(settings):
     assert lineage(record, settings).image == IMAGE
     labels = version(settings, trainer={"image": IMAGE}, model=MODEL | {"serving": SERVING})["model"]["labels"]
     assert labels["trainctl_image"] == label_of(IMAGE)
+
+
+def test_a_schedule_tick_or_an_alert_is_in_the_versions_lineage_and_labels(settings):
+    """Issue 42, point 5: the tick or the incident that started a run is in its version's lineage (the description)
+    and its kind in the label trainctl_trigger; a marker's or a message's trigger is not repeated there."""
+    from datetime import UTC, datetime
+
+    from schemas.events import Trigger
+
+    request = make_request(model={"name": "churn"})
+    tick = Trigger(kind="schedule", rule="gs://d/churn/", scheduled_time=datetime(2026, 11, 27, 2, tzinfo=UTC))
+    alert = Trigger(kind="alert", rule="gs://d/churn/", incident="0.abc", policy="churn drift", message_id="m1")
+    for trigger in (tick, alert):
+        record = make_record(request=request.model_dump(mode="json"), trigger=trigger)
+        body = upload_body(record, request.model, settings, "projects/p/locations/l/models/churn", True)["model"]
+        assert Lineage.model_validate_json(body["versionDescription"]).trigger == trigger
+        assert body["labels"]["trainctl_trigger"] == trigger.kind
+    marker = Trigger(kind="gcs", bucket="d", object="churn/_SUCCESS", generation="7")
+    record = make_record(request=request.model_dump(mode="json"), trigger=marker)
+    assert lineage(record, settings).trigger is None and lineage(record, settings).marker == "gs://d/churn/_SUCCESS#7"

@@ -247,7 +247,7 @@ class Controller:
 
     def rule_triggers(self) -> RuleTriggers:
         """A rule's schedule ticks and alerts (issue 42), on this controller's parts and clock."""
-        return RuleTriggers(self.settings, self.gcs, self.markers, self.publisher, self.clock)
+        return RuleTriggers(self.settings, self.gcs, self.markers, self.publisher, self.clock, self.ledger)
 
 
 def default_registry(settings: Settings) -> Registry:

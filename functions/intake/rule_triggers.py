@@ -41,6 +41,8 @@ from functions.intake import triggers
 from functions.intake.delivery import Delivery
 from functions.intake.markers import Arrival, Markers
 from functions.ledger import keys
+from functions.ledger.history import outcome_of
+from functions.ledger.requests import Ledger
 from functions.settings import Settings
 from functions.untrusted.documents import DocumentInvalid
 from schemas import cron
@@ -183,6 +185,7 @@ class RuleTriggers:
     markers: Markers
     publisher: Events
     clock: Callable[[], datetime]
+    ledger: Ledger | None = None  # where a missed tick's `skipped` is filed for `trainctl report` (history index)
 
     def receive(self, data: bytes | None, message_id: str, publish_time: datetime, when: datetime) -> str:
         """What happened to one message, in a word; never raises for input that will never be valid."""
@@ -249,6 +252,8 @@ class RuleTriggers:
             team=team,
         )
         self.publisher.publish(event)
+        if self.ledger is not None:  # `trainctl report` counts it among the skipped triggers; a redelivery files once
+            self.ledger.record_outcome(outcome_of(event, None), f"missed-{keys.key_hash(key)}")
         logs.info("published skipped (missed_tick)", request_id=request_id, rule=rule)
         return "skipped"
 

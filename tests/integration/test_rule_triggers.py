@@ -186,6 +186,10 @@ def test_missed_ticks_run_once_as_the_newest_due_under_latest_and_are_skipped_un
     assert skipped.reason == "missed_tick" and skipped.delivery == "strict-late"
     assert skipped.trigger.kind == "schedule" and skipped.trigger.scheduled_time == fired
     assert jobs_with_key(job_client, schedule_key(strict, fired)) == [] and deployment.record(missed_id) is None
+    # Filed in the history index, once however often the tick is delivered: `trainctl report` counts it by reason.
+    assert handlers.retrain(tick(strict, fired + timedelta(seconds=3), "strict-late-2"), controller) == "skipped"
+    filed = [o for o in controller.ledger.outcomes(fired - timedelta(days=1)) if o.request_id == missed_id]
+    assert [(o.state, o.reason) for o in filed] == [("skipped", "missed_tick")]
     assert handlers.retrain(tick(strict, due + timedelta(seconds=2), "strict-due"), controller) == "submitted"
     assert len(jobs_with_key(job_client, schedule_key(strict, due))) == 1
 

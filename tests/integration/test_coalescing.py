@@ -21,6 +21,7 @@ from functions import handlers
 from functions.cloud.gcs import Gcs
 from functions.controller import Controller
 from functions.intake.triggers import derive_request_id
+from functions.ledger.history import TRIGGER_POLICY_KEY
 from functions.ledger.keys import marker_key
 from functions.ledger.window_records import WINDOWS_PREFIX, record_name
 from functions.settings import Settings
@@ -115,6 +116,10 @@ def test_ten_partitions_in_30s_under_a_20s_quiet_window_make_one_run(deployment,
     assert [e.sequence for e in (accepted, coalesced)] == [1, 2]
     assert rule.window_record()["windows"] == []
     assert rule.reconcile_at(27 + QUIET + 60).get("windows_started", 0) == 0  # started once
+    # `trainctl report` counts the markers folded in: the outbox files `coalesced` under its own history key.
+    since = coalesced.time - timedelta(minutes=1)
+    filed = [o for o in rule.controller.ledger.outcomes(since, TRIGGER_POLICY_KEY) if o.request_id == request_id]
+    assert [(o.state, o.markers, o.saved_gpu_hours) for o in filed] == [("coalesced", 10, coalesced.saved_gpu_hours)]
 
 
 def test_a_marker_after_the_quiet_window_opens_a_new_window_and_union_trains_on_every_partition(deployment, job_client):

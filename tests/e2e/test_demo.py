@@ -59,7 +59,7 @@ def test_the_demo_trains_the_partitions_promotes_the_better_model_and_cleans_up(
     assert re.search(r"traffic: version 4 \(\d+\) 100 %", registry), registry
     # Guards issue 15 item 6: the demo ends with the report of what it ran, from the ledger.
     report = out[out.index("$ .venv/bin/trainctl report --since 1h") :]
-    assert "all: 6 requests  (succeeded 4  failed 1  cancelled 0  rejected 1)" in report, report
+    assert "all: 6 requests  (succeeded 4  failed 1  cancelled 0  rejected 1  skipped 0)" in report, report
     assert "data rejections  1, saving up to " in report
     assert "model demo-breast-cancer promoted 3, held 1; rollouts: deployed 2, rolled back 1" in report
     stack_id = re.search(r"starting local stack (\w+)", out).group(1)

@@ -166,13 +166,15 @@ def test_two_triggers_at_the_same_instant_under_skip_make_exactly_one_run(deploy
     assert isinstance(event, Skipped) and event.blocking_request == ran[0]
 
 
-def test_two_triggers_at_the_same_instant_under_replace_leave_the_later_one_running(deployment, job_client):
+def test_two_triggers_at_the_same_instant_under_replace_leave_the_later_one_running(deployment, job_client, tmp_path):
     """Under `replace` the one that wrote the slot second replaces the first, which ends superseded (by the newer
     one's submission, or by its own check of the slot after creating its record when it had none yet) and never
-    keeps a running job: exactly one run goes on."""
+    keeps a running job: exactly one run goes on. Both runs stay active until the test lets them finish, so that the
+    superseded one cannot succeed before its cancel lands (that race ends it `held`: another test's)."""
     model = new_model()
     events = deployment.events()
-    documents = [model_request(deployment, f"both-{i}", model, accuracy(0.8), concurrency="replace") for i in (1, 2)]
+    release = tmp_path / "release"
+    documents = [held_open(deployment, f"both-{i}", model, release, concurrency="replace") for i in (1, 2)]
     race(deployment, documents)
     ended = [r for r in ("both-1", "both-2") if events.of(r, "superseded")]
     assert len(ended) == 1
@@ -183,6 +185,7 @@ def test_two_triggers_at_the_same_instant_under_replace_leave_the_later_one_runn
     assert isinstance(cancelled, Cancelled) and cancelled.reason == "superseded"
     assert len(jobs_with_key(job_client, f"request:{later}")) == 1
     assert all(job.state.name == "JOB_STATE_CANCELLED" for job in jobs_with_key(job_client, f"request:{ended[0]}"))
+    release.touch()
     events.wait_for(later, "promoted", act=deployment.reconcile, timeout=90)
 
 

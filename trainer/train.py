@@ -63,6 +63,7 @@ from trainer.storage.folders import size_of
 
 gc.enable()
 
+PROCESS_STARTED = time.time()  # the process's start, near enough: its imports take most of the time before set_up
 COORDINATE_EVERY_SECONDS = 0.5  # how often ranks agree on stopping and on a time-based checkpoint
 
 
@@ -345,7 +346,8 @@ def train(run: Run, stop: StopSignal) -> int:
     args, state = run.args, run.state
     steps_per_epoch, total_steps = state.steps_per_epoch, run.total_steps
     tensorboard = ScalarWriter(args.tensorboard_dir) if run.is_main else DiscardedScalars()
-    progress = ProgressRecord(args.checkpoint_dir, args.progress_every_seconds, total_steps, enabled=run.is_main)
+    progress = ProgressRecord(args.checkpoint_dir, args.progress_every_seconds, total_steps, enabled=run.is_main,
+                              process_started=PROCESS_STARTED)  # fmt: skip
     throughput = Throughput()
     coordination = Coordination(COORDINATE_EVERY_SECONDS, first_step=state.step)
     first_step_of_this_process = state.step + 1
@@ -375,7 +377,7 @@ def train(run: Run, stop: StopSignal) -> int:
                 collectives.shorten_timeout(args.collective_timeout_seconds)
                 if run.device.type == "cuda" and os.environ.get("LOCAL_RANK", "0") == "0":
                     net_plugin.report_loaded(os.environ)  # NCCL has started by now: one line per node
-            progress.write(state.step, epoch)
+            progress.stepped(state.step, epoch)
 
             # Every rank checks at the same steps whether any rank got SIGTERM or rank 0's clock wants a checkpoint.
             stop_now = time_due = False
@@ -407,12 +409,13 @@ def train(run: Run, stop: StopSignal) -> int:
                 if run.is_main:
                     tensorboard.flush()
             if stop_now:
+                progress.write(state.step, epoch, force=True)  # the steps this process ran, for the next one
                 wait_for_checkpoint(run)
                 logs.warning("stopped by SIGTERM after a committed checkpoint", step=state.step)
                 return PREEMPTED_EXIT_CODE
 
     wait_for_checkpoint(run)
-    finish(run, throughput, tensorboard)
+    finish(run, throughput, tensorboard, progress)
     progress.write(state.step, state.epoch, state="finished", force=True)
     collectives.wait_for_all()
     return 0
@@ -429,7 +432,9 @@ def stopping_early(run: Run) -> bool:
     return patience > 0 and run.state.epochs_without_improvement() >= patience
 
 
-def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | DiscardedScalars) -> None:
+def finish(
+    run: Run, throughput: Throughput, tensorboard: ScalarWriter | DiscardedScalars, progress: ProgressRecord
+) -> None:
     """The final metrics (with the champion's, scored on the same validation rows before training, when there is
     one), and on rank 0 the figures on the reference rows (trainer/judging/evidence.py) and the model and metrics files
     (`_SUCCESS` last)."""
@@ -450,6 +455,9 @@ def finish(run: Run, throughput: Throughput, tensorboard: ScalarWriter | Discard
         "world_size": dist.get_world_size(),
         "resumed_from_step": state.resumed_from_step,
         "steps": state.step,
+        # Time to first step and runtime goodput (issue 43; trainer/outputs/progress.py): rank 0's figures.
+        **progress.figures(),
+        "steps_kept": state.step,
         "global_batch_size": run.samples_per_step,
         "train_rows": collectives.sum_across_ranks(rows) if tables.sharded else rows,
         "validation_rows": collectives.sum_across_ranks(len(tables.val_inputs)),

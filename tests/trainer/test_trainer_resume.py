@@ -179,7 +179,10 @@ def test_sigterm_to_one_worker_stops_every_rank_at_the_same_step(tmp_path, data,
 
 
 def test_crashed_worker_group_is_restarted_and_resumes_bitwise(tmp_path, data, env, uninterrupted):
+    """Issue 43 too: the restarted group runs again the steps after its last checkpoint, so metrics.json counts
+    them among the steps run but not among the steps kept, and keeps the first process's first step."""
     args = launch_args(data, tmp_path, max_restarts=1, crash_at_batch=CHECKPOINT_EVERY_STEPS + 15)
+    args += ["--progress-every-seconds", "0"]  # every step's count reaches progress.json before the crash
     finished = run("trainer.launch", args, env, tmp_path / "run.log")
 
     assert finished.returncode == 0, finished.output[-4000:]
@@ -187,6 +190,15 @@ def test_crashed_worker_group_is_restarted_and_resumes_bitwise(tmp_path, data, e
     metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
     assert metrics["resumed_from_step"] == CHECKPOINT_EVERY_STEPS
     assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
+    # Rank 1 crashed in step 35's forward, so 34 steps ran before the crash; the restart ran 21..200 again.
+    assert (metrics["steps_kept"], metrics["steps_run"]) == (200, 34 + 200 - CHECKPOINT_EVERY_STEPS)
+    assert metrics["first_step"] < metrics["process_started"]  # the first process's, kept by the restarted one
+    progress = json.loads((tmp_path / "checkpoints" / "progress.json").read_text())
+    assert (progress["state"], progress["steps_run"], progress["first_step"]) == (
+        "finished",
+        metrics["steps_run"],
+        metrics["first_step"],
+    )
 
 
 def test_a_rank_killed_with_sigkill_restarts_the_group_and_resumes_bitwise(tmp_path, data, env, uninterrupted):

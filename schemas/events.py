@@ -137,6 +137,45 @@ class Timestamps(_Strict):
     ended: datetime | None = None
 
 
+class FirstStep(_Strict):
+    """Accepted → the trainer's first optimizer step (issue 43), in seconds, split into phases that sum to
+    `total_seconds`. The first step is the built-in trainer's own record (rank 0's wall clock), and only of the
+    attempt that ended the request: one before that attempt's job started or after it ended is ignored, and then
+    there is no split."""
+
+    total_seconds: float = Field(description="Accepted → the first step of the last attempt.")
+    queue_seconds: float = Field(description="In trainctl's quota queue, every stay summed (queued → left).")
+    provisioning_seconds: float = Field(
+        description="The last attempt's job waiting in Vertex (PENDING, QUEUED): its create time → its start time."
+    )
+    startup_seconds: float = Field(
+        description="The last attempt's job start → its first step: the image pulled, the processes launched, the "
+        "data loaded."
+    )
+    other_seconds: float = Field(
+        description="The rest: admission and submission, and every earlier attempt (its run, its retry's wait)."
+    )
+
+
+class Goodput(_Strict):
+    """How much of a request's time and work counted (issue 43)."""
+
+    scheduling: float | None = Field(
+        None,
+        description="Running ÷ total: every attempt's jobs' running time (start → end, summed) over accepted → "
+        "the request's end; 0 when no job ran.",
+    )
+    runtime: float | None = Field(
+        None,
+        description="Steps kept ÷ steps run, every attempt and restart included (a resumed run runs again the "
+        "steps after its last checkpoint); from the built-in trainer's record of the last attempt, which counts "
+        "those of every earlier one. None without such a record.",
+    )
+    running_seconds: float = Field(0.0, description="Every attempt's running time, summed.")
+    steps_run: int | None = Field(None, description="Optimizer steps run by every attempt and restart.")
+    steps_kept: int | None = Field(None, description="The steps the final weights hold (the last step reached).")
+
+
 class Spend(_Strict):
     """What every attempt of a request ran (a preempted, failed or moved-down one too), each from its job's start to its
     end, at its own rung's GPUs and approximate list price."""
@@ -342,6 +381,8 @@ class Succeeded(_Event):
     duration_seconds: float | None = None
     cost: CostEstimate | None = None
     spent: Spend | None = Field(None, description="What every attempt ran: GPU-hours and estimated cost.")
+    first_step: FirstStep | None = Field(None, description="Accepted → the first step, by phase (issue 43).")
+    goodput: Goodput | None = Field(None, description="Scheduling and runtime goodput (issue 43).")
 
 
 class Failed(_Event):
@@ -356,6 +397,8 @@ class Failed(_Event):
     duration_seconds: float | None = None
     rungs: list[RungOutcome] | None = Field(None, description="With fallbacks: what became of every rung.")
     spent: Spend | None = Field(None, description="What every attempt ran: GPU-hours and estimated cost.")
+    first_step: FirstStep | None = Field(None, description="Accepted → the first step, by phase (issue 43).")
+    goodput: Goodput | None = Field(None, description="Scheduling and runtime goodput (issue 43).")
 
 
 class Cancelled(_Event):
@@ -367,6 +410,8 @@ class Cancelled(_Event):
     )
     duration_seconds: float | None = None
     spent: Spend | None = Field(None, description="What every attempt ran: GPU-hours and estimated cost.")
+    first_step: FirstStep | None = Field(None, description="Accepted → the first step, by phase (issue 43).")
+    goodput: Goodput | None = Field(None, description="Scheduling and runtime goodput (issue 43).")
 
 
 class Lineage(_Strict):

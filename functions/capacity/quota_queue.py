@@ -188,7 +188,8 @@ class QuotaQueue:
         record.quota_pool, record.other_quota_pools = None, []
         common = record.envelope(now)
         events: list[JobEvent] = []
-        record.failure_reason, record.queued_since = "quota", None
+        record.failure_reason = "quota"
+        record.leave_queue(now)
         if record.cancel_requested:
             record.state, record.failure_reason, record.message = "cancelled", None, "cancelled by request"
             events.append(Cancelled(**common, message="cancelled by request while it waited for GPU quota"))

@@ -289,7 +289,8 @@ class Submission:
         # Step 4: record SUBMITTED, publish `submitted`.
         now = self.clock()
         record.state, record.job_name, record.job_state = "submitted", job.name, job.state
-        record.owner = record.lease_until = record.not_before = record.queued_since = None
+        record.leave_queue(now)
+        record.owner = record.lease_until = record.not_before = None
         record.permission_denied_since = None
         record.rung_attempts += 1
         record.add_events(

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.ledger.first_step import TrainerFigures, first_step_split, goodput
 from functions.ledger.model_charter import Rule
 from schemas.events import (
     EVENT_ADAPTER,
@@ -134,6 +135,9 @@ class Record(BaseModel):
         None, description="The month (YYYY-MM) whose team budget record holds its reservation and spend (issue 40)."
     )
     queued_since: datetime | None = Field(None, description="When it began to wait in trainctl's quota queue.")
+    queued_seconds: float = Field(
+        0.0, description="Its stays in trainctl's quota queue before this one, summed (issue 43: time to first step)."
+    )
     cancel_requested: bool = Field(False, description="`trainctl cancel` of a request that has no job yet.")
     permission_denied_since: datetime | None = Field(
         None, description="When Vertex first refused this attempt's submission with PERMISSION_DENIED."
@@ -154,6 +158,14 @@ class Record(BaseModel):
     )
     earlier_gpu_hours: float = Field(0.0, description="What the attempts before the current one ran, in GPU-hours.")
     earlier_cost_usd: float = Field(0.0, description="… and their estimated cost, each at its own rung's price.")
+    earlier_run_seconds: float = Field(0.0, description="… and their running time, summed (scheduling goodput).")
+    first_step: datetime | None = Field(
+        None,
+        description="When the built-in trainer's first step ran, as its record said when its job ended, and only when "
+        "within that job's start → end (functions/ledger/first_step.py): the latest attempt's that had one.",
+    )
+    steps_run: int | None = Field(None, description="The trainer's steps run, every attempt's (its record).")
+    steps_kept: int | None = Field(None, description="… and the steps its weights hold.")
     code_objects: list[CodeObject] | None = Field(
         None, description="The content-addressed packages verified at intake: generation and CRC32C (issue 38)."
     )
@@ -196,6 +208,7 @@ class Record(BaseModel):
         gpus, hourly = self.attempt_price
         self.earlier_gpu_hours += gpus * hours
         self.earlier_cost_usd += hourly * hours
+        self.earlier_run_seconds += hours * 3600
 
     def spent(self, last_attempt: Timestamps | None) -> Spend:
         """What every attempt ran: the earlier ones, and the current one from its job's start to its end."""
@@ -208,6 +221,30 @@ class Record(BaseModel):
             gpu_hours=round(self.earlier_gpu_hours + gpus * hours, 6),
             estimated_cost_usd=round(self.earlier_cost_usd + hourly * hours, 4),
         )
+
+    def leave_queue(self, now: datetime) -> None:
+        """The request leaves trainctl's quota queue (admitted, moved down or ended): its stay is counted."""
+        if self.queued_since is not None:
+            self.queued_seconds += max(0.0, (now - self.queued_since).total_seconds())
+        self.queued_since = None
+
+    def note_trainer(self, figures: TrainerFigures) -> None:
+        """What the built-in trainer recorded of the attempt whose job just ended, once checked (first_step.py)."""
+        if figures.first_step is not None:
+            self.first_step = figures.first_step
+        if figures.steps_run is not None:
+            self.steps_run, self.steps_kept = figures.steps_run, figures.steps_kept
+
+    def first_step_figures(self, event_time: datetime, last_attempt: Timestamps | None) -> dict[str, Any]:
+        """A final event's time to first step and goodput (issue 43): the last attempt's split, every attempt's
+        running time, the trainer's step counts."""
+        end = last_attempt.ended if last_attempt and last_attempt.ended else event_time
+        return {
+            "first_step": first_step_split(self.created, self.queued_seconds, last_attempt, self.first_step),
+            "goodput": goodput(
+                self.created, end, self.earlier_run_seconds, last_attempt, self.steps_run, self.steps_kept
+            ),
+        }
 
     def lease_live(self, now: datetime) -> bool:
         return self.lease_until is not None and self.lease_until > now
@@ -234,6 +271,8 @@ class Record(BaseModel):
                 update["team"] = self.team
             if "spent" in type(event).model_fields:  # a final event says what the whole request ran
                 update["spent"] = self.spent(event.timestamps)
+            if "goodput" in type(event).model_fields:
+                update |= self.first_step_figures(event.time, event.timestamps)
             self.outbox.append(event.model_copy(update=update).model_dump(mode="json", exclude_none=True))
         return {e.ce_id for e in fresh}
 

@@ -29,11 +29,12 @@ from functions.cloud.job_snapshot import JobSnapshot, job_ref
 from functions.cloud.ports import Jobs, Storage
 from functions.intake.submission import Submission
 from functions.ledger.budget_records import BudgetRecords
+from functions.ledger.first_step import trainer_figures
 from functions.ledger.outbox import Outbox
 from functions.ledger.record import Record
 from functions.ledger.requests import Ledger
 from functions.lifecycle.sweep import NOTHING_SEEN, Listing, Seen, Window, listings, seen_after, unchanged
-from functions.lifecycle.transitions import observe, runs_builtin
+from functions.lifecycle.transitions import VERTEX_ENDED, observe, runs_builtin
 from functions.models.promotion import Promotion
 from functions.settings import Settings
 from functions.untrusted.job_outputs import (
@@ -44,7 +45,7 @@ from functions.untrusted.job_outputs import (
     parse_metrics,
     parse_progress,
 )
-from schemas.events import FINAL_REQUEST_STATES
+from schemas.events import FINAL_REQUEST_STATES, Timestamps
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
 
@@ -141,6 +142,8 @@ class Observation:
         max_pending, max_silence = _limits(record)
         progress: dict[str, Any] | None = None
         before = record.model_dump()
+        if job.state in VERTEX_ENDED and job.state != record.job_state and runs_builtin(record.request):
+            self._note_trainer(record, job, now)
         transition = observe(record, job, ref, now, max_pending, None, max_silence=max_silence)
         if transition.action == "load_metrics":
             metrics = self._metrics(record)
@@ -195,6 +198,18 @@ class Observation:
         except Unreadable as exc:
             logs.warning(f"{uri} cannot be read; its progress is not judged: {exc}", uri=uri)
             return {}
+
+    def _note_trainer(self, record: Record, job: JobSnapshot, now: datetime) -> None:
+        """The built-in trainer's first step and step counts for the job that just ended (issue 43), checked against
+        the job's own times; a record that cannot be read or believed only leaves them out: it never stops a sweep."""
+        try:
+            progress = self._progress(record)
+        except Exception as exc:  # a transient read error, say: the figures are left out, the sweep goes on
+            logs.warning(f"the trainer's progress record cannot be read; no time to first step: {exc}")
+            return
+        step, steps_run, first = progress.get("step"), progress.get("steps_run"), progress.get("first_step")
+        stamps = Timestamps(created=job.create_time, started=job.start_time, ended=job.end_time)
+        record.note_trainer(trainer_figures(first, steps_run, step, stamps, now))
 
     def _job_output(self, uri: str) -> bytes | None:
         """The bytes of an object the job wrote, None when there is none; Unreadable when it is larger than any

@@ -38,6 +38,7 @@ from schemas.rules import format_duration
 # Vertex states in which a job has not started yet, and those in which it has ended.
 VERTEX_WAITING = frozenset({"JOB_STATE_QUEUED", "JOB_STATE_PENDING"})
 VERTEX_RUNNING = frozenset({"JOB_STATE_RUNNING", "JOB_STATE_UPDATING"})
+VERTEX_ENDED = frozenset({"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"})
 # How far ahead of the controller's clock a heartbeat's time may be and still count as one: the trainer's node and
 # the function read different clocks. Further ahead, it is no evidence either way (see _silence).
 HEARTBEAT_CLOCK_SKEW_SECONDS = 300

@@ -81,6 +81,12 @@ class Progress(BaseModel):
     time: float = Field(allow_inf_nan=False, description="Unix time in seconds when `step` was reached.")
     step: int | None = Field(None, ge=0, lt=INT64)
     state: str | None = Field(None, max_length=32, description="starting, training or finished.")
+    # Issue 43: time to first step and runtime goodput. Bounded here; functions/ledger/first_step.py then keeps a first
+    # step only within its job's own start → end, and step counts only when kept ≤ run.
+    first_step: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="Unix time in seconds of the job's first optimizer step."
+    )
+    steps_run: int | None = Field(None, ge=0, lt=INT64, description="Steps run by every process and attempt.")
 
 
 def parse_progress(raw: bytes) -> Progress:

@@ -101,7 +101,19 @@ def test_a_progress_record_off_the_trainers_shape_is_unreadable(document, reason
 
 def test_the_trainers_progress_record_is_read():
     raw = b'{"step": 120, "total_steps": 400, "epoch": 2, "time": 1795000000.123, "attempt": 0, "state": "training"}'
-    assert parse_progress(raw).model_dump() == {"time": 1795000000.123, "step": 120, "state": "training"}
+    assert parse_progress(raw).model_dump(exclude_none=True) == {
+        "time": 1795000000.123,
+        "step": 120,
+        "state": "training",
+    }
+    # Issue 43: the first step and the steps run, with the rest of the record (trainer/outputs/progress.py).
+    newer = b'{"step": 120, "time": 1795000000.123, "job": "1", "started": 1794999900.5, "first_step": 1794999960.25, '
+    assert parse_progress(newer + b'"steps_run": 140}').model_dump(exclude_none=True) == {
+        "time": 1795000000.123,
+        "step": 120,
+        "first_step": 1794999960.25,
+        "steps_run": 140,
+    }
 
 
 def test_a_failure_note_is_clipped_and_cleaned_for_events_and_logs():

@@ -53,6 +53,12 @@ def main() -> int:
     parser.add_argument("--confidence", help="the level of the reference set's interval; not used here")
     parser.add_argument("--write-reference-rows", action="store_true", help="write a stand-in reference.parquet")
     parser.add_argument("--model-from", type=Path, help="the primary copies this trained model folder's files too")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help="standing in for the built-in trainer's heartbeat: the primary writes $AIP_CHECKPOINT_DIR/progress.json "
+        "with its first step when --sleep is over and this many steps run and kept (trainer/outputs/progress.py)",
+    )
     args, trainer_flags = parser.parse_known_args()
     standing_in = bool(args.data)
     # Like the built-in trainer, a run given no reference set writes its own sample beside its metrics (issue 38).
@@ -74,6 +80,8 @@ def main() -> int:
     time.sleep(args.sleep)
     while args.until_file and not args.until_file.exists():
         time.sleep(0.05)
+    if args.steps is not None and node_name() == "workerpool0-0":
+        write_progress(args.steps, time.time())
     if args.metrics and node_name() == "workerpool0-0":
         write_metrics(args.metrics, writes_reference, args.model_from)
     if args.runs_file:
@@ -94,6 +102,21 @@ def stand_in_args(data: str) -> list[str]:
     bucket, _, folder = data.removeprefix("gs://").partition("/")
     client = storage.Client(project="local", credentials=AnonymousCredentials())
     return client.bucket(bucket).blob(folder + "fake-node-args").download_as_text().splitlines()
+
+
+def write_progress(steps: int, first_step: float) -> None:
+    """The built-in trainer's finished heartbeat, in its shape (trainer/outputs/progress.py)."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    bucket, _, prefix = os.environ["AIP_CHECKPOINT_DIR"].removeprefix("gs://").partition("/")
+    record = {
+        "step": steps, "total_steps": steps, "epoch": 1, "time": round(time.time(), 3), "attempt": 0,
+        "state": "finished", "job": os.environ.get("CLOUD_ML_JOB_ID", ""), "started": round(first_step, 3),
+        "first_step": round(first_step, 3), "steps_run": steps,
+    }  # fmt: skip
+    folder = storage.Client(project="local", credentials=AnonymousCredentials()).bucket(bucket)
+    folder.blob(prefix.rstrip("/") + "/progress.json").upload_from_string(json.dumps(record))
 
 
 def write_metrics(metrics: str, reference: bool, model_from: Path | None = None) -> None:

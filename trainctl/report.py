@@ -7,7 +7,8 @@ attempt's job, start → end), GPU-hours (GPUs × run time) and estimated cost (
 × run time); with model blocks, per model how many successful runs were promoted and how many held, and how many
 requests the data check rejected at admission with the GPU-hours and cost their own estimates say it saved at most
 (issue 27); what the trigger policies spared (issue 42): requests skipped by reason, runs superseded, markers
-coalesced, and the GPU-hours saved. Percentiles
+coalesced, and the GPU-hours saved; time to first step (issue 43: p50/p90 of accepted → first step and of its
+phases) and goodput (scheduling: running ÷ accepted → end; runtime: steps kept ÷ steps run). Percentiles
 are nearest-rank: the smallest value with at least p% of the values at or below it.
 """
 
@@ -72,6 +73,40 @@ def figures(outcomes: list[Outcome]) -> dict[str, Any]:
         "gpu_hours": round(sum(o.gpu_hours for o in outcomes), 4),
         "estimated_cost_usd": round(sum(o.cost_usd for o in outcomes), 2),
         "data_rejections": data_rejections(outcomes),
+        "first_step_seconds": first_step_figures(outcomes),
+        "goodput": goodput_figures(outcomes),
+    }
+
+
+PHASES = ("total", "queue", "provisioning", "startup", "other")
+
+
+def first_step_figures(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Accepted → first step (issue 43), p50 and p90 of the whole and of each phase, over the requests whose final
+    event had a first step (the built-in trainer's, within its job's times)."""
+    splits = [o.first_step for o in outcomes if o.first_step is not None]
+    found: dict[str, Any] = {"requests": len(splits)}
+    for phase in PHASES:
+        values = [getattr(split, f"{phase}_seconds") for split in splits]
+        found[phase] = {"p50": percentile(values, 50), "p90": percentile(values, 90)}
+    return found
+
+
+def goodput_figures(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Goodput over the group (issue 43): scheduling, every request's running time over the sum of their accepted →
+    end; runtime, every request's steps kept over the sum of their steps run (built-in trainer runs only)."""
+    timed = [(o.goodput.running_seconds, total) for o in outcomes if o.goodput and (total := o.total_seconds)]
+    counted = [
+        (g.steps_kept, g.steps_run)
+        for o in outcomes
+        if (g := o.goodput) and g.steps_run is not None and g.steps_kept is not None
+    ]
+    total_time, steps_run = sum(t for _, t in timed), sum(r for _, r in counted)
+    return {
+        "scheduling": round(sum(r for r, _ in timed) / total_time, 4) if total_time > 0 else None,
+        "runtime": round(sum(k for k, _ in counted) / steps_run, 4) if steps_run > 0 else None,
+        "steps_run": steps_run,
+        "steps_kept": sum(k for k, _ in counted),
     }
 
 
@@ -257,6 +292,7 @@ def _lines(name: str, f: dict[str, Any]) -> list[str]:
         f"  time to start    p50 {_seconds(start['p50'])}  p95 {_seconds(start['p95'])}",
         f"  run time         p50 {_seconds(run['p50'])}  p95 {_seconds(run['p95'])}",
         f"  GPU-hours        {f['gpu_hours']:.2f}   estimated cost ${f['estimated_cost_usd']:,.2f}",
+        *_first_step_lines(f.get("first_step_seconds"), f.get("goodput")),
         *_data_lines(f.get("data_rejections")),
         *_policy_lines(f.get("trigger_policies")),
     ] + [
@@ -265,6 +301,29 @@ def _lines(name: str, f: dict[str, Any]) -> list[str]:
            else "")
         for model, n in f.get("models", {}).items()
     ]  # fmt: skip
+
+
+def _first_step_lines(first_step: dict[str, Any] | None, goodput: dict[str, Any] | None) -> list[str]:
+    """Time to first step by phase and goodput (issue 43), when any request in the group has them."""
+    lines = []
+    if first_step and first_step["requests"]:
+
+        def shown(phase: str) -> str:
+            return f"p50 {_seconds(first_step[phase]['p50'])} p90 {_seconds(first_step[phase]['p90'])}"
+
+        lines += [
+            f"  to first step    {shown('total')}  ({first_step['requests']} with a first step)",
+            f"    queue {shown('queue')} · provisioning {shown('provisioning')} · start-up {shown('startup')} "
+            f"· other {shown('other')}",
+        ]
+    if goodput and (goodput["scheduling"] is not None or goodput["runtime"] is not None):
+        scheduling = "-" if goodput["scheduling"] is None else f"{goodput['scheduling']:.0%}"
+        runtime = "-" if goodput["runtime"] is None else f"{goodput['runtime']:.0%}"
+        lines.append(
+            f"  goodput          scheduling {scheduling} (running of accepted → end)  runtime {runtime} "
+            f"({goodput['steps_kept']} of {goodput['steps_run']} steps kept)"
+        )
+    return lines
 
 
 def _data_lines(rejections: dict[str, Any] | None) -> list[str]:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from functions.cloud.gcs import metadata_problems
 from functions.ledger.record import Record
-from schemas.events import Coalesced, JobEvent, Rejected, Skipped, Spend
+from schemas.events import Coalesced, FirstStep, Goodput, JobEvent, Rejected, Skipped, Spend
 from schemas.request import code_digest
 
 FINAL_EVENT_STATES = frozenset({"succeeded", "failed", "cancelled", "rejected", "skipped"})
@@ -69,6 +69,8 @@ class Outcome(BaseModel):
     )
     saved_usd: float | None = Field(None, description="… and the most it could have cost (its max_usd).")
     markers: int | None = Field(None, description="A `coalesced` event: how many markers it folded into one request.")
+    first_step: FirstStep | None = Field(None, description="Accepted → the first step, by phase (issue 43).")
+    goodput: Goodput | None = Field(None, description="Scheduling and runtime goodput (issue 43).")
 
     @property
     def run_seconds(self) -> float | None:
@@ -83,6 +85,12 @@ class Outcome(BaseModel):
     def cost_usd(self) -> float:
         """The estimated cost of every attempt, each at its rung's price; an outcome from before: its last attempt's."""
         return self.spent.estimated_cost_usd if self.spent else self.hourly_usd * (self.run_seconds or 0) / 3600
+
+    @property
+    def total_seconds(self) -> float | None:
+        """Accepted → the end (the last job's, else the final event's): scheduling goodput's denominator."""
+        end = self.ended or self.time
+        return (end - self.accepted).total_seconds() if self.accepted else None
 
     @property
     def start_seconds(self) -> float | None:
@@ -117,6 +125,8 @@ def outcome_of(event: JobEvent, record: Record | None) -> Outcome:
         saved_gpu_hours=saved_gpu_hours,
         saved_usd=saved_usd,
         markers=len(event.markers) if isinstance(event, Coalesced) else None,
+        first_step=getattr(event, "first_step", None),
+        goodput=getattr(event, "goodput", None),
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
 import os
 import subprocess
@@ -104,6 +105,17 @@ class Deployment:
     @property
     def events_topic(self) -> str:
         return f"it-events-{self.suffix}"
+
+    def cli(self, monkeypatch: Any, *args: str) -> str:
+        """What `trainctl ARGS` prints against this deployment (its settings in the environment for the test)."""
+        from trainctl.cli import main
+
+        for name, value in self.settings_env().items():
+            monkeypatch.setenv(name, value)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(list(args)) == 0
+        return out.getvalue()
 
     def settings_env(self, **overrides: str) -> dict[str, str]:
         template = {

@@ -3,8 +3,6 @@ against what this test works out from the events it saw on the events topic."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 from collections import Counter
@@ -17,7 +15,6 @@ from google.cloud.aiplatform_v1.types import JobState
 from local.jobservice.client import wait_for_state
 from schemas.events import TERMINAL_STATES, Accepted, JobEvent
 from tests.integration.deployment import fake_node_request
-from trainctl.cli import main
 
 METRICS = '{"val_accuracy": 0.9}'
 FINAL_STATES = TERMINAL_STATES | {"rejected"}
@@ -86,12 +83,7 @@ def _assert_same(reported: dict, expected: dict) -> None:
 
 
 def _report(deployment, monkeypatch, *args: str) -> str:
-    for name, value in deployment.settings_env().items():
-        monkeypatch.setenv(name, value)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["report", *args]) == 0
-    return out.getvalue()
+    return deployment.cli(monkeypatch, "report", *args)
 
 
 def test_the_report_of_a_mix_of_outcomes_matches_the_events(

@@ -12,6 +12,9 @@ import pytest
 import yaml
 from google.cloud.aiplatform_v1 import CustomJob, ReservationAffinity
 
+from functions.capacity.ladder import ladder_of
+from functions.capacity.reserved import ReservationRefused, mark_reserved
+from functions.cloud.reservations import ReservationState, ReservationUnreadable, state_of, vertex_accelerator
 from functions.intake.delivery import spec_hash
 from functions.jobs.planning import RESERVATION_NAME_KEY, plan_custom_job
 from schemas.errors import RequestInvalid
@@ -118,3 +121,96 @@ def test_plan_gcloud_writes_the_reservation_affinity(tmp_path):
     assert affinity["reservationAffinityType"] == "SPECIFIC_RESERVATION"
     assert affinity["key"] == RESERVATION_NAME_KEY
     assert affinity["values"][0].endswith("/zones/us-central1-a/reservations/a2-res")
+
+
+# Admission: the reservation read, its shape matched exactly, and the ladder gated on its free VMs.
+
+
+class FakeReservations:
+    def __init__(self, **states: ReservationState | Exception):
+        self.states = states
+        self.asked: list[str] = []
+
+    def get(self, name: str) -> ReservationState:
+        self.asked.append(name)
+        found = self.states[name.rsplit("/", 1)[-1]]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+
+def held(count: int, in_use: int, machine: str = "a2-highgpu-2g", gpus: int = 2) -> ReservationState:
+    return ReservationState(
+        "projects/proj/zones/us-central1-a/reservations/a2-res", machine, "NVIDIA_TESLA_A100", gpus, count, in_use
+    )
+
+
+def reserved_ladder(replicas: int = 1):
+    return make_request(
+        resources=RESERVED | {"replica_count": replicas},
+        scheduling={"max_attempts": 3},
+        fallbacks=[
+            {"strategy": "spot", "resources": {"machine_type": "a2-highgpu-2g", "replica_count": replicas}},
+            {"resources": {"machine_type": "a2-highgpu-2g", "replica_count": replicas}},
+        ],
+    )
+
+
+def test_a_reservation_of_another_shape_is_refused_naming_the_rule():
+    request = reserved_ladder()
+    reader = FakeReservations(**{"a2-res": held(4, 0, machine="a2-highgpu-1g", gpus=1)})
+    with pytest.raises(ReservationRefused) as refused:
+        mark_reserved(request, ladder_of(request, "us-central1"), reader, "proj")
+    assert refused.value.errors == [
+        "resources.reservation: reservation projects/proj/zones/us-central1-a/reservations/a2-res holds a2-highgpu-1g "
+        "with 1 × NVIDIA_TESLA_A100; this rung asks for a2-highgpu-2g with 2 × NVIDIA_TESLA_A100; Vertex uses a "
+        "reservation only for the exact machine shape"
+    ]
+    assert reader.asked == ["projects/proj/zones/us-central1-a/reservations/a2-res"]
+
+
+def test_an_unreadable_reservation_is_a_refusal_naming_why():
+    request = reserved_ladder()
+    reader = FakeReservations(**{"a2-res": ReservationUnreadable("it needs compute.reservations.get on project proj")})
+    with pytest.raises(ReservationRefused) as refused:
+        mark_reserved(request, ladder_of(request, "us-central1"), reader, "proj")
+    assert refused.value.errors == ["resources.reservation: it needs compute.reservations.get on project proj"]
+
+
+def test_the_reserved_rung_is_used_while_the_reservation_has_room_then_skipped_down():
+    request = reserved_ladder(replicas=2)
+    room = mark_reserved(request, ladder_of(request, "us-central1"), FakeReservations(**{"a2-res": held(4, 2)}), "p")
+    assert [rung.skipped for rung in room] == [None, None, None]
+    full = mark_reserved(request, ladder_of(request, "us-central1"), FakeReservations(**{"a2-res": held(4, 3)}), "p")
+    assert full[0].skipped == (
+        "reservation projects/proj/zones/us-central1-a/reservations/a2-res is full: 3 of its 4 VMs in use, this rung "
+        "needs 2"
+    )
+    assert [rung.skipped for rung in full[1:]] == [None, None]
+    small = mark_reserved(request, ladder_of(request, "us-central1"), FakeReservations(**{"a2-res": held(1, 0)}), "p")
+    assert small[0].skipped is not None and "which holds 1" in small[0].skipped
+
+
+def test_a_full_reservation_on_the_only_rung_is_not_skipped_the_job_waits_for_it():
+    request = make_request(resources=RESERVED)
+    rungs = mark_reserved(request, ladder_of(request, "us-central1"), FakeReservations(**{"a2-res": held(2, 2)}), "p")
+    assert rungs[0].skipped is None
+
+
+def test_compute_engines_gpu_names_are_vertexs_and_a_built_in_machine_may_list_none():
+    body = {
+        "specificReservation": {
+            "count": "3",
+            "inUseCount": "1",
+            "instanceProperties": {"machineType": "a2-highgpu-2g"},
+        }
+    }
+    state = state_of("projects/p/zones/z/reservations/r", body)
+    assert (state.machine_type, state.accelerator_type, state.accelerator_count, state.free) == (
+        "a2-highgpu-2g",
+        "NVIDIA_TESLA_A100",
+        2,
+        2,
+    )
+    assert vertex_accelerator("nvidia-h100-80gb") == "NVIDIA_H100_80GB"
+    assert vertex_accelerator("nvidia-tesla-a100") == "NVIDIA_TESLA_A100"

@@ -17,6 +17,7 @@ from functions.capacity.reserved import ReservationRefused, mark_reserved
 from functions.cloud.reservations import ReservationState, ReservationUnreadable, state_of, vertex_accelerator
 from functions.intake.delivery import spec_hash
 from functions.jobs.planning import RESERVATION_NAME_KEY, plan_custom_job
+from local.jobservice.capacity import CapacityError, parse_capacity
 from schemas.errors import RequestInvalid
 from tests.unit.conftest import make_request
 
@@ -214,3 +215,23 @@ def test_compute_engines_gpu_names_are_vertexs_and_a_built_in_machine_may_list_n
     )
     assert vertex_accelerator("nvidia-h100-80gb") == "NVIDIA_H100_80GB"
     assert vertex_accelerator("nvidia-tesla-a100") == "NVIDIA_TESLA_A100"
+
+
+# The local stack's capacity file: reservations, and what its Vertex refuses of a job on one.
+
+
+def test_the_capacity_file_takes_reservations_and_names_a_wrong_key():
+    model = parse_capacity(
+        {
+            "reservations": {
+                "a2-res": {"project": "p", "zone": "us-central1-a", "machine_type": "a2-highgpu-2g", "count": 2}
+            }
+        }
+    )
+    held = model.reservations["projects/p/zones/us-central1-a/reservations/a2-res"]
+    assert (held.shape(), held.count) == (("a2-highgpu-2g", "NVIDIA_TESLA_A100", 2), 2)
+    assert model.limit("us-central1", "reservation:projects/p/zones/us-central1-a/reservations/a2-res") == 2
+    with pytest.raises(CapacityError, match=r"reservations.r.count: required"):
+        parse_capacity({"reservations": {"r": {"project": "p", "zone": "z", "machine_type": "a2-highgpu-2g"}}})
+    with pytest.raises(CapacityError, match=r"reservations.r: unknown key 'gpus'"):
+        parse_capacity({"reservations": {"r": {"gpus": 2}}})

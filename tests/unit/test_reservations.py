@@ -112,6 +112,8 @@ def test_plan_shows_the_reservation_and_the_ladder_says_its_gpus_are_paid():
     ladder = result.stdout.split("capacity ladder", 1)[1].splitlines()[1:]
     assert "reservation us-central1-a/a2-res" in ladder[0] and "already paid" in ladder[0], ladder
     assert "already paid" not in ladder[1] and "already paid" not in ladder[2]
+    readme = (ROOT / "README.md").read_text()
+    assert all(line in readme for line in ladder[:3]), "README's Reservations example is what plan prints"
 
 
 def test_plan_gcloud_writes_the_reservation_affinity(tmp_path):

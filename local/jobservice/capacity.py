@@ -131,8 +131,12 @@ class CapacityModel:
         return all(held.get(metric, 0) + demand[metric] <= (self.limit(region, metric) or 0) for metric in limited)
 
     def never_fits(self, region: str, demand: Mapping[str, int]) -> list[str]:
-        """The metrics whose limit is below what the job alone needs."""
-        return sorted(m for m, gpus in demand.items() if (limit := self.limit(region, m)) is not None and gpus > limit)
+        """The metrics whose limit is below what the job alone needs (a reservation's count is reservations.py's)."""
+        return sorted(
+            m
+            for m, gpus in demand.items()
+            if not m.startswith(RESERVATION_DEMAND) and (limit := self.limit(region, m)) is not None and gpus > limit
+        )
 
 
 def strategy_name(strategy: str) -> str:

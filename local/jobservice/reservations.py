@@ -49,6 +49,15 @@ def reservation_problems(job: CustomJob, model: CapacityModel) -> list[tuple[str
     """What CreateCustomJob refuses of a job's reservation affinity (INVALID_ARGUMENT): a SPECIFIC_RESERVATION without
     the key and one full name, a reservation that does not exist, or one whose VMs are another machine shape."""
     problems: list[tuple[str, str]] = []
+    for key, vms in reserved_vms(job).items():
+        found = model.reservations.get(key.removeprefix(RESERVATION_DEMAND))
+        if found is not None and vms > found.count:
+            problems.append(
+                (
+                    "custom_job.job_spec.worker_pool_specs",
+                    f"The job needs {vms} VMs of reservation {found.name}, which holds {found.count}.",
+                )
+            )
     for index, pool in enumerate(job.job_spec.worker_pool_specs):
         spec = pool.machine_spec
         affinity = spec.reservation_affinity

@@ -14,10 +14,17 @@ from google.cloud.aiplatform_v1 import CustomJob, ReservationAffinity
 
 from functions.capacity.ladder import ladder_of
 from functions.capacity.reserved import ReservationRefused, mark_reserved
-from functions.cloud.reservations import ReservationState, ReservationUnreadable, state_of, vertex_accelerator
+from functions.cloud.reservations import (
+    ComputeReservations,
+    ReservationState,
+    ReservationUnreadable,
+    state_of,
+    vertex_accelerator,
+)
 from functions.intake.delivery import spec_hash
 from functions.jobs.planning import RESERVATION_NAME_KEY, plan_custom_job
 from local.jobservice.capacity import CapacityError, parse_capacity
+from local.jobservice.reservations import on_reservation, reservation_problems, reserved_vms
 from schemas.errors import RequestInvalid
 from tests.unit.conftest import make_request
 
@@ -237,3 +244,74 @@ def test_the_capacity_file_takes_reservations_and_names_a_wrong_key():
         parse_capacity({"reservations": {"r": {"project": "p", "zone": "z", "machine_type": "a2-highgpu-2g"}}})
     with pytest.raises(CapacityError, match=r"reservations.r: unknown key 'gpus'"):
         parse_capacity({"reservations": {"r": {"gpus": 2}}})
+
+
+class _Answer:
+    def __init__(self, status: int, body: dict):
+        self.status_code, self._body = status, body
+
+    def json(self) -> dict:
+        return self._body
+
+
+class _Session:
+    def __init__(self, answer: _Answer):
+        self.answer = answer
+        self.urls: list[str] = []
+
+    def get(self, url: str, timeout: float) -> _Answer:
+        self.urls.append(url)
+        return self.answer
+
+
+def _adapter(status: int, body: dict) -> tuple[ComputeReservations, _Session]:
+    adapter = ComputeReservations("http://compute.invalid")
+    session = _Session(_Answer(status, body))
+    adapter._session, adapter._base = session, "http://compute.invalid"
+    return adapter, session
+
+
+def test_the_adapter_reads_the_reservation_by_its_full_name_and_names_the_permission_when_refused():
+    name = "projects/owner-1/zones/us-central1-a/reservations/a2-res"
+    body = {"specificReservation": {"count": "2", "instanceProperties": {"machineType": "a2-highgpu-2g"}}}
+    adapter, session = _adapter(200, body)
+    assert adapter.get(name).free == 2
+    assert session.urls == [f"http://compute.invalid/compute/v1/{name}"]
+    # Compute Engine's errors carry no `status` name: the HTTP status says which.
+    refused = {"error": {"code": 403, "message": "Required 'compute.reservations.get' permission"}}
+    with pytest.raises(ReservationUnreadable, match=r"it needs compute\.reservations\.get on project owner-1"):
+        _adapter(403, refused)[0].get(name)
+    with pytest.raises(ReservationUnreadable, match="does not exist"):
+        _adapter(404, {"error": {"code": 404, "message": "not found"}})[0].get(name)
+
+
+def test_the_local_vertex_refuses_more_vms_than_the_reservation_holds_and_a_job_on_it_meets_no_stockout():
+    model = parse_capacity(
+        {
+            "reservations": {
+                "a2-res": {"project": "p", "zone": "us-central1-a", "machine_type": "a2-highgpu-2g", "count": 2}
+            }
+        }
+    )
+    name = "projects/p/zones/us-central1-a/reservations/a2-res"
+    spec = {
+        "machine_type": "a2-highgpu-2g",
+        "accelerator_type": "NVIDIA_TESLA_A100",
+        "accelerator_count": 2,
+        "reservation_affinity": {
+            "reservation_affinity_type": "SPECIFIC_RESERVATION",
+            "key": RESERVATION_NAME_KEY,
+            "values": [name],
+        },
+    }
+
+    def job(workers: int) -> CustomJob:
+        pools = [{"machine_spec": spec, "replica_count": 1}]
+        pools += [{"machine_spec": spec, "replica_count": workers}] if workers else []
+        return CustomJob(display_name="j", job_spec={"worker_pool_specs": pools})
+
+    assert reservation_problems(job(1), model) == [] and on_reservation(job(1), model)
+    assert reserved_vms(job(1)) == {f"reservation:{name}": 2}
+    assert reservation_problems(job(2), model) == [
+        ("custom_job.job_spec.worker_pool_specs", f"The job needs 3 VMs of reservation {name}, which holds 2.")
+    ]

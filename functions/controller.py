@@ -15,7 +15,17 @@ from datetime import UTC, datetime, timedelta
 from functions.capacity.budgets import Budgets, seed_month
 from functions.capacity.quota_pool import QuotaPools
 from functions.capacity.quota_queue import QuotaQueue
-from functions.cloud.ports import BatchPredictions, Endpoints, Events, Jobs, Metrics, Quotas, Registry, Storage
+from functions.cloud.ports import (
+    BatchPredictions,
+    Endpoints,
+    Events,
+    Jobs,
+    Metrics,
+    Quotas,
+    Registry,
+    Reservations,
+    Storage,
+)
 from functions.intake.delivery import Delivery
 from functions.intake.markers import Markers
 from functions.intake.preparation import Preparation
@@ -59,6 +69,8 @@ class Controller:
     vertex_factory: Callable[[], Jobs]
     # The project's GPU limits (Cloud Quotas); None: admit without quota gating.
     quotas: Quotas | None = None
+    # Compute Engine's reservations, read for reserved rungs (issue 43); None: the settings' (built on first use).
+    reservations: Reservations | None = None
     # Vertex's Model Registry, built on first use (only requests with a model block need it); None: the settings'.
     registry_factory: Callable[[], Registry] | None = None
     endpoints_factory: Callable[[], Endpoints] | None = None
@@ -91,8 +103,19 @@ class Controller:
             self.outputs,
             self.budget_records,
         )
+        if self.reservations is None:
+            from functions.cloud.reservations import POLICY as RESERVATION_RETRIES
+            from functions.cloud.reservations import ComputeReservations
+
+            self.reservations = ComputeReservations(s.compute_endpoint, RESERVATION_RETRIES.scaled(s.retry_pause_scale))
         self.quota_queue = QuotaQueue(
-            s, self.outbox, self.clock, self.owner, self.quotas, QuotaPools(self.gcs, self.ledger.bucket)
+            s,
+            self.outbox,
+            self.clock,
+            self.owner,
+            self.quotas,
+            QuotaPools(self.gcs, self.ledger.bucket),
+            self.reservations,
         )
         self.rejections = Rejections(s, self.publisher, self.ledger)
         self.submission = Submission(

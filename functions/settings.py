@@ -75,6 +75,10 @@ class Settings:
     # The base URL of a Cloud Monitoring REST endpoint to use instead of https://monitoring.googleapis.com (the local
     # stack's stand-in, on the JobService's REST port); Terraform leaves it unset.
     monitoring_endpoint: str = ""
+    # The base URL of a Compute Engine REST endpoint to use instead of https://compute.googleapis.com, where reserved
+    # rungs' reservations are read (the local stack's stand-in, on the JobService's REST port); Terraform leaves it
+    # unset.
+    compute_endpoint: str = ""
     # Regions a request's fallback rung may name besides `region`; empty: only `region`.
     allowed_regions: tuple[str, ...] = ()
     lease: int = 600

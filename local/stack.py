@@ -108,6 +108,8 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
         "TRAINCTL_QUOTAS_ENDPOINT": jobservice_rest_url.rstrip("/"),
         # So is the Cloud Monitoring stand-in: each deployed model's requests, errors and latencies (issue 41).
         "TRAINCTL_MONITORING_ENDPOINT": jobservice_rest_url.rstrip("/"),
+        # And Compute Engine's reservations.get: the capacity file's reservations (issue 43).
+        "TRAINCTL_COMPUTE_ENDPOINT": jobservice_rest_url.rstrip("/"),
         "TRAINCTL_LEASE": f"{options.lease}s",
         "TRAINCTL_FUNCTION_TIMEOUT": str(FUNCTION_TIMEOUT_SECONDS),
         "TRAINCTL_TEAMS": json.dumps(with_topics(options.teams, names.team_requests_topic, names.data_bucket))

@@ -115,6 +115,11 @@ class CostEstimate(_Strict):
     nodes: int
     reducers: int = 0
     prices_as_of: str
+    reserved: bool = Field(
+        False,
+        description="The nodes consume a specific Compute Engine reservation, billed whether used or not: "
+        "hourly_usd counts only what the run adds (its reducers).",
+    )
 
 
 def approximate_prices(cost: CostEstimate) -> str:
@@ -126,9 +131,13 @@ def cost_summary(cost: CostEstimate) -> str:
     """What a run costs, in the words events and the command line use: the price per hour, and the most it can
     cost, which is the price of its whole timeout (a run that ends sooner costs less)."""
     return (
-        f"about ${cost.hourly_usd:,.2f}/h, at most ${cost.max_usd:,.2f} if it runs its whole timeout "
-        f"({approximate_prices(cost)})"
+        f"about ${cost.hourly_usd:,.2f}/h{RESERVED_WORDS if cost.reserved else ''}, at most ${cost.max_usd:,.2f} if it "
+        f"runs its whole timeout ({approximate_prices(cost)})"
     )
+
+
+# What a reserved rung's price says (its GPUs are billed with the reservation, used or not).
+RESERVED_WORDS = " (its GPUs are on a reservation, already paid)"
 
 
 class Timestamps(_Strict):

@@ -405,6 +405,63 @@ class BootDisk(_Strict):
     size_gb: int = Field(100, ge=100, le=64_000)
 
 
+# Compute Engine's names (RFC 1035: a lowercase letter, then letters, digits, hyphens, not ending in a hyphen, at most
+# 63 characters), project ids (6-30 characters: a letter first, no trailing hyphen) and zones (a region and a letter).
+RESERVATION_NAME_RE = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+PROJECT_ID_RE = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"
+ZONE_RE = r"^[a-z]+-[a-z]+[0-9]{1,2}-[a-z]$"
+
+
+class Reservation(_Strict):
+    """A Compute Engine reservation the rung's nodes consume (machineSpec.reservationAffinity, local/FIDELITY.md
+    "Reservations"). Vertex consumes one only when its machine shape (machine type, GPU type and count) matches the
+    rung's exactly; trainctl reads it at admission and refuses a mismatch."""
+
+    affinity: Literal["any", "specific"] = Field(
+        description="specific: the named reservation only (ANY_RESERVATION's fallback to on-demand is not taken); "
+        "any: whatever matching reservation the project has, else on-demand."
+    )
+    name: str | None = Field(
+        None, pattern=RESERVATION_NAME_RE, description="The reservation's name (specific only).", examples=["a100-res"]
+    )
+    project: str | None = Field(
+        None,
+        pattern=PROJECT_ID_RE,
+        description="The project that owns it (a shared reservation's owner); default: the deployment's project.",
+    )
+    zone: str | None = Field(
+        None, pattern=ZONE_RE, description="Its zone, in the rung's region (specific only).", examples=["us-central1-a"]
+    )
+
+    @model_validator(mode="after")
+    def _specific_names_one(self) -> Reservation:
+        problems: list[tuple[str, str]] = []
+        if self.affinity == "specific":
+            problems += [
+                (
+                    name,
+                    "required with affinity `specific` (Vertex takes projects/P/zones/Z/reservations/N)",
+                )
+                for name in ("name", "zone")
+                if getattr(self, name) is None
+            ]
+        else:
+            problems += [
+                (name, "only with affinity `specific`")
+                for name in ("name", "project", "zone")
+                if getattr(self, name) is not None
+            ]
+        if problems:
+            raise _cross_field(problems)
+        return self
+
+    def resource_name(self, default_project: str) -> str | None:
+        """projects/P/zones/Z/reservations/N, the value Vertex takes (None for `any`)."""
+        if self.affinity != "specific":
+            return None
+        return f"projects/{self.project or default_project}/zones/{self.zone}/reservations/{self.name}"
+
+
 class Resources(_Strict):
     """The machines: every node (replica) gets the same machine and GPUs."""
 
@@ -420,6 +477,11 @@ class Resources(_Strict):
         description="Nodes. Node 0 is the chief (worker pool 0, one replica); the rest form worker pool 1.",
     )
     boot_disk: BootDisk = Field(default_factory=BootDisk)
+    reservation: Reservation | None = Field(
+        None,
+        description="Consume a Compute Engine reservation (already paid for): its machine shape must be exactly this "
+        "block's; only with strategy `standard`.",
+    )
 
     @property
     def total_gpus(self) -> int:
@@ -871,8 +933,18 @@ class Rung:
         res = self.resources
         return (
             f"{res.replica_count} × {res.machine_type} with {res.accelerator_count} × {res.accelerator_type}, "
-            f"{self.strategy}, {self.region or default_region}"
+            f"{self.strategy}, {self.region or default_region}" + reservation_words(res.reservation)
         )
+
+
+def reservation_words(reservation: Reservation | None) -> str:
+    """How a rung's reservation is named where rungs are described ("" without one)."""
+    if reservation is None:
+        return ""
+    if reservation.affinity == "any":
+        return ", any matching reservation"
+    owner = f"{reservation.project}/" if reservation.project else ""
+    return f", reservation {owner}{reservation.zone}/{reservation.name}"
 
 
 class TrainingJobRequest(_Strict):
@@ -992,6 +1064,17 @@ def _rung_problems(rung: Rung, reduction_server: ReductionServer, where: str) ->
     problems: list[tuple[str, str]] = []
     res = rung.resources
     strategy_path = f"{where}strategy" if where else "scheduling.strategy"
+    if res.reservation is not None and rung.strategy != "standard":
+        problems.append(
+            (
+                f"{where}resources.reservation",
+                f"a reservation holds on-demand VMs; a {rung.strategy} rung cannot consume it (use strategy `standard` "
+                "on the reserved rung, and put spot or flex_start on a rung below it)",
+            )
+        )
+    zone = res.reservation.zone if res.reservation is not None else None
+    if zone is not None and rung.region is not None and not zone.startswith(f"{rung.region}-"):
+        problems.append((f"{where}resources.reservation.zone", f"{zone} is not in the rung's region {rung.region}"))
     if rung.strategy == "flex_start" and res.accelerator_type not in catalog.FLEX_START_ACCELERATORS:
         problems.append(
             (strategy_path, f"flex_start needs L4, A100, H100, H200 or B200 GPUs, got {res.accelerator_type}")

@@ -23,13 +23,15 @@ resource "google_service_account" "function" {
 # iam-permissions: a long-running operation's GET needs the resource's `.get`). The intake functions create CustomJobs
 # (after listing by label: adopt, never duplicate) and read the champion model; on_job_state and reconcile also get,
 # list and cancel jobs, and register, evaluate and promote versions. Vertex has no narrower scope than the project.
+# The same role holds compute.reservations.get (issue 43): admission reads a reserved rung's reservation (its shape,
+# count and VMs in use), nothing else of Compute Engine; a shared reservation's owner project grants it on its own.
 resource "google_project_iam_custom_role" "function_vertex" {
   for_each = local.functions
 
   project     = var.project
   role_id     = replace("${var.name_prefix}_${each.value.account}_vertex", "-", "_")
   title       = "trainctl ${each.key} Vertex AI calls"
-  description = "The Vertex AI (and its Cloud Monitoring metrics) calls the ${each.key} function makes: ${join(", ", each.value.vertex_permissions)}."
+  description = "The Vertex AI (and its Cloud Monitoring metrics, Compute Engine reservations) calls the ${each.key} function makes: ${join(", ", each.value.vertex_permissions)}."
   permissions = each.value.vertex_permissions
 
   depends_on = [google_project_service.enabled]

@@ -48,9 +48,10 @@ locals {
   reduction_server_image       = coalesce(var.reduction_server_image, "${local.reduction_server_multiregion}-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest")
 
   # The controller's settings (functions/settings.py): one TRAINCTL_<FIELD> per Settings field, the same for
-  # all five functions. TRAINCTL_VERTEX_ENDPOINT, TRAINCTL_QUOTAS_ENDPOINT and TRAINCTL_MONITORING_ENDPOINT are left
-  # out on purpose: only the local stack sets them, so in the cloud the controller talks to
-  # <region>-aiplatform.googleapis.com, cloudquotas.googleapis.com and monitoring.googleapis.com.
+  # all five functions. TRAINCTL_VERTEX_ENDPOINT, TRAINCTL_QUOTAS_ENDPOINT, TRAINCTL_MONITORING_ENDPOINT and
+  # TRAINCTL_COMPUTE_ENDPOINT are left out on purpose: only the local stack sets them, so in the cloud the controller
+  # talks to <region>-aiplatform.googleapis.com, cloudquotas.googleapis.com, monitoring.googleapis.com and
+  # compute.googleapis.com.
   # Teams (teams.tf): the variable with each team's topic and the data bucket (which data_prefixes are folders of) filled
   # in, as the controller reads it (functions/teams.py).
   # try(), not `var.teams == null ? {} : var.teams.teams`: a conditional must unify its two results' types, and teams
@@ -98,7 +99,8 @@ locals {
   # The five entry points of functions/main.py and what each one needs. All five create CustomJobs as the trainer (or a
   # custom account: act-as, iam.tf). `vertex_permissions`: the Vertex AI permissions of the calls it can reach, no more
   # (a custom role each, iam.tf; tests/terraform/test_terraform_reachable_calls.py derives them from the code: issue 40,
-  # point 6). `reads_data`: reads dataset markers
+  # point 6), and compute.reservations.get where admission reads a reserved rung's reservation (issue 43).
+  # `reads_data`: reads dataset markers
   # and lists datasets (the intake functions at admission, on_job_state and reconcile when they diagnose a
   # user failure); `reads_outputs`: reads what jobs wrote in var.output_buckets (the functions that observe
   # jobs); tests/terraform/test_terraform_reachable_calls.py derives both from the code. `trigger`: an Eventarc trigger, or null when something else calls the
@@ -110,7 +112,7 @@ locals {
       reads_data    = true
       reads_outputs = false
       vertex_permissions = [
-        "aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get",
+        "aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get", "compute.reservations.get",
         # A `_SCORE` marker's BatchPredictionJob, looked up by its label before it is made (issue 41).
         "aiplatform.batchPredictionJobs.create", "aiplatform.batchPredictionJobs.get", "aiplatform.batchPredictionJobs.list",
       ]
@@ -127,7 +129,7 @@ locals {
       description        = "Starts a job for each request published on the requests topic."
       reads_data         = true
       reads_outputs      = false
-      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"]
+      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get", "compute.reservations.get"]
       trigger            = null
     }
     on_job_state = {
@@ -155,7 +157,7 @@ locals {
       reads_data  = true
       # A tick or an alert lists the rule's prefix for its newest marker (issue 42).
       reads_outputs      = false
-      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"]
+      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get", "compute.reservations.get"]
       # Cloud Scheduler's ticks and the Monitoring notification channel's incidents, on the retrain topic (retrain.tf).
       trigger = {
         event_type   = "google.cloud.pubsub.topic.v1.messagePublished"
@@ -177,6 +179,8 @@ locals {
         "aiplatform.endpoints.undeploy", "aiplatform.endpoints.update", "monitoring.timeSeries.list",
         # Each `_SCORE` marker's BatchPredictionJob, made if a crash left it unmade, read until it ends (issue 41).
         "aiplatform.batchPredictionJobs.create", "aiplatform.batchPredictionJobs.get", "aiplatform.batchPredictionJobs.list",
+        # A reserved rung's reservation (issue 43): reconcile admits the runs of the windows it closes (issue 42).
+        "compute.reservations.get",
       ]
       trigger = null
     }

@@ -36,7 +36,7 @@ from functions.jobs.planning import (
 from functions.ledger.keys import request_key
 from functions.settings import Settings
 from schemas.errors import RequestInvalid
-from schemas.events import approximate_prices
+from schemas.events import RESERVED_WORDS, approximate_prices
 from schemas.request import TrainingJobRequest
 from schemas.rules import format_duration, split_gs_uri
 from trainctl.context import cli_namespace, cli_settings, cli_team
@@ -159,8 +159,10 @@ def ladder_lines(
             "hourly_usd": cost.hourly_usd,
             "max_usd": cost.max_usd,
             "max_pending": rung.max_pending,
+            "reserved": cost.reserved,
         }
         line = f"{step.index}  {rung.resources:<{width}}  about ${cost.hourly_usd:,.2f}/h, at most ${cost.max_usd:,.2f}"
+        line += RESERVED_WORDS if cost.reserved else ""
         if headroom is not None:
             # A Spot rung is gated on two metrics (schemas/catalog.py quota_metrics): each is shown.
             quotas = []
@@ -206,13 +208,17 @@ def describe(request: TrainingJobRequest, plan: Plan, settings: Settings) -> str
         f"GPUs              {res.replica_count} node(s) × {res.accelerator_count} {res.accelerator_type} "
         f"on {res.machine_type} = {res.total_gpus}",
         f"reduction server  {plan.reduction_server.reason}",
-        f"cost estimate     about ${cost.hourly_usd:,.2f}/h; about ${cost.max_usd:,.2f} at most within the "
-        f"{format_duration(request.scheduling.timeout)} timeout ({approximate_prices(cost)})",
+        f"cost estimate     about ${cost.hourly_usd:,.2f}/h{RESERVED_WORDS if cost.reserved else ''}; about "
+        f"${cost.max_usd:,.2f} at most within the {format_duration(request.scheduling.timeout)} timeout "
+        f"({approximate_prices(cost)})",
         f"scheduling        {spec['scheduling']['strategy']}, restart on worker restart: "
         f"{spec['scheduling']['restart_job_on_worker_restart']}",
         f"outputs           {plan.output_dir}{{model,checkpoints,logs}}/",
-        "worker pools",
     ]
+    affinity = spec["worker_pool_specs"][0]["machine_spec"].get("reservation_affinity")
+    if affinity is not None:
+        lines.append(f"reservation       {reservation_line(affinity)}")
+    lines.append("worker pools")
     roles = ("chief", "workers", "reducers")
     for index, pool in enumerate(spec["worker_pool_specs"]):
         machine = pool["machine_spec"]
@@ -236,6 +242,16 @@ def describe(request: TrainingJobRequest, plan: Plan, settings: Settings) -> str
             f"{executor.available_until.isoformat()} (Google's list of prebuilt training containers)"
         )
     return "\n".join(lines)
+
+
+def reservation_line(affinity: dict[str, Any]) -> str:
+    """A worker pool's reservation_affinity in words."""
+    if affinity["reservation_affinity_type"] == "SPECIFIC_RESERVATION":
+        return (
+            f"SPECIFIC_RESERVATION {affinity['values'][0]} (every GPU node consumes it; Vertex uses a reservation "
+            "only for its exact machine shape)"
+        )
+    return f"{affinity['reservation_affinity_type']} (a matching reservation of the project's, else on-demand)"
 
 
 def _camel(name: str) -> str:

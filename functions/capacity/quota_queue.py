@@ -22,8 +22,9 @@ from functions.capacity.fair_share import Shares
 from functions.capacity.ladder import has_fallbacks, ladder_of, next_rung
 from functions.capacity.ladder import outcome as rung_outcome
 from functions.capacity.quota_pool import Admission, QuotaPools, pool_name
+from functions.capacity.reserved import mark_reserved
 from functions.cloud.failures import QUOTA_ADVICE
-from functions.cloud.ports import Quotas
+from functions.cloud.ports import Quotas, Reservations
 from functions.ledger.outbox import Outbox, whole_outbox
 from functions.ledger.record import LadderRung, Record
 from functions.settings import Settings
@@ -54,15 +55,17 @@ class QuotaQueue:
     owner: str
     quotas: Quotas | None  # the project's GPU limits; None: no quota gating
     pools: QuotaPools  # what trainctl's own jobs hold of them, and who waits (in each team's fair turn)
+    reservations: Reservations | None = None  # Compute Engine's reservations, for reserved rungs (reserved.py)
 
     def ladder(self, request: TrainingJobRequest, team: str) -> list[LadderRung]:
         """The request's rungs, each marked skipped when it can never fit one of the GPU quotas it is gated on (more
         GPUs than the limit; an unknown limit skips nothing), or its team's share of it (nominal + what it may
-        borrow)."""
+        borrow), or a reserved rung whose reservation cannot take it (functions/capacity/reserved.py; ReservationRefused
+        when a reservation can never serve its rung)."""
         rungs = ladder_of(request, self.settings.region)
-        if self.quotas is None:
-            return rungs
-        return [self._marked(rung, team, self.limits(rung)) for rung in rungs]
+        if self.quotas is not None:
+            rungs = [self._marked(rung, team, self.limits(rung)) for rung in rungs]
+        return mark_reserved(request, rungs, self.reservations, self.settings.project)
 
     def limits(self, rung: LadderRung) -> list[tuple[str, int]]:
         """(metric, limit) of each metric the rung is gated on that has a limit: a Spot rung's two, or the one of

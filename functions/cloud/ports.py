@@ -14,6 +14,7 @@ from functions.cloud.endpoint_types import EndpointState, Operation
 from functions.cloud.gcs import ListedObject, ObjectDigest
 from functions.cloud.job_snapshot import JobSnapshot
 from functions.cloud.registry_types import ModelVersion, Upload
+from functions.cloud.reservations import ReservationState
 from schemas.events import JobEvent, ServingFigures
 
 
@@ -94,6 +95,14 @@ class Jobs(Protocol):
 class Quotas(Protocol):
     def limit(self, metric: str, region: str) -> int | None:
         """The project's limit on a Vertex quota metric in a region; None when it cannot be known."""
+        ...
+
+
+class Reservations(Protocol):
+    """Compute Engine reservations (functions/cloud/reservations.py)."""
+
+    def get(self, name: str) -> ReservationState:
+        """The reservation projects/P/zones/Z/reservations/N; ReservationUnreadable when it never can be read."""
         ...
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from functions import logs
 from functions.cloud.errors import Transient
 from functions.cloud.failures import NOT_FOUND, RESOURCE_EXHAUSTED, TRANSIENT_CALL_CODES
-from functions.cloud.rest import google_error, rest_session
+from functions.cloud.rest import get_json, google_error, rest_session
 from functions.cloud.retry import Retryable, RetryPolicy
 from schemas.catalog import QUOTA_SERVICE, quota_id
 
@@ -127,25 +127,18 @@ class GpuQuotas:
         url = f"{self._base}/v1/{self.parent}/quotaInfos/{quota}"
 
         def attempt(timeout: float) -> dict[str, Any]:
-            try:
-                response = self._session.get(url, timeout=timeout)
-            except OSError as exc:
-                raise Retryable(f"cannot reach Cloud Quotas: {exc}") from None
-            try:
-                body = response.json()
-            except ValueError:
-                body = None
-            if response.status_code < 300 and isinstance(body, dict):
+            status, body = get_json(self._session, url, timeout, "Cloud Quotas")
+            if status < 300 and isinstance(body, dict):
                 return body
-            code, message = google_error(response.status_code, body)
+            code, message = google_error(status, body)
             # RESOURCE_EXHAUSTED here is the API's own read-rate limit: worth another attempt.
             if code in TRANSIENT_CALL_CODES or code == RESOURCE_EXHAUSTED:
-                raise Retryable(f"quotaInfos.get {quota} {response.status_code} (code {code}): {message}")
+                raise Retryable(f"quotaInfos.get {quota} {status} (code {code}): {message}")
             if code == NOT_FOUND:
                 raise QuotasUnknown(
                     f"Cloud Quotas has no quota {quota} for {QUOTA_SERVICE} ({metric}): {message}", listed=False
                 )
-            raise QuotasUnknown(f"Cloud Quotas refused quotaInfos.get {quota} with {response.status_code}: {message}")
+            raise QuotasUnknown(f"Cloud Quotas refused quotaInfos.get {quota} with {status}: {message}")
 
         try:
             return self._policy.call("quotaInfos.get", attempt)

@@ -31,6 +31,20 @@ def rest_session(emulator_url: str | None, api_url: str, scopes: list[str]) -> t
     return session, base
 
 
+def get_json(session: Any, url: str, timeout: float, service: str) -> tuple[int, Any]:
+    """(HTTP status, JSON body or None) of a GET; an unreachable service is worth another attempt (Retryable)."""
+    from functions.cloud.retry import Retryable
+
+    try:
+        response = session.get(url, timeout=timeout)
+    except OSError as exc:
+        raise Retryable(f"cannot reach {service}: {exc}") from None
+    try:
+        return response.status_code, response.json()
+    except ValueError:
+        return response.status_code, None
+
+
 # google/rpc/code.proto: the names Google's REST errors carry in `status`, and their numbers.
 RPC_CODES = {
     "OK": 0, "CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,

@@ -32,6 +32,7 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("model", "skip_unchanged"): False,
     ("trainer", "python_package"): None,
     ("trainer", "secret_env"): None,
+    ("resources", "reservation"): None,
 }
 
 
@@ -46,6 +47,10 @@ def spec_hash(request: TrainingJobRequest) -> str:
             holder = holder.get(key) if holder else None  # a parent left out at its default holds nothing
         if holder and name in holder and holder[name] == default:
             del holder[name]
+    for step in spec.get("fallbacks") or []:  # a fallback's resources, as the request's own (issue 43)
+        resources = step.get("resources") if isinstance(step, dict) else None
+        if isinstance(resources, dict) and resources.get("reservation", 0) is None:
+            del resources["reservation"]
     canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 

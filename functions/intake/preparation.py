@@ -14,6 +14,7 @@ from datetime import datetime
 
 from functions.capacity.budgets import Budgets, budget_error
 from functions.capacity.quota_queue import QuotaQueue
+from functions.capacity.reserved import ReservationRefused
 from functions.cloud.gcs import StorageError
 from functions.cloud.ports import Storage
 from functions.data.admission import DataCheck, check_dataset
@@ -76,7 +77,10 @@ class Preparation:
         packages = check_packages(self.gcs, request)
         if packages.errors:
             return Refusal(packages.errors, "a package is not what its name says")
-        rungs = self.queue.ladder(request, team)
+        try:
+            rungs = self.queue.ladder(request, team)
+        except ReservationRefused as refused:
+            return Refusal(refused.errors, "a reservation the request names cannot serve it")
         start = next((index for index, rung in enumerate(rungs) if rung.skipped is None), None)
         if start is None:
             share = f" or team {team}'s share of it" if self.settings.teams else ""

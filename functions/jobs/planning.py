@@ -168,10 +168,15 @@ def plan_reduction_server(request: TrainingJobRequest) -> ReductionServerPlan:
 
 
 def estimate_cost(request: TrainingJobRequest, reducers: ReductionServerPlan) -> CostEstimate:
+    """The run's price. A rung that consumes a specific reservation adds nothing for its nodes: Compute Engine bills
+    a reservation whether it is used or not, and "a VM consuming a reservation doesn't incur separate charges"
+    (compute/docs/instances/reservations-overview, local/FIDELITY.md "Reservations"); only its reducers cost more.
+    An `any` affinity may fall back to on-demand VMs, so it is priced as on-demand."""
     res = request.resources
     spot = request.scheduling.strategy == "spot"
+    reserved = res.reservation is not None and res.reservation.affinity == "specific"
     node = catalog.node_hourly_price(res.machine_type, res.accelerator_type, res.accelerator_count or 0, spot)
-    hourly = node * res.replica_count
+    hourly = 0.0 if reserved else node * res.replica_count
     if reducers.enabled:
         reducer_machine = catalog.machine(reducers.machine_type) or catalog.MACHINES[catalog.REDUCER_MACHINE]
         hourly += reducers.replicas * (reducer_machine.spot_price if spot else reducer_machine.price)
@@ -182,6 +187,7 @@ def estimate_cost(request: TrainingJobRequest, reducers: ReductionServerPlan) ->
         nodes=res.replica_count,
         reducers=reducers.replicas,
         prices_as_of=catalog.PRICES_TAKEN,
+        reserved=reserved,
     )
 
 
@@ -413,7 +419,7 @@ def plan_custom_job(
     region = request.rungs()[rung].region or settings.region
     request = request.at_rung(rung)
     reducers = plan_reduction_server(request)
-    pools = _worker_pools(request, _task_spec(request, settings, region, reducers.enabled, evidence))
+    pools = _worker_pools(request, _task_spec(request, settings, region, reducers.enabled, evidence), settings)
     if reducers.enabled:
         pools.append(
             {
@@ -439,14 +445,35 @@ def plan_custom_job(
     return Plan(custom_job, reducers, estimate_cost(request, reducers), out, region)
 
 
-def _worker_pools(request: TrainingJobRequest, task: dict[str, Any]) -> list[dict[str, Any]]:
-    """Pool 0 (the primary node) and pool 1 (the other nodes), each running `task` on the rung's machines."""
+# machine_resources.proto / reservation_affinity.proto (google.cloud.aiplatform.v1): "To target a SPECIFIC_RESERVATION
+# by name, use compute.googleapis.com/reservation-name as the key" and values "must be the full resource name of the
+# reservation" (local/FIDELITY.md "Reservations").
+RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
+
+
+def reservation_affinity(request: TrainingJobRequest, settings: Settings) -> dict[str, Any] | None:
+    """The rung's MachineSpec.reservation_affinity (None: the field is left out, Vertex's own default)."""
+    reservation = request.resources.reservation
+    if reservation is None:
+        return None
+    name = reservation.resource_name(settings.project)
+    if name is None:
+        return {"reservation_affinity_type": "ANY_RESERVATION"}
+    return {"reservation_affinity_type": "SPECIFIC_RESERVATION", "key": RESERVATION_NAME_KEY, "values": [name]}
+
+
+def _worker_pools(request: TrainingJobRequest, task: dict[str, Any], settings: Settings) -> list[dict[str, Any]]:
+    """Pool 0 (the primary node) and pool 1 (the other nodes), each running `task` on the rung's machines (and its
+    reservation: every GPU node consumes it; the reducers are CPU machines and do not)."""
     res = request.resources
-    machine_spec = {
+    machine_spec: dict[str, Any] = {
         "machine_type": res.machine_type,
         "accelerator_type": res.accelerator_type,
         "accelerator_count": res.accelerator_count,
     }
+    affinity = reservation_affinity(request, settings)
+    if affinity is not None:
+        machine_spec["reservation_affinity"] = affinity
     disk: dict[str, Any] = {"boot_disk_size_gb": res.boot_disk.size_gb}
     disk_type = catalog.boot_disk_type_to_send(res.machine_type, res.boot_disk.type)
     if disk_type is not None:

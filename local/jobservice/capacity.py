@@ -17,8 +17,19 @@ The file (YAML or JSON; `trainctl local up --capacity FILE`, or `JobServiceContr
             stockouts: 4              # each new job meets N stockouts while provisioned; "always": every attempt
             preempt_after: 20s        # a RUNNING job is preempted this long after each start (or seconds: 0.5)
 
+    reservations:                     # Compute Engine reservations (issue 43), served by reservations.get
+      a2-res:
+        project: my-project
+        zone: us-central1-a
+        machine_type: a2-highgpu-2g
+        accelerator_type: NVIDIA_TESLA_A100   # Vertex's name; default: the machine's built-in GPU
+        accelerator_count: 2
+        count: 2                      # VMs reserved
+
 A metric without a limit (in its region or in default_quotas), and a machine not listed, is unlimited and
-always available.
+always available. A job whose worker pools name a reservation (SPECIFIC_RESERVATION) of exactly their machine shape
+runs on it and never meets the machine rule's stockouts; past the reservation's count it waits in QUEUED, as a job
+waiting for quota does, until reserved VMs are free (local/FIDELITY.md "Reservations").
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from schemas import catalog
 from schemas.catalog import QUOTA_SERVICE
 from schemas.rules import parse_duration
 
@@ -38,6 +50,9 @@ ALWAYS = 1_000_000
 _STRATEGY_OF_ENUM = {"STRATEGY_UNSPECIFIED": "standard", "ON_DEMAND": "standard", "STANDARD": "standard"}
 _REGION_KEYS = frozenset({"quotas", "machines"})
 _MACHINE_KEYS = frozenset({"machine_type", "strategy", "stockouts", "preempt_after"})
+_RESERVATION_KEYS = frozenset({"project", "zone", "machine_type", "accelerator_type", "accelerator_count", "count"})
+# What a job's demand calls the VMs it takes of a reservation: RESERVATION_DEMAND + the reservation's full name.
+RESERVATION_DEMAND = "reservation:"
 
 
 class CapacityError(ValueError):
@@ -62,11 +77,29 @@ class RegionCapacity:
 
 
 @dataclass(frozen=True)
+class LocalReservation:
+    """A reservation of `count` VMs, each a machine_type with accelerator_count × accelerator_type."""
+
+    name: str  # projects/P/zones/Z/reservations/N
+    machine_type: str
+    accelerator_type: str
+    accelerator_count: int
+    count: int
+
+    def shape(self) -> tuple[str, str, int]:
+        return self.machine_type, self.accelerator_type, self.accelerator_count
+
+
+@dataclass(frozen=True)
 class CapacityModel:
     regions: Mapping[str, RegionCapacity] = field(default_factory=dict)
     default_quotas: Mapping[str, int] = field(default_factory=dict)  # full metric name → GPU limit
+    reservations: Mapping[str, LocalReservation] = field(default_factory=dict)  # by full name
 
     def limit(self, region: str, metric: str) -> int | None:
+        if metric.startswith(RESERVATION_DEMAND):  # VMs of a reservation: its count
+            found = self.reservations.get(metric.removeprefix(RESERVATION_DEMAND))
+            return found.count if found is not None else None
         capacity = self.regions.get(region)
         if capacity is not None and metric in capacity.quotas:
             return capacity.quotas[metric]
@@ -98,8 +131,12 @@ class CapacityModel:
         return all(held.get(metric, 0) + demand[metric] <= (self.limit(region, metric) or 0) for metric in limited)
 
     def never_fits(self, region: str, demand: Mapping[str, int]) -> list[str]:
-        """The metrics whose limit is below what the job alone needs."""
-        return sorted(m for m, gpus in demand.items() if (limit := self.limit(region, m)) is not None and gpus > limit)
+        """The metrics whose limit is below what the job alone needs (a reservation's count is reservations.py's)."""
+        return sorted(
+            m
+            for m, gpus in demand.items()
+            if not m.startswith(RESERVATION_DEMAND) and (limit := self.limit(region, m)) is not None and gpus > limit
+        )
 
 
 def strategy_name(strategy: str) -> str:
@@ -115,14 +152,43 @@ def parse_capacity(document: Any) -> CapacityModel:
     """The model described by a loaded YAML/JSON document; CapacityError names the first wrong key."""
     if document is None:
         return CapacityModel()
-    _only(document, {"regions", "default_quotas"}, "the capacity model")
+    _only(document, {"regions", "default_quotas", "reservations"}, "the capacity model")
     regions = document.get("regions") or {}
     if not isinstance(regions, dict):
         raise CapacityError("regions: must be a mapping of region name to its capacity")
     return CapacityModel(
         {str(name): _region(str(name), spec or {}) for name, spec in regions.items()},
         _quotas("default_quotas", document.get("default_quotas") or {}),
+        _reservations(document.get("reservations") or {}),
     )
+
+
+def _reservations(spec: Any) -> dict[str, LocalReservation]:
+    if not isinstance(spec, dict):
+        raise CapacityError("reservations: must be a mapping of reservation name to its machines and count")
+    found: dict[str, LocalReservation] = {}
+    for name, entry in spec.items():
+        where = f"reservations.{name}"
+        _only(entry, _RESERVATION_KEYS, where)
+        missing = [key for key in ("project", "zone", "machine_type", "count") if key not in entry]
+        if missing:
+            raise CapacityError(f"{where}.{missing[0]}: required")
+        machine = catalog.machine(str(entry["machine_type"]))
+        if machine is None:
+            raise CapacityError(f"{where}.machine_type: {catalog.unknown_machine(str(entry['machine_type']))}")
+        accelerator = entry.get("accelerator_type", machine.builtin_accelerator)
+        gpus = entry.get("accelerator_count", machine.builtin_count)
+        if accelerator is None or not gpus:
+            raise CapacityError(f"{where}.accelerator_type: {entry['machine_type']} has no built-in GPUs; set both")
+        problem = catalog.accelerator_problem(str(entry["machine_type"]), str(accelerator), int(gpus))
+        if problem:
+            raise CapacityError(f"{where}: {problem}")
+        count = entry["count"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise CapacityError(f"{where}.count: must be a whole number of VMs ≥ 1, got {count!r}")
+        full = f"projects/{entry['project']}/zones/{entry['zone']}/reservations/{name}"
+        found[full] = LocalReservation(full, str(entry["machine_type"]), str(accelerator), int(gpus), count)
+    return found
 
 
 def load_capacity(path: Path) -> CapacityModel:

@@ -33,7 +33,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,7 @@ from local.jobservice.nodes import Node, start_node
 from local.jobservice.packages import PackageError, install_packages
 from local.jobservice.quota_queue import QuotaQueue, region_of
 from local.jobservice.replicas import ExecutionSettings, NodePlanError, plan_nodes
+from local.jobservice.reservations import on_reservation
 from local.jobservice.store import JobStore, ReplicaRecord, RunRecord
 from local.processes import free_port, signal_group, stop_groups
 from schemas.catalog import quota_metric
@@ -96,6 +97,8 @@ class JobExecutor:
         machine_type = job.job_spec.worker_pool_specs[0].machine_spec.machine_type
         strategy = job.job_spec.scheduling.strategy.name
         rule = self.quota.model.machine_rule(region_of(job.name), machine_type, strategy)
+        if on_reservation(job, self.quota.model):  # its machines are reserved: no stockout reaches it
+            rule = replace(rule, stockouts=0)
         run = RunRecord(
             queued_until=time.time() + faults.queue_hold,
             pending_hold=faults.pending_hold,

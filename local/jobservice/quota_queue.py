@@ -15,6 +15,7 @@ from collections.abc import Callable
 from google.cloud.aiplatform_v1.types import CustomJob, JobState
 
 from local.jobservice.capacity import CapacityModel
+from local.jobservice.reservations import reserved_vms
 from local.jobservice.store import JobStore
 from schemas.catalog import quota_metric
 
@@ -35,7 +36,7 @@ def gpu_demand(job: CustomJob) -> dict[str, int]:
         if spec.accelerator_count and spec.accelerator_type:
             metric = quota_metric(spec.accelerator_type.name, strategy)
             demand[metric] = demand.get(metric, 0) + spec.accelerator_count * pool.replica_count
-    return demand
+    return demand | reserved_vms(job)  # and the VMs it takes of a reservation, which wait for it alike
 
 
 class QuotaQueue:

@@ -33,6 +33,7 @@ from local.jobservice.batch_rest import batch_prediction_routes
 from local.jobservice.batch_store import BatchJobStore
 from local.jobservice.capacity import CapacityError, CapacityModel, parse_capacity
 from local.jobservice.cloud_quotas import QuotaReads, cloud_quotas_routes
+from local.jobservice.compute_rest import reservation_routes
 from local.jobservice.control import control_handler
 from local.jobservice.endpoint_rest import endpoint_service_routes
 from local.jobservice.endpoint_service import EndpointService
@@ -132,6 +133,7 @@ class LocalJobService:
         routes += monitoring_routes(self.prediction_metrics, self._project_numbers)
         routes += logging_routes(JobLogs(self.store))
         routes += cloud_quotas_routes(lambda: self.executor.quota.model, self.quota_reads)
+        routes += reservation_routes(lambda: self.executor.quota.model, lambda: self.store.jobs())
         routes += secret_manager_routes(self.secrets)
         routes += batch_prediction_routes(self.batches, self.faults)
         self._rest = RestServer(routes, self.host, self.rest_port)

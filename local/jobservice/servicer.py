@@ -41,6 +41,7 @@ from local.jobservice.execution import ACTIVE_STATES, JobExecutor, TransitionRef
 from local.jobservice.faults import PERMISSION_MESSAGE, PERMISSIONS, QUOTA_MESSAGE, RATE_LIMIT_MESSAGE, FaultPlan
 from local.jobservice.filters import FilterError, parse_filter
 from local.jobservice.quota_queue import gpu_demand, region_of
+from local.jobservice.reservations import reservation_problems
 from local.jobservice.store import JobStore, job_id_of
 from local.jobservice.validation import PARENT_RE, create_request_problems, vertex_error_text
 
@@ -108,6 +109,7 @@ class JobServiceServicer:
         if failure is not None and not failure.after_create:
             context.abort(failure.code, failure.message)
         problems = create_request_problems(request)
+        problems += reservation_problems(request.custom_job, self.executor.quota.model)
         if problems:
             _abort_invalid(context, problems)
         job = CustomJob(request.custom_job)

@@ -136,6 +136,7 @@ class Deployment:
             "TRAINCTL_VERTEX_ENDPOINT": self.vertex_endpoint,
             "TRAINCTL_QUOTAS_ENDPOINT": self.vertex_endpoint,  # the Cloud Quotas stand-in shares the REST port
             "TRAINCTL_MONITORING_ENDPOINT": self.vertex_endpoint,  # and the Cloud Monitoring one
+            "TRAINCTL_COMPUTE_ENDPOINT": self.vertex_endpoint,  # and Compute Engine's reservations
             "TRAINCTL_LEASE": "3s",
         }
         return env | self.extra_settings | overrides

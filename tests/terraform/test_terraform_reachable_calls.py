@@ -25,6 +25,7 @@ VERTEX = "functions.cloud.vertex.VertexJobs"
 ENDPOINTS = "functions.cloud.endpoints.Endpoints"
 MONITORING = "functions.cloud.monitoring.ServingMetrics"
 BATCH = "functions.cloud.batch_predictions.VertexBatchPredictions"
+COMPUTE = "functions.cloud.reservations.ComputeReservations"
 # The custom role each function's Vertex AI permissions are granted by (terraform/iam.tf).
 VERTEX_ROLE = "${google_project_iam_custom_role.function_vertex[each.key].id}"
 
@@ -102,6 +103,10 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     ),
     (BATCH, "get"): frozenset({"aiplatform.batchPredictionJobs.get"}),
     (BATCH, "cancel"): frozenset({"aiplatform.batchPredictionJobs.cancel"}),
+    # Compute Engine's reservations.get (cloud.google.com/compute/docs/reference/rest/v1/reservations/get, "IAM
+    # Permissions"): a reserved rung's reservation, read at admission (issue 43).
+    (COMPUTE, "__init__"): frozenset(),  # the session is built on first use
+    (COMPUTE, "get"): frozenset({"compute.reservations.get"}),
 }
 
 # Which resource each call site touches: "data" (the data bucket and extra_data_buckets), "control" (the
@@ -125,6 +130,8 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     (MONITORING, "*"): frozenset({"project"}),
     # VertexBatchPredictions(settings.project, settings.region, …): the project's BatchPredictionJobs.
     (BATCH, "*"): frozenset({"project"}),
+    # ComputeReservations reads the deployment's project's reservations (a shared one's owner grants its own).
+    (COMPUTE, "*"): frozenset({"project"}),
     # Each batch scoring's record and the index of those unfinished (functions/ledger/scoring_records.py).
     ("functions.ledger.scoring_records.ScoringLedger", "*"): frozenset({"control"}),
     # A `_SCORE` marker's folder, listed for its CSV files: a watched (data) bucket.
@@ -221,7 +228,7 @@ def entry_points() -> list[str]:
 @pytest.fixture(scope="module")
 def graph() -> CallGraph:
     return CallGraph(
-        {GCS, PUBLISHER, QUOTAS, REGISTRY, VERTEX, ENDPOINTS, MONITORING, BATCH},
+        {GCS, PUBLISHER, QUOTAS, REGISTRY, VERTEX, ENDPOINTS, MONITORING, BATCH, COMPUTE},
         ports={
             "functions.cloud.ports.Storage": GCS,
             "functions.cloud.ports.Events": PUBLISHER,
@@ -232,6 +239,7 @@ def graph() -> CallGraph:
             "functions.cloud.ports.Endpoints": ENDPOINTS,
             "functions.cloud.ports.Metrics": MONITORING,
             "functions.cloud.ports.BatchPredictions": BATCH,
+            "functions.cloud.ports.Reservations": COMPUTE,
         },
     )
 
@@ -310,6 +318,7 @@ def test_every_adapter_method_is_classified():
         (ENDPOINTS, "cloud/endpoints.py"),
         (MONITORING, "cloud/monitoring.py"),
         (BATCH, "cloud/batch_predictions.py"),
+        (COMPUTE, "cloud/reservations.py"),
     ]:
         class_name = adapter.rsplit(".", 1)[1]
         tree = ast.parse((FUNCTIONS_DIR / path).read_text())
@@ -396,7 +405,7 @@ def test_each_function_holds_exactly_the_vertex_permissions_it_can_reach(tf, gra
     (endpoints, datasets, pipelines, deleting models …). Each now holds a custom role with the permissions of the
     JobService and ModelService calls it can reach, no more and no fewer: the intake functions create jobs and read the
     champion; only the observers cancel, read jobs and register versions."""
-    need = {p for (_, p) in needed(function, graph) if p.startswith(("aiplatform.", "monitoring."))}
+    need = {p for (_, p) in needed(function, graph) if p.startswith(("aiplatform.", "monitoring.", "compute."))}
     assert set(tf.locals["functions"][function]["vertex_permissions"]) == need
     role = tf.resource("google_project_iam_custom_role", "function_vertex")
     assert (role["for_each"], role["permissions"]) == ("${local.functions}", "${each.value.vertex_permissions}")
@@ -413,6 +422,8 @@ def test_each_function_holds_exactly_the_vertex_permissions_it_can_reach(tf, gra
 def test_the_intake_functions_never_cancel_or_register(tf, graph):
     """Issue 40, point 6: what narrowing bought, in words a reviewer can check."""
     intake = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"]
+    # A reserved rung's reservation, read at admission (issue 43): read only, nothing else of Compute Engine.
+    intake.append("compute.reservations.get")
     # A `_SCORE` marker makes its BatchPredictionJob (issue 41): never cancels it either.
     scoring = [f"aiplatform.batchPredictionJobs.{verb}" for verb in ("create", "get", "list")]
     assert sorted(tf.locals["functions"]["on_dataset_upload"]["vertex_permissions"]) == sorted(intake + scoring)

@@ -192,6 +192,13 @@ class PredictionServer(ThreadingHTTPServer):
         self.loaded: tuple[nn.Module, Preprocessor] | None = None
         self.load_error: str | None = None
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that goes away mid-request (a reset connection, a closed pipe) is not a fault of the server's:
+        no traceback in the log for it. Anything else is printed as socketserver prints it."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
     def load(self, model_dir: str) -> None:
         """Load the model (in a thread of its own, so health checks are answered meanwhile); a model that cannot
         be loaded stops the server, whose exit status and log line then say why."""

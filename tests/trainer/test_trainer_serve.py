@@ -10,6 +10,7 @@ import json
 import math
 import random
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -185,6 +186,24 @@ def test_answers_are_sent_without_waiting_for_the_clients_ack():
             handler.setup()
             assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
             handler.finish()
+
+
+def test_a_client_that_resets_its_connection_leaves_no_traceback_and_serving_goes_on(capfd):
+    """A load balancer's probe or a client that gives up resets the connection while the handler reads; that is
+    no fault of the server's, and socketserver's default printed a traceback for each one (seen in bench runs)."""
+    server = PredictionServer(("127.0.0.1", 0), HEALTH_ROUTE, PREDICT_ROUTE)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(b"POST " + PREDICT_ROUTE.encode() + b" HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close sends RST
+        assert Client(port).request("GET", HEALTH_ROUTE)[0] == 503  # still serving (no model loaded here)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_a_body_over_the_bound_or_without_a_length_is_refused_unread(server):

@@ -15,12 +15,14 @@ from datetime import UTC, datetime, timedelta
 from functions.capacity.budgets import Budgets, seed_month
 from functions.capacity.quota_pool import QuotaPools
 from functions.capacity.quota_queue import QuotaQueue
+from functions.capacity.warm_pools import WarmPools, declared_pools
 from functions.cloud.ports import (
     BatchPredictions,
     Endpoints,
     Events,
     Jobs,
     Metrics,
+    PersistentResources,
     Quotas,
     Registry,
     Reservations,
@@ -71,6 +73,8 @@ class Controller:
     quotas: Quotas | None = None
     # Compute Engine's reservations, read for reserved rungs (issue 43); None: the settings' (built on first use).
     reservations: Reservations | None = None
+    # Vertex's persistent resources, for the teams' warm pools (issue 43); None: the settings' when any is declared.
+    persistent_resources: PersistentResources | None = None
     # Vertex's Model Registry, built on first use (only requests with a model block need it); None: the settings'.
     registry_factory: Callable[[], Registry] | None = None
     endpoints_factory: Callable[[], Endpoints] | None = None
@@ -118,6 +122,16 @@ class Controller:
             self.reservations,
         )
         self.rejections = Rejections(s, self.publisher, self.ledger)
+        if self.persistent_resources is None and any(declared_pools(s)):
+            from functions.cloud.persistent_resources import PersistentResources as VertexPersistentResources
+            from functions.cloud.vertex import POLICY
+
+            self.persistent_resources = VertexPersistentResources(
+                s.project, s.region, s.vertex_endpoint, POLICY.scaled(s.retry_pause_scale)
+            )
+        self.warm_pools = WarmPools(
+            s, self.gcs, self.persistent_resources, self.publisher, self.budget_records, self.clock
+        )
         self.submission = Submission(
             self.settings,
             self.ledger,
@@ -148,6 +162,7 @@ class Controller:
                 self.quota_queue,
                 self.clock,
             ),
+            self.warm_pools,
         )
         self.windows = Windows(s, WindowRecords(self.gcs, self.ledger.bucket), self.clock)
         self.markers = Markers(s, self.gcs, self.rejections, self.request_key, self.handle_request, self.windows.fold)
@@ -264,6 +279,7 @@ class Controller:
             if value:  # a deployment without coalescing rules sums up as before
                 summary[count] = summary.get(count, 0) + value
         summary.update(self.scorings.reconcile())
+        summary.update(self.warm_pools.reconcile())
         if caught_up := self.rule_triggers().catch_up(lambda key: self.ledger.read(key_hash(key)) is not None):
             summary["ticks_caught_up"] = caught_up
         return summary

@@ -20,7 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from schemas.request import BootDisk, Resources
+from schemas.rules import parse_duration
 
 TEAM_NAME_RE = r"^[a-z][a-z0-9-]{0,29}$"
 # Without TRAINCTL_TEAMS every request belongs to this one team, which holds the whole quota: admission is first
@@ -53,6 +56,59 @@ class Share:
 
 class TeamsError(ValueError):
     """TRAINCTL_TEAMS (or a --teams file) is not a valid teams setting; the message names the field."""
+
+
+# A warm pool's keep_alive: at least a minute (a reconcile tick must see it idle), at most a day (an idle pool is paid
+# for by the minute; SageMaker's warm pools keep at most an hour).
+KEEP_ALIVE_BOUNDS = (60, 86_400)
+
+
+class WarmPool(BaseModel):
+    """Capacity a team keeps warm (issue 43, point 2): a Vertex persistent resource of `replicas` nodes of one shape,
+    which trainctl creates when a request of that shape arrives, routes the team's later jobs of that shape to, and
+    deletes once it has been idle `keep_alive`; its idle time is charged to the team's budget
+    (functions/capacity/warm_pools.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    machine_type: str = Field(description="A GPU machine type from the catalog, as a request's resources name it.")
+    accelerator_type: str | None = Field(None, description="Default: the machine's built-in GPU.")
+    accelerator_count: int | None = Field(None, ge=1, le=16, description="GPUs per node; default: built-in count.")
+    boot_disk: BootDisk = Field(
+        default_factory=BootDisk, description="The nodes' boot disk; a job runs on the pool only with the same one."
+    )
+    replicas: int = Field(ge=1, le=64, description="Nodes the pool holds (all started when it is created).")
+    keep_alive: int = Field(
+        description="How long the pool stays after its last job ends before trainctl deletes it: '10m', '1h', or "
+        f"seconds; {KEEP_ALIVE_BOUNDS[0]} s to {KEEP_ALIVE_BOUNDS[1]:,} s."
+    )
+
+    @field_validator("keep_alive", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> int:
+        seconds = parse_duration(value)
+        low, high = KEEP_ALIVE_BOUNDS
+        if not low <= seconds <= high:
+            raise ValueError(f"must be {low} s to {high:,} s, got {seconds} s")
+        return seconds
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shape(cls, data: Any) -> Any:
+        """The shape read as a request's resources read it (catalog checks, the built-in GPUs filled in)."""
+        if not isinstance(data, dict) or not isinstance(data.get("machine_type"), str):
+            return data
+        keys = ("machine_type", "accelerator_type", "accelerator_count", "boot_disk")
+        # Its replicas as a job's nodes: a pool that could not hold one job (two GPUs at least) is refused too.
+        shape = Resources.model_validate(
+            {**{k: data[k] for k in keys if k in data}, "replica_count": data.get("replicas", 1)}
+        )
+        return {**data, "accelerator_type": shape.accelerator_type, "accelerator_count": shape.accelerator_count}
+
+    def shape(self) -> tuple[str, str | None, int | None, str | None, int]:
+        """What a job's nodes must be to run on the pool: machine, GPU type and count, boot disk type and size."""
+        disk = self.boot_disk
+        return (self.machine_type, self.accelerator_type, self.accelerator_count, disk.type, disk.size_gb)
 
 
 class Team(BaseModel):
@@ -97,9 +153,17 @@ class Team(BaseModel):
         description="Terraform: name => IAM member; each gets a pull subscription on the events topic that receives "
         "this team's events only (a filter on the `team` attribute), and may pull from it alone.",
     )
+    warm_pools: list[WarmPool] = Field(
+        default_factory=list,
+        description="Capacity kept warm for this team's jobs, one pool per shape (issue 43): created when a request "
+        "of its shape arrives, deleted after keep_alive idle, its idle time charged to this team's budget.",
+    )
 
     @model_validator(mode="after")
     def _whole_shares(self) -> Team:
+        shapes = [pool.shape() for pool in self.warm_pools]
+        if len(set(shapes)) != len(shapes):
+            raise ValueError("warm_pools: one pool per shape (machine, GPUs, boot disk): two name the same")
         negative = [metric for metric, gpus in self.quota.items() if gpus < 0]
         if negative:
             raise ValueError(f"quota of {', '.join(negative)} must be 0 or more GPUs")

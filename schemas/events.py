@@ -49,6 +49,8 @@ State = Literal[
     "skipped",
     "coalesced",
     "superseded",
+    "pool_created",
+    "pool_deleted",
 ]
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 FailureReason = Literal[
@@ -648,6 +650,35 @@ class Superseded(_Event):
     model: str = Field(description="The model both runs feed.")
 
 
+class _PoolEvent(_Event):
+    """A warm pool a team keeps (issue 43): a Vertex persistent resource trainctl created for the team's jobs of one
+    shape and deletes after `keep_alive` idle. `request_id` is the pool's life (`<pool id>-<n>`, n counting its
+    creations), `request_key` `pool:<resource name>#<n>`: each event once per life."""
+
+    pool: str = Field(description="projects/{p}/locations/{l}/persistentResources/{id}.")
+    machine_type: str
+    accelerator_type: str | None = None
+    accelerator_count: int | None = None
+    replicas: int = Field(ge=1, description="Nodes the pool holds.")
+    keep_alive_seconds: int = Field(ge=0)
+
+
+class PoolCreated(_PoolEvent):
+    state: Literal["pool_created"] = "pool_created"
+    demand: str = Field(description="The request id whose arrival asked for the pool.")
+
+
+class PoolDeleted(_PoolEvent):
+    state: Literal["pool_deleted"] = "pool_deleted"
+    reason: Literal["idle", "failed"] = Field(
+        description="idle: no job ran on it for keep_alive; failed: Vertex could not provision it (its error)."
+    )
+    lived_seconds: float = Field(ge=0, description="From creation to deletion.")
+    idle_seconds: float = Field(ge=0, description="Of those, the time no job used any of its nodes.")
+    idle_usd: float = Field(ge=0, description="What the idle time cost at on-demand prices: charged to the team.")
+    error: str | None = Field(None, description="reason failed: Vertex's error.")
+
+
 JobEvent = Annotated[
     Accepted
     | Duplicate
@@ -673,7 +704,9 @@ JobEvent = Annotated[
     | ScoringFailed
     | Skipped
     | Coalesced
-    | Superseded,
+    | Superseded
+    | PoolCreated
+    | PoolDeleted,
     Field(discriminator="state"),
 ]
 EVENT_ADAPTER: TypeAdapter[JobEvent] = TypeAdapter(JobEvent)

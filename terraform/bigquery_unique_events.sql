@@ -85,6 +85,16 @@ SELECT
   ARRAY(SELECT JSON_VALUE(item1, '$') FROM UNNEST(JSON_QUERY_ARRAY(data, '$.markers')) AS item1 WITH OFFSET AS position1 ORDER BY position1) AS `markers`,
   JSON_VALUE(data, '$.dataset_uri') AS `dataset_uri`,
   JSON_VALUE(data, '$.successor') AS `successor`,
+  JSON_VALUE(data, '$.pool') AS `pool`,
+  JSON_VALUE(data, '$.machine_type') AS `machine_type`,
+  JSON_VALUE(data, '$.accelerator_type') AS `accelerator_type`,
+  SAFE_CAST(JSON_VALUE(data, '$.accelerator_count') AS INT64) AS `accelerator_count`,
+  SAFE_CAST(JSON_VALUE(data, '$.replicas') AS INT64) AS `replicas`,
+  SAFE_CAST(JSON_VALUE(data, '$.keep_alive_seconds') AS INT64) AS `keep_alive_seconds`,
+  JSON_VALUE(data, '$.demand') AS `demand`,
+  SAFE_CAST(JSON_VALUE(data, '$.lived_seconds') AS FLOAT64) AS `lived_seconds`,
+  SAFE_CAST(JSON_VALUE(data, '$.idle_seconds') AS FLOAT64) AS `idle_seconds`,
+  SAFE_CAST(JSON_VALUE(data, '$.idle_usd') AS FLOAT64) AS `idle_usd`,
   subscription_name, message_id, publish_time, data, attributes
 FROM `${events_table}`
 WHERE TRUE

@@ -13,6 +13,7 @@ from functions.cloud.batch_snapshot import BatchPrediction
 from functions.cloud.endpoint_types import EndpointState, Operation
 from functions.cloud.gcs import ListedObject, ObjectDigest
 from functions.cloud.job_snapshot import JobSnapshot
+from functions.cloud.pool_state import PoolState
 from functions.cloud.registry_types import ModelVersion, Upload
 from functions.cloud.reservations import ReservationState
 from schemas.events import JobEvent, ServingFigures
@@ -104,6 +105,18 @@ class Reservations(Protocol):
     def get(self, name: str) -> ReservationState:
         """The reservation projects/P/zones/Z/reservations/N; ReservationUnreadable when it never can be read."""
         ...
+
+
+class PersistentResources(Protocol):
+    """Vertex AI's PersistentResourceService: the warm pools (functions/cloud/persistent_resources.py)."""
+
+    def resource_name(self, resource_id: str) -> str: ...
+
+    def get(self, resource_id: str) -> PoolState | None: ...
+
+    def create(self, resource_id: str, body: dict[str, Any]) -> bool: ...
+
+    def delete(self, resource_id: str) -> bool: ...
 
 
 class Registry(Protocol):

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from functions import logs
 from functions.capacity.quota_queue import QuotaQueue
+from functions.capacity.warm_pools import WarmPools
 from functions.cloud import deadline
 from functions.cloud.errors import Transient
 from functions.cloud.gcs import Conflict
@@ -70,6 +71,7 @@ class Submission:
     preparation: Preparation  # what a new request needs before its claim (dataset, packages, ladder, budget, model)
     rejections: Rejections  # what is published (and filed) for a delivery that is refused before any claim
     policy: RunPolicy  # a model's trigger policies at the claim: one run at a time, skip unchanged data (issue 42)
+    warm_pools: WarmPools  # the team's warm pools: a job of a pool's shape runs on it (issue 43)
 
     def handle_request(self, request: TrainingJobRequest, key: str, explicit_id: bool, delivery: Delivery) -> str:
         """Admit, plan and submit one request exactly once; returns what happened in a word. `explicit_id`: the
@@ -262,8 +264,8 @@ class Submission:
             return self.policy.end_superseded(record, generation, [])[0].state
         if record.supersedes is not None and record.job_name is None:
             self.policy.supersede_older(record)  # before this run's job: the model's older run makes way
+        request = TrainingJobRequest.model_validate(record.job_request())
         if plan is None:
-            request = TrainingJobRequest.model_validate(record.job_request())
             evidence = evidence_of(record.model_steps)
             plan = plan_custom_job(
                 request, self.settings, record.key, record.attempt, record.rung, evidence, record.team
@@ -274,6 +276,7 @@ class Submission:
             return self.refusals.over_budget(record, generation, budget)
         if not self.queue.hold_or_queue(record, generation):
             return "queued"
+        self.warm_pools.route(record, request.at_rung(record.rung), plan)
         # Step 3: find or create the job.
         try:
             self._stage_launcher(plan)

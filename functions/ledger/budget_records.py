@@ -54,6 +54,12 @@ class Held:
         return cls(float(data["usd"]), datetime.fromisoformat(data["at"]), int(data.get("attempt", 1)))
 
 
+@dataclass(frozen=True)
+class IdleCharge:
+    seconds: float
+    usd: float
+
+
 @dataclass
 class MonthSpend:
     """A team's month: what its active requests may still spend at worst, and what its ended ones spent."""
@@ -61,9 +67,26 @@ class MonthSpend:
     reserved: dict[str, Held] = field(default_factory=dict)
     spent: dict[str, Held] = field(default_factory=dict)
     spent_before: float = 0.0  # requests retired long ago, folded
+    # The idle time of the team's warm pools (issue 43): per pool life (`<pool id>#<n>`), its idle seconds and what
+    # they cost so far, written over by reconcile as they grow; never folded (a pool's life is one entry).
+    pool_idle: dict[str, IdleCharge] = field(default_factory=dict)
 
     def spent_usd(self) -> float:
-        return self.spent_before + sum(held.usd for held in self.spent.values())
+        return self.spent_before + sum(held.usd for held in self.spent.values()) + self.idle_usd()
+
+    def idle_usd(self) -> float:
+        return sum(charge.usd for charge in self.pool_idle.values())
+
+    def idle_seconds(self) -> float:
+        return sum(charge.seconds for charge in self.pool_idle.values())
+
+    def charge_idle(self, pool_life: str, seconds: float, usd: float) -> bool:
+        """A warm pool's idle time so far in this life; whether anything changed."""
+        charge = IdleCharge(round(seconds, 3), round(usd, 6))
+        if self.pool_idle.get(pool_life) == charge:
+            return False
+        self.pool_idle[pool_life] = charge
+        return True
 
     def reserved_usd(self, but: str | None = None) -> float:
         """The worst case of the active requests, `but` one (the request being checked)."""
@@ -84,6 +107,7 @@ class MonthSpend:
                 "reserved": {k: v.dump() for k, v in self.reserved.items()},
                 "spent": {k: v.dump() for k, v in self.spent.items()},
                 "spent_before": round(self.spent_before, 6),
+                **({"pool_idle": {k: vars(v) for k, v in self.pool_idle.items()}} if self.pool_idle else {}),
             },
             sort_keys=True,
         )
@@ -95,6 +119,7 @@ class MonthSpend:
             {k: Held.load(v) for k, v in data.get("reserved", {}).items()},
             {k: Held.load(v) for k, v in data.get("spent", {}).items()},
             float(data.get("spent_before", 0.0)),
+            {k: IdleCharge(float(v["seconds"]), float(v["usd"])) for k, v in data.get("pool_idle", {}).items()},
         )
 
 

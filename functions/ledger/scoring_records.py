@@ -12,29 +12,19 @@ under the same ce-id (schemas/events.py event_id), so a consumer drops the copy.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from functions.cloud.gcs import Conflict
 from functions.cloud.ports import Storage
-from schemas.events import EVENT_ADAPTER, JobEvent
+from functions.ledger.event_box import EventBox
 
 SCORING_PREFIX = "scoring/"
 SCORING_ACTIVE_PREFIX = "scoring-active/"
 FINAL_SCORING_STATES = frozenset({"scored", "scoring_failed"})
 
 
-class Queued(BaseModel):
-    """An event recorded for publication, and when (another handler's is left to it for the outbox's grace)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    event: dict[str, Any]
-    since: datetime
-
-
-class ScoringRecord(BaseModel):
+class ScoringRecord(EventBox):
     model_config = ConfigDict(extra="forbid")
 
     key: str
@@ -51,8 +41,6 @@ class ScoringRecord(BaseModel):
     service_account: str = Field("", description="What the job runs as ('' : Vertex's default, the local stack).")
     created: datetime
     job_name: str | None = Field(None, description="The BatchPredictionJob, once found or made ('': refused).")
-    outbox: list[Queued] = Field(default_factory=list)
-    published: list[str] = Field(default_factory=list, description="The states published, in order.")
 
     @property
     def finished(self) -> bool:
@@ -62,25 +50,6 @@ class ScoringRecord(BaseModel):
     @property
     def final_queued(self) -> bool:
         return any(state in FINAL_SCORING_STATES for state in [*self.published, *self.states_queued()])
-
-    def states_queued(self) -> list[str]:
-        return [str(q.event["state"]) for q in self.outbox]
-
-    def queue(self, event: JobEvent, now: datetime) -> None:
-        if event.state not in self.published and event.state not in self.states_queued():
-            self.outbox.append(Queued(event=event.model_dump(mode="json", exclude_none=True), since=now))
-
-    def due(self, mine: set[str], stale_before: datetime) -> list[JobEvent]:
-        """The outbox events to publish now: those this handler queued, and those older than the grace."""
-        return [
-            EVENT_ADAPTER.validate_python(q.event)
-            for q in self.outbox
-            if q.event["state"] in mine or q.since < stale_before
-        ]
-
-    def mark_published(self, states: set[str]) -> None:
-        self.published += [str(q.event["state"]) for q in self.outbox if q.event["state"] in states]
-        self.outbox = [q for q in self.outbox if q.event["state"] not in states]
 
 
 class ScoringLedger:

@@ -25,6 +25,9 @@ resource "google_service_account" "function" {
 # list and cancel jobs, and register, evaluate and promote versions. Vertex has no narrower scope than the project.
 # The same role holds compute.reservations.get (issue 43): admission reads a reserved rung's reservation (its shape,
 # count and VMs in use), nothing else of Compute Engine; a shared reservation's owner project grants it on its own.
+# reconcile's role holds aiplatform.persistentResources.create/get/delete for the teams' warm pools (issue 43); a job
+# on one needs only aiplatform.customJobs.create (cloud.google.com/vertex-ai/docs/training/persistent-resource-train,
+# "Required roles").
 resource "google_project_iam_custom_role" "function_vertex" {
   for_each = local.functions
 

@@ -181,6 +181,8 @@ locals {
         "aiplatform.batchPredictionJobs.create", "aiplatform.batchPredictionJobs.get", "aiplatform.batchPredictionJobs.list",
         # A reserved rung's reservation (issue 43): reconcile admits the runs of the windows it closes (issue 42).
         "compute.reservations.get",
+        # The teams' warm pools (issue 43): reconcile creates, watches and deletes their persistent resources.
+        "aiplatform.persistentResources.create", "aiplatform.persistentResources.delete", "aiplatform.persistentResources.get",
       ]
       trigger = null
     }

@@ -26,6 +26,7 @@ ENDPOINTS = "functions.cloud.endpoints.Endpoints"
 MONITORING = "functions.cloud.monitoring.ServingMetrics"
 BATCH = "functions.cloud.batch_predictions.VertexBatchPredictions"
 COMPUTE = "functions.cloud.reservations.ComputeReservations"
+PERSISTENT = "functions.cloud.persistent_resources.PersistentResources"
 # The custom role each function's Vertex AI permissions are granted by (terraform/iam.tf).
 VERTEX_ROLE = "${google_project_iam_custom_role.function_vertex[each.key].id}"
 
@@ -106,6 +107,14 @@ ADAPTER_PERMISSIONS: dict[tuple[str, str], frozenset[str]] = {
     # Compute Engine's reservations.get (cloud.google.com/compute/docs/reference/rest/v1/reservations/get, "IAM
     # Permissions"): a reserved rung's reservation, read at admission (issue 43).
     (COMPUTE, "__init__"): frozenset(),  # the session is built on first use
+    # The PersistentResourceService (functions/cloud/persistent_resources.py): the teams' warm pools (issue 43), each
+    # method's permission from its REST reference page (cloud.google.com/vertex-ai/docs/reference/rest/v1/
+    # projects.locations.persistentResources…, "IAM Permissions"; the Vertex AI IAM permissions page).
+    (PERSISTENT, "__init__"): frozenset(),
+    (PERSISTENT, "resource_name"): frozenset(),  # a name, no call
+    (PERSISTENT, "get"): frozenset({"aiplatform.persistentResources.get"}),
+    (PERSISTENT, "create"): frozenset({"aiplatform.persistentResources.create"}),
+    (PERSISTENT, "delete"): frozenset({"aiplatform.persistentResources.delete"}),
     (COMPUTE, "get"): frozenset({"compute.reservations.get"}),
 }
 
@@ -134,6 +143,9 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     (COMPUTE, "*"): frozenset({"project"}),
     # Each batch scoring's record and the index of those unfinished (functions/ledger/scoring_records.py).
     ("functions.ledger.scoring_records.ScoringLedger", "*"): frozenset({"control"}),
+    # Each warm pool's record (functions/ledger/pool_records.py).
+    ("functions.ledger.pool_records.PoolLedger", "*"): frozenset({"control"}),
+    (PERSISTENT, "*"): frozenset({"project"}),
     # A `_SCORE` marker's folder, listed for its CSV files: a watched (data) bucket.
     ("functions.models.scoring.Scorings._new_record", "objects_under"): frozenset({"data"}),
     # Each coalescing rule's windows (issue 42, functions/ledger/window_records.py) beside the ledger.
@@ -228,7 +240,7 @@ def entry_points() -> list[str]:
 @pytest.fixture(scope="module")
 def graph() -> CallGraph:
     return CallGraph(
-        {GCS, PUBLISHER, QUOTAS, REGISTRY, VERTEX, ENDPOINTS, MONITORING, BATCH, COMPUTE},
+        {GCS, PUBLISHER, QUOTAS, REGISTRY, VERTEX, ENDPOINTS, MONITORING, BATCH, COMPUTE, PERSISTENT},
         ports={
             "functions.cloud.ports.Storage": GCS,
             "functions.cloud.ports.Events": PUBLISHER,
@@ -240,6 +252,7 @@ def graph() -> CallGraph:
             "functions.cloud.ports.Metrics": MONITORING,
             "functions.cloud.ports.BatchPredictions": BATCH,
             "functions.cloud.ports.Reservations": COMPUTE,
+            "functions.cloud.ports.PersistentResources": PERSISTENT,
         },
     )
 

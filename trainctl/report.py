@@ -258,11 +258,12 @@ def _group_of(outcome: Outcome, by: str) -> str:
 def budgets(months: Callable[[str], MonthSpend], teams: Teams, until: datetime) -> dict[str, dict[str, Any]]:
     """Per team with a monthly budget, this month (UTC) as its budget counts it (`months`: the team's month record,
     functions/ledger/budget_records.py): what its requests accepted this month spent once they ended, and the worst
-    case its active ones still hold reserved."""
+    case its active ones still hold reserved; and the idle time of its warm pools (issue 43), which the spend includes.
+    A team with warm pools and no budget is shown too (its budget null)."""
     month = month_of(until)
     found = {}
     for name, team in sorted(teams.teams.items()):
-        if team.monthly_budget_usd is None:
+        if team.monthly_budget_usd is None and not team.warm_pools:
             continue
         state = months(name)
         found[name] = {
@@ -270,6 +271,8 @@ def budgets(months: Callable[[str], MonthSpend], teams: Teams, until: datetime) 
             "spent_usd": round(state.spent_usd(), 2),
             "reserved_usd": round(state.reserved_usd(), 2),
             "budget_usd": team.monthly_budget_usd,
+            "pool_idle_seconds": round(state.idle_seconds(), 1),
+            "pool_idle_usd": round(state.idle_usd(), 2),
         }
     return found
 
@@ -361,10 +364,16 @@ def format_report(report: dict[str, Any]) -> str:
     for value, group in report.get("groups", {}).items():
         lines += _lines(f"{report['by']}={value}", group)
         if (budget := report.get("budgets", {}).get(value)) is not None:
+            of = "no budget" if budget["budget_usd"] is None else f"of ${budget['budget_usd']:,.2f}"
             lines.append(
                 f"  budget {budget['month']}  spent ${budget['spent_usd']:,.2f} and up to "
-                f"${budget['reserved_usd']:,.2f} reserved, of ${budget['budget_usd']:,.2f}"
+                f"${budget['reserved_usd']:,.2f} reserved, {of}"
             )
+            if budget["pool_idle_seconds"]:
+                lines.append(
+                    f"  warm pools idle  {_seconds(budget['pool_idle_seconds'])}  ${budget['pool_idle_usd']:,.2f} "
+                    "(in the spend)"
+                )
     return "\n".join(lines)
 
 

@@ -95,13 +95,23 @@ def test_report_by_team_groups_by_arrival_and_shows_spend_against_budget():
         Outcome(request_id="s1", state="failed", time=now, team="shared", **ran),
     ]
     months = {"vision": MonthSpend(reserved={"k2": Held(12.5, now)}, spent={"k1": Held(20.0, now)})}
+    months["vision"].charge_idle("tc-vision-1#1", 5400, 3.0)  # a warm pool's idle time (issue 43): in the spend
     report = build_report(outcomes, now - timedelta(days=7), now, "team")
     report["budgets"] = budgets(lambda team: months.get(team, MonthSpend()), parse_teams(TEAMS), now)
     assert set(report["groups"]) == {"vision", "shared"}
     assert report["budgets"] == {
-        "vision": {"month": "2025-06", "spent_usd": 20.0, "reserved_usd": 12.5, "budget_usd": 500.0}
+        "vision": {
+            "month": "2025-06",
+            "spent_usd": 23.0,
+            "reserved_usd": 12.5,
+            "budget_usd": 500.0,
+            "pool_idle_seconds": 5400,
+            "pool_idle_usd": 3.0,
+        }
     }
-    assert "budget 2025-06  spent $20.00 and up to $12.50 reserved, of $500.00" in format_report(report)
+    text = format_report(report)
+    assert "budget 2025-06  spent $23.00 and up to $12.50 reserved, of $500.00" in text
+    assert "warm pools idle  90.0m  $3.00 (in the spend)" in text
 
 
 def test_a_markers_team_is_its_templates_and_a_template_naming_no_team_is_the_default_teams():

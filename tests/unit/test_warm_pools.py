@@ -141,7 +141,7 @@ def test_the_pool_is_made_with_the_machine_and_disk_a_job_of_its_shape_is_planne
 
 def test_a_warm_pool_is_declared_with_bounds_and_one_per_shape():
     with pytest.raises(ValueError, match="keep_alive"):
-        WarmPool.model_validate({**POOL, "keep_alive": "10s"})
+        WarmPool.model_validate({**POOL, "keep_alive": "5s"})
     with pytest.raises(ValueError, match="one pool per shape"):
         Teams.model_validate({"default_team": "a", "teams": {"a": {"warm_pools": [POOL, {**POOL, "replicas": 2}]}}})
     assert WarmPool.model_validate(POOL).accelerator_type == "NVIDIA_L4"  # the machine's own GPU filled in

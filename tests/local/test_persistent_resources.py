@@ -215,7 +215,8 @@ def test_jobs_that_do_not_fit_the_resource_are_refused_naming_the_field(resource
         (on_resource(f"{PARENT}/persistentResources/no-such-resource"), "job_spec.persistent_resource_id"),
         (on_resource(resource.name, pool(machine="n1-standard-16")), "worker_pool_specs[0].machine_spec"),
         (on_resource(resource.name, pool(count=4)), "worker_pool_specs[0].machine_spec"),
-        (on_resource(resource.name, pool(replicas=3)), "worker_pool_specs[0].replica_count"),
+        # the primary pool's 1 replica and the workers' 2 take 3 of the pool's 2
+        (on_resource(resource.name, pool(), pool(replicas=2)), "worker_pool_specs[1].replica_count"),
     ]
     networked = on_resource(resource.name)
     networked["job_spec"]["network"] = "projects/123/global/networks/other"

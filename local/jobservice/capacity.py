@@ -4,6 +4,8 @@ and the Cloud Quotas stand-in (cloud_quotas.py) read it.
 
 The file (YAML or JSON; `trainctl local up --capacity FILE`, or `JobServiceControl.set_capacity(dict)`):
 
+    provisioning: 60s                 # optional: how long a job's cold nodes take to start, spent in PENDING
+                                      # (a duration or seconds; default 0); a job on a persistent resource skips it
     default_quotas:                   # optional: the limits of every region that does not set its own
       custom_model_training_nvidia_t4_gpus: 4
     regions:
@@ -16,6 +18,7 @@ The file (YAML or JSON; `trainctl local up --capacity FILE`, or `JobServiceContr
             strategy: spot            # standard | spot | flex_start
             stockouts: 4              # each new job meets N stockouts while provisioned; "always": every attempt
             preempt_after: 20s        # a RUNNING job is preempted this long after each start (or seconds: 0.5)
+            provisioning: 2m          # this machine's cold-node delay, overriding the top-level one
 
     reservations:                     # Compute Engine reservations (issue 43), served by reservations.get
       a2-res:
@@ -49,7 +52,7 @@ STRATEGIES = ("standard", "spot", "flex_start")
 ALWAYS = 1_000_000
 _STRATEGY_OF_ENUM = {"STRATEGY_UNSPECIFIED": "standard", "ON_DEMAND": "standard", "STANDARD": "standard"}
 _REGION_KEYS = frozenset({"quotas", "machines"})
-_MACHINE_KEYS = frozenset({"machine_type", "strategy", "stockouts", "preempt_after"})
+_MACHINE_KEYS = frozenset({"machine_type", "strategy", "stockouts", "preempt_after", "provisioning"})
 _RESERVATION_KEYS = frozenset({"project", "zone", "machine_type", "accelerator_type", "accelerator_count", "count"})
 # What a job's demand calls the VMs it takes of a reservation: RESERVATION_DEMAND + the reservation's full name.
 RESERVATION_DEMAND = "reservation:"
@@ -65,6 +68,7 @@ class MachineRule:
     strategy: str | None = None
     stockouts: int = 0
     preempt_after: float = 0.0  # seconds; 0: never
+    provisioning: float | None = None  # seconds a cold node takes to start; None: the model's default
 
     def matches(self, machine_type: str, strategy: str) -> bool:
         return self.machine_type in (None, machine_type) and self.strategy in (None, strategy)
@@ -95,6 +99,7 @@ class CapacityModel:
     regions: Mapping[str, RegionCapacity] = field(default_factory=dict)
     default_quotas: Mapping[str, int] = field(default_factory=dict)  # full metric name → GPU limit
     reservations: Mapping[str, LocalReservation] = field(default_factory=dict)  # by full name
+    provisioning: float = 0.0  # seconds a cold node takes to start, unless its machine rule says otherwise
 
     def limit(self, region: str, metric: str) -> int | None:
         if metric.startswith(RESERVATION_DEMAND):  # VMs of a reservation: its count
@@ -114,21 +119,33 @@ class CapacityModel:
                 return rule
         return MachineRule()
 
+    def provisioning_delay(self, region: str, machine_type: str, strategy: str) -> float:
+        """How long a job's cold nodes of this machine type and strategy spend being provisioned (PENDING)."""
+        rule = self.machine_rule(region, machine_type, strategy)
+        return self.provisioning if rule.provisioning is None else rule.provisioning
+
     def admits(
         self,
         region: str,
         demand: Mapping[str, int],
         held: Mapping[str, int],
         waiting_before: Iterable[Mapping[str, int]],
+        limits: Mapping[str, int] | None = None,
     ) -> bool:
         """Whether a job needing `demand` GPUs per metric may leave the quota queue now, with `held` GPUs per
         metric taken by admitted jobs in the region and `waiting_before` the demands of jobs created earlier and
         still waiting there: it must fit every limit, and no earlier job may be waiting on a limited metric it
-        needs (the queue is first come, first served per metric)."""
-        limited = {metric for metric in demand if self.limit(region, metric) is not None}
+        needs (the queue is first come, first served per metric). `limits` adds limits the model does not hold
+        (the replicas of a persistent resource's pools, persistent_resources.py)."""
+        extra = limits or {}
+
+        def limit(metric: str) -> int | None:
+            return extra[metric] if metric in extra else self.limit(region, metric)
+
+        limited = {metric for metric in demand if limit(metric) is not None}
         if any(limited & set(earlier) for earlier in waiting_before):
             return False
-        return all(held.get(metric, 0) + demand[metric] <= (self.limit(region, metric) or 0) for metric in limited)
+        return all(held.get(metric, 0) + demand[metric] <= (limit(metric) or 0) for metric in limited)
 
     def never_fits(self, region: str, demand: Mapping[str, int]) -> list[str]:
         """The metrics whose limit is below what the job alone needs (a reservation's count is reservations.py's)."""
@@ -152,7 +169,7 @@ def parse_capacity(document: Any) -> CapacityModel:
     """The model described by a loaded YAML/JSON document; CapacityError names the first wrong key."""
     if document is None:
         return CapacityModel()
-    _only(document, {"regions", "default_quotas", "reservations"}, "the capacity model")
+    _only(document, {"regions", "default_quotas", "reservations", "provisioning"}, "the capacity model")
     regions = document.get("regions") or {}
     if not isinstance(regions, dict):
         raise CapacityError("regions: must be a mapping of region name to its capacity")
@@ -160,6 +177,7 @@ def parse_capacity(document: Any) -> CapacityModel:
         {str(name): _region(str(name), spec or {}) for name, spec in regions.items()},
         _quotas("default_quotas", document.get("default_quotas") or {}),
         _reservations(document.get("reservations") or {}),
+        _provisioning("provisioning", document.get("provisioning")) or 0.0,
     )
 
 
@@ -249,13 +267,28 @@ def _machine(where: str, spec: Any) -> MachineRule:
     elif isinstance(stockouts, bool) or not isinstance(stockouts, int) or stockouts < 0:
         raise CapacityError(f'{where}.stockouts: must be a whole number ≥ 0 or "always", got {stockouts!r}')
     preempt_after = spec.get("preempt_after")
-    try:
-        if isinstance(preempt_after, int | float) and not isinstance(preempt_after, bool):
-            seconds = float(preempt_after)  # a number of seconds may have a fraction (tests preempt fast)
-        else:
-            seconds = 0.0 if preempt_after is None else float(parse_duration(preempt_after))
-    except (TypeError, ValueError) as error:
-        raise CapacityError(f"{where}.preempt_after: must be seconds or a duration like 20s or 5m ({error})") from None
+    seconds = 0.0 if preempt_after is None else _seconds(f"{where}.preempt_after", preempt_after)
     if preempt_after is not None and seconds <= 0:
         raise CapacityError(f"{where}.preempt_after: must be longer than 0, got {preempt_after!r}")
-    return MachineRule(spec.get("machine_type"), strategy, stockouts, seconds)
+    provisioning = _provisioning(f"{where}.provisioning", spec.get("provisioning"))
+    return MachineRule(spec.get("machine_type"), strategy, stockouts, seconds, provisioning)
+
+
+def _seconds(where: str, value: Any) -> float:
+    """Seconds (a number, which may have a fraction: tests run fast) or a duration like 20s or 5m."""
+    try:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        return float(parse_duration(value))
+    except (TypeError, ValueError) as error:
+        raise CapacityError(f"{where}: must be seconds or a duration like 20s or 5m ({error})") from None
+
+
+def _provisioning(where: str, value: Any) -> float | None:
+    """A cold-node provisioning delay: None when not given, else seconds ≥ 0."""
+    if value is None:
+        return None
+    seconds = _seconds(where, value)
+    if seconds < 0:
+        raise CapacityError(f"{where}: must be 0 or longer, got {value!r}")
+    return seconds

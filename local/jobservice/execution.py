@@ -15,7 +15,8 @@ reference/vertex.md §1.6 and §6.3:
 - faults planned at create time (faults.NewJobFaults, kept in the run record) hold the job in QUEUED or
   PENDING, fail it for quota, or make its provisioning meet stockouts;
 - the capacity model (capacity.py) keeps the job QUEUED while its GPUs do not fit the quota (quota_queue.py),
-  and its machine rule adds stockouts and preempts each attempt `preempt_after` seconds after it starts.
+  holds it in PENDING for its cold nodes' `provisioning` delay (none on a persistent resource, whose nodes are
+  started), and its machine rule adds stockouts and preempts each attempt `preempt_after` seconds after it starts.
 
 Exit events are queued in the order the nodes exit, so "primary exited 0, then a worker lost its peer"
 counts as a success, as it would on Vertex. Every state change goes through `JobExecutor.transition`,
@@ -96,12 +97,17 @@ class JobExecutor:
         faults = faults or NewJobFaults()
         machine_type = job.job_spec.worker_pool_specs[0].machine_spec.machine_type
         strategy = job.job_spec.scheduling.strategy.name
-        rule = self.quota.model.machine_rule(region_of(job.name), machine_type, strategy)
-        if on_reservation(job, self.quota.model):  # its machines are reserved: no stockout reaches it
+        model = self.quota.model
+        rule = model.machine_rule(region_of(job.name), machine_type, strategy)
+        # Cold nodes are provisioned first (the capacity model's delay, spent in PENDING); a persistent resource's
+        # nodes are already started, so a job on one skips it (local/FIDELITY.md "Persistent resources").
+        warm = bool(job.job_spec.persistent_resource_id)
+        provisioning = 0.0 if warm else model.provisioning_delay(region_of(job.name), machine_type, strategy)
+        if warm or on_reservation(job, model):  # its machines are already there: no stockout reaches it
             rule = replace(rule, stockouts=0)
         run = RunRecord(
             queued_until=time.time() + faults.queue_hold,
-            pending_hold=faults.pending_hold,
+            pending_hold=faults.pending_hold + provisioning,
             quota_failure=faults.quota_failure,
             stockouts=min(ALWAYS, faults.stockouts + rule.stockouts),
             preempt_after=rule.preempt_after,

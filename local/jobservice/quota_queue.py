@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from google.cloud.aiplatform_v1.types import CustomJob, JobState
 
@@ -39,10 +40,24 @@ def gpu_demand(job: CustomJob) -> dict[str, int]:
     return demand | reserved_vms(job)  # and the VMs it takes of a reservation, which wait for it alike
 
 
+class PoolSource(Protocol):
+    """The persistent resources (persistent_resources.py): what a job on one needs of its pools, their free
+    replicas, and the GPUs the resources hold against the quota."""
+
+    def job_demand(self, job: CustomJob) -> dict[str, int]: ...
+
+    def pool_limits(self) -> dict[str, int]: ...
+
+    def gpus_held(self, parent: str) -> dict[str, int]: ...
+
+
 class QuotaQueue:
     def __init__(self, store: JobStore, model: CapacityModel | None = None):
         self._store = store
         self._model = model or CapacityModel()
+        # A job on a persistent resource waits for its pools' replicas instead of GPU quota; the resources' GPUs
+        # count against the quota while they exist. None: no resources (unit tests of the queue alone).
+        self.pools: PoolSource | None = None
         self._lock = threading.RLock()
         self._waiting: dict[str, queue.Queue[tuple]] = {}  # job name → its supervisor's event queue
 
@@ -71,27 +86,35 @@ class QuotaQueue:
         for events in waiting:
             events.put(("capacity",))
 
+    def demand(self, job: CustomJob) -> Mapping[str, int]:
+        """What the job waits for: its pools' replicas on a persistent resource, else its GPUs per quota metric."""
+        if self.pools is not None and job.job_spec.persistent_resource_id:
+            return self.pools.job_demand(job)
+        return gpu_demand(job)
+
     def try_admit(self, name: str, admit: Callable[[], None]) -> bool:
         """Run `admit` (the move to PENDING) and return True when the job fits now; under the queue's lock,
         so two jobs never both take the last GPUs."""
         with self._lock:
             job = self._store.require(name)
-            region, demand = region_of(name), gpu_demand(job)
-            if not any(self._model.limit(region, metric) is not None for metric in demand):
+            region, demand = region_of(name), self.demand(job)
+            limits = self.pools.pool_limits() if self.pools is not None else {}
+            if not any(metric in limits or self._model.limit(region, metric) is not None for metric in demand):
                 admit()
                 return True
-            held: dict[str, int] = {}
-            waiting_before: list[dict[str, int]] = []
+            parent = name.rsplit("/customJobs/", 1)[0]
+            held: dict[str, int] = dict(self.pools.gpus_held(parent)) if self.pools is not None else {}
+            waiting_before: list[Mapping[str, int]] = []
             order = (job.create_time, int(name.rsplit("/", 1)[-1]))
-            for other in self._store.jobs(name.rsplit("/customJobs/", 1)[0]):
+            for other in self._store.jobs(parent):
                 if other.name == name:
                     continue
                 if other.state in HOLDING_STATES:
-                    for metric, gpus in gpu_demand(other).items():
+                    for metric, gpus in self.demand(other).items():
                         held[metric] = held.get(metric, 0) + gpus
                 elif other.name in self._waiting and (other.create_time, int(other.name.rsplit("/", 1)[-1])) < order:
-                    waiting_before.append(gpu_demand(other))
-            if not self._model.admits(region, demand, held, waiting_before):
+                    waiting_before.append(self.demand(other))
+            if not self._model.admits(region, demand, held, waiting_before, limits):
                 return False
             admit()
             return True

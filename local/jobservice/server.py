@@ -46,6 +46,8 @@ from local.jobservice.model_rest import model_service_routes
 from local.jobservice.model_rules import ProjectNumbers
 from local.jobservice.model_store import ModelStore
 from local.jobservice.monitoring_rest import monitoring_routes
+from local.jobservice.persistent_resources import PersistentResources
+from local.jobservice.persistent_rest import persistent_resource_routes
 from local.jobservice.prediction import PredictionRouter
 from local.jobservice.prediction_metrics import PredictionLog
 from local.jobservice.replicas import ExecutionSettings
@@ -95,6 +97,10 @@ class LocalJobService:
         # Secret Manager's access method and the nodes' metadata servers (secret_manager.py): empty unless given.
         self.secrets = secrets or SecretStore(numbers=project_numbers)
         self.servicer = JobServiceServicer(self.store, self.executor, self.faults)
+        # Vertex's persistent resources (persistent_resources.py), on the REST port: jobs on them skip provisioning.
+        self.persistent = PersistentResources(self.executor, self.state_dir)
+        self.executor.quota.pools = self.persistent
+        self.servicer.persistent = self.persistent
         # BatchPredictionJobs (batch_jobs.py), on the REST port: the registry's versions run with trainer.predict.
         batch_store = BatchJobStore(self.state_dir)
         self.batches = BatchPredictions(batch_store, self.registry, self.settings, self.state_dir / "batch_runs")
@@ -136,12 +142,14 @@ class LocalJobService:
         routes += reservation_routes(lambda: self.executor.quota.model, lambda: self.store.jobs())
         routes += secret_manager_routes(self.secrets)
         routes += batch_prediction_routes(self.batches, self.faults)
+        routes += persistent_resource_routes(self.persistent)
         self._rest = RestServer(routes, self.host, self.rest_port)
         self.rest_port = self._rest.port
         self.executor.node_services = NodeServices(self.secrets, self.rest_url)
         server.start()
         self._server = server
         self._rest.start()
+        self.persistent.start()
         self.executor.resume_all()
         self.batches.resume_all()
         self.endpoints.serve_deployed()
@@ -156,6 +164,7 @@ class LocalJobService:
         if self._server is not None:
             self._server.stop(grace).wait()
             self._server = None
+        self.persistent.stop()
         self.executor.shutdown(stop_jobs=stop_jobs)
         self.batches.shutdown(stop_jobs=stop_jobs)
         self.endpoints.stop()

@@ -40,6 +40,7 @@ from grpc_status import rpc_status
 from local.jobservice.execution import ACTIVE_STATES, JobExecutor, TransitionRefused
 from local.jobservice.faults import PERMISSION_MESSAGE, PERMISSIONS, QUOTA_MESSAGE, RATE_LIMIT_MESSAGE, FaultPlan
 from local.jobservice.filters import FilterError, parse_filter
+from local.jobservice.persistent_resources import PersistentResources
 from local.jobservice.quota_queue import gpu_demand, region_of
 from local.jobservice.reservations import reservation_problems
 from local.jobservice.store import JobStore, job_id_of
@@ -63,6 +64,8 @@ class JobServiceServicer:
         self.executor = executor
         self.faults = faults
         self._operations: dict[str, operations_pb2.Operation] = {}
+        # The persistent resources jobs may run on (persistent_resources.py); None: every such job is refused.
+        self.persistent: PersistentResources | None = None
         self._calls: collections.Counter[str] = collections.Counter()
         self._calls_lock = threading.Lock()
 
@@ -112,10 +115,14 @@ class JobServiceServicer:
         problems += reservation_problems(request.custom_job, self.executor.quota.model)
         if problems:
             _abort_invalid(context, problems)
+        on_resource = bool(request.custom_job.job_spec.persistent_resource_id)
+        if on_resource:
+            self._refuse_off_the_resource(request, context)
         job = CustomJob(request.custom_job)
         for field in _OUTPUT_ONLY:
             delattr(job, field)
-        over = self.executor.quota.model.never_fits(region_of(request.parent), gpu_demand(job))
+        # A job on a persistent resource draws on the resource's GPUs, already counted against the quota.
+        over = [] if on_resource else self.executor.quota.model.never_fits(region_of(request.parent), gpu_demand(job))
         if over:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, QUOTA_MESSAGE.format(metric=", ".join(over)))
         now = dt.datetime.now(dt.UTC)
@@ -129,6 +136,20 @@ class JobServiceServicer:
         if failure is not None:
             context.abort(failure.code, failure.message)
         return job
+
+    def _refuse_off_the_resource(self, request: CreateCustomJobRequest, context: grpc.ServicerContext) -> None:
+        """A job naming job_spec.persistent_resource_id must fit the resource (persistent_resources.py)."""
+        if self.persistent is None:
+            field = "custom_job.job_spec.persistent_resource_id"
+            _abort_invalid(context, [(field, "this JobService serves no persistent resources")])
+            return
+        refusal = self.persistent.job_refusal(request.parent, request.custom_job)
+        if refusal is None:
+            return
+        code, problems = refusal
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            _abort_invalid(context, problems)
+        context.abort(code, "; ".join(f"{field}: {why}" for field, why in problems))
 
     def get_custom_job(self, request: GetCustomJobRequest, context: grpc.ServicerContext) -> CustomJob:
         self._refuse_before_looking("GetCustomJob", request.name, context)

@@ -66,9 +66,11 @@ class Ticker:
         self.thread.join()
 
 
-def teams(pool: dict[str, Any] | None) -> str:
-    team: dict[str, Any] = {"warm_pools": [pool]} if pool else {}
-    return json.dumps({"default_team": TEAM, "teams": {TEAM: team}, "shared_intake_open": True})
+def teams(deployment: Deployment, pool: dict[str, Any] | None) -> str:
+    """The teams setting: one team, reading the stand-in's dataset folders, with the pool if any."""
+    team: dict[str, Any] = {"reads": ["stand-in/"]} | ({"warm_pools": [pool]} if pool else {})
+    setting = {"default_team": TEAM, "teams": {TEAM: team}, "shared_intake_open": True}
+    return json.dumps(setting | {"data_bucket": deployment.data_bucket})
 
 
 def burst(deployment: Deployment, prefix: str, count: int) -> list[Succeeded]:
@@ -106,14 +108,18 @@ def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]
     stack.jobservice.control.set_capacity({"provisioning": args.cold})
     spec = {**SHAPE, "replicas": args.burst, "keep_alive": args.keep_alive}
     cold = stack.deployment()
-    cold.create(stack.work_dir / "functions-cold", TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN, TRAINCTL_TEAMS=teams(None))
+    cold.create(
+        stack.work_dir / "functions-cold", TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN, TRAINCTL_TEAMS=teams(cold, None)
+    )
     try:
         with Ticker(cold, args.tick):
             cold_runs = burst(cold, "cold", args.burst)
     finally:
         cold.stop()
     warm = stack.deployment()
-    warm.create(stack.work_dir / "functions-warm", TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN, TRAINCTL_TEAMS=teams(spec))
+    warm.create(
+        stack.work_dir / "functions-warm", TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN, TRAINCTL_TEAMS=teams(warm, spec)
+    )
     pid = pool_id(warm.control_bucket, TEAM, WarmPool.model_validate(spec))
     try:
         with Ticker(warm, args.tick):

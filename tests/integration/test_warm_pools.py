@@ -26,7 +26,12 @@ from tests.integration.deployment import TRAINER_STAND_IN, Deployment, builtin_r
 COLD_SECONDS = 4  # the capacity model's provisioning delay for cold nodes
 SHAPE = {"machine_type": "g2-standard-24"}  # 2 × L4: a one-node job is a valid request
 POOL = {**SHAPE, "replicas": 2, "keep_alive": "10s"}
-TEAMS = {"default_team": "ml", "teams": {"ml": {"warm_pools": [POOL]}}, "shared_intake_open": True}
+# The team reads the stand-in's dataset folders (builtin_request writes them under stand-in/).
+TEAMS = {
+    "default_team": "ml",
+    "teams": {"ml": {"warm_pools": [POOL], "reads": ["stand-in/"]}},
+    "shared_intake_open": True,
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +41,16 @@ def deployment(pubsub_emulator, fake_gcs, jobservice, tmp_path_factory) -> Itera
             jobservice,
             tmp_path_factory.mktemp("functions"),
             capacity={"provisioning": COLD_SECONDS},
+            settings_for=teams_setting,
             TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN,
-            TRAINCTL_TEAMS=json.dumps(TEAMS),
         ) as deployed:
             yield deployed
     finally:
         jobservice.control.clear_capacity()
+
+
+def teams_setting(deployment: Deployment) -> dict[str, str]:
+    return {"TRAINCTL_TEAMS": json.dumps(TEAMS | {"data_bucket": deployment.data_bucket})}
 
 
 def run(deployment: Deployment, *request_ids: str) -> list[Succeeded]:
@@ -103,7 +112,7 @@ def test_a_burst_runs_on_a_warm_pool_trainctl_creates_and_deletes_and_the_team_p
     assert isinstance(deleted, PoolDeleted) and deleted.reason == "idle"
     assert deleted.idle_seconds > 0 and deleted.idle_usd > 0
     assert resources.get(pid) is None
-    monkeypatch.setenv("TRAINCTL_TEAMS", json.dumps(TEAMS))
+    monkeypatch.setenv("TRAINCTL_TEAMS", teams_setting(deployment)["TRAINCTL_TEAMS"])
     report = json.loads(deployment.cli(monkeypatch, "report", "--by", "team", "--json"))
     assert report["budgets"]["ml"]["pool_idle_seconds"] == pytest.approx(deleted.idle_seconds, abs=0.1)
     assert report["budgets"]["ml"]["pool_idle_usd"] == pytest.approx(deleted.idle_usd, abs=0.01)

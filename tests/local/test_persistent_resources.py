@@ -180,6 +180,18 @@ def test_a_job_on_a_running_resource_skips_the_delay_while_a_cold_job_waits_it_o
     assert resources.get_persistent_resource(name=resource.name).resource_pools[0].used_replica_count == 0
 
 
+def test_a_job_on_a_provisioning_resource_waits_queued_until_it_runs(resources, provisioning, job_client):
+    """Guards issue 43 point 4: a resource still PROVISIONING has no started nodes to give: a job created on it
+    waits in QUEUED and starts once the resource is RUNNING."""
+    operation = create(resources)
+    job = job_client.create_custom_job(parent=PARENT, custom_job=on_resource(resource_of(operation)))
+    assert job_client.get_custom_job(name=job.name).state == JobState.JOB_STATE_QUEUED
+    resource = operation.result(polling=POLLING)
+    ended = wait_for_state(job_client, job.name, timeout=30)
+    assert ended.state == JobState.JOB_STATE_SUCCEEDED
+    assert ended.start_time >= resource.start_time
+
+
 def test_a_job_past_the_pools_free_replicas_waits_queued_until_they_are_free(
     resources, job_client: JobServiceClient, jobservice_control: JobServiceControl, tmp_path: Path
 ):
@@ -221,6 +233,9 @@ def test_jobs_that_do_not_fit_the_resource_are_refused_naming_the_field(resource
     networked = on_resource(resource.name)
     networked["job_spec"]["network"] = "projects/123/global/networks/other"
     cases.append((networked, "job_spec.network"))
+    encrypted = on_resource(resource.name)
+    encrypted["encryption_spec"] = {"kms_key_name": f"{PARENT}/keyRings/ring/cryptoKeys/key"}
+    cases.append((encrypted, "encryption_spec.kms_key_name"))
     for job, field in cases:
         with pytest.raises(exceptions.InvalidArgument) as refused:
             job_client.create_custom_job(parent=PARENT, custom_job=job)

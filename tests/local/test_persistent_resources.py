@@ -192,6 +192,20 @@ def test_a_job_on_a_provisioning_resource_waits_queued_until_it_runs(resources, 
     assert ended.start_time >= resource.start_time
 
 
+def test_a_job_on_a_resource_meets_none_of_the_machine_rules_stockouts(resources, job_client, jobservice_control):
+    """Guards issue 43 point 4: the resource's machines are already there, so a machine rule that stocks out every
+    attempt fails a cold job of that machine (code 8) and leaves the job on the resource alone."""
+    resource = create(resources).result(polling=POLLING)
+    jobservice_control.set_capacity(
+        {"regions": {"us-central1": {"machines": [{"machine_type": "n1-standard-8", "stockouts": "always"}]}}}
+    )
+    warm = job_client.create_custom_job(parent=PARENT, custom_job=on_resource(resource.name))
+    cold = job_client.create_custom_job(parent=PARENT, custom_job=custom_job(pool()))
+    assert wait_for_state(job_client, warm.name, timeout=30).state == JobState.JOB_STATE_SUCCEEDED
+    cold_ended = wait_for_state(job_client, cold.name, timeout=60)
+    assert (cold_ended.state, cold_ended.error.code) == (JobState.JOB_STATE_FAILED, 8)
+
+
 def test_a_job_past_the_pools_free_replicas_waits_queued_until_they_are_free(
     resources, job_client: JobServiceClient, jobservice_control: JobServiceControl, tmp_path: Path
 ):

@@ -157,12 +157,15 @@ def test_create_refuses_a_bad_id_a_taken_id_and_pools_without_replicas(resources
 
 
 def test_a_job_on_a_running_resource_skips_the_delay_while_a_cold_job_waits_it_out(
-    resources, provisioning, job_client: JobServiceClient, tmp_path: Path
+    resources, jobservice_control: JobServiceControl, job_client: JobServiceClient, tmp_path: Path
 ):
     """Guards issue 43 point 4: the resource's nodes are started, so its job goes RUNNING without the capacity
     model's provisioning delay, and holds a replica of the pool (used_replica_count) while it runs; a cold job
-    created beside it spends the delay in PENDING."""
+    created beside it spends the delay in PENDING. (The delay is set long once the resource runs, so that the warm
+    job's start stays far inside it on a loaded machine.)"""
     resource = create(resources).result(polling=POLLING)
+    long_delay = 6.0
+    jobservice_control.set_capacity({"provisioning": long_delay})
     release = tmp_path / "release"
     warm = job_client.create_custom_job(
         parent=PARENT, custom_job=on_resource(resource.name, pool("--until-file", str(release)))
@@ -174,8 +177,8 @@ def test_a_job_on_a_running_resource_skips_the_delay_while_a_cold_job_waits_it_o
     release.touch()
     wait_for_state(job_client, warm.name, timeout=30)
 
-    assert seconds(warm_running.start_time, warm_running.create_time) < DELAY
-    assert seconds(cold_ended.start_time, cold_ended.create_time) >= DELAY
+    assert seconds(warm_running.start_time, warm_running.create_time) < long_delay
+    assert seconds(cold_ended.start_time, cold_ended.create_time) >= long_delay
     assert warm_running.start_time < cold_ended.start_time
     assert resources.get_persistent_resource(name=resource.name).resource_pools[0].used_replica_count == 0
 

@@ -233,7 +233,7 @@ class PersistentResources:
                 raise RegistryError(
                     grpc.StatusCode.FAILED_PRECONDITION, f"PersistentResource {name} is already being deleted."
                 )
-            resource.state = State.STOPPING
+            resource.state = State.STOPPING  # type: ignore[assignment]  # proto-plus enum members are ints
             resource.update_time = _utc_now()
             self._ready_at.pop(name, None)
             timer = self._timers.pop(name, None)
@@ -388,7 +388,7 @@ class PersistentResources:
             if resource is None or resource.state != State.PROVISIONING:
                 return
             now = _utc_now()
-            resource.state = State.RUNNING
+            resource.state = State.RUNNING  # type: ignore[assignment]  # proto-plus enum members are ints
             resource.start_time = now
             resource.update_time = now
             self._ready_at.pop(name, None)

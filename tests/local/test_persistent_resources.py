@@ -157,12 +157,15 @@ def test_create_refuses_a_bad_id_a_taken_id_and_pools_without_replicas(resources
 
 
 def test_a_job_on_a_running_resource_skips_the_delay_while_a_cold_job_waits_it_out(
-    resources, provisioning, job_client: JobServiceClient, tmp_path: Path
+    resources, jobservice_control: JobServiceControl, job_client: JobServiceClient, tmp_path: Path
 ):
     """Guards issue 43 point 4: the resource's nodes are started, so its job goes RUNNING without the capacity
     model's provisioning delay, and holds a replica of the pool (used_replica_count) while it runs; a cold job
-    created beside it spends the delay in PENDING."""
+    created beside it spends the delay in PENDING. (The delay is set long once the resource runs, so that the warm
+    job's start stays far inside it on a loaded machine.)"""
     resource = create(resources).result(polling=POLLING)
+    long_delay = 6.0
+    jobservice_control.set_capacity({"provisioning": long_delay})
     release = tmp_path / "release"
     warm = job_client.create_custom_job(
         parent=PARENT, custom_job=on_resource(resource.name, pool("--until-file", str(release)))
@@ -174,10 +177,36 @@ def test_a_job_on_a_running_resource_skips_the_delay_while_a_cold_job_waits_it_o
     release.touch()
     wait_for_state(job_client, warm.name, timeout=30)
 
-    assert seconds(warm_running.start_time, warm_running.create_time) < DELAY
-    assert seconds(cold_ended.start_time, cold_ended.create_time) >= DELAY
+    assert seconds(warm_running.start_time, warm_running.create_time) < long_delay
+    assert seconds(cold_ended.start_time, cold_ended.create_time) >= long_delay
     assert warm_running.start_time < cold_ended.start_time
     assert resources.get_persistent_resource(name=resource.name).resource_pools[0].used_replica_count == 0
+
+
+def test_a_job_on_a_provisioning_resource_waits_queued_until_it_runs(resources, provisioning, job_client):
+    """Guards issue 43 point 4: a resource still PROVISIONING has no started nodes to give: a job created on it
+    waits in QUEUED and starts once the resource is RUNNING."""
+    operation = create(resources)
+    job = job_client.create_custom_job(parent=PARENT, custom_job=on_resource(resource_of(operation)))
+    assert job_client.get_custom_job(name=job.name).state == JobState.JOB_STATE_QUEUED
+    resource = operation.result(polling=POLLING)
+    ended = wait_for_state(job_client, job.name, timeout=30)
+    assert ended.state == JobState.JOB_STATE_SUCCEEDED
+    assert ended.start_time >= resource.start_time
+
+
+def test_a_job_on_a_resource_meets_none_of_the_machine_rules_stockouts(resources, job_client, jobservice_control):
+    """Guards issue 43 point 4: the resource's machines are already there, so a machine rule that stocks out every
+    attempt fails a cold job of that machine (code 8) and leaves the job on the resource alone."""
+    resource = create(resources).result(polling=POLLING)
+    jobservice_control.set_capacity(
+        {"regions": {"us-central1": {"machines": [{"machine_type": "n1-standard-8", "stockouts": "always"}]}}}
+    )
+    warm = job_client.create_custom_job(parent=PARENT, custom_job=on_resource(resource.name))
+    cold = job_client.create_custom_job(parent=PARENT, custom_job=custom_job(pool()))
+    assert wait_for_state(job_client, warm.name, timeout=30).state == JobState.JOB_STATE_SUCCEEDED
+    cold_ended = wait_for_state(job_client, cold.name, timeout=60)
+    assert (cold_ended.state, cold_ended.error.code) == (JobState.JOB_STATE_FAILED, 8)
 
 
 def test_a_job_past_the_pools_free_replicas_waits_queued_until_they_are_free(
@@ -221,6 +250,9 @@ def test_jobs_that_do_not_fit_the_resource_are_refused_naming_the_field(resource
     networked = on_resource(resource.name)
     networked["job_spec"]["network"] = "projects/123/global/networks/other"
     cases.append((networked, "job_spec.network"))
+    encrypted = on_resource(resource.name)
+    encrypted["encryption_spec"] = {"kms_key_name": f"{PARENT}/keyRings/ring/cryptoKeys/key"}
+    cases.append((encrypted, "encryption_spec.kms_key_name"))
     for job, field in cases:
         with pytest.raises(exceptions.InvalidArgument) as refused:
             job_client.create_custom_job(parent=PARENT, custom_job=job)

@@ -58,8 +58,8 @@ class TeamsError(ValueError):
     """TRAINCTL_TEAMS (or a --teams file) is not a valid teams setting; the message names the field."""
 
 
-# A warm pool's keep_alive: at least 10 s (it is deleted at the first reconcile tick after), at most a day (an idle pool is paid
-# for by the minute; SageMaker's warm pools keep at most an hour).
+# A warm pool's keep_alive: at least 10 s (it is deleted at the first reconcile tick after), at most a day (an idle
+# pool is paid for by the minute; SageMaker's warm pools keep at most an hour).
 KEEP_ALIVE_BOUNDS = (10, 86_400)
 
 

@@ -122,16 +122,10 @@ class Controller:
             self.reservations,
         )
         self.rejections = Rejections(s, self.publisher, self.ledger)
-        if self.persistent_resources is None and any(declared_pools(s)):
-            from functions.cloud.persistent_resources import PersistentResources as VertexPersistentResources
-            from functions.cloud.vertex import POLICY
-
-            self.persistent_resources = VertexPersistentResources(
-                s.project, s.region, s.vertex_endpoint, POLICY.scaled(s.retry_pause_scale)
-            )
-        self.warm_pools = WarmPools(
-            s, self.gcs, self.persistent_resources, self.publisher, self.budget_records, self.clock
-        )
+        given = self.persistent_resources
+        persistent = functools.cache((lambda: given) if given else functools.partial(default_persistent_resources, s))
+        pools_reader = persistent() if any(declared_pools(s)) else None
+        self.warm_pools = WarmPools(s, self.gcs, pools_reader, self.publisher, self.budget_records, self.clock)
         self.submission = Submission(
             self.settings,
             self.ledger,
@@ -151,6 +145,7 @@ class Controller:
                 self.quota_queue,
                 ModelIntake(s, self.gcs, self.registry, self.charters, self.clock),
                 self.clock,
+                persistent,
             ),
             self.rejections,
             RunPolicy(
@@ -295,6 +290,17 @@ def default_registry(settings: Settings) -> Registry:
     from functions.cloud.vertex import POLICY
 
     return ModelRegistry(
+        settings.project, settings.region, settings.vertex_endpoint, POLICY.scaled(settings.retry_pause_scale)
+    )
+
+
+def default_persistent_resources(settings: Settings) -> PersistentResources:
+    """Vertex's PersistentResourceService of the settings' project and region (the local stack's at
+    `vertex_endpoint`)."""
+    from functions.cloud.persistent_resources import PersistentResources as VertexPersistentResources
+    from functions.cloud.vertex import POLICY
+
+    return VertexPersistentResources(
         settings.project, settings.region, settings.vertex_endpoint, POLICY.scaled(settings.retry_pause_scale)
     )
 

@@ -410,6 +410,9 @@ class BootDisk(_Strict):
 RESERVATION_NAME_RE = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 PROJECT_ID_RE = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"
 ZONE_RE = r"^[a-z]+-[a-z]+[0-9]{1,2}-[a-z]$"
+# CreatePersistentResourceRequest.persistent_resource_id (googleapis persistent_resource_service.proto): "The maximum
+# length is 63 characters, and valid characters are /^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$/".
+PERSISTENT_RESOURCE_ID_RE = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
 class Reservation(_Strict):
@@ -481,6 +484,15 @@ class Resources(_Strict):
         None,
         description="Consume a Compute Engine reservation (already paid for): its machine shape must be exactly this "
         "block's; only with strategy `standard`.",
+    )
+    persistent_resource: str | None = Field(
+        None,
+        pattern=PERSISTENT_RESOURCE_ID_RE,
+        description="Run on the nodes of a Vertex persistent resource of the deployment's project and region, by its "
+        "id (jobSpec.persistentResourceId): each worker pool's machine, GPUs and boot disk must match one of its "
+        "resource pools exactly, within its replicas; only with strategy `standard`, without a reservation. A team's "
+        "warm pools are used without naming them (README, Warm pools).",
+        examples=["my-a100-cluster"],
     )
 
     @property
@@ -933,7 +945,9 @@ class Rung:
         res = self.resources
         return (
             f"{res.replica_count} × {res.machine_type} with {res.accelerator_count} × {res.accelerator_type}, "
-            f"{self.strategy}, {self.region or default_region}" + reservation_words(res.reservation)
+            f"{self.strategy}, {self.region or default_region}"
+            + reservation_words(res.reservation)
+            + (f", on persistent resource {res.persistent_resource}" if res.persistent_resource else "")
         )
 
 
@@ -1070,6 +1084,28 @@ def _rung_problems(rung: Rung, reduction_server: ReductionServer, where: str) ->
                 f"{where}resources.reservation",
                 f"a reservation holds on-demand VMs; a {rung.strategy} rung cannot consume it (use strategy `standard` "
                 "on the reserved rung, and put spot or flex_start on a rung below it)",
+            )
+        )
+    if res.persistent_resource is not None and rung.strategy != "standard":
+        problems.append(
+            (
+                f"{where}resources.persistent_resource",
+                f"a job on a persistent resource runs on its standing nodes; a {rung.strategy} rung cannot (use "
+                "strategy `standard` on that rung)",
+            )
+        )
+    if res.persistent_resource is not None and res.reservation is not None:
+        problems.append(
+            (
+                f"{where}resources.persistent_resource",
+                "a rung runs on a persistent resource's nodes or consumes a reservation, not both",
+            )
+        )
+    if res.persistent_resource is not None and rung.region is not None:
+        problems.append(
+            (
+                f"{where}resources.persistent_resource",
+                "a persistent resource is in the deployment's region; a rung naming one cannot name another region",
             )
         )
     zone = res.reservation.zone if res.reservation is not None else None

@@ -113,6 +113,8 @@ locals {
       reads_outputs = false
       vertex_permissions = [
         "aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get", "compute.reservations.get",
+        # A rung's persistent resource, read at admission (issue 43).
+        "aiplatform.persistentResources.get",
         # A `_SCORE` marker's BatchPredictionJob, looked up by its label before it is made (issue 41).
         "aiplatform.batchPredictionJobs.create", "aiplatform.batchPredictionJobs.get", "aiplatform.batchPredictionJobs.list",
       ]
@@ -129,7 +131,7 @@ locals {
       description        = "Starts a job for each request published on the requests topic."
       reads_data         = true
       reads_outputs      = false
-      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get", "compute.reservations.get"]
+      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get", "compute.reservations.get", "aiplatform.persistentResources.get"]
       trigger            = null
     }
     on_job_state = {
@@ -157,7 +159,7 @@ locals {
       reads_data  = true
       # A tick or an alert lists the rule's prefix for its newest marker (issue 42).
       reads_outputs      = false
-      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get", "compute.reservations.get"]
+      vertex_permissions = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get", "compute.reservations.get", "aiplatform.persistentResources.get"]
       # Cloud Scheduler's ticks and the Monitoring notification channel's incidents, on the retrain topic (retrain.tf).
       trigger = {
         event_type   = "google.cloud.pubsub.topic.v1.messagePublished"

@@ -76,6 +76,7 @@ def matching_pool(request: TrainingJobRequest, plan: Plan, team: str | None, set
     if (
         team is None
         or res.reservation is not None
+        or res.persistent_resource is not None
         or request.scheduling.strategy != "standard"
         or plan.reduction_server.enabled
         or plan.region != settings.region

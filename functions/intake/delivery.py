@@ -33,6 +33,7 @@ _LATER_DEFAULTS: dict[tuple[str, ...], Any] = {
     ("trainer", "python_package"): None,
     ("trainer", "secret_env"): None,
     ("resources", "reservation"): None,
+    ("resources", "persistent_resource"): None,
 }
 
 
@@ -49,8 +50,9 @@ def spec_hash(request: TrainingJobRequest) -> str:
             del holder[name]
     for step in spec.get("fallbacks") or []:  # a fallback's resources, as the request's own (issue 43)
         resources = step.get("resources") if isinstance(step, dict) else None
-        if isinstance(resources, dict) and resources.get("reservation", 0) is None:
-            del resources["reservation"]
+        for name in ("reservation", "persistent_resource"):
+            if isinstance(resources, dict) and resources.get(name, 0) is None:
+                del resources[name]
     canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 

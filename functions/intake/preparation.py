@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from functions.capacity.budgets import Budgets, budget_error
+from functions.capacity.persistent import persistent_problems
 from functions.capacity.quota_queue import QuotaQueue
 from functions.capacity.reserved import ReservationRefused
 from functions.cloud.gcs import StorageError
-from functions.cloud.ports import Storage
+from functions.cloud.ports import PersistentResources, Storage
 from functions.data.admission import DataCheck, check_dataset
 from functions.data.fingerprint import dataset_fingerprint
 from functions.intake.package_check import check_packages
@@ -70,6 +71,8 @@ class Preparation:
     queue: QuotaQueue  # which rungs can ever fit the quota, or the team's share of it
     models: ModelIntake
     clock: Callable[[], datetime]
+    # Vertex's persistent resources, read for a rung that names one (issue 43; built on first use).
+    persistent_resources: Callable[[], PersistentResources] | None = None
 
     def prepare(self, request: TrainingJobRequest, key: str, team: str) -> Prepared | Refusal:
         if (problem := self._dataset_problem(request)) is not None:
@@ -81,6 +84,8 @@ class Preparation:
             rungs = self.queue.ladder(request, team)
         except ReservationRefused as refused:
             return Refusal(refused.errors, "a reservation the request names cannot serve it")
+        if errors := self._persistent_problems(request):
+            return Refusal(errors, "a persistent resource the request names cannot run its job")
         start = next((index for index, rung in enumerate(rungs) if rung.skipped is None), None)
         if start is None:
             share = f" or team {team}'s share of it" if self.settings.teams else ""
@@ -106,6 +111,12 @@ class Preparation:
             return self._data_refusal(request, data, plan.cost, start)
         fingerprint = dataset_fingerprint(self.gcs, request) if request.model else None
         return Prepared(plan, rungs, start, model, data, packages.objects, reservation.month, fingerprint)
+
+    def _persistent_problems(self, request: TrainingJobRequest) -> list[str]:
+        """Why a rung naming a persistent resource cannot run on it (issue 43); nothing is read when none names one."""
+        if self.persistent_resources is None or not any(r.resources.persistent_resource for r in request.rungs()):
+            return []
+        return persistent_problems(request, self.persistent_resources(), self.settings)
 
     def let_go(self, key: str, team: str, month: str | None) -> None:
         """A request refused after its budget was reserved holds nothing of it (unless another delivery of it has

@@ -434,6 +434,8 @@ def plan_custom_job(
         "scheduling": _scheduling(request),
         "base_output_directory": {"output_uri_prefix": out},
     }
+    if request.resources.persistent_resource is not None:  # the rung's own; a team's warm pool is routed at submission
+        job_spec["persistent_resource_id"] = request.resources.persistent_resource
     service_account = request.service_account or default_service_account(request, settings, team)
     if service_account:
         job_spec["service_account"] = service_account

@@ -53,11 +53,11 @@ def teams_setting(deployment: Deployment) -> dict[str, str]:
     return {"TRAINCTL_TEAMS": json.dumps(TEAMS | {"data_bucket": deployment.data_bucket})}
 
 
-def run(deployment: Deployment, *request_ids: str) -> list[Succeeded]:
+def run(deployment: Deployment, *request_ids: str, **resources: str) -> list[Succeeded]:
     events = deployment.events()
     for request_id in request_ids:
         document = builtin_request(deployment, request_id, "--sleep", "1", "--steps", "5", "--metrics", "{}",
-                                   resources=SHAPE)  # fmt: skip
+                                   resources=SHAPE | resources)  # fmt: skip
         assert deployment.request(document) == 200
     done = [events.wait_for(r, "succeeded", timeout=120, act=deployment.reconcile) for r in request_ids]
     assert all(isinstance(e, Succeeded) for e in done)
@@ -121,3 +121,33 @@ def test_a_burst_runs_on_a_warm_pool_trainctl_creates_and_deletes_and_the_team_p
 def _phase_running(deployment: Deployment, pid: str) -> bool:
     blob = deployment.storage().bucket(deployment.control_bucket).blob(f"warm-pools/{pid}.json")
     return blob.exists() and json.loads(blob.download_as_bytes())["phase"] == "running"
+
+
+def test_a_rung_runs_on_a_persistent_resource_it_names_and_one_it_cannot_run_on_is_refused_at_admission(
+    deployment, job_client
+):
+    from functions.capacity.persistent import RULE
+    from functions.capacity.warm_pools import DeclaredPool, resource_body
+
+    resources = PersistentResources(LOCAL_PROJECT, LOCAL_REGION, deployment.vertex_endpoint)
+    # A cluster the team runs itself, of the shape its warm pool would be (built as trainctl builds a pool).
+    body = resource_body(DeclaredPool("ml", WarmPool.model_validate(POOL), "team-cluster"))
+    assert resources.create("team-cluster", body)
+    try:
+        deadline = time.monotonic() + 60
+        while (state := resources.get("team-cluster")) is None or state.state != "RUNNING":
+            assert time.monotonic() < deadline, state
+            time.sleep(0.3)
+        run(deployment, "pr-own", persistent_resource="team-cluster")
+        job = job_of(job_client, "pr-own")
+        assert job.job_spec.persistent_resource_id == "team-cluster" and provisioning(job) < COLD_SECONDS
+
+        events = deployment.events()
+        other = {"machine_type": "g2-standard-12", "replica_count": 2, "persistent_resource": "team-cluster"}
+        document = builtin_request(deployment, "pr-other", "--sleep", "1", resources=other)
+        assert deployment.request(document) == 200
+        rejected = events.wait_for("pr-other", "rejected")
+        assert rejected.errors and all(RULE in error for error in rejected.errors), rejected.errors
+        assert rejected.errors[0].startswith("resources.persistent_resource: worker pool 0 (g2-standard-12")
+    finally:
+        resources.delete("team-cluster")

@@ -437,10 +437,12 @@ def test_the_intake_functions_never_cancel_or_register(tf, graph):
     intake = ["aiplatform.customJobs.create", "aiplatform.customJobs.list", "aiplatform.models.get"]
     # A reserved rung's reservation, read at admission (issue 43): read only, nothing else of Compute Engine.
     intake.append("compute.reservations.get")
+    # A rung's persistent resource, read at admission (issue 43): read only; only reconcile makes and deletes pools.
+    intake.append("aiplatform.persistentResources.get")
     # A `_SCORE` marker makes its BatchPredictionJob (issue 41): never cancels it either.
     scoring = [f"aiplatform.batchPredictionJobs.{verb}" for verb in ("create", "get", "list")]
     assert sorted(tf.locals["functions"]["on_dataset_upload"]["vertex_permissions"]) == sorted(intake + scoring)
-    assert sorted(tf.locals["functions"]["on_job_request"]["vertex_permissions"]) == intake
+    assert sorted(tf.locals["functions"]["on_job_request"]["vertex_permissions"]) == sorted(intake)
 
 
 # Calls on receivers named like the Vertex client that are not JobService calls, each with what it is.

@@ -212,3 +212,67 @@ def test_creating_again_after_a_lost_record_write_finds_the_first_pool(team_sett
     h.resources.create(h.pool.pool_id, resource_body(h.pool))  # an earlier tick made it, then died before its write
     assert h.tick() == {"pools_created": 1}
     assert len(h.resources.pools) == 1 and [e.state for e in h.publisher.events] == ["pool_created"]
+
+
+# --- a rung that names a persistent resource (resources.persistent_resource) -----------------------------------
+
+
+def _shape(machine: str = "g2-standard-12", gpus: int = 1, disk: str | None = None, replicas: int = 4):
+    from functions.cloud.pool_state import ResourcePoolShape
+
+    return ResourcePoolShape(machine, "NVIDIA_L4", gpus, disk, replicas)
+
+
+def test_a_named_persistent_resource_is_refused_with_spot_a_reservation_or_another_region():
+    from schemas.errors import RequestInvalid, parse_request
+    from tests.unit.conftest import BASE_REQUEST
+
+    def errors(**sections: Any) -> str:
+        with pytest.raises(RequestInvalid) as refused:
+            parse_request(BASE_REQUEST | sections)
+        return str(refused.value)
+
+    named = {**L4, "persistent_resource": "my-cluster"}
+    assert "a spot rung cannot" in errors(resources=named, scheduling={"strategy": "spot"})
+    reservation = {"affinity": "specific", "name": "r", "zone": "us-central1-a"}
+    assert "not both" in errors(resources={**named, "reservation": reservation})
+    assert "cannot name another region" in errors(
+        resources=L4, fallbacks=[{"region": "europe-west4", "resources": named}]
+    )
+    assert "persistent_resource" in errors(resources={**L4, "persistent_resource": "Bad_Id"})
+
+
+def test_a_named_persistent_resource_is_the_jobs_and_never_a_warm_pools(team_settings):
+    request = make_request(resources={**L4, "persistent_resource": "my-cluster"})
+    plan = plan_custom_job(request, team_settings, "k")
+    assert plan.custom_job["job_spec"]["persistent_resource_id"] == "my-cluster"
+    assert matching_pool(request, plan, "vision", team_settings) is None
+
+
+def test_admission_refuses_a_persistent_resource_vertex_would_not_run_the_job_on(settings):
+    from functions.capacity.persistent import RULE, persistent_problems
+
+    resources = StandInResources()
+    request = make_request(resources={**L4, "persistent_resource": "my-cluster"})
+    assert persistent_problems(request, resources, settings) == [
+        "resources.persistent_resource: projects/proj/locations/us-central1/persistentResources/my-cluster does not "
+        "exist (a persistent resource is of the deployment's region)"
+    ]
+    name = resources.resource_name("my-cluster")
+    resources.pools["my-cluster"] = PoolState(name, "RUNNING", 4, 0, pools=(_shape(),))
+    assert persistent_problems(request, resources, settings) == []
+    for pools in ((_shape(machine="g2-standard-24", gpus=2),), (_shape(disk="pd-standard"),)):
+        resources.pools["my-cluster"] = PoolState(name, "RUNNING", 4, 0, pools=pools)
+        errors = persistent_problems(request, resources, settings)
+        assert [e.split(" (")[0] for e in errors] == [f"resources.persistent_resource: worker pool {i}" for i in (0, 1)]
+        assert errors[0].startswith(
+            "resources.persistent_resource: worker pool 0 (g2-standard-12 with 1 × NVIDIA_L4, pd-ssd) matches none"
+        ) and errors[0].endswith(RULE)
+    # The job's two worker pools (its chief, its other node) share the one pool of their shape: 2 nodes of it.
+    resources.pools["my-cluster"] = PoolState(name, "RUNNING", 1, 0, pools=(_shape(replicas=1),))
+    assert persistent_problems(request, resources, settings) == [
+        f"resources.persistent_resource: the job needs 2 nodes of {name}'s pool (g2-standard-12 with 1 × NVIDIA_L4, "
+        f"the default disk, up to 1 nodes); {RULE}"
+    ]
+    resources.pools["my-cluster"] = PoolState(name, "STOPPING", 4, 0, pools=(_shape(),))
+    assert "is being deleted" in persistent_problems(request, resources, settings)[0]

@@ -98,13 +98,15 @@ def _answers(url: str) -> bool:
         return response.status == 200
 
 
-def create_bucket(url: str, project: str, name: str) -> None:
+def create_bucket(url: str, project: str, name: str, versioned: bool = True) -> None:
     """Create a bucket with object versioning on, as Terraform creates every trainctl bucket (storage.tf): an
     overwrite makes a new generation and the old one stays readable. fake-gcs-server takes `versioning` in the
-    JSON API's bucket insert body (fakestorage/bucket.go, createBucketByPost). An existing bucket is kept."""
+    JSON API's bucket insert body (fakestorage/bucket.go, createBucketByPost). An existing bucket is kept.
+    `versioned=False` for the filesystem backend, which refuses versioning ("not implemented: fs storage type
+    does not support versioning yet")."""
     request = urllib.request.Request(
         f"{url}/storage/v1/b?project={project}",
-        data=json.dumps({"name": name, "versioning": {"enabled": True}}).encode(),
+        data=json.dumps({"name": name, "versioning": {"enabled": versioned}}).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )

@@ -30,6 +30,7 @@ from local.jobservice.standalone import JobServiceProcess, start_jobservice_proc
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
 from local.processes import ManagedProcess, process_start_time
 from local.pubsub_emulator import PubSubEmulator, start_pubsub_emulator
+from local.saved_state import SavedState
 from local.scheduler import ReconcileTimer, RuleSchedules, rule_schedules
 from local.stack_state import REPO_ROOT, STACK_MARKER_VAR, StackState
 
@@ -167,9 +168,14 @@ class LocalStack:
     """One stack. `start()` brings everything up (and everything down again if a piece fails); `stop()`
     may be called at any point, any number of times."""
 
-    def __init__(self, options: StackOptions, run_dir: Path, stack_id: str | None = None):
+    def __init__(
+        self, options: StackOptions, run_dir: Path, stack_id: str | None = None, saved: SavedState | None = None
+    ):
         self.options = options
         self.run_dir = run_dir
+        # Where buckets and the JobService's state last across restarts (local/saved_state.py); None: in run_dir,
+        # emptied at every start, with the buckets in memory.
+        self.saved = saved
         self.stack_id = stack_id or uuid.uuid4().hex[:12]
         self.names = Names(options.project)
         self.pubsub: PubSubEmulator | None = None
@@ -189,7 +195,7 @@ class LocalStack:
             raise
 
     def _start(self, pid: int) -> StackState:
-        shutil.rmtree(self.run_dir, ignore_errors=True)  # every stack starts empty
+        shutil.rmtree(self.run_dir, ignore_errors=True)  # logs and secrets: what lasts is in self.saved
         marker = {STACK_MARKER_VAR: self.stack_id}
         names, project = self.names, self.options.project
 
@@ -199,13 +205,21 @@ class LocalStack:
             self.pubsub.create_topic(topic)
         for team in self.teams:
             self.pubsub.create_topic(names.team_requests_topic(team))
-        self.storage = start_fake_gcs(self.run_dir / "fake-gcs", pubsub=self.pubsub, env=_with(marker))
-        for bucket in (names.data_bucket, names.control_bucket):
-            create_bucket(self.storage.url, project, bucket)
+        saved = self.saved
+        self.storage = start_fake_gcs(
+            self.run_dir / "fake-gcs",
+            pubsub=self.pubsub,
+            env=_with(marker),
+            filesystem_root=saved.buckets if saved else None,
+        )
+        for bucket in (names.data_bucket, names.control_bucket):  # kept when they are there already
+            # fake-gcs-server's filesystem backend refuses versioning (local/FIDELITY.md, "Lasting local state").
+            create_bucket(self.storage.url, project, bucket, versioned=saved is None)
         clients = {**marker, **self.pubsub.env, **self.storage.env}
 
         self.jobservice = start_jobservice_process(
             self.run_dir / "jobservice",
+            state_dir=saved.jobservice if saved else None,
             env=_with(clients),
             extra_args=[
                 "--announce-topic", self.pubsub.topic_path(names.job_state_topic),
@@ -243,6 +257,7 @@ class LocalStack:
             subscriptions=subscriptions,
             settings_env=settings,
             run_dir=str(self.run_dir),
+            saved_dir=str(self.saved.directory) if self.saved else "",
             logs={process.name: str(process.log_path) for process in self._processes()},
         )
 

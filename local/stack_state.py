@@ -60,6 +60,8 @@ class StackState:
     logs: dict[str, str]  # piece → its log file
     # Vertex's REST mapping and Cloud Logging's entries:list (gcloud's endpoint form, http://HOST:PORT/).
     jobservice_rest_url: str = ""
+    # What lasts across restarts (local/saved_state.py): buckets, the JobService's state; "" with --ephemeral.
+    saved_dir: str = ""
 
     def running(self) -> bool:
         return process_alive(self.pid) and process_start_time(self.pid) == self.pid_start

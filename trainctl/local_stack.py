@@ -38,6 +38,7 @@ from trainctl.hints import local_stack_hint, trainctl_command
 
 EXIT_NOT_RUNNING = 1
 EXIT_USAGE = 2
+EXIT_REFUSED = 4  # the kept state is of another format, or not trainctl's
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -106,6 +107,17 @@ def register(commands: argparse._SubParsersAction) -> None:
         type=int,
         metavar="SECONDS",
         help="how long a claim left by a crashed function holds before another takes it over (default: 60)",
+    )
+    up.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start empty: remove the state kept from earlier runs (buckets, models, endpoints, jobs, ledger) first",
+    )
+    up.add_argument(
+        "--ephemeral",
+        action="store_true",
+        help="keep nothing: buckets in memory (versioned, as in the cloud) and the JobService's state in the run "
+        "folder, both emptied at every start; the kept state, if any, is left as it is",
     )
     up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS", help="with --detach: wait this long")
     up.set_defaults(run=run_up)
@@ -227,6 +239,17 @@ def run_up(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"trainctl local up: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.fresh and args.ephemeral:
+        print("trainctl local up: --fresh and --ephemeral exclude each other", file=sys.stderr)
+        return EXIT_USAGE
+    from local.saved_state import SavedStateError, check, saved_dir
+
+    if not (args.fresh or args.ephemeral):
+        try:  # refused here too, so that `--detach` says why rather than pointing at its log
+            check(saved_dir())
+        except SavedStateError as exc:
+            print(f"trainctl local up: {exc}", file=sys.stderr)
+            return EXIT_REFUSED
     if args.detach:
         return _detach(args)
     lock = take_stack_lock()  # held until this process ends
@@ -236,20 +259,29 @@ def run_up(args: argparse.Namespace) -> int:
     leftover = read_state()
     if leftover is not None:  # a stack whose process died: clear away what it left running
         stop_recorded_stack(leftover)
-    return _run_in_foreground(options)
+    saved = None
+    if not args.ephemeral:
+        from local.saved_state import prepare
+
+        try:
+            saved = prepare(saved_dir(), fresh=args.fresh)  # under the lock: no other stack is using it
+        except (SavedStateError, OSError) as exc:
+            print(f"trainctl local up: {exc}", file=sys.stderr)
+            return EXIT_REFUSED
+    return _run_in_foreground(options, saved)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _run_in_foreground(options: Any) -> int:
+def _run_in_foreground(options: Any, saved: Any = None) -> int:
     from local.jobservice.standalone import StartupError
     from local.pubsub_emulator import EmulatorUnavailable
     from local.stack import LocalStack
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(message)s")
-    stack = LocalStack(options, local_dir() / "run", os.environ.get(STACK_MARKER_VAR))
+    stack = LocalStack(options, local_dir() / "run", os.environ.get(STACK_MARKER_VAR), saved=saved)
     # While starting, SIGTERM interrupts like Ctrl-C: start() then stops whatever it had started.
     signal.signal(signal.SIGTERM, _interrupt)
     print("starting the local stack…", flush=True)
@@ -294,6 +326,7 @@ def _detach(args: argparse.Namespace) -> int:
         command += ["--allow-image-prefix", prefix]
     if args.allow_python_packages:
         command.append("--allow-python-packages")
+    command += [flag for flag, given in (("--fresh", args.fresh), ("--ephemeral", args.ephemeral)) if given]
     if args.capacity:
         command += ["--capacity", str(Path(args.capacity).resolve())]
     if args.teams:
@@ -349,6 +382,7 @@ def describe(state: StackState) -> str:
         ("dead letters", f"topic {names['dead_letter_topic']}, subscription {names['dead_letter_subscription']}"),
         ("project", f"{state.project} ({state.region})"),
         ("logs", state.run_dir),
+        ("kept", state.saved_dir or "nothing (--ephemeral): the next `local up` starts empty"),
         ("state", str(state_path())),
     ]
     width = max(len(label) for label, _ in rows)

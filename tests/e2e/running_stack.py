@@ -75,6 +75,9 @@ def up_args(data_bucket: str) -> list[str]:
     """`trainctl local up` options for tests: the test image, and trigger rules that start it (one coalescing)."""
     return [
         "--reconcile-every", "2",
+        # Nothing kept: the session's stack lives in a test's temporary folder, and its buckets stay versioned as in
+        # the cloud (tests/e2e/test_local_state_lasts.py drives the lasting default).
+        "--ephemeral",
         "--image-map", TEST_IMAGE_MAP,
         "--allow-image-prefix", FAKE_NODE_IMAGE.rsplit("/", 1)[0] + "/",
         "--allow-python-packages",  # issue 31: tests/e2e/test_own_code_on_the_local_stack.py

@@ -91,8 +91,9 @@ def check(directory: Path) -> None:
             f"{directory} holds local state in format {found} (written by {written_by}); this trainctl "
             f"({trainctl_version()}) reads format {STATE_FORMAT} only, and will not read it "
             f"{'written by a newer trainctl' if newer else 'from an older trainctl'}. "
-            f"Start empty with `trainctl local up --fresh` (it removes that state), or keep it: move {directory} "
-            f"elsewhere first, or run the trainctl that wrote it"
+            "To start empty, first copy out what you want to keep: `trainctl local export DIR` copies its buckets "
+            "(data, trained models, ledger and history) as files; then `trainctl local up --fresh` removes that state. "
+            f"Or move {directory} away, or run the trainctl that wrote it"
         )
 
 

@@ -128,6 +128,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     env = verbs.add_parser("env", help='print `export …` lines for another shell: eval "$(trainctl local env)"')
     env.set_defaults(run=run_env)
 
+    export = verbs.add_parser(
+        "export",
+        help="copy the kept buckets (data, trained models, ledger and history) out, one folder per bucket; any "
+        "format, with the stack stopped",
+    )
+    export.add_argument("directory", metavar="DIR", help="a new or empty folder")
+    export.set_defaults(run=run_export)
+
     logs = verbs.add_parser("logs", help="print the node logs of a job of the local stack")
     logs.add_argument("job", metavar="JOB", help="job id, job resource name or request id")
     logs.add_argument("--node", metavar="NAME", help="only this node (workerpool0-0, …) or `service`")
@@ -410,6 +418,34 @@ def run_env(args: argparse.Namespace) -> int:
         print(f"no local stack is running: {local_stack_hint()}", file=sys.stderr)
         return EXIT_NOT_RUNNING
     print(export_lines(state.shell_env()), end="")
+    return 0
+
+
+# ---- export --------------------------------------------------------------------------------------------
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Copy saved/buckets/ out: fake-gcs-server's filesystem backend keeps each object as a file under its bucket's
+    folder (its metadata in extended attributes), so the copy is plain files whatever the state's format."""
+    import shutil
+
+    from local.saved_state import saved_dir
+
+    buckets = saved_dir() / "buckets"
+    target = Path(args.directory)
+    if running_stack() is not None:
+        print(f"the local stack is running; `{trainctl_command()} local down` first, then export", file=sys.stderr)
+        return EXIT_REFUSED
+    if not buckets.is_dir() or not any(buckets.iterdir()):
+        print(f"nothing to export: no kept buckets in {saved_dir()}", file=sys.stderr)
+        return 3
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        print(f"trainctl local export: {target} exists and is not an empty folder", file=sys.stderr)
+        return EXIT_USAGE
+    ignore = shutil.ignore_patterns("*.bucketMetadata")  # fake-gcs-server's own, beside each bucket's folder
+    shutil.copytree(buckets, target, ignore=ignore, dirs_exist_ok=True, copy_function=shutil.copy)
+    copied = sorted(path.name for path in target.iterdir() if path.is_dir())
+    print(f"exported {len(copied)} bucket(s) to {target}: {', '.join(copied)}")
     return 0
 
 

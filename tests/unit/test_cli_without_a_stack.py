@@ -43,6 +43,8 @@ NEEDS_THE_LOCAL_STACK = [["local", "logs", "hello-local-1"], ["local", "env"]]
 OFFLINE = [["validate", REQUEST], ["schema"], ["plan", REQUEST], ["replay", EVENT, "--dry-run"], ["local", "down"]]
 # Commands that start the stack themselves: here the emulator they need is not installed.
 STARTS_A_STACK = [["local", "up"], ["demo"]]
+# Reads what earlier stacks kept (issue 44, point 4): with nothing kept, says so.
+READS_KEPT_STATE = [["local", "export", "exported"]]
 
 
 @pytest.fixture
@@ -73,7 +75,7 @@ def every_subcommand() -> set[tuple[str, ...]]:
 
 def test_the_cases_cover_every_subcommand():
     """Guards issue 28, point 2: a subcommand added later is added here too."""
-    cases = NEEDS_A_DEPLOYMENT + NEEDS_THE_LOCAL_STACK + OFFLINE + STARTS_A_STACK
+    cases = NEEDS_A_DEPLOYMENT + NEEDS_THE_LOCAL_STACK + OFFLINE + STARTS_A_STACK + READS_KEPT_STATE
     assert {tuple(c[:2]) if c[0] in ("models", "local") else (c[0],) for c in cases} == every_subcommand()
 
 
@@ -100,6 +102,13 @@ def test_the_local_stacks_own_commands_say_how_to_start_it(nowhere, capsys, argv
     (line,) = capsys.readouterr().err.splitlines()
     assert status == 1
     assert "no local stack is running" in line and START_ONE in line
+
+
+@pytest.mark.parametrize("argv", READS_KEPT_STATE, ids=" ".join)
+def test_with_nothing_kept_export_says_so_in_one_line(nowhere, capsys, argv):
+    assert main(argv) == 3
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("nothing to export: no kept buckets in ")
 
 
 @pytest.mark.parametrize("argv", OFFLINE, ids=" ".join)

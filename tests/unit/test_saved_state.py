@@ -45,6 +45,7 @@ def test_another_format_is_refused_with_what_to_do(tmp_path: Path, version: int)
     assert f"format {version} (written by trainctl 0.0.9)" in message
     assert f"reads format {STATE_FORMAT} only" in message
     assert "`trainctl local up --fresh`" in message
+    assert "`trainctl local export DIR`" in message
     assert ("newer" if version > STATE_FORMAT else "older") in message
     assert (tmp_path / "saved" / "buckets" / "old-bucket").is_dir()  # nothing touched
 
@@ -88,3 +89,23 @@ def test_local_up_refuses_a_forged_older_state_before_starting_anything(
     check_after = json.loads((tmp_path / "local" / "saved" / FORMAT_FILE).read_text())
     assert check_after["format"] == STATE_FORMAT - 1  # and nothing rewritten
     check(tmp_path / "empty")  # an absent folder is fine: a first start
+
+
+def test_local_export_copies_the_kept_buckets_out_as_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.setenv(LOCAL_DIR_VAR, str(tmp_path / "local"))
+    assert main(["local", "export", str(tmp_path / "out")]) == 3  # nothing kept yet
+    forge(tmp_path / "local" / "saved", STATE_FORMAT - 1)  # any format: the buckets are plain files
+    model = tmp_path / "local" / "saved" / "buckets" / "control" / "models" / "churn" / "1" / "model.joblib"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"weights")
+    (tmp_path / "local" / "saved" / "buckets" / "control.bucketMetadata").write_text("{}")
+    capsys.readouterr()
+
+    assert main(["local", "export", str(tmp_path / "out")]) == 0
+
+    assert (tmp_path / "out" / "control" / "models" / "churn" / "1" / "model.joblib").read_bytes() == b"weights"
+    assert not (tmp_path / "out" / "control.bucketMetadata").exists()
+    assert capsys.readouterr().out == f"exported 2 bucket(s) to {tmp_path / 'out'}: control, old-bucket\n"
+    assert main(["local", "export", str(tmp_path / "out")]) == 2  # never into a folder that holds something

@@ -94,13 +94,24 @@ def title(record: Any, metric: str | None) -> str:
     return f"run {record.request_id} · {named} · {(metric or 'no metric').replace('_', ' ')}"
 
 
-def run_curve(args: argparse.Namespace) -> int:
+def draw(history: list[dict[str, float]], final: dict[str, Any], heading: str, out: Path) -> Path:
+    """The curve (loss_chart.loss_figure) written to `out` as a PNG: `trainctl curve` and `trainctl demo` draw here."""
     import matplotlib.pyplot as plt
 
+    from trainctl.loss_chart import loss_figure
+
+    figure = loss_figure(history, final, heading)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out)
+    plt.close(figure)
+    return out
+
+
+def run_curve(args: argparse.Namespace) -> int:
     from functions.cloud.gcs import Gcs, TooLarge
     from schemas.rules import split_gs_uri
     from trainctl.context import cli_settings
-    from trainctl.loss_chart import history_metric, loss_figure
+    from trainctl.loss_chart import history_metric
 
     record = find_record(args.request_id, args.team)
     if record is None:
@@ -124,12 +135,8 @@ def run_curve(args: argparse.Namespace) -> int:
         else:
             print(no_history(record.request_id, record.state, builtin, model_dir))
         return EXIT_NOT_FOUND
-    metric = history_metric(history)
-    figure = loss_figure(history, parse_final(final[0] if final else None), title(record, metric))
-    out: Path = args.out or Path(f"{args.request_id}-curve.png")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out)
-    plt.close(figure)
+    out = draw(history, parse_final(final[0] if final else None), title(record, history_metric(history)),
+               args.out or Path(f"{args.request_id}-curve.png"))  # fmt: skip
     x_key = "epoch" if "epoch" in history[0] else "step"
     print(f"curve: {out} ({len(history)} evaluation{'s' if len(history) != 1 else ''}, {x_key} "
           f"{int(history[0][x_key])}–{int(history[-1][x_key])})")  # fmt: skip

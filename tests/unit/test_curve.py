@@ -147,3 +147,15 @@ def test_no_such_request(ledger, capsys):
     ledger["record"] = None
     assert main(["curve", "nope"]) == 3
     assert "no request 'nope' in the ledger" in capsys.readouterr().out
+
+
+def test_the_demo_draws_its_champion_the_same_way(monkeypatch, tmp_path: Path):
+    from trainctl import demo
+
+    objects = {
+        "gs://m/model/metrics.jsonl": "".join(json.dumps(h) + "\n" for h in HISTORY).encode() + b"cut sho",
+        "gs://m/model/metrics.json": b'{"best_epoch": 4, "stopped_early": true}',
+    }
+    monkeypatch.setattr(demo, "_read", objects.__getitem__)
+    path = demo._loss_curve("gs://m/model/", tmp_path)
+    assert path == tmp_path / "loss-curve.png" and path.read_bytes().startswith(PNG)

@@ -313,6 +313,12 @@ def _seconds(value: float | None) -> str:
     return f"{value:.0f}s" if value < 120 else f"{value / 60:.1f}m" if value < 7200 else f"{value / 3600:.1f}h"
 
 
+def _gpu_hours(hours: float) -> str:
+    """GPU-hours to two places, and under one hour the GPU time in seconds or minutes too: a short run shows as
+    `0.02 (90s of GPU time)`, not as 0.00 (issue 44, point 5)."""
+    return f"{hours:.2f}" if hours >= 1 or hours == 0 else f"{hours:.2f} ({_seconds(hours * 3600)} of GPU time)"
+
+
 def _lines(name: str, f: dict[str, Any]) -> list[str]:
     states = "  ".join(f"{s} {n}" for s, n in f["by_state"].items())
     reasons = ", ".join(f"{r} {n}" for r, n in f["failures_by_reason"].items()) or "-"
@@ -324,7 +330,7 @@ def _lines(name: str, f: dict[str, Any]) -> list[str]:
         f"  failures         {reasons}",
         f"  time to start    p50 {_seconds(start['p50'])}  p95 {_seconds(start['p95'])}",
         f"  run time         p50 {_seconds(run['p50'])}  p95 {_seconds(run['p95'])}",
-        f"  GPU-hours        {f['gpu_hours']:.2f}   estimated cost ${f['estimated_cost_usd']:,.2f}",
+        f"  GPU-hours        {_gpu_hours(f['gpu_hours'])}   estimated cost ${f['estimated_cost_usd']:,.2f}",
         *_first_step_lines(f.get("first_step_seconds"), f.get("goodput")),
         *_data_lines(f.get("data_rejections")),
         *_policy_lines(f.get("trigger_policies")),

@@ -10,7 +10,7 @@ import pytest
 from matplotlib.patches import Rectangle
 
 from functions.ledger.history import Outcome
-from trainctl.report import bin_for, build_report
+from trainctl.report import bin_for, build_report, format_report
 from trainctl.report_chart import chart, draw, time_unit
 
 UNTIL = datetime(2026, 11, 24, 9, 30, tzinfo=UTC)
@@ -171,3 +171,13 @@ def test_an_empty_window_says_so_in_each_panel():
         assert all(axes.get_ylim() == (0, 1) for axes in figure.axes)
     finally:
         plt.close(figure)
+
+
+def test_the_text_says_a_short_run_s_gpu_time_in_minutes_not_as_0_00_gpu_hours():
+    outcomes = [outcome(name, "succeeded", UNTIL - timedelta(minutes=9), run_minutes=3) for name in "ab"]
+    text = format_report(build_report(outcomes, UNTIL - timedelta(hours=1), UNTIL, None))
+    assert "  GPU-hours        0.20 (12.0m of GPU time)   estimated cost $0.80" in text
+    one_day = [outcome("a", "succeeded", UNTIL - timedelta(minutes=9), run_minutes=60)]
+    assert "  GPU-hours        2.00   estimated" in format_report(
+        build_report(one_day, UNTIL - timedelta(days=1), UNTIL, None)
+    )

@@ -159,3 +159,17 @@ def test_the_demo_draws_its_champion_the_same_way(monkeypatch, tmp_path: Path):
     monkeypatch.setattr(demo, "_read", objects.__getitem__)
     path = demo._loss_curve("gs://m/model/", tmp_path)
     assert path == tmp_path / "loss-curve.png" and path.read_bytes().startswith(PNG)
+
+
+def test_a_metrics_jsonl_past_the_bound_is_refused_unread(ledger, monkeypatch, capsys):
+    """metrics.jsonl is the job's output: read with a bound, so a huge one cannot exhaust the user's memory."""
+    bounds = []
+
+    def read(self, bucket, name, generation=None, max_bytes=None):
+        bounds.append(max_bytes)
+        raise functions.cloud.gcs.TooLarge(f"gs://{bucket}/{name}", max_bytes)
+
+    monkeypatch.setattr(FakeGcs, "read", read)
+    assert main(["curve", "r1"]) == 4
+    assert "metrics.jsonl is larger than 8 MiB: too large to draw" in capsys.readouterr().out
+    assert bounds == [curve.MAX_HISTORY_BYTES]

@@ -17,6 +17,8 @@ from trainctl.jobs import EXIT_NOT_FOUND, add_team_option, find_record
 # metrics.jsonl holds one line of about 200 bytes per epoch: this is tens of thousands of epochs.
 MAX_HISTORY_BYTES = 8 * 1024 * 1024
 MAX_FINAL_BYTES = 64 * 1024
+# README's exit codes: 4, refused.
+EXIT_TOO_LARGE = 4
 
 
 class NothingToDraw(Exception):
@@ -124,9 +126,9 @@ def run_curve(args: argparse.Namespace) -> int:
     try:
         found = gcs.read(bucket, f"{folder}/metrics.jsonl", max_bytes=MAX_HISTORY_BYTES)
         final = gcs.read(bucket, f"{folder}/metrics.json", max_bytes=MAX_FINAL_BYTES)
-    except TooLarge:
-        print(f"{model_dir}metrics.jsonl is larger than {MAX_HISTORY_BYTES // 2**20} MiB: too large to draw")
-        return 4
+    except TooLarge as exc:
+        print(f"{exc.uri} is larger than {exc.limit // 1024:,} KiB: too large to draw")
+        return EXIT_TOO_LARGE
     builtin = bool((record.request.get("trainer") or {}).get("builtin"))
     history = parse_history(found[0]) if found else []
     if not history:

@@ -171,5 +171,8 @@ def test_a_metrics_jsonl_past_the_bound_is_refused_unread(ledger, monkeypatch, c
 
     monkeypatch.setattr(FakeGcs, "read", read)
     assert main(["curve", "r1"]) == 4
-    assert "metrics.jsonl is larger than 8 MiB: too large to draw" in capsys.readouterr().out
+    assert (
+        "gs://control/runs/r1/model/metrics.jsonl is larger than 8,192 KiB: too large to draw"
+        in capsys.readouterr().out
+    )
     assert bounds == [curve.MAX_HISTORY_BYTES]

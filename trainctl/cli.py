@@ -9,6 +9,7 @@ import os
 import sys
 
 from trainctl import demo, jobs, local_stack, model_rules, models, plan, replay, report, serving, submit, validate
+from trainctl.curve import register as register_curve
 from trainctl.problems import EXIT_INTERRUPTED, Problem, explain
 from trainctl.terminal import escaped_output
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.register(commands)
     jobs.register(commands)
     report.register(commands)
+    register_curve(commands)
     verbs = models.register(commands)
     model_rules.register(verbs)
     serving.register(verbs)

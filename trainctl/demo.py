@@ -440,21 +440,15 @@ def _read(uri: str) -> bytes:
 
 def _loss_curve(model_dir: str, out_dir: Path) -> Path | None:
     """Training and validation loss, the validation metric, the best epoch and the early stop, as a PNG."""
-    import matplotlib.pyplot as plt
-
-    from trainctl.loss_chart import loss_figure
+    from trainctl.curve import draw, parse_final, parse_history
 
     folder = model_dir.rstrip("/")
-    history = [json.loads(line) for line in _read(folder + "/metrics.jsonl").decode().splitlines() if line]
-    if not any("val_loss" in h for h in history):
+    history = parse_history(_read(folder + "/metrics.jsonl"))
+    if not history:
         return None
-    final = json.loads(_read(folder + "/metrics.json"))
-    figure = loss_figure(history, final, "trainctl demo: the champion (breast cancer, 2 nodes × 2 processes)")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "loss-curve.png"
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    final = parse_final(_read(folder + "/metrics.json"))
+    title = "trainctl demo: the champion (breast cancer, 2 nodes × 2 processes)"
+    return draw(history, final, title, out_dir / "loss-curve.png")
 
 
 def _summary(event: Any, predictions: int, curve: Path | None, seconds: float) -> str:

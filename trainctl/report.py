@@ -42,8 +42,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--png",
         metavar="FILE",
         type=Path,
-        help="also draw the window as a PNG: requests by outcome, time to start, GPU-hours and cost "
-        "per day (per hour for windows up to 2 days)",
+        help="also draw the window as a PNG: requests by outcome, promotions and data rejections, time to start, "
+        "GPU time and cost, per 5 minutes for windows up to 2 hours, 15 minutes up to 6 hours, hours up to 2 days, "
+        "else days",
     )
     cmd.set_defaults(run=run_report)
 
@@ -165,35 +166,64 @@ class TimelineBin(TypedDict):
     gpu_hours: float
     estimated_cost_usd: float
     time_to_start_seconds: list[float]
+    data_rejections: int
+    promoted: int
+    held: int
 
 
-def timeline(outcomes: list[Outcome], since: datetime, until: datetime) -> dict[str, Any]:
-    """The window cut into equal bins (an hour each for windows up to two days, else a day), every bin listed
-    even when nothing finished in it, so that a chart shows the window as it was: per bin, requests by final
-    state, GPU-hours and estimated cost, and each started request's time to start."""
-    step = timedelta(hours=1) if until - since <= timedelta(days=2) else timedelta(days=1)
-    first = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    if step == timedelta(days=1):
-        first = first.replace(hour=0)
+# The bin a window is cut into (issue 44, point 5): the first whose window it fits, so that an hour is a dozen bars of
+# five minutes, not one wide bar, and a week seven days: (longest window, bin's name, bin).
+BINS = (
+    (timedelta(hours=2), "5 minutes", timedelta(minutes=5)),
+    (timedelta(hours=6), "15 minutes", timedelta(minutes=15)),
+    (timedelta(days=2), "hour", timedelta(hours=1)),
+    (timedelta.max, "day", timedelta(days=1)),
+)
+
+
+def bin_for(window: timedelta) -> tuple[str, timedelta]:
+    """The bin (its name and length) for a window of this length."""
+    return next((name, step) for longest, name, step in BINS if window <= longest)
+
+
+def timeline(
+    outcomes: list[Outcome], since: datetime, until: datetime, decisions: list[Outcome] | None = None
+) -> dict[str, Any]:
+    """The window cut into equal bins (bin_for: five minutes for windows up to two hours … a day for windows over two
+    days), on the clock's boundaries, every bin listed even when nothing finished in it, so that a chart shows the
+    window as it was: per bin, requests by final state, the data check's rejections, the model decisions (promoted,
+    held; `decisions`), GPU-hours and estimated cost, and each started request's time to start."""
+    name, step = bin_for(until - since)
+    start = since.astimezone(UTC)
+    first = start.replace(hour=0 if step >= timedelta(days=1) else start.hour, minute=0, second=0, microsecond=0)
+    first += ((start - first) // step) * step  # the bin holding `since`
     count = max(1, math.ceil((until - first) / step))
     bins: list[TimelineBin] = [
         {"start": (first + i * step).isoformat(), "by_state": dict.fromkeys(STATES, 0), "gpu_hours": 0.0,
-         "estimated_cost_usd": 0.0, "time_to_start_seconds": []}
+         "estimated_cost_usd": 0.0, "time_to_start_seconds": [], "data_rejections": 0, "promoted": 0, "held": 0}
         for i in range(count)
     ]  # fmt: skip
+
+    def slot(o: Outcome) -> TimelineBin:
+        return bins[min(count - 1, max(0, int((o.time - first) / step)))]
+
     for o in outcomes:
-        slot = bins[min(count - 1, max(0, int((o.time - first) / step)))]
-        slot["by_state"][o.state] += 1
-        slot["gpu_hours"] += o.gpu_hours
-        slot["estimated_cost_usd"] += o.cost_usd
+        found = slot(o)
+        found["by_state"][o.state] += 1
+        found["gpu_hours"] += o.gpu_hours
+        found["estimated_cost_usd"] += o.cost_usd
+        found["data_rejections"] += o.state == "rejected" and o.reason == "data"
         if o.start_seconds is not None:
-            slot["time_to_start_seconds"].append(round(o.start_seconds, 1))
-    for slot in bins:
-        slot["gpu_hours"], slot["estimated_cost_usd"] = (
-            round(slot["gpu_hours"], 4),
-            round(slot["estimated_cost_usd"], 2),
+            found["time_to_start_seconds"].append(round(o.start_seconds, 1))
+    for d in decisions or []:
+        if d.state in ("promoted", "held"):
+            slot(d)[d.state] += 1  # type: ignore[literal-required]
+    for found in bins:
+        found["gpu_hours"], found["estimated_cost_usd"] = (
+            round(found["gpu_hours"], 4),
+            round(found["estimated_cost_usd"], 2),
         )
-    return {"bin": "hour" if step == timedelta(hours=1) else "day", "bins": bins}
+    return {"bin": name, "bin_seconds": int(step.total_seconds()), "bins": bins}
 
 
 def model_figures(decisions: list[Outcome]) -> dict[str, dict[str, int]]:
@@ -224,7 +254,7 @@ def build_report(
         "total": figures(outcomes)
         | {"models": model_figures(decisions), "trigger_policies": policy_figures(outcomes, coalesced)},
         "per_day": per_day(outcomes),
-        "timeline": timeline(outcomes, since, until),
+        "timeline": timeline(outcomes, since, until, decisions),
     }
     if by:
         groups: dict[str, list[Outcome]] = defaultdict(list)
@@ -283,6 +313,12 @@ def _seconds(value: float | None) -> str:
     return f"{value:.0f}s" if value < 120 else f"{value / 60:.1f}m" if value < 7200 else f"{value / 3600:.1f}h"
 
 
+def _gpu_hours(hours: float) -> str:
+    """GPU-hours to two places, and under one hour the GPU time in seconds or minutes too: a short run shows as
+    `0.02 (90s of GPU time)`, not as 0.00 (issue 44, point 5)."""
+    return f"{hours:.2f}" if hours >= 1 or hours == 0 else f"{hours:.2f} ({_seconds(hours * 3600)} of GPU time)"
+
+
 def _lines(name: str, f: dict[str, Any]) -> list[str]:
     states = "  ".join(f"{s} {n}" for s, n in f["by_state"].items())
     reasons = ", ".join(f"{r} {n}" for r, n in f["failures_by_reason"].items()) or "-"
@@ -294,7 +330,7 @@ def _lines(name: str, f: dict[str, Any]) -> list[str]:
         f"  failures         {reasons}",
         f"  time to start    p50 {_seconds(start['p50'])}  p95 {_seconds(start['p95'])}",
         f"  run time         p50 {_seconds(run['p50'])}  p95 {_seconds(run['p95'])}",
-        f"  GPU-hours        {f['gpu_hours']:.2f}   estimated cost ${f['estimated_cost_usd']:,.2f}",
+        f"  GPU-hours        {_gpu_hours(f['gpu_hours'])}   estimated cost ${f['estimated_cost_usd']:,.2f}",
         *_first_step_lines(f.get("first_step_seconds"), f.get("goodput")),
         *_data_lines(f.get("data_rejections")),
         *_policy_lines(f.get("trigger_policies")),

@@ -23,6 +23,7 @@ NEEDS_A_DEPLOYMENT = [
     ["submit", REQUEST],
     ["submit", REQUEST, "--wait"],
     ["status", "hello-local-1"],
+    ["curve", "hello-local-1"],
     ["list"],
     ["cancel", "hello-local-1"],
     ["watch"],

@@ -30,7 +30,7 @@ def test_the_loss_curve_marks_the_best_epoch_and_the_early_stop_and_shows_the_va
         (legend,) = figure.legends
         texts = [text.get_text() for text in legend.get_texts()]
         assert texts == [
-            "training loss", "validation loss", "val accuracy",
+            "training loss", "validation loss", "val accuracy: 0.52 → 0.68",
             "best epoch 5 (the model kept)", "stopped early after epoch 9",
         ]  # fmt: skip
         figure.canvas.draw()

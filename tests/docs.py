@@ -29,27 +29,10 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def outside_code(text: str) -> str:
-    """The text with its fenced code blocks and inline code left out (a `[x](y)` or `# x` there is not markdown)."""
+def prose(text: str) -> str:
+    """The text without its fenced code blocks (a `[x](y)` or `# x` there is not markdown)."""
     kept, fenced = [], False
     for line in text.splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-            continue
-        if not fenced:
-            kept.append(re.sub(r"`[^`]*`", "", line))
-    return "\n".join(kept)
-
-
-def anchors(path: Path) -> set[str]:
-    """The anchors of a markdown file's headings."""
-    return {anchor(heading) for heading in re.findall(r"^#+ (.+)$", outside_code_keep_backticks(path), re.MULTILINE)}
-
-
-def outside_code_keep_backticks(path: Path) -> str:
-    """A markdown file's text without its fenced code blocks (a heading's own `code` counts for its anchor)."""
-    kept, fenced = [], False
-    for line in path.read_text().splitlines():
         if line.startswith("```"):
             fenced = not fenced
         elif not fenced:
@@ -57,6 +40,12 @@ def outside_code_keep_backticks(path: Path) -> str:
     return "\n".join(kept)
 
 
+def anchors(path: Path) -> set[str]:
+    """The anchors of a markdown file's headings."""
+    return {anchor(heading) for heading in re.findall(r"^#+ (.+)$", prose(path.read_text()), re.MULTILINE)}
+
+
 def relative_links(path: Path) -> list[str]:
     """The targets of a markdown file's links that point inside this repository (not http:, mailto:)."""
-    return [t for t in LINK.findall(outside_code(path.read_text())) if not re.match(r"^[a-z]+:", t)]
+    words = re.sub(r"`[^`]*`", "", prose(path.read_text()))  # nor is one in inline code
+    return [t for t in LINK.findall(words) if not re.match(r"^[a-z]+:", t)]

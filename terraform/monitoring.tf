@@ -1,6 +1,6 @@
 # Cloud Monitoring: log-based metrics counted from the functions' structured log lines (the fields are named in
 # functions/ledger/monitoring_fields.py), a dashboard (dashboard.json, kept in the repository), and alert policies
-# whose documentation says what to do (README.md, "Operating trainctl", one entry per alert).
+# whose documentation says what to do (docs/operations.md, "Alerts", one entry per alert).
 
 locals {
   # The functions' own lines: Cloud Functions (2nd gen) log under the Cloud Run revision of their service.

@@ -569,9 +569,9 @@ variable "notification_channels" {
 }
 
 variable "runbook_url" {
-  description = "Where the alerts' documentation links to: the address of this repository's README.md as your team reads it (each alert links to its own entry under \"Operating trainctl\")."
+  description = "Where the alerts' documentation links to: the address of this repository's docs/operations.md as your team reads it (each alert links to its own entry under \"Alerts\")."
   type        = string
-  default     = "README.md"
+  default     = "docs/operations.md"
 }
 
 variable "alert_failed_jobs_per_hour" {

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.docs import doc
 from tests.e2e.running_stack import RunningStack
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ def sdk_model(stack: RunningStack) -> tuple[str, list[str]]:
 def test_the_vertex_sdk_example_versions_a_model_and_moves_its_aliases(stack: RunningStack, sdk_model):
     """Issue 26, the local stack: the SDK's `Model.upload(parent_model=…)`, `add_version_aliases`,
     `remove_version_aliases`, `list_versions` and `Model(…, version=…)` run unchanged against the local
-    ModelService, and README shows the code that ran."""
+    ModelService, and docs/local.md shows the code that ran."""
     model_id, printed = sdk_model
     control_bucket = stack.state.names["control_bucket"]
 
@@ -42,9 +43,9 @@ def test_the_vertex_sdk_example_versions_a_model_and_moves_its_aliases(stack: Ru
         "champion 2",
         f"default 2 gs://{control_bucket}/models/{model_id}/1",
     ]
-    readme = (REPO_ROOT / "README.md").read_text()
+    page = doc("local.md")  # "The Model Registry"
     source = SDK_EXAMPLE.read_text()
-    assert source[source.index("import os") :] in readme
+    assert source[source.index("import os") :] in page
 
 
 def test_gcloud_lists_describes_and_lists_the_versions_of_the_models(stack: RunningStack, sdk_model):

@@ -1,15 +1,18 @@
-"""README's tour, run as typed: every shell block that README marks `<!-- tour -->` is taken from README.md itself,
-in order, and its commands are typed into one bash session, as a new user would in a fresh shell of this checkout
-(`trainctl` not on PATH, no variables set). Each command must succeed, and the events README shows after a command
-(`HH:MM:SS  state  request`) must appear before the next one is typed. So README cannot drift from the product:
-a changed flag, a file the tour uses but never makes, a missing upload, an event that no longer comes, all fail
-here (issue 28, point 1).
+"""The documentation's tours, run as typed: every shell block that README.md or a docs/ page marks `<!-- tour -->` is
+taken from the page itself, in order, and its commands are typed into one bash session, as a new user would in a
+fresh shell of this checkout (`trainctl` not on PATH, no variables set). README's quickstart ("Your own data in five
+minutes", issue 44) is one tour, CSV in, champion out, predictions written; the docs/ pages' blocks, in the order of
+their names, are the other. Each command must succeed, and the events a page shows after a command
+(`HH:MM:SS  state  request`) must appear before the next one is typed. So the documentation cannot drift from the
+product: a changed flag, a file the tour uses but never makes, a missing upload, an event that no longer comes, all
+fail here (issue 28, point 1).
 
-The tour starts its own stack with README's own `local up` (the session's stack of tests/e2e/conftest.py runs
-with other options), in a folder that holds this checkout's files but none of the tour's."""
+Each tour starts its own stack with its own `local up` (the session's stack of tests/e2e/conftest.py runs with other
+options), in a folder that holds this checkout's files but none of the tour's."""
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shlex
@@ -23,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.docs import DOCS, README
 from tests.e2e.running_stack import VENV_BIN, user_env
 
-README = REPO_ROOT / "README.md"
 TOUR_MARK = "<!-- tour -->"
 # An event line as `submit --wait` and `watch` print it: time, state, request id.
 EVENT_LINE = re.compile(r"^\d\d:\d\d:\d\d\s+([a-z]+)\s+(\S+)")
@@ -60,8 +63,8 @@ def balanced(command: str) -> bool:
     return True
 
 
-def tour_steps(readme: str) -> list[Step]:
-    """The commands of README's tour blocks, in order."""
+def tour_steps(readme: str, page: str = "README.md") -> list[Step]:
+    """The commands of a page's tour blocks, in order."""
     steps: list[Step] = []
     lines = readme.splitlines()
     i = 0
@@ -69,7 +72,7 @@ def tour_steps(readme: str) -> list[Step]:
         if lines[i].strip() != TOUR_MARK:
             i += 1
             continue
-        assert lines[i + 1].startswith("```"), f"README.md:{i + 2}: a tour mark must stand right above a code block"
+        assert lines[i + 1].startswith("```"), f"{page}:{i + 2}: a tour mark must stand right above a code block"
         i += 2
         while not lines[i].startswith("```"):
             line = lines[i]
@@ -156,26 +159,56 @@ def fresh_checkout(folder: Path) -> Path:
     return folder
 
 
-def test_the_readme_tour_runs_as_typed(tmp_path):
-    """Guards issue 28, point 1: the tour failed as written (a dataset never uploaded, files used but never
-    shown). Every command of README's tour runs, in order, on the local stack, and the events README shows come."""
-    steps = tour_steps(README.read_text())
-    assert len(steps) >= 10, "README's tour blocks are marked `<!-- tour -->`; fewer commands than expected found"
-    assert steps[0].command.startswith(".venv/bin/trainctl local up --detach")
-    assert steps[-1].command.startswith(".venv/bin/trainctl local down")
-
+def run_tour(steps: list[Step], where: str, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """Type every step in one fresh shell; each must succeed and be followed by the events the page shows after
+    it. The checkout folder the shell ran in, and what each command printed."""
+    assert steps[0].command.startswith(".venv/bin/trainctl local up --detach"), f"{where} must start its own stack"
+    assert steps[-1].command.startswith(".venv/bin/trainctl local down"), f"{where} must stop its stack"
     env = user_env(tmp_path / "local")
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != VENV_BIN)  # a fresh shell
-    shell = Shell(fresh_checkout(tmp_path / "checkout"), env)
+    checkout = fresh_checkout(tmp_path / "checkout")
+    shell = Shell(checkout, env)
+    printed: dict[str, str] = {}
     try:
         for step in steps:
             status, output = shell.run(step.command)
-            assert status == 0, f"README's tour: `{step.command}` exited {status}:\n{output}"
+            assert status == 0, f"{where}: `{step.command}` exited {status}:\n{output}"
+            printed[step.command] = output
             deadline = time.monotonic() + EVENTS_SECONDS
             while not set(step.events) <= shell.events() and time.monotonic() < deadline:
                 time.sleep(0.2)
             missing = sorted(set(step.events) - shell.events())
-            assert not missing, f"README's tour: after `{step.command}`, no event {missing}:\n{shell.transcript}"
+            assert not missing, f"{where}: after `{step.command}`, no event {missing}:\n{shell.transcript}"
     finally:
         shell.run(".venv/bin/trainctl local down >/dev/null 2>&1; true")
         shell.close()
+    return checkout, printed
+
+
+def test_the_quickstart_runs_as_typed(tmp_path):
+    """Guards issue 44, point 1 (acceptance): README's "Your own data in five minutes" runs as typed from this
+    checkout's .venv on the local stack — a CSV in, a registered champion out, predictions written."""
+    steps = tour_steps(README.read_text())
+    commands = [step.command for step in steps]
+    assert any(c.startswith("gcloud storage cp examples/quickstart/breast-cancer.csv ") for c in commands), commands
+    assert {"registered", "promoted"} <= {state for step in steps for state, _ in step.events}, (
+        "README shows no champion"
+    )
+    checkout, printed = run_tour(steps, "README's quickstart", tmp_path)
+
+    listed = next(output for command, output in printed.items() if command.startswith(".venv/bin/trainctl models list"))
+    assert re.search(r"^cancer\s+1\s+champion=1$", listed, re.MULTILINE), listed
+    with (checkout / "predictions.csv").open(newline="") as written:
+        rows = list(csv.DictReader(written))
+    assert len(rows) == 569  # every row of the CSV
+    assert {row["prediction"] for row in rows} <= {"benign", "malignant"}
+    assert sum(row["prediction"] == row["diagnosis"] for row in rows) > 0.8 * len(rows)  # a model that learned
+
+
+def test_the_docs_tour_runs_as_typed(tmp_path):
+    """Guards issue 28, point 1 (the tour failed as written: a dataset never uploaded, files used but never shown),
+    now on the docs/ pages README's reference moved to (issue 44). Every command of their tour blocks runs, in
+    order, on the local stack, and the events they show come."""
+    steps = [step for page in sorted(DOCS.glob("*.md")) for step in tour_steps(page.read_text(), f"docs/{page.name}")]
+    assert len(steps) >= 10, "the docs' tour blocks are marked `<!-- tour -->`; fewer commands than expected found"
+    run_tour(steps, "the docs' tour", tmp_path)

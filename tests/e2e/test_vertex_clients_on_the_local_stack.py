@@ -19,6 +19,7 @@ from local.jobservice.client import job_service_client, wait_for_state
 from local.names import LOCAL_PROJECT
 from local.processes import wait_until
 from tests.conftest import REPO_ROOT
+from tests.docs import doc
 from tests.e2e.running_stack import RunningStack
 from tests.integration.deployment import FAKE_NODE_IMAGE, fake_node_request
 
@@ -133,7 +134,7 @@ def test_a_job_gcloud_starts_without_trainctl_labels_runs_and_the_controller_lea
 
 def test_the_vertex_sdk_example_runs_to_succeeded_with_the_vertex_environment(stack: RunningStack, tmp_path: Path):
     """Guards issue 13 item 3 and acceptance (b): the SDK example with the documented `aiplatform.init`
-    arguments runs to JOB_STATE_SUCCEEDED, its nodes see the Vertex environment, and README shows it as is."""
+    arguments runs to JOB_STATE_SUCCEEDED, its nodes see the Vertex environment, and docs/local.md shows it as is."""
     env_dir = tmp_path / "env"
 
     # Every node records its environment, then waits for the worker's record: the chief cannot end the job first.
@@ -151,9 +152,9 @@ def test_the_vertex_sdk_example_runs_to_succeeded_with_the_vertex_environment(st
     control_bucket = stack.state.names["control_bucket"]
     assert chief["AIP_MODEL_DIR"].startswith(f"gs://{control_bucket}/aiplatform-custom-job-")
     assert json.loads(chief["CLUSTER_SPEC"])["cluster"]["workerpool1"]
-    readme = (REPO_ROOT / "README.md").read_text()
+    page = doc("local.md")  # "Using gcloud and the Vertex SDK locally"
     source = SDK_EXAMPLE.read_text()
-    assert source[source.index("import os") :] in readme  # the code README shows is the code that ran
+    assert source[source.index("import os") :] in page  # the code docs/local.md shows is the code that ran
 
 
 def ledger_bucket(stack: RunningStack) -> storage.Bucket:

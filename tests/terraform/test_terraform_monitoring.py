@@ -10,8 +10,9 @@ from pathlib import Path
 from tfconfig import TERRAFORM_DIR, block
 
 from functions.ledger import monitoring_fields
+from tests.docs import anchors
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ("failures", "stuck", "dead_letter", "reconcile", "function_errors")
 # Google's own metric types the configuration reads (cloud.google.com/monitoring/api/metrics_gcp: Cloud Run's
 # `run` and Pub/Sub's `pubsub` sections).
@@ -95,19 +96,19 @@ def test_log_metrics_count_the_fields_the_functions_log(tf):
 
 def test_every_alert_notifies_the_channels_and_says_what_to_do(tf):
     """Guards issue 15 item 3: each alert the issue lists exists, notifies var.notification_channels, and its
-    documentation links to an entry of the README that exists."""
+    documentation links to an entry of the page runbook_url names by default (docs/operations.md, "Alerts",
+    since issue 44 moved README's reference into docs/) that exists."""
     policies = tf.of_kind("google_monitoring_alert_policy")
     assert set(policies) == set(ALERTS)
-    anchors = {
-        re.sub(r"[^a-z0-9 -]", "", heading.lower()).strip().replace(" ", "-")
-        for heading in re.findall(r"^#+ (.+)$", README.read_text(), re.MULTILINE)
-    }
+    runbook = REPO_ROOT / tf.variables["runbook_url"]["default"]
+    assert runbook.is_file(), f"runbook_url's default {runbook} is no page of this repository"
+    entries = anchors(runbook)
     for name, policy in policies.items():
         assert policy["notification_channels"] == "${var.notification_channels}", name
         documentation = block(policy, "documentation")
         assert documentation["mime_type"] == "text/markdown"
         assert f"${{var.runbook_url}}#${{local.alert_runbook.{name}}}" in documentation["content"], name
-        assert tf.locals["alert_runbook"][name] in anchors, f"README.md has no heading for {name}'s runbook"
+        assert tf.locals["alert_runbook"][name] in entries, f"{runbook.name} has no heading for {name}'s runbook"
         for condition in policy["conditions"]:
             threshold = block(condition, "condition_threshold")
             assert "resource.type=" in threshold["filter"] or "function_metric_filter" in threshold["filter"]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.docs import doc
+
 ROOT = Path(__file__).parents[2]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCTL_")}
 
@@ -53,7 +55,7 @@ def test_plan_refuses_an_invalid_file(tmp_path):
 
 
 def test_plan_shows_the_ladder_with_each_rungs_cost():
-    """Guards issue 14 item 1: the README's worked example, as `trainctl plan` prints it."""
+    """Guards issue 14 item 1: the worked example of docs/capacity.md, as `trainctl plan` prints it."""
     result = plan(str(ROOT / "examples/ladder-spot-l4-to-a100.yaml"))
     assert result.returncode == 0, result.stderr
     ladder = result.stdout.split("capacity ladder", 1)[1].splitlines()[1:]
@@ -62,5 +64,5 @@ def test_plan_shows_the_ladder_with_each_rungs_cost():
         "  1  1 × g2-standard-24 with 2 × NVIDIA_L4, standard, us-central1          about $2.32/h, at most $13.92",
         "  2  1 × a2-highgpu-2g with 2 × NVIDIA_TESLA_A100, standard, europe-west4  about $8.82/h, at most $52.92",
     ]
-    readme = (ROOT / "README.md").read_text()
-    assert all(line in readme for line in ladder), "README's example is what plan prints"
+    page = doc("capacity.md")
+    assert all(line in page for line in ladder), "docs/capacity.md's example is what plan prints"

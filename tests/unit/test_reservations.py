@@ -26,6 +26,7 @@ from functions.jobs.planning import RESERVATION_NAME_KEY, plan_custom_job
 from local.jobservice.capacity import CapacityError, parse_capacity
 from local.jobservice.reservations import on_reservation, reservation_problems, reserved_vms
 from schemas.errors import RequestInvalid
+from tests.docs import doc
 from tests.unit.conftest import make_request
 
 ROOT = Path(__file__).parents[2]
@@ -119,8 +120,8 @@ def test_plan_shows_the_reservation_and_the_ladder_says_its_gpus_are_paid():
     ladder = result.stdout.split("capacity ladder", 1)[1].splitlines()[1:]
     assert "reservation us-central1-a/a2-res" in ladder[0] and "already paid" in ladder[0], ladder
     assert "already paid" not in ladder[1] and "already paid" not in ladder[2]
-    readme = (ROOT / "README.md").read_text()
-    assert all(line in readme for line in ladder[:3]), "README's Reservations example is what plan prints"
+    page = doc("capacity.md")
+    assert all(line in page for line in ladder[:3]), "docs/capacity.md's Reservations example is what plan prints"
 
 
 def test_plan_gcloud_writes_the_reservation_affinity(tmp_path):

@@ -11,6 +11,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from functions.jobs.admission import PACKAGES_OFF_FIX
 from functions.ledger.keys import request_key
 from functions.settings import Settings
 from functions.untrusted.documents import DocumentInvalid, load_document
@@ -109,6 +110,12 @@ def run_submit(args: argparse.Namespace) -> int:
             return EXIT_INVALID
         if closed := closed_topic(cli_settings(), args.team):  # before its code is uploaded under a team's folder
             print(closed)
+            return EXIT_INVALID
+        if not cli_settings().allow_python_packages:  # said before the upload, as admission would refuse it after
+            print(
+                f"{args.file}: not submitted: this deployment runs no Python packages of requesters' own "
+                f"({PACKAGES_OFF_FIX})"
+            )
             return EXIT_INVALID
         try:
             archive = build_source_archive(args.source)

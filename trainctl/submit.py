@@ -36,6 +36,7 @@ from trainctl.eventstream import (
     rejected_delivery,
 )
 from trainctl.hints import trainctl_command
+from trainctl.problems import EXIT_INTERRUPTED
 from trainctl.source_package import (
     SourceArchive,
     SourceError,
@@ -171,6 +172,8 @@ def run_submit(args: argparse.Namespace) -> int:
                 return follow_request(stream, key, message_id, args.json, until)
             except CannotFollow as exc:
                 refusal = str(exc)
+            except KeyboardInterrupt:
+                return interrupted(request_id, args.team)
         return cannot_follow(refusal or "", request_id, args.team)
     finally:
         if stream is not None:
@@ -226,6 +229,19 @@ def upload_source(
         print(f"{folder} is unchanged: reusing {uri}")
         return uri
     raise SourceError(f"{uri} was there and then was not, twice: try again")
+
+
+def interrupted(request_id: str | None, team: str | None = None) -> int:
+    """Ctrl-C while `submit --wait` follows: only the following stops; the request goes on. Say how to follow it
+    again or cancel it; exit as a shell reports an interrupted command."""
+    trainctl, scope = trainctl_command(), f" --team {team}" if team else ""
+    named = request_id or "<its request_id>"
+    print(
+        f"stopped following; request {named} goes on. Follow it: `{trainctl} watch --request {named}{scope}` or "
+        f"`{trainctl} status {named}{scope}`; cancel it: `{trainctl} cancel {named}{scope}`",
+        file=sys.stderr,
+    )
+    return EXIT_INTERRUPTED
 
 
 def cannot_follow(refusal: str, request_id: str | None, team: str | None = None) -> int:

@@ -105,6 +105,8 @@ def closed_topic(settings: Settings, team: str | None) -> str | None:
 
 def run_submit(args: argparse.Namespace) -> int:
     package_uris = None
+    if args.team is not None:
+        cli_team(cli_settings(), args.team)  # an unknown team is refused naming the known ones, before anything else
     if args.source is not None:
         if args.no_validate:
             print("--source fills the request before it is sent; it cannot be combined with --no-validate")

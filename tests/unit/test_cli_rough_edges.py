@@ -110,3 +110,33 @@ def test_predict_without_credentials_says_what_to_set(nowhere, tmp_path: Path, c
     err = capsys.readouterr().err
     assert status == 1 and "Traceback" not in err
     assert 'eval "$(trainctl local env)"' in err and "gcloud auth application-default login" in err
+
+
+@pytest.fixture
+def with_teams(stopped_stack, monkeypatch):
+    """A stack started with --teams (ml, the default, and vision), whose shell's exports name each team's topic."""
+    import json
+
+    from functions.teams import with_topics
+    from local.names import Names
+
+    names = Names("trainctl-local")
+    teams = {"default_team": "ml", "teams": {"ml": {}, "vision": {}}}
+    monkeypatch.setenv("TRAINCTL_TEAMS", json.dumps(with_topics(teams, names.team_requests_topic, names.data_bucket)))
+    monkeypatch.setattr("trainctl.context.dead_local_endpoint", lambda: None)
+    published: list[str] = []
+    monkeypatch.setattr(submit, "publish_request", lambda project, topic, payload: published.append(topic) or "m-1")
+    return published
+
+
+def test_submit_team_publishes_on_the_teams_own_topic(with_teams, capsys):
+    request = str(REPO_ROOT / "examples" / "tabular-2xa100.yaml")
+    assert main(["submit", request, "--team", "vision"]) == 0, capsys.readouterr()
+    assert with_teams == ["trainctl-requests-vision"]
+
+
+def test_submit_to_an_unknown_team_is_refused_listing_the_teams(with_teams, capsys):
+    request = str(REPO_ROOT / "examples" / "tabular-2xa100.yaml")
+    assert main(["submit", request, "--team", "visoin"]) != 0
+    assert "--team visoin: not one of this deployment's teams (ml, vision)" in capsys.readouterr().err
+    assert with_teams == []

@@ -85,6 +85,8 @@ class StackOptions:
     # The executors packages may run on, in the shape of Terraform's variable `executors` (schemas/executors.py);
     # None: Google's list, as in the cloud (the JobService itself runs every executor image on its own Python).
     executors: dict[str, Any] | None = None
+    # Regions besides `region` that a capacity ladder's rungs may name, as Terraform's allowed_regions (issue 44).
+    allowed_regions: tuple[str, ...] = ()
 
 
 def controller_settings(options: StackOptions, names: Names, jobservice_rest_url: str) -> dict[str, str]:
@@ -92,6 +94,7 @@ def controller_settings(options: StackOptions, names: Names, jobservice_rest_url
     values = {
         "TRAINCTL_PROJECT": options.project,
         "TRAINCTL_REGION": options.region,
+        "TRAINCTL_ALLOWED_REGIONS": ",".join(options.allowed_regions),
         "TRAINCTL_CONTROL_BUCKET": names.control_bucket,
         "TRAINCTL_EVENTS_TOPIC": names.events_topic,
         "TRAINCTL_TRAINER_IMAGE": LOCAL_TRAINER_IMAGE,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from schemas.images import IMAGE_RULE
 from schemas.request import TrainingJobRequest
@@ -64,6 +67,8 @@ def field_errors(exc: ValidationError) -> list[FieldError]:
                 errors.append(FieldError(_path(loc + ((sub,) if sub else ())), message))
             continue
         message = _MESSAGES.get(err["type"], err["msg"])
+        if err["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+            message += _did_you_mean(loc)
         if err["type"] == "string_pattern_mismatch" and loc and loc[-1] in _PATTERN_RULES:
             message = _PATTERN_RULES[loc[-1]]
         message = message.removeprefix("Value error, ")
@@ -74,6 +79,44 @@ def field_errors(exc: ValidationError) -> list[FieldError]:
             message += f", got {_got(value)}"
         errors.append(FieldError(_path(loc), message[0].lower() + message[1:] if message else message))
     return errors
+
+
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    """`; did you mean …` for an unknown field: the closest field names of the object it sits in, if any is close."""
+    close = difflib.get_close_matches(loc[-1], sorted(_field_names(loc[:-1])), n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's type can hold (through Optional, unions, lists and dicts)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    if origin is None or not (args := typing.get_args(annotation)):
+        return []
+    if origin is typing.Annotated:
+        return _models_in(args[0])
+    if origin in (typing.Union, types.UnionType, list, tuple, set, frozenset):
+        return [model for arg in args for model in _models_in(arg)]
+    if origin is dict:
+        return _models_in(args[-1])
+    return []
+
+
+def _field_names(path: tuple[Any, ...]) -> set[str]:
+    """The field names (and aliases) of the object at `path` of a request, a union's members' together; none where
+    the path leaves the models (a dict's own keys)."""
+    models: list[type[BaseModel]] = [TrainingJobRequest]
+    for part in path:
+        if isinstance(part, int):
+            continue  # a list's item has the list's item type
+        models = [inner for model in models if (field := _field(model, part)) for inner in _models_in(field.annotation)]
+    return {name for model in models for key, f in model.model_fields.items() for name in (key, f.alias) if name}
+
+
+def _field(model: type[BaseModel], name: str) -> Any:
+    """The model's field called `name`, by its name or its alias; None when it has none."""
+    return model.model_fields.get(name) or next((f for f in model.model_fields.values() if f.alias == name), None)
 
 
 def _without(data: Any, paths: list[tuple[Any, ...]]) -> Any:
@@ -95,6 +138,10 @@ def _without(data: Any, paths: list[tuple[Any, ...]]) -> Any:
 
 def parse_request(data: Any) -> TrainingJobRequest:
     """Validate a decoded document; raises RequestInvalid listing every problem that can be known at once."""
+    if data is None:
+        raise RequestInvalid(
+            [FieldError("", "the request is empty: write its fields (api_version, request_id, dataset, trainer, …)")]
+        )
     if not isinstance(data, dict):
         raise RequestInvalid([FieldError("", f"a request must be a mapping of fields, got {type(data).__name__}")])
     try:

@@ -11,7 +11,7 @@ from functions.ledger.keys import id_namespace
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT, LOCAL_REGION, LOCAL_TRAINER_IMAGE, Names
 from local.stack_state import running_stack
-from trainctl.hints import local_stack_hint
+from trainctl.hints import local_stack_hint, trainctl_command
 from trainctl.problems import Problem
 
 
@@ -21,6 +21,13 @@ def cli_settings(offline: bool = False) -> Settings:
     STORAGE_EMULATOR_HOST from the environment). With neither a project nor a stack, `offline` callers get the
     local stack's defaults; the others a Problem saying how to get one or the other."""
     if os.environ.get("TRAINCTL_PROJECT"):
+        if not offline and (dead := dead_local_endpoint()) is not None:
+            trainctl = trainctl_command()
+            raise Problem(
+                f"the local stack at {dead} is not running (this shell holds a stopped stack's exports): start it "
+                f'with `{trainctl} local up --detach` and run `eval "$({trainctl} local env)"` again, or unset '
+                f"{', '.join(LOCAL_EXPORTS)} and TRAINCTL_PROJECT"
+            )
         return Settings.from_env()
     stack = running_stack()
     if stack is not None:
@@ -40,6 +47,34 @@ def cli_settings(offline: bool = False) -> Settings:
         events_topic=names.events_topic,
         trainer_image=LOCAL_TRAINER_IMAGE,
     )
+
+
+# The variables `trainctl local env` exports that point at the stack's ports (local/stack_state.py, shell_env).
+LOCAL_EXPORTS = ("PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST", "TRAINCTL_VERTEX_ENDPOINT")
+# Long enough for a loopback port that is listening, short enough that a closed one is said at once: a publish to a
+# dead emulator otherwise waits 60 s and ends in a TimeoutError (issue 44, point 4).
+PROBE_SECONDS = 1.0
+
+
+def dead_local_endpoint() -> str | None:
+    """The first emulator address of this shell's environment, on this machine, that nothing listens on (a stopped
+    local stack's exports); None when all answer or none is local. Addresses elsewhere are never probed: a
+    deployment's own endpoints are Google's."""
+    import socket
+    from urllib.parse import urlsplit
+
+    for name in LOCAL_EXPORTS:
+        value = os.environ.get(name, "")
+        if not value:
+            continue
+        address = urlsplit(value if "://" in value else f"//{value}")
+        if address.hostname not in ("localhost", "127.0.0.1", "::1") or address.port is None:
+            continue
+        try:
+            socket.create_connection((address.hostname, address.port), timeout=PROBE_SECONDS).close()
+        except OSError:
+            return f"{address.hostname}:{address.port} ({name})"
+    return None
 
 
 def requests_topic() -> str:

@@ -70,6 +70,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "executor, as Terraform's allow_python_packages does",
     )
     up.add_argument(
+        "--regions",
+        default="",
+        metavar="REGION,…",
+        help="more regions a capacity ladder's rungs may name (europe-west4 for examples/ladder-spot-l4-to-a100.yaml), "
+        "as Terraform's allowed_regions; the stack's own region is always allowed",
+    )
+    up.add_argument(
         "--trigger-rules",
         default="{}",
         metavar="JSON",
@@ -166,6 +173,7 @@ def _options(args: argparse.Namespace) -> Any:
     if args.lease is not None and args.lease < 1:
         raise ValueError(f"--lease must be at least 1 second, got {args.lease}")
     teams = _teams(args.teams) if args.teams else None
+    regions = _regions(args.regions)
     secrets = _secrets(args.secret)
     executors = _executors(args.executors) if args.executors else None
     return StackOptions(
@@ -178,10 +186,21 @@ def _options(args: argparse.Namespace) -> Any:
         trigger_rules=trigger_rules,
         teams=teams,
         executors=executors,
+        allowed_regions=regions,
         **({} if args.lease is None else {"lease": args.lease}),
     )
 
 
+def _regions(given: str) -> tuple[str, ...]:
+    """--regions europe-west4,us-east1: Vertex AI region names, refused here rather than by every rung's admission."""
+    regions = tuple(dict.fromkeys(item.strip() for item in given.split(",") if item.strip()))
+    if bad := [region for region in regions if not REGION_RE.fullmatch(region)]:
+        raise ValueError(f"--regions takes region names such as europe-west4, comma-separated; got {', '.join(bad)}")
+    return regions
+
+
+# A Google Cloud region's name: continent-area then a number (us-central1, europe-west4, northamerica-northeast1).
+REGION_RE = re.compile(r"[a-z]+-[a-z]+[0-9]{1,2}")
 # How `up --detach` hands its --secret values to the stack's own process: in its environment, which only this user
 # can read, rather than on its command line, which `ps` shows everyone; the process takes them out at once.
 SECRETS_ENV = "TRAINCTL_LOCAL_SECRETS"
@@ -335,6 +354,8 @@ def _detach(args: argparse.Namespace) -> int:
     if args.allow_python_packages:
         command.append("--allow-python-packages")
     command += [flag for flag, given in (("--fresh", args.fresh), ("--ephemeral", args.ephemeral)) if given]
+    if args.regions:
+        command += ["--regions", args.regions]
     if args.capacity:
         command += ["--capacity", str(Path(args.capacity).resolve())]
     if args.teams:
@@ -388,6 +409,7 @@ def describe(state: StackState) -> str:
         ("buckets", f"gs://{data} (data), gs://{names['control_bucket']} (ledger, runs)"),
         ("events", f"topic {names['events_topic']}  (trainctl watch)"),
         ("dead letters", f"topic {names['dead_letter_topic']}, subscription {names['dead_letter_subscription']}"),
+        *team_topic_rows(state.settings_env.get("TRAINCTL_TEAMS", "")),
         ("project", f"{state.project} ({state.region})"),
         ("logs", state.run_dir),
         ("kept", state.saved_dir or "nothing (--ephemeral): the next `local up` starts empty"),
@@ -397,6 +419,14 @@ def describe(state: StackState) -> str:
     lines = [f"local stack up ({state.stack_id})"] + [f"  {label:<{width}}  {value}" for label, value in rows]
     lines.append(f'Other shells: eval "$({trainctl_command()} local env)"')
     return "\n".join(lines)
+
+
+def team_topic_rows(teams_setting: str) -> list[tuple[str, str]]:
+    """A banner row per team: its own request topic, which `trainctl submit --team NAME` publishes to."""
+    teams = (json.loads(teams_setting) if teams_setting else {}).get("teams") or {}
+    return [
+        (f"team {name}", f"topic {team.get('topic')}  (trainctl submit --team {name})") for name, team in teams.items()
+    ]
 
 
 # ---- down, env -------------------------------------------------------------------------------------------

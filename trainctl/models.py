@@ -22,7 +22,7 @@ from functions.cloud.registry_types import ModelVersion
 from functions.data.contract import MAX_SCHEMA_BYTES, SCHEMA_FILE, parse_schema
 from functions.ledger.model_charter import Charter
 from functions.ledger.model_records import Entry, ModelCharters, ModelLedger
-from functions.models.alias_moves import MoveRefused, move_by_hand
+from functions.models.alias_moves import ModelNotFound, MoveRefused, alias_refusal, move_by_hand
 from functions.models.decision import figure
 from functions.models.versions import (
     BUILTIN_TRAINER,
@@ -38,7 +38,6 @@ from functions.models.versions import (
 from functions.settings import Settings
 from functions.untrusted.job_outputs import Unreadable
 from schemas.events import Lineage, Promoted, Trigger
-from schemas.request import DEFAULT_ALIAS
 from schemas.rules import split_gs_uri
 from trainctl.context import cli_settings
 from trainctl.eventstream import headline_metrics
@@ -103,6 +102,8 @@ def run_list(args: argparse.Namespace) -> int:
     models = Models.of_deployment()
     aliases: dict[str, dict[str, str | None]] = {}
     for model_id, alias in models.ledger.names():
+        if alias_refusal(model_id, alias):
+            continue  # the record of a move the registry refused, left by a trainctl from before it took those back
         aliases.setdefault(model_id, {})[alias] = models.ledger.read(model_id, alias)[0].champion
     rows: list[dict[str, Any]] = [
         {
@@ -300,8 +301,8 @@ def run_move(args: argparse.Namespace) -> int:
     owner = f"cli:{uuid.uuid4().hex[:12]}"
     charter, _ = models.charters.read(args.name)
     alias = args.alias or (charter.rule.alias if charter else DEFAULT_ALIAS_NAME)
-    if alias == DEFAULT_ALIAS:
-        print(f"model {args.name}: `default` moves with the model's alias; name that alias instead")
+    if refusal := alias_refusal(args.name, alias):
+        print(refusal)
         return EXIT_REFUSED
     aliases = charter.rule.aliases() if charter and alias == charter.rule.alias else None
     try:
@@ -319,7 +320,7 @@ def run_move(args: argparse.Namespace) -> int:
         )
     except MoveRefused as exc:
         print(str(exc))
-        return EXIT_REFUSED
+        return EXIT_NOT_FOUND if isinstance(exc, ModelNotFound) else EXIT_REFUSED
     print(f"model {args.name}: {entry.message}")
     try:
         team = charter.owner if charter else None

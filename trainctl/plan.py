@@ -35,12 +35,12 @@ from functions.jobs.planning import (
 )
 from functions.ledger.keys import request_key
 from functions.settings import Settings
-from schemas.errors import RequestInvalid
+from schemas.errors import FieldError, RequestInvalid
 from schemas.events import RESERVED_WORDS, approximate_prices
 from schemas.request import TrainingJobRequest
 from schemas.rules import format_duration, split_gs_uri
 from trainctl.context import cli_namespace, cli_settings, cli_team
-from trainctl.validate import EXIT_INVALID, load_request_file
+from trainctl.validate import EXIT_INVALID, load_request_file, pending_package_uri
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -63,12 +63,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="also estimate each rank's memory from the sizes of the dataset's files (lists the dataset's URI, "
         "as admission does) and the machine's memory, and say whether the built-in trainer will stream its share",
     )
+    cmd.add_argument(
+        "--source",
+        type=Path,
+        metavar="DIR",
+        help="your own code: fill trainer.python_package.uris as `submit --source DIR` would (nothing is uploaded)",
+    )
     cmd.set_defaults(run=run_plan)
 
 
 def run_plan(args: argparse.Namespace) -> int:
     try:
-        request = load_request_file(args.file)
+        request = load_request_file(args.file, source_uris(args.source) if args.source else None)
     except RequestInvalid as exc:
         print(f"{args.file}: invalid")
         for error in exc.errors:
@@ -111,6 +117,17 @@ def run_plan(args: argparse.Namespace) -> int:
 
 class Listing(Protocol):
     def objects_under(self, bucket: str, prefix: str) -> Iterable[tuple[str, int]]: ...
+
+
+def source_uris(folder: Path) -> list[str]:
+    """The package URIs `submit --source DIR` would fill in: RequestInvalid when DIR cannot be packed."""
+    from trainctl.source_package import SourceError, build_source_archive
+
+    try:
+        archive = build_source_archive(folder)
+    except SourceError as exc:
+        raise RequestInvalid([FieldError("trainer.python_package", f"--source {folder}: {exc}")]) from None
+    return [pending_package_uri(cli_settings(offline=True), archive)]
 
 
 def memory_estimate(request: TrainingJobRequest, storage: Listing, marker_names: tuple[str, ...]) -> MemoryEstimate:

@@ -11,6 +11,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from functions.jobs.admission import PACKAGES_OFF_FIX
 from functions.ledger.keys import request_key
 from functions.settings import Settings
 from functions.untrusted.documents import DocumentInvalid, load_document
@@ -35,6 +36,7 @@ from trainctl.eventstream import (
     rejected_delivery,
 )
 from trainctl.hints import trainctl_command
+from trainctl.problems import EXIT_INTERRUPTED
 from trainctl.source_package import (
     SourceArchive,
     SourceError,
@@ -103,12 +105,20 @@ def closed_topic(settings: Settings, team: str | None) -> str | None:
 
 def run_submit(args: argparse.Namespace) -> int:
     package_uris = None
+    if args.team is not None:
+        cli_team(cli_settings(), args.team)  # an unknown team is refused naming the known ones, before anything else
     if args.source is not None:
         if args.no_validate:
             print("--source fills the request before it is sent; it cannot be combined with --no-validate")
             return EXIT_INVALID
         if closed := closed_topic(cli_settings(), args.team):  # before its code is uploaded under a team's folder
             print(closed)
+            return EXIT_INVALID
+        if not cli_settings().allow_python_packages:  # said before the upload, as admission would refuse it after
+            print(
+                f"{args.file}: not submitted: this deployment runs no Python packages of requesters' own "
+                f"({PACKAGES_OFF_FIX})"
+            )
             return EXIT_INVALID
         try:
             archive = build_source_archive(args.source)
@@ -164,6 +174,8 @@ def run_submit(args: argparse.Namespace) -> int:
                 return follow_request(stream, key, message_id, args.json, until)
             except CannotFollow as exc:
                 refusal = str(exc)
+            except KeyboardInterrupt:
+                return interrupted(request_id, args.team)
         return cannot_follow(refusal or "", request_id, args.team)
     finally:
         if stream is not None:
@@ -219,6 +231,19 @@ def upload_source(
         print(f"{folder} is unchanged: reusing {uri}")
         return uri
     raise SourceError(f"{uri} was there and then was not, twice: try again")
+
+
+def interrupted(request_id: str | None, team: str | None = None) -> int:
+    """Ctrl-C while `submit --wait` follows: only the following stops; the request goes on. Say how to follow it
+    again or cancel it; exit as a shell reports an interrupted command."""
+    trainctl, scope = trainctl_command(), f" --team {team}" if team else ""
+    named = request_id or "<its request_id>"
+    print(
+        f"stopped following; request {named} goes on. Follow it: `{trainctl} watch --request {named}{scope}` or "
+        f"`{trainctl} status {named}{scope}`; cancel it: `{trainctl} cancel {named}{scope}`",
+        file=sys.stderr,
+    )
+    return EXIT_INTERRUPTED
 
 
 def cannot_follow(refusal: str, request_id: str | None, team: str | None = None) -> int:

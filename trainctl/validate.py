@@ -5,14 +5,20 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from functions.intake.triggers import explicit_id_problem
 from functions.jobs.executors import executor_of, executor_problems, executor_warnings
+from functions.settings import Settings
 from functions.untrusted.documents import DocumentInvalid, load_document
+from local.names import Names
 from schemas.errors import FieldError, RequestInvalid, parse_request
 from schemas.export import event_schema, render, request_schema
 from schemas.request import TrainingJobRequest
 from trainctl.context import cli_settings
+
+if TYPE_CHECKING:
+    from trainctl.source_package import SourceArchive
 
 EXIT_INVALID = 2
 
@@ -47,16 +53,28 @@ def load_request_file(path: Path, package_uris: list[str] | None = None) -> Trai
         document = load_document(raw, max_bytes=max(len(raw), 1))
     except DocumentInvalid as exc:
         raise RequestInvalid([FieldError("", str(exc))]) from None
+    if document is None:
+        raise RequestInvalid([FieldError("", "the file is empty: a request names api_version, request_id, dataset, …")])
     if package_uris is not None:
         package = (document.get("trainer") or {}).get("python_package") if isinstance(document, dict) else None
         if not isinstance(package, dict):
             where = "trainer.python_package"
             raise RequestInvalid([FieldError(where, "--source needs a python_package block with module and executor")])
         package["uris"] = package_uris
-    request = parse_request(document)
+    try:
+        request = parse_request(document)
+    except RequestInvalid as exc:
+        raise RequestInvalid([_with_source_hint(error) for error in exc.errors]) from None
     if reserved := explicit_id_problem(request.request_id):
         raise RequestInvalid([FieldError("request_id", reserved)])
     return request
+
+
+def _with_source_hint(error: FieldError) -> FieldError:
+    """A package request's missing uris are what `--source DIR` fills: say so where the file is checked."""
+    if error.path == "trainer.python_package.uris" and error.message == "required field is missing":
+        return FieldError(error.path, "required field is missing; `--source DIR` fills it from your code's folder")
+    return error
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -101,9 +119,7 @@ def validate_source(path: Path, folder: Path) -> int:
     settings = cli_settings(offline=True)
     try:
         archive = build_source_archive(folder)
-        # Where `submit --source` would upload it; nothing is uploaded here.
-        pending = f"gs://{settings.allowed_data_buckets[0] if settings.allowed_data_buckets else 'data-bucket'}/"
-        request = load_request_file(path, [pending + archive.object_name()])
+        request = load_request_file(path, [pending_package_uri(settings, archive)])
         if problems := executor_problems(request, settings.executors, today=None):
             raise RequestInvalid(problems)
         report = inspect_source(archive, executor_of(request, settings.executors))
@@ -125,6 +141,13 @@ def validate_source(path: Path, folder: Path) -> int:
     for warning in executor_warnings(request, settings.executors, datetime.now(UTC).date()):
         print(f"  warning: {warning}")
     return 0
+
+
+def pending_package_uri(settings: Settings, archive: SourceArchive) -> str:
+    """Where `submit --source` would upload the archive (its default bucket: the first allowed data bucket, else the
+    deployment's data bucket); nothing is uploaded here."""
+    bucket = next(iter(settings.allowed_data_buckets), None) or Names(settings.project).data_bucket
+    return f"gs://{bucket}/{archive.object_name()}"
 
 
 def run_schema(args: argparse.Namespace) -> int:

@@ -80,8 +80,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", default="auto", choices=FORMATS)
     args = p.parse_args(argv)
     out_uri = args.out + "predictions.csv" if args.out.endswith("/") else args.out
-    table = predict(args.model_dir, args.data, args.format)
-    write_uri(out_uri, encode(table, out_uri))
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        table = predict(args.model_dir, args.data, args.format)
+        write_uri(out_uri, encode(table, out_uri))
+    except DefaultCredentialsError:
+        # A person's mistake, not a bug: say what to set rather than print the client library's traceback.
+        print(
+            f"{p.prog}: no Google credentials to read or write gs://: for the local stack, run "
+            '`eval "$(trainctl local env)"` in this shell first (it points gs:// at the stack); for a project, sign '
+            "in with `gcloud auth application-default login`",
+            file=sys.stderr,
+        )
+        return 1
+    except FileNotFoundError as exc:
+        print(f"{p.prog}: {exc.filename or exc}: no such file or folder", file=sys.stderr)
+        return 1
     logs.log("predictions written", rows=table.num_rows, out=out_uri, model_dir=args.model_dir)
     return 0
 

@@ -237,6 +237,13 @@ def _image_problem(image: str, settings: Settings) -> tuple[str, str] | None:
     return None
 
 
+# How packages are turned on, in a deployment and on the local stack (`trainctl submit --source` says it too).
+PACKAGES_OFF_FIX = (
+    "the operator turns them on with Terraform's allow_python_packages, TRAINCTL_ALLOW_PYTHON_PACKAGES; on the local "
+    "stack, start it with `trainctl local up --allow-python-packages`"
+)
+
+
 def _package_problems(request: TrainingJobRequest, settings: Settings) -> list[FieldError]:
     """A Python package is custom code: only where the operator turned packages on, and read (by the custom
     account, as Vertex installs it on every node) from a data bucket, which that account may read."""
@@ -248,8 +255,7 @@ def _package_problems(request: TrainingJobRequest, settings: Settings) -> list[F
             FieldError(
                 "trainer.python_package",
                 "guardrail allow_python_packages: this deployment runs no Python packages of requesters' own "
-                "(the operator turns them on with Terraform's allow_python_packages, TRAINCTL_ALLOW_PYTHON_PACKAGES); "
-                "use `builtin: tabular`, or an image from an allowed registry",
+                f"({PACKAGES_OFF_FIX}); use `builtin: tabular`, or an image from an allowed registry",
             )
         ]
     problems = []
@@ -384,6 +390,7 @@ def dataset_problem(uri: str, objects: Iterable[tuple[str, int]], marker_names: 
         seen_any = True
         if size > 0 and name.rsplit("/", 1)[-1] not in marker_names:
             return None
+    upload = "put the data (CSV or Parquet files) under it first"
     if not seen_any:
-        return FieldError("dataset.uri", f"{uri} does not exist: no object is under it")
-    return FieldError("dataset.uri", f"{uri} is empty: it holds only markers or empty objects, no data")
+        return FieldError("dataset.uri", f"{uri} does not exist: no object is under it; {upload}")
+    return FieldError("dataset.uri", f"{uri} is empty: it holds only markers or empty objects, no data; {upload}")

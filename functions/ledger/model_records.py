@@ -127,6 +127,10 @@ class ModelLedger:
         body = record.model_dump_json(exclude_none=True)
         return self._gcs.write(self.bucket, self.object_name(record.model_id, record.alias), body, generation)
 
+    def forget(self, model_id: str, alias: str) -> None:
+        """Remove the record (a person's first move of an alias that the registry refused)."""
+        self._gcs.delete(self.bucket, self.object_name(model_id, alias))
+
     def names(self) -> list[tuple[str, str]]:
         """(model id, alias) of every record."""
         found = []

@@ -13,12 +13,35 @@ from typing import Literal
 
 from functions.cloud.gcs import Conflict
 from functions.cloud.ports import Registry
+from functions.cloud.vertex import CallRejected
 from functions.ledger.model_records import Entry, ModelLedger, ModelRecord, Move
-from schemas.request import DEFAULT_ALIAS
+from schemas.request import DEFAULT_ALIAS, MODEL_ALIAS_RE
 
 
 class MoveRefused(ValueError):
     """A person's move that cannot be made; the message names the model, alias and version, and what to do."""
+
+
+class ModelNotFound(MoveRefused):
+    """The registry has no such model (`trainctl models` exits 3 for it)."""
+
+
+def alias_refusal(model_id: str, alias: str) -> str | None:
+    """Why a person may not move `alias`, or None. Vertex's rule for a version alias (the model-alias page and
+    model.proto's Model.version_aliases: [a-z][a-z0-9-]{0,126}[a-z0-9], never a number) is checked before anything is
+    recorded, so a refused alias leaves no record behind; `default` is Vertex's own (one version carries it at all
+    times) and moves with the model's alias, so moving it alone would split the two."""
+    if alias == DEFAULT_ALIAS:
+        return (
+            f"model {model_id}: `default` moves with the model's alias (Vertex keeps it on exactly one version); "
+            "name that alias instead (--alias champion, or leave --alias out)"
+        )
+    if not MODEL_ALIAS_RE.fullmatch(alias):
+        return (
+            f"model {model_id}: alias {alias!r} is not a Vertex AI version alias: 2-128 lowercase letters, digits or "
+            "'-', starting with a letter and ending with a letter or digit"
+        )
+    return None
 
 
 def finish_move(
@@ -49,7 +72,12 @@ def move_by_hand(
 ) -> Entry:
     """`trainctl models promote` (to `version`) or `rollback` (to the version the alias held before): the move,
     recorded in the model's history with trigger `cli`; `aliases`: what it sets (the model's rule: the alias, and
-    `default` when the rule says so). MoveRefused for a move that cannot be made."""
+    `default` when the rule says so). MoveRefused for a move that cannot be made (ModelNotFound: no such model), said
+    at once: a move the registry refuses is taken back from the record before MoveRefused names Vertex's reason."""
+    if refusal := alias_refusal(model_id, alias):
+        raise MoveRefused(refusal)
+    if registry.get(registry.model_name(model_id)) is None:
+        raise ModelNotFound(f"model {model_id} is not in {registry.parent}: `trainctl models list` lists the models")
     for _ in range(10):
         record, generation = models.read(model_id, alias)
         if record.moving is not None:
@@ -62,6 +90,7 @@ def move_by_hand(
                 record, generation = finish_move(registry, models, record, generation)
             except Conflict:
                 continue
+        before = record.model_copy(deep=True)
         current = registry.get(f"{registry.model_name(model_id)}@{alias}")
         held = current.version_id if current else None
         target = _target(registry, record, model_id, alias, action, version, held)
@@ -81,9 +110,28 @@ def move_by_hand(
             generation = models.write(record, generation)
         except Conflict:
             continue
-        finish_move(registry, models, record, generation)
+        try:
+            finish_move(registry, models, record, generation)
+        except CallRejected as exc:
+            _take_back(models, before, generation)
+            raise MoveRefused(
+                f"model {model_id}: Vertex AI refused to move `{alias}` to version {target} ({exc.message}); "
+                "nothing was moved"
+            ) from exc
         return entry
     raise MoveRefused(f"model {model_id}: its record kept changing while `{alias}` was moved; try again")
+
+
+def _take_back(models: ModelLedger, before: ModelRecord, generation: int) -> None:
+    """Undo a recorded move the registry refused for good: the record as it was (none at all when the move made it),
+    so the alias is not listed and no `moving` is left for later moves to wait on."""
+    if not before.champions and not before.history:
+        models.forget(before.model_id, before.alias)
+        return
+    try:
+        models.write(before, generation)
+    except Conflict:
+        pass  # another decision has written it since: its record stands
 
 
 def _target(

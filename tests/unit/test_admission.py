@@ -340,9 +340,21 @@ def test_custom_images_are_refused_where_they_have_no_account_of_their_own(opera
     [
         ([("d/part-0.csv", 9)], None),
         ([("d/_SUCCESS", 0), ("d/part-0.csv", 9)], None),
-        ([], "dataset.uri: gs://b/d/ does not exist: no object is under it"),
-        ([("d/_SUCCESS", 120)], "dataset.uri: gs://b/d/ is empty: it holds only markers or empty objects, no data"),
-        ([("d/part-0.csv", 0)], "dataset.uri: gs://b/d/ is empty: it holds only markers or empty objects, no data"),
+        (
+            [],
+            "dataset.uri: gs://b/d/ does not exist: no object is under it; put the data (CSV or Parquet files) "
+            "under it first",
+        ),
+        (
+            [("d/_SUCCESS", 120)],
+            "dataset.uri: gs://b/d/ is empty: it holds only markers or empty objects, no data; put the data "
+            "(CSV or Parquet files) under it first",
+        ),
+        (
+            [("d/part-0.csv", 0)],
+            "dataset.uri: gs://b/d/ is empty: it holds only markers or empty objects, no data; put the data "
+            "(CSV or Parquet files) under it first",
+        ),
     ],
 )
 def test_a_dataset_must_hold_data(objects, problem):

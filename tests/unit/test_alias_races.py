@@ -42,7 +42,7 @@ class MemoryRegistry:
 
     def get(self, name: str) -> ModelVersion | None:
         model, _, at = name.partition("@")
-        version = self.aliases.get(at, at)
+        version = self.aliases.get(at or "default", at)  # a model's name without @: its default version
         if version not in self.versions:
             return None
         held = tuple(alias for alias, v in self.aliases.items() if v == version)

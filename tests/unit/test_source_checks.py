@@ -41,7 +41,10 @@ def trainctl(*args: str) -> subprocess.CompletedProcess:
         "TRAINCTL_CONTROL_BUCKET": "c",
         "TRAINCTL_EVENTS_TOPIC": "e",
         "TRAINCTL_TRAINER_IMAGE": "us-docker.pkg.dev/p/t/trainer:1",
-        "STORAGE_EMULATOR_HOST": "http://127.0.0.1:9",  # a closed port: an upload would fail loudly
+        # A name that never resolves (RFC 2606): an upload would fail loudly. Not a closed port on this machine: that
+        # is a stopped local stack's, which trainctl says before anything else (issue 44).
+        "STORAGE_EMULATOR_HOST": "http://storage.invalid:9",
+        "TRAINCTL_ALLOW_PYTHON_PACKAGES": "true",
     }
     return subprocess.run(
         [sys.executable, "-m", "trainctl", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120

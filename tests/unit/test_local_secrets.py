@@ -72,6 +72,7 @@ def test_detaching_passes_no_value_on_the_command_line(tmp_path, monkeypatch):
     args = Namespace(
         reconcile_every=10.0, lease=None, image_map="{}", trigger_rules="{}", allow_image_prefix=[],
         allow_python_packages=False, capacity=None, teams=None, executors=None, secret=["wandb-key=s3cr3t-on-no-argv"],
+        fresh=False, ephemeral=False, regions=None,
         timeout=1.0,
     )  # fmt: skip
     with pytest.raises(Stop):

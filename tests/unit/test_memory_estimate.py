@@ -68,7 +68,7 @@ def test_plan_prints_the_estimate_in_words_and_json(capsys, monkeypatch, setting
     listed = Listed(listing(30 * GB, 30 * GB))
     monkeypatch.setattr(plan_command, "Gcs", lambda project: listed)
     example = Path(__file__).parents[2] / "examples" / "tabular-2xa100.yaml"
-    args = argparse.Namespace(file=example, json=True, gcloud=None, quota=False, memory=True)
+    args = argparse.Namespace(file=example, json=True, gcloud=None, quota=False, memory=True, source=None)
     monkeypatch.setattr(plan_command, "cli_settings", lambda offline: settings)
     assert plan_command.run_plan(args) == 0
     memory = json.loads(capsys.readouterr().out)["memory"]

@@ -17,7 +17,7 @@ from trainctl.jobs import EXIT_NOT_FOUND, add_team_option, find_record
 # metrics.jsonl holds one line of about 200 bytes per epoch: this is tens of thousands of epochs.
 MAX_HISTORY_BYTES = 8 * 1024 * 1024
 MAX_FINAL_BYTES = 64 * 1024
-# README's exit codes: 4, refused.
+# The exit codes (docs/operations.md): 4, refused.
 EXIT_TOO_LARGE = 4
 
 

@@ -86,13 +86,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--capacity",
         metavar="FILE",
         help="a capacity model (YAML or JSON) for the local JobService: GPU quotas per region, stockouts and "
-        "preemptions per machine type and strategy; also served by the Cloud Quotas stand-in (README)",
+        "preemptions per machine type and strategy; also served by the Cloud Quotas stand-in (docs/local.md)",
     )
     up.add_argument(
         "--teams",
         metavar="FILE",
         help="teams (YAML or JSON), the shape of Terraform's variable `teams`: each gets its own request topic "
-        "<prefix>-requests-<team>, a share of each GPU quota, a fair-share weight and a monthly budget (README, Teams)",
+        "<prefix>-requests-<team>, a share of each GPU quota, a fair-share weight and a monthly budget (docs/teams.md)",
     )
     up.add_argument(
         "--secret",
@@ -106,7 +106,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--executors",
         metavar="FILE",
         help="the prebuilt PyTorch containers packages may run on (YAML or JSON), the shape of Terraform's variable "
-        "`executors`: name → image, pytorch, cuda, max_compute_capability, available_until (README, Your own code); "
+        "`executors`: name → image, pytorch, cuda, max_compute_capability, available_until (docs/own-code.md); "
         "default: Google's list, whose executors are all past their end of availability",
     )
     up.add_argument(

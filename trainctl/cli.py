@@ -9,6 +9,7 @@ import os
 import sys
 
 from trainctl import demo, jobs, local_stack, model_rules, models, plan, replay, report, serving, submit, validate
+from trainctl.init_request import register as register_init
 from trainctl.problems import EXIT_INTERRUPTED, Problem, explain
 from trainctl.terminal import escaped_output
 
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     validate.register(commands)
+    register_init(commands)
     plan.register(commands)
     submit.register(commands)
     jobs.register(commands)

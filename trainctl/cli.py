@@ -9,6 +9,7 @@ import os
 import sys
 
 from trainctl import demo, jobs, local_stack, model_rules, models, plan, replay, report, serving, submit, validate
+from trainctl.completion import register as register_completion
 from trainctl.init_request import register as register_init
 from trainctl.problems import EXIT_INTERRUPTED, Problem, explain
 from trainctl.terminal import escaped_output
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.register(commands)
     demo.register(commands)
     local_stack.register(commands)
+    register_completion(commands)
     return parser
 
 

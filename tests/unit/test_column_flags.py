@@ -55,3 +55,10 @@ def test_the_description_flags_ids_and_constants_among_features_only():
     ]  # fmt: skip
     assert [w.split(":")[0] for w in feature_warnings(columns, rows)] == ["id", "row", "flat"]
     assert flag_described(columns[-1], rows) is not None  # the target is judged too, but never listed
+
+
+def test_names_like_an_id():
+    from trainer.data.column_flags import named_like_an_id
+
+    assert all(map(named_like_an_id, ["id", "ID", "customer_id", "order-id", "customerId", "CustomerID", "row_uuid"]))
+    assert not any(map(named_like_an_id, ["paid", "Paid", "valid", "fluid", "width", "grid"]))

@@ -129,3 +129,16 @@ def test_mistakes_say_what_to_do_without_a_traceback(tmp_path, capsys):
 def test_uri_must_be_cloud_storage(tmp_path, capsys, uri):
     assert main(["init", str(write_churn(tmp_path / "c.csv", rows=30)), "--uri", uri]) == 2
     assert "gs://" in capsys.readouterr().err
+
+
+def test_validate_warns_of_a_feature_named_like_an_id_and_still_accepts_it(tmp_path, capsys):
+    """Guards issue 44 point 2 (admission warns too): without the data, a feature's name is what can be known."""
+    data = write_churn(tmp_path / "churn.csv", rows=50)
+    out = tmp_path / "request.yaml"
+    main(["init", str(data), "--out", str(out)])
+    text = out.read_text().replace('    - "age"\n', '    - "age"\n    - "customer_id"\n')
+    out.write_text(text)
+    capsys.readouterr()
+    assert main(["validate", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "ok" in shown and "warning: dataset.features: 'customer_id' is named like an ID" in shown

@@ -16,7 +16,8 @@ MIN_VALUES = 20
 DISTINCT_SHARE = 0.95
 # Whole numbers count up when they are distinct and fill their range: max - min + 1 at most this many times their count.
 DENSE_RANGE = 1.1
-ID_NAME = re.compile(r"(?i)^(id|uuid|guid|key|index|row|rowid|row_id|record_id)$|[_\-. ]id$|[a-z]Id$|uuid|guid")
+# id, customer_id, order-id, customerId, CustomerID, uuid …; not paid, valid or fluid.
+ID_NAME = re.compile(r"(?i:^(id|uuid|guid|key|index|row|rowid)$|[_\-. ]id$|uuid|guid)|[a-z](Id|ID)$")
 # Text that a CSV reader takes for a missing value (pyarrow's defaults, as the trainer reads CSV).
 MISSING = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
                      "N/A", "NA", "NULL", "NaN", "n/a", "nan", "null"})  # fmt: skip
@@ -26,6 +27,13 @@ _REAL = re.compile(r"\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*")
 
 def named_like_an_id(name: str) -> bool:
     return bool(ID_NAME.search(name))
+
+
+def named_features(features: list[str] | None) -> list[str]:
+    """`trainctl validate`'s warnings for a request whose `dataset.features` names a column like an ID: all it can know
+    without the data (the trainer, which reads it, flags by values: `data_warnings`)."""
+    return [f"dataset.features: {name!r} is named like an ID; an ID is no feature (the trainer will say whether its "
+            "values look like one)" for name in features or [] if named_like_an_id(name)]  # fmt: skip
 
 
 def flag_sample(name: str, values: Iterable[Any]) -> str | None:

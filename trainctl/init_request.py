@@ -12,6 +12,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -161,9 +162,13 @@ def _dataset_uri(args: argparse.Namespace) -> str:
         return str(args.uri)
     if args.data.startswith("gs://"):
         return str(args.data)
+    from functions.settings import SettingsError
     from trainctl.context import cli_settings
 
-    buckets = cli_settings(offline=True).allowed_data_buckets
+    try:
+        buckets = cli_settings(offline=True).allowed_data_buckets
+    except SettingsError:  # a project's settings half set: the placeholder, which --uri replaces
+        buckets = []
     name = Path(args.data.rstrip("/")).name
     return f"gs://{buckets[0] if buckets else 'my-data-bucket'}/{_slug(Path(name).stem)}/"
 
@@ -231,7 +236,8 @@ def _remote_sample(uri: str) -> Sample:
     from schemas.rules import split_gs_uri
     from trainctl.context import cli_settings
 
-    gcs = Gcs(cli_settings().project)
+    # Only the project is needed: a deployment's other settings need not be set to read its data.
+    gcs = Gcs(os.environ.get("TRAINCTL_PROJECT") or cli_settings(offline=True).project)
     bucket, prefix = split_gs_uri(uri)
     folder = prefix if prefix.endswith("/") or not prefix else prefix + "/"
     chosen = None

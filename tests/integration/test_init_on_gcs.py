@@ -18,7 +18,8 @@ from trainctl.cli import main
 
 
 @pytest.fixture
-def bucket(fake_gcs) -> str:
+def bucket(fake_gcs, monkeypatch) -> str:
+    monkeypatch.setenv("TRAINCTL_PROJECT", LOCAL_PROJECT)  # the project alone: no other setting is needed
     name = f"init-{uuid.uuid4().hex[:8]}"
     create_bucket(os.environ["STORAGE_EMULATOR_HOST"], LOCAL_PROJECT, name)
     return name

@@ -162,15 +162,26 @@ def _dataset_uri(args: argparse.Namespace) -> str:
         return str(args.uri)
     if args.data.startswith("gs://"):
         return str(args.data)
+    return f"gs://{data_bucket()}/{_slug(Path(Path(args.data.rstrip('/')).name).stem)}/"
+
+
+def data_bucket() -> str:
+    """Where a local DATA will be uploaded, for the request's uri: the running local stack's data bucket, the
+    deployment's (TRAINCTL_DATA_BUCKET, or the first allowed data bucket), else a placeholder to edit."""
     from functions.settings import SettingsError
+    from local.stack_state import running_stack
     from trainctl.context import cli_settings
 
+    if bucket := os.environ.get("TRAINCTL_DATA_BUCKET"):
+        return bucket
+    stack = running_stack()
+    if stack is not None and stack.names.get("data_bucket"):
+        return stack.names["data_bucket"]
     try:
         buckets = cli_settings(offline=True).allowed_data_buckets
-    except SettingsError:  # a project's settings half set: the placeholder, which --uri replaces
-        buckets = []
-    name = Path(args.data.rstrip("/")).name
-    return f"gs://{buckets[0] if buckets else 'my-data-bucket'}/{_slug(Path(name).stem)}/"
+    except SettingsError:  # a project's settings half set: the placeholder
+        buckets = ()
+    return buckets[0] if buckets else "my-data-bucket"
 
 
 def read_sample(data: str) -> Sample:
@@ -217,7 +228,10 @@ def _parquet_sample(source: str, file: Any) -> Sample:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise Problem("reading Parquet needs pyarrow: `pip install pyarrow`, or give a CSV file") from None
+        raise Problem(
+            "reading Parquet needs pyarrow, which trainctl's `trainer` extra installs (`uv tool install '.[trainer]'`"
+            " or `pipx install '.[trainer]'`): install that, or give a CSV file"
+        ) from None
     try:
         parquet = pq.ParquetFile(file)
         batch = next(parquet.iter_batches(batch_size=SAMPLE_ROWS), None)

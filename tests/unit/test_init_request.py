@@ -142,3 +142,9 @@ def test_validate_warns_of_a_feature_named_like_an_id_and_still_accepts_it(tmp_p
     assert main(["validate", str(out)]) == 0
     shown = capsys.readouterr().out
     assert "ok" in shown and "warning: dataset.features: 'customer_id' is named like an ID" in shown
+
+
+def test_a_local_files_request_names_the_data_bucket_in_use(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TRAINCTL_DATA_BUCKET", "acme-data")
+    main(["init", str(write_churn(tmp_path / "Churn Q3.csv", rows=30))])
+    assert yaml.safe_load(capsys.readouterr().out)["dataset"]["uri"] == "gs://acme-data/churn-q3/"

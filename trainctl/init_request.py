@@ -94,6 +94,9 @@ def propose(sample: Sample, target: str | None) -> Proposal:
         named = next((by_name[n] for n in TARGET_NAMES if n in by_name), None)
         target = named or sample.columns[-1]
         reason = "its name" if named else "the last column"
+    if not sample.rows:
+        raise Problem(f"{sample.source}: no rows after its header: nothing to learn from or to judge columns by",
+                      EXIT_USAGE)  # fmt: skip
     features, left_out = [], {}
     for index, column in enumerate(sample.columns):
         if column == target:

@@ -123,6 +123,9 @@ def test_mistakes_say_what_to_do_without_a_traceback(tmp_path, capsys):
     one.write_text("id,target\n" + "".join(f"{i},1\n" for i in range(40)))
     assert main(["init", str(one)]) == 2
     assert "no column but 'target' is usable" in capsys.readouterr().err
+    (tmp_path / "header.csv").write_text("a,b,target\n")
+    assert main(["init", str(tmp_path / "header.csv")]) == 2
+    assert "no rows after its header" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("uri", ["s3://b/x/", "data/"])

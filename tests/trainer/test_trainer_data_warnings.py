@@ -23,6 +23,7 @@ def test_id_like_and_constant_features_are_named_in_metrics_and_the_log(tmp_path
         "country": ["NL"] * rows,
         "x": x,
         "plan": rng.choice(["a", "b", "c"], size=rows),
+        "age": rng.integers(18, 81, size=rows),  # whole numbers evenly spread, repeated: no ID
         "y": (x > 0).astype(int),
     })  # fmt: skip
     pa_csv.write_csv(table, tmp_path / "data.csv")

@@ -48,6 +48,8 @@ def test_the_description_flags_ids_and_constants_among_features_only():
          "stats": {"min": 3.0, "max": 3.0}},
         {"name": "skewed", "type": "number", "physical": "int64", "role": "feature", "missing_rate": 0.0,
          "stats": {"min": 0, "max": 999, "quantiles": {"0.25": 3, "0.5": 10, "0.75": 80}}},
+        {"name": "age", "type": "number", "physical": "int64", "role": "feature", "missing_rate": 0.0,
+         "stats": {"min": 18, "max": 80, "quantiles": {"0.25": 33, "0.5": 49, "0.75": 64}}},  # uniform, repeated
         {"name": "plan", "type": "string", "role": "feature", "missing_rate": 0.0,
          "stats": {"categories": {"a": 0.5, "b": 0.5}, "other": 0.0}},
         {"name": "target", "type": "number", "physical": "int64", "role": "target", "missing_rate": 0.0,

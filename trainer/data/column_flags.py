@@ -14,7 +14,9 @@ from typing import Any
 MIN_VALUES = 20
 # An ID: at least this share of the present values distinct.
 DISTINCT_SHARE = 0.95
-# Whole numbers count up when they are distinct and fill their range: max - min + 1 at most this many times their count.
+# Whole numbers count up when they are distinct and fill their range: max - min + 1 at most this many times their
+# count (and, from a description that holds no distinct count, at least their count: ages 18 to 80 over 4,000 rows
+# are evenly spread too, and no ID).
 DENSE_RANGE = 1.1
 # id, customer_id, order-id, customerId, CustomerID, uuid …; not paid, valid or fluid.
 ID_NAME = re.compile(r"(?i:^(id|uuid|guid|key|index|row|rowid)$|[_\-. ]id$|uuid|guid)|[a-z](Id|ID)$")
@@ -75,7 +77,7 @@ def flag_described(column: dict[str, Any], rows: int) -> str | None:
         if low is not None and low == high:
             return f"constant: every value is {low}"
         if (present >= MIN_VALUES and "int" in str(column.get("physical", "")) and low is not None
-                and high is not None and high - low + 1 <= DENSE_RANGE * present
+                and high is not None and present <= high - low + 1 <= DENSE_RANGE * present
                 and _spread_evenly(stats, low, high)):  # fmt: skip
             return f"ID-like: whole numbers from {low:g} to {high:g} over {present} values, evenly spread"
         return None

@@ -9,7 +9,9 @@ import os
 import sys
 
 from trainctl import demo, jobs, local_stack, model_rules, models, plan, replay, report, serving, submit, validate
+from trainctl.completion import register as register_completion
 from trainctl.curve import register as register_curve
+from trainctl.init_request import register as register_init
 from trainctl.problems import EXIT_INTERRUPTED, Problem, explain
 from trainctl.terminal import escaped_output
 
@@ -24,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     validate.register(commands)
+    register_init(commands)
     plan.register(commands)
     submit.register(commands)
     jobs.register(commands)
@@ -36,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.register(commands)
     demo.register(commands)
     local_stack.register(commands)
+    register_completion(commands)
     return parser
 
 

@@ -16,6 +16,7 @@ from schemas.errors import FieldError, RequestInvalid, parse_request
 from schemas.export import event_schema, render, request_schema
 from schemas.request import TrainingJobRequest
 from trainctl.context import cli_settings
+from trainer.data.column_flags import named_features
 
 if TYPE_CHECKING:
     from trainctl.source_package import SourceArchive
@@ -103,7 +104,8 @@ def run_validate(args: argparse.Namespace) -> int:
                 print(f"  {error}")
         else:
             print(f"{path}: ok")
-            for warning in executor_warnings(request, settings.executors, today):
+            warnings = executor_warnings(request, settings.executors, today) + named_features(request.dataset.features)
+            for warning in warnings:
                 print(f"  warning: {warning}")
     if not checked:
         print("no request file among the arguments: name YAML or JSON files")

@@ -35,6 +35,7 @@ from trainer.checkpoints.committed import Checkpoints
 from trainer.checkpoints.state import StepLosses, TrainState
 from trainer.data import memory_budget, streaming
 from trainer.data.batches import EpochBatches
+from trainer.data.column_flags import feature_warnings
 from trainer.data.preprocess import Combine, FitAccumulator, Preprocessor, drop_unlabelled, keep_columns
 from trainer.data.schema import DataDescription, describe, description_of, merge_types, schema_bytes
 from trainer.data.streaming import WindowedStream, numeric_columns
@@ -217,6 +218,13 @@ def load_streamed(args: argparse.Namespace, shards: list[Shard], budget: int, de
                   sample)  # fmt: skip
 
 
+def data_warnings(description: DataDescription) -> dict[str, list[str]]:
+    """metrics.json's `data_warnings` (so the `succeeded` event carries them): the features that look like an ID or a
+    constant over every row read, which a request's `dataset.features` should leave out (issue 44); {} when none."""
+    found = feature_warnings(description.columns, description.rows)
+    return {"data_warnings": found} if found else {}
+
+
 def set_up(args: argparse.Namespace, device: torch.device) -> Run:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     started = time.monotonic()
@@ -234,6 +242,8 @@ def set_up(args: argparse.Namespace, device: torch.device) -> Run:
         if refused is not None:
             raise refused
     tables = load_tables(args, device)
+    if (warned := data_warnings(tables.description)) and dist.get_rank() == 0:
+        logs.warning("features that look like no feature (an ID or a constant): still used", **warned)
     # The champion is scored and the labels checked before anything is built: a refusal stops every rank here.
     factories = {BUILTIN_MLP, args.model}  # the only code this run already trusts
     evidence = before_training(args, tables.champion_rows, tables.prep, tables.drift, factories, device)
@@ -465,6 +475,7 @@ def finish(
         "elapsed_seconds": round(time.monotonic() - run.started, 3),
         "peak_rss_mb": peak_rss_mb(),  # rank 0's: how near its share came to the node's memory
         **tables.drift,
+        **data_warnings(tables.description),
         **run.evidence.metrics,  # the champion's figures on these rows, measured before training
     }
     if run.is_main:

@@ -16,6 +16,7 @@ trainer could not read it either.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -41,6 +42,17 @@ MAX_NEW_COLUMNS = 100
 # pass each, values over MAX_VALUE_CHARS skipped (functions/data/header.py), or a footer of at most 1 MiB read once
 # (parquet_footer.py: every length bounded by the bytes left), is well under it.
 TYPING_SECONDS = 1.0
+
+
+# Names that say a column is an ID: trainer/data/column_flags.py's ID_NAME (the trainer, which reads the values, judges
+# by them too; tests/unit/test_admission_id_features.py keeps the two patterns the same: neither package may import
+# the other). A name is all admission knows of a feature without reading the data (issue 44, point 2).
+ID_NAME = re.compile(r"(?i:^(id|uuid|guid|key|index|row|rowid)$|[_\-. ]id$|uuid|guid)|[a-z](Id|ID)$")
+
+
+def id_named_features(request: TrainingJobRequest) -> list[str]:
+    """The request's chosen features (`dataset.features`) named like an ID: accepted, with a warning."""
+    return [name for name in request.dataset.features or [] if ID_NAME.search(name)]
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from functions.capacity.ladder import skipped_outcomes
+from functions.data.admission import id_named_features
 from functions.intake.delivery import Delivery, Folded
 from functions.intake.preparation import Prepared
 from functions.ledger.keys import key_hash
@@ -138,6 +139,7 @@ def _accepted(
         + (f" (rung {start} of the ladder; earlier rungs never fit the GPU quota)" if start else "")
         + f", {cost_summary(plan.cost)}; {plan.reduction_server.reason}"
         + (f"; the dataset's header matches the champion's schema{_naming(data.new_columns)}" if data.checked else "")
+        + _id_warning(request)
     )
     return Accepted(
         request_id=request.request_id,
@@ -153,3 +155,13 @@ def _accepted(
         code_digest=code_digest(record.request),
         code_objects=prepared.code_objects or None,
     )
+
+
+def _id_warning(request: TrainingJobRequest) -> str:
+    """Features named like an ID are accepted and said (an ID column was once a feature unnoticed: issue 44); the
+    trainer, which reads the values, names the ID-like and constant features it trained on in data_warnings."""
+    named = id_named_features(request)
+    if not named:
+        return ""
+    listed = ", ".join(repr(name) for name in named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
+    return f"; warning: dataset.features {listed} named like an ID: an ID is no feature, leave it out if it is one"

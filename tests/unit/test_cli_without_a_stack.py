@@ -39,9 +39,11 @@ NEEDS_A_DEPLOYMENT = [
     ["predict", "churn", REQUEST],
     ["replay", EVENT],
     ["plan", REQUEST, "--quota"],
+    ["init", "gs://my-data-bucket/churn/"],
 ]
 NEEDS_THE_LOCAL_STACK = [["local", "logs", "hello-local-1"], ["local", "env"]]
 OFFLINE = [["validate", REQUEST], ["schema"], ["plan", REQUEST], ["replay", EVENT, "--dry-run"], ["local", "down"]]
+OFFLINE += [["completion", "bash"]]
 # Commands that start the stack themselves: here the emulator they need is not installed.
 STARTS_A_STACK = [["local", "up"], ["demo"]]
 # Reads what earlier stacks kept (issue 44, point 4): with nothing kept, says so.

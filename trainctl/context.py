@@ -15,19 +15,26 @@ from trainctl.hints import local_stack_hint, trainctl_command
 from trainctl.problems import Problem
 
 
+def refuse_a_stopped_stack() -> None:
+    """A Problem when this shell's exports name a local stack that no longer answers (a 1 s probe), before any call
+    would hang on it."""
+    if (dead := dead_local_endpoint()) is not None:
+        trainctl = trainctl_command()
+        raise Problem(
+            f"the local stack at {dead} is not running (this shell holds a stopped stack's exports): start it "
+            f'with `{trainctl} local up --detach` and run `eval "$({trainctl} local env)"` again, or unset '
+            f"{', '.join(LOCAL_EXPORTS)} and TRAINCTL_PROJECT"
+        )
+
+
 def cli_settings(offline: bool = False) -> Settings:
     """The controller settings of the deployment in use. For a running local stack this also points the
     Google client libraries of this process at its emulators (they read PUBSUB_EMULATOR_HOST and
     STORAGE_EMULATOR_HOST from the environment). With neither a project nor a stack, `offline` callers get the
     local stack's defaults; the others a Problem saying how to get one or the other."""
     if os.environ.get("TRAINCTL_PROJECT"):
-        if not offline and (dead := dead_local_endpoint()) is not None:
-            trainctl = trainctl_command()
-            raise Problem(
-                f"the local stack at {dead} is not running (this shell holds a stopped stack's exports): start it "
-                f'with `{trainctl} local up --detach` and run `eval "$({trainctl} local env)"` again, or unset '
-                f"{', '.join(LOCAL_EXPORTS)} and TRAINCTL_PROJECT"
-            )
+        if not offline:
+            refuse_a_stopped_stack()
         return Settings.from_env()
     stack = running_stack()
     if stack is not None:

@@ -251,11 +251,13 @@ def _remote_sample(uri: str) -> Sample:
     from functions.cloud.gcs import Gcs
     from functions.data.admission import data_format_below
     from schemas.rules import split_gs_uri
-    from trainctl.context import cli_settings
+    from trainctl.context import cli_settings, refuse_a_stopped_stack
 
     # Only the project is needed: a deployment's other settings need not be set to read its data. Without one, the
     # running local stack's (cli_settings points this process at its emulators), or a Problem saying how to get one.
-    gcs = Gcs(os.environ.get("TRAINCTL_PROJECT") or cli_settings().project)
+    if project := os.environ.get("TRAINCTL_PROJECT"):
+        refuse_a_stopped_stack()
+    gcs = Gcs(project or cli_settings().project)
     bucket, prefix = split_gs_uri(uri)
     folder = prefix if prefix.endswith("/") or not prefix else prefix + "/"
     chosen = None

@@ -66,7 +66,13 @@ def test_models_data_and_requests_outlast_a_restart(tmp_path: Path):
         copied = stack.shell(f"gcloud storage cp {shard} {dataset}")
         assert copied.returncode == 0, copied.stderr
         assert stack.trainctl("submit", str(tmp_path / f"{trained}.yaml")).returncode == 0
-        assert wait_until(lambda: status(stack, trained)["state"] in FINAL, 300, interval=2)
+
+        # Its end and its model's decision (promotion follows the final state): nothing left to change it.
+        def settled() -> bool:
+            record = status(stack, trained)
+            return record["state"] in FINAL and (record.get("model") or {}).get("decision") != "pending"
+
+        assert wait_until(settled, 300, interval=2)
         before = status(stack, trained)
         assert before["state"] in ("succeeded", "promoted"), before
         assert stack.trainctl("submit", str(tmp_path / f"{stopped}.yaml")).returncode == 0

@@ -69,7 +69,8 @@ def package_request(request_id: str, uri: str) -> dict[str, Any]:
 @pytest.fixture
 def cli_env(packages, monkeypatch) -> Deployment:
     """The CLI pointed at the test deployment (STORAGE_EMULATOR_HOST is the session's already)."""
-    for name, value in packages.settings_env().items():
+    settings = packages.settings_env(TRAINCTL_ALLOW_PYTHON_PACKAGES="true", TRAINCTL_EXECUTORS=LOCAL_EXECUTORS)
+    for name, value in settings.items():  # as the functions got them: submit --source checks packages are on
         monkeypatch.setenv(name, value)
     return packages
 

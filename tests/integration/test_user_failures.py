@@ -58,7 +58,7 @@ def test_a_dataset_without_data_is_rejected_before_any_job_starts(deployment, fo
     dataset = f"gs://{deployment.data_bucket}/{folder}"
     assert deployment.request(tabular_request(request_id, dataset)) == 200
     rejected = events.wait_for(request_id, "rejected", timeout=60)
-    assert rejected.errors == [f"dataset.uri: {dataset} {rule}"]
+    assert rejected.errors == [f"dataset.uri: {dataset} {rule}; put the data (CSV or Parquet files) under it first"]
     assert deployment.record(f"request:{request_id}") is None
     assert events.states(request_id) == ["rejected"]
 

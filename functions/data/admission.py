@@ -27,7 +27,7 @@ from functions.cloud.ports import Storage
 from functions.data.contract import MAX_SCHEMA_BYTES, SCHEMA_FILE, compare_header, parse_schema
 from functions.data.header import Column, HeaderUnreadable, csv_columns
 from functions.data.parquet_footer import MAGIC, TAIL_BYTES, FooterUnreadable, footer_columns, footer_length
-from functions.untrusted.job_outputs import Unreadable
+from functions.untrusted.job_outputs import Unreadable, clip
 from schemas.request import TrainingJobRequest
 from schemas.rules import split_gs_uri
 
@@ -89,13 +89,48 @@ def check_dataset(
         return _unchecked(f"{schema_uri} cannot be used: {exc}")
     except StorageError as exc:
         return _unchecked(f"{schema_uri} cannot be read (Cloud Storage answered {exc.status})")
+    found_header = _first_header(gcs, request)
+    if isinstance(found_header, DataCheck):
+        return found_header
+    uri, header = found_header
+    result = compare_header(schema, header, request.dataset.target, request.dataset.features)
+    summary = f"the header of {uri} ({len(header)} columns) against {champion}'s schema ({len(schema.columns)} columns)"
+    logs.info(f"data check: {summary}", errors=len(result.errors), new_columns=len(result.new_columns))
+    return DataCheck(result.errors, result.new_columns[:MAX_NEW_COLUMNS], summary, checked=True)
+
+
+def check_columns(gcs: Storage, request: TrainingJobRequest) -> DataCheck:
+    """Without a champion to compare with: the target and the named features are columns of the dataset's first
+    file, so a run that could only fail a minute into its job ("exited with a non-zero status") is refused first,
+    naming the column. Whatever cannot be read here is left to the trainer, as the champion's check leaves it."""
+    if not request.dataset.uri.startswith("gs://"):
+        return _unchecked(f"the dataset {request.dataset.uri} is not in Cloud Storage")
+    found_header = _first_header(gcs, request)
+    if isinstance(found_header, DataCheck):
+        return found_header
+    uri, header = found_header
+    names = {column.name for column in header}
+    wanted = [(request.dataset.target, "dataset.target", "the column to predict")]
+    wanted += [(name, "dataset.features", "a feature") for name in request.dataset.features or ()]
+    shown = ", ".join(repr(clip(column.name, 40)) for column in header[:12]) + (", …" if len(header) > 12 else "")
+    errors = [
+        f"{field}: column {clip(name, 80)!r} ({why}) is not in the header of {uri} (its columns: {shown})"
+        for name, field, why in wanted
+        if name not in names
+    ]
+    summary = f"the header of {uri} ({len(header)} columns) for the target and features the request names"
+    return DataCheck(errors[:MAX_NEW_COLUMNS], summary=summary, checked=True)
+
+
+def _first_header(gcs: Storage, request: TrainingJobRequest) -> tuple[str, list[Column]] | DataCheck:
+    """The first data file's URI and header, or the DataCheck saying why none was read (or its format is wrong)."""
     try:
         shard = first_data_file(request, gcs.objects_under(*_listing(request.dataset.uri)))
         if shard is None:
             return _unchecked(f"{request.dataset.uri} holds no CSV or Parquet file to read a header from")
         path, size, file_format = shard
         uri = f"gs://{split_gs_uri(request.dataset.uri)[0]}/{path}"
-        header = _read_header(gcs, uri, size, file_format)
+        return uri, _read_header(gcs, uri, size, file_format)
     except _NotItsFormat as exc:
         return DataCheck([f"dataset: {exc}"], summary=str(exc), checked=True)
     except (HeaderUnreadable, FooterUnreadable) as exc:
@@ -103,10 +138,6 @@ def check_dataset(
     except StorageError as exc:
         # The job's service account may read what the functions' cannot: the trainer will say.
         return _unchecked(f"the dataset {request.dataset.uri} cannot be read (Cloud Storage answered {exc.status})")
-    result = compare_header(schema, header, request.dataset.target, request.dataset.features)
-    summary = f"the header of {uri} ({len(header)} columns) against {champion}'s schema ({len(schema.columns)} columns)"
-    logs.info(f"data check: {summary}", errors=len(result.errors), new_columns=len(result.new_columns))
-    return DataCheck(result.errors, result.new_columns[:MAX_NEW_COLUMNS], summary, checked=True)
 
 
 def _in_time(seconds: float, what: str) -> None:

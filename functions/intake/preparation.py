@@ -18,11 +18,11 @@ from functions.capacity.quota_queue import QuotaQueue
 from functions.capacity.reserved import ReservationRefused
 from functions.cloud.gcs import StorageError
 from functions.cloud.ports import PersistentResources, Storage
-from functions.data.admission import DataCheck, check_dataset
+from functions.data.admission import DataCheck, check_columns, check_dataset
 from functions.data.fingerprint import dataset_fingerprint
 from functions.intake.package_check import check_packages
 from functions.jobs.admission import dataset_problem
-from functions.jobs.planning import Plan, plan_custom_job
+from functions.jobs.planning import Plan, plan_custom_job, runs_builtin_trainer
 from functions.ledger.keys import key_hash
 from functions.ledger.record import LadderRung, Record
 from functions.ledger.requests import Ledger
@@ -106,6 +106,10 @@ class Preparation:
         evidence = model.evidence() if model else None
         plan = plan_custom_job(request, self.settings, key, 1, start, evidence, team)
         data = self._data_check(request, model)
+        champion = model.champion if model else None
+        if data.errors and (champion is None or not champion.artifact_uri):  # no schema: the columns were checked
+            self.let_go(key, team, reservation.month)
+            return Refusal(data.errors, f"the dataset lacks a column the request names ({data.summary})")
         if data.errors:
             self.let_go(key, team, reservation.month)
             return self._data_refusal(request, data, plan.cost, start)
@@ -150,7 +154,8 @@ class Preparation:
         without a champion."""
         champion = model.champion if model else None
         if champion is None or not champion.artifact_uri:
-            return DataCheck()
+            # No schema to keep: the built-in trainer's target and features must at least be in the data.
+            return check_columns(self.gcs, request) if runs_builtin_trainer(request) else DataCheck()
         bucket = self.settings.control_bucket
         return check_dataset(self.gcs, bucket, request, champion.artifact_uri, champion.version_id)
 

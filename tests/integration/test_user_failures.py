@@ -63,6 +63,21 @@ def test_a_dataset_without_data_is_rejected_before_any_job_starts(deployment, fo
     assert events.states(request_id) == ["rejected"]
 
 
+def test_a_dataset_without_the_target_column_is_rejected_before_any_job_starts(deployment):
+    """A marker that names no target on a CSV with no `target` column used to start a job that failed a minute in
+    with "exited with a non-zero status" (issue 44): admission reads the header and names the column."""
+    events = deployment.events()
+    deployment.upload("no-target/part-0.csv", "a,b,label\n1,2,x\n3,4,y\n")
+    dataset = f"gs://{deployment.data_bucket}/no-target/"
+    assert deployment.request(tabular_request("no-target-1", dataset)) == 200
+    rejected = events.wait_for("no-target-1", "rejected", timeout=60)
+    assert rejected.errors == [
+        f"dataset.target: column 'y' (the column to predict) is not in the header of {dataset}part-0.csv "
+        "(its columns: 'a', 'b', 'label')"
+    ]
+    assert deployment.record("request:no-target-1") is None
+
+
 def test_a_dataset_without_csv_or_parquet_fails_with_reason_user_naming_the_dataset(deployment):
     events = deployment.events()
     deployment.upload("notes/readme.txt", "not a table")

@@ -188,7 +188,7 @@ SITE_RESOURCES: dict[tuple[str, str], frozenset[str]] = {
     # built-in trainer's runs; functions/data/admission.py leaves a champion elsewhere unchecked), then the
     # dataset's listing and the first data file's header or footer.
     ("functions.data.admission.check_dataset", "read"): frozenset({"control"}),
-    ("functions.data.admission.check_dataset", "objects_under"): frozenset({"data"}),
+    ("functions.data.admission._first_header", "objects_under"): frozenset({"data"}),
     ("functions.data.admission._read_header", "read_range"): frozenset({"data"}),
     # Each model's run slot (issue 42, model.concurrency) beside the model records.
     ("functions.ledger.run_slots.RunSlots", "*"): frozenset({"control"}),

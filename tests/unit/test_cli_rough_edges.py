@@ -104,9 +104,14 @@ def test_submit_source_where_packages_are_off_names_local_up_and_terraform_befor
 def test_predict_without_credentials_says_what_to_set(nowhere, tmp_path: Path, capsys):
     """Before: a 43-line DefaultCredentialsError traceback."""
     from trainer import predict
+    from trainer.storage import folders
+
+    # The process's storage client is made once: one an earlier test made for the emulator would answer here.
+    folders.gcs_client.cache_clear()
 
     status = predict.main(["--model-dir", "gs://b/m/", "--data", "gs://b/d.csv", "--out", str(tmp_path / "p.csv")])
 
+    folders.gcs_client.cache_clear()  # this test's credential-less client is no later test's
     err = capsys.readouterr().err
     assert status == 1 and "Traceback" not in err
     assert 'eval "$(trainctl local env)"' in err and "gcloud auth application-default login" in err

@@ -16,7 +16,6 @@ import argparse
 import json
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from google.auth.credentials import AnonymousCredentials  # noqa: E402
 from google.cloud.aiplatform_v1 import PredictionServiceClient  # noqa: E402
 
 from bench.report import RESULTS, Figure  # noqa: E402
-from bench.stack import Stack, run_benchmark  # noqa: E402
+from bench.stack import Stack, Ticker, run_benchmark  # noqa: E402
 from schemas.events import Canary  # noqa: E402
 from tests.integration.deployment import (  # noqa: E402
     TRAINER_STAND_IN,
@@ -40,19 +39,6 @@ from tests.integration.deployment import (  # noqa: E402
 )
 
 GOAL_CANARY_SECONDS = 15.0
-
-
-class Ticker:
-    """Reconcile every `every` seconds in a thread, as Cloud Scheduler calls the function."""
-
-    def __init__(self, deployment: Deployment, every: float):
-        self.deployment, self.every = deployment, every
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.every):
-            self.deployment.reconcile()
 
 
 def first_answer_from(url: str, endpoint: str, deployed_model_id: str, row: dict, timeout: float) -> datetime:
@@ -92,13 +78,10 @@ def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]
     trained = train_breast_cancer_model(Path(tempfile.mkdtemp(prefix="bench-rollout-", dir=stack.work_dir)))
     deployment = stack.deployment()
     deployment.create(stack.work_dir / "functions", TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN)
-    ticker = Ticker(deployment, args.tick)
-    ticker.thread.start()
     try:
-        rounds = [one_round(deployment, trained, args.bake, row) for _ in range(args.rounds)]
+        with Ticker(deployment, args.tick):
+            rounds = [one_round(deployment, trained, args.bake, row) for _ in range(args.rounds)]
     finally:
-        ticker.stop.set()
-        ticker.thread.join()
         deployment.stop()
     to_canary, verdict = [r[0] for r in rounds], [r[1] for r in rounds]
     figures = [

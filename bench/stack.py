@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -42,6 +43,27 @@ class Stack:
     def deployment(self) -> Deployment:
         """A fresh deployment (own buckets and topic) on this stack; provisioning and serving are up to the caller."""
         return Deployment(uuid.uuid4().hex[:8], self.jobservice.rest_url)
+
+
+class Ticker:
+    """Reconcile every `every` seconds in a thread, as Cloud Scheduler calls the function."""
+
+    def __init__(self, deployment: Deployment, every: float):
+        self.deployment, self.every = deployment, every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every):
+            self.deployment.reconcile()
+
+    def __enter__(self) -> Ticker:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 @contextmanager

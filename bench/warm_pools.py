@@ -24,7 +24,6 @@ import argparse
 import json
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: bench/ is on sys.path, the repository root is not
 
 from bench.report import RESULTS, Figure  # noqa: E402
-from bench.stack import Stack, run_benchmark  # noqa: E402
+from bench.stack import Stack, Ticker, run_benchmark  # noqa: E402
 from functions.capacity.warm_pools import pool_id  # noqa: E402
 from functions.teams import WarmPool  # noqa: E402
 from local.names import LOCAL_PROJECT, LOCAL_REGION  # noqa: E402
@@ -43,27 +42,6 @@ from tests.integration.deployment import TRAINER_STAND_IN, Deployment, builtin_r
 GOAL_RATIO = 0.2
 SHAPE = {"machine_type": "g2-standard-24"}  # 2 × L4 a node: a one-node job is a valid request
 TEAM = "ml"
-
-
-class Ticker:
-    """Reconcile every `every` seconds in a thread, as Cloud Scheduler calls the function."""
-
-    def __init__(self, deployment: Deployment, every: float):
-        self.deployment, self.every = deployment, every
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.every):
-            self.deployment.reconcile()
-
-    def __enter__(self) -> Ticker:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
 
 
 def teams(deployment: Deployment, pool: dict[str, Any] | None) -> str:

@@ -20,10 +20,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from functions.cloud.failures import call_failure_reason, call_is_transient
-from functions.cloud.rest import google_error, rest_session
-from functions.cloud.retry import Retryable, RetryPolicy
-from functions.cloud.vertex import CallRejected
+from functions.cloud.rest import request_json, rest_session
+from functions.cloud.retry import RetryPolicy
+from functions.cloud.vertex import answer_of
 from schemas.events import ServingFigures
 
 API = "https://monitoring.googleapis.com"
@@ -118,20 +117,8 @@ class ServingMetrics:
         url = f"{self._base}/v3/{path}"
 
         def attempt(timeout: float) -> dict[str, Any]:
-            try:
-                response = self._session.get(url, params=params, timeout=timeout)
-            except OSError as exc:
-                raise Retryable(f"cannot reach Cloud Monitoring: {exc}") from None
-            try:
-                body = response.json()
-            except ValueError:
-                body = None
-            if response.status_code < 300:
-                return body if isinstance(body, dict) else {}
-            code, message = google_error(response.status_code, body)
-            if call_is_transient(code, message):
-                raise Retryable(f"timeSeries.list {response.status_code} (code {code}): {message}")
-            raise CallRejected(code, call_failure_reason(code), message)
+            status, body = request_json(self._session, "GET", url, timeout, "Cloud Monitoring", params=params)
+            return answer_of("timeSeries.list", status, body)
 
         result: dict[str, Any] = self._policy.call("timeSeries.list", attempt)
         return result

@@ -23,7 +23,7 @@ from typing import Any
 from functions import logs
 from functions.cloud.errors import Transient
 from functions.cloud.failures import NOT_FOUND, RESOURCE_EXHAUSTED, TRANSIENT_CALL_CODES
-from functions.cloud.rest import get_json, google_error, rest_session
+from functions.cloud.rest import google_error, request_json, rest_session
 from functions.cloud.retry import Retryable, RetryPolicy
 from schemas.catalog import QUOTA_SERVICE, quota_id
 
@@ -127,7 +127,7 @@ class GpuQuotas:
         url = f"{self._base}/v1/{self.parent}/quotaInfos/{quota}"
 
         def attempt(timeout: float) -> dict[str, Any]:
-            status, body = get_json(self._session, url, timeout, "Cloud Quotas")
+            status, body = request_json(self._session, "GET", url, timeout, "Cloud Quotas")
             if status < 300 and isinstance(body, dict):
                 return body
             code, message = google_error(status, body)

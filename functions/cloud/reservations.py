@@ -19,7 +19,7 @@ from typing import Any
 
 from functions.cloud.errors import Transient
 from functions.cloud.failures import NOT_FOUND, PERMISSION_DENIED, RESOURCE_EXHAUSTED, TRANSIENT_CALL_CODES
-from functions.cloud.rest import get_json, google_error, rest_session
+from functions.cloud.rest import google_error, request_json, rest_session
 from functions.cloud.retry import Retryable, RetryPolicy
 from schemas import catalog
 
@@ -100,7 +100,7 @@ class ComputeReservations:
         url = f"{self._base}/compute/v1/{name}"
 
         def attempt(timeout: float) -> dict[str, Any]:
-            status, body = get_json(self._session, url, timeout, "Compute Engine")
+            status, body = request_json(self._session, "GET", url, timeout, "Compute Engine")
             if status < 300 and isinstance(body, dict):
                 return body
             code, message = google_error(status, body)

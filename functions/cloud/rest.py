@@ -31,12 +31,13 @@ def rest_session(emulator_url: str | None, api_url: str, scopes: list[str]) -> t
     return session, base
 
 
-def get_json(session: Any, url: str, timeout: float, service: str) -> tuple[int, Any]:
-    """(HTTP status, JSON body or None) of a GET; an unreachable service is worth another attempt (Retryable)."""
+def request_json(session: Any, method: str, url: str, timeout: float, service: str, **kwargs: Any) -> tuple[int, Any]:
+    """(HTTP status, JSON body or None) of a call; an unreachable service (requests' ConnectionError and Timeout:
+    the call may or may not have run) is worth another attempt (Retryable)."""
     from functions.cloud.retry import Retryable
 
     try:
-        response = session.get(url, timeout=timeout)
+        response = session.request(method, url, timeout=timeout, **kwargs)
     except OSError as exc:
         raise Retryable(f"cannot reach {service}: {exc}") from None
     try:

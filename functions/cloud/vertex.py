@@ -38,7 +38,7 @@ from functions.cloud.job_labels import (
 )
 from functions.cloud.job_snapshot import JobSnapshot
 from functions.cloud.ports import Jobs
-from functions.cloud.rest import google_error, rest_session
+from functions.cloud.rest import google_error, request_json, rest_session
 from functions.cloud.retry import Retryable, RetryPolicy
 
 POLICY = RetryPolicy(attempts=5, first_pause=0.5, max_pause=8.0, call_timeout=30.0)
@@ -58,6 +58,17 @@ class CallRejected(Exception):
     def __init__(self, code: int, reason: str, message: str):
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
+
+
+def answer_of(what: str, status: int, body: Any) -> dict[str, Any]:
+    """The JSON object of a call answered with HTTP `status` and `body` ({} when it has none); Retryable when the
+    refusal is worth another attempt, CallRejected when it is for good."""
+    if status < 300:
+        return body if isinstance(body, dict) else {}
+    code, message = google_error(status, body)
+    if call_is_transient(code, message):
+        raise Retryable(f"{what} {status} (code {code}): {message}")
+    raise CallRejected(code, call_failure_reason(code), message)
 
 
 def json_names(value: Any) -> Any:
@@ -135,20 +146,8 @@ class VertexApi:
         url = f"{self._base_for(path)}/v1/{path}"
 
         def attempt(timeout: float) -> Any:
-            try:
-                response = self._session.request(method, url, timeout=timeout, **kwargs)
-            except OSError as exc:  # requests' ConnectionError and Timeout: the call may or may not have run
-                raise Retryable(f"cannot reach Vertex AI: {exc}") from None
-            try:
-                body = response.json()
-            except ValueError:
-                body = None
-            if response.status_code < 300:
-                return body if body is not None else {}
-            code, message = google_error(response.status_code, body)
-            if call_is_transient(code, message):
-                raise Retryable(f"{what} {response.status_code} (code {code}): {message}")
-            raise CallRejected(code, call_failure_reason(code), message)
+            status, body = request_json(self._session, method, url, timeout, "Vertex AI", **kwargs)
+            return answer_of(what, status, body)
 
         return (policy or self._policy).call(what, attempt, before_retry)
 

@@ -260,7 +260,8 @@ class _Session:
         self.answer = answer
         self.urls: list[str] = []
 
-    def get(self, url: str, timeout: float) -> _Answer:
+    def request(self, method: str, url: str, timeout: float) -> _Answer:
+        assert method == "GET"
         self.urls.append(url)
         return self.answer
 

@@ -86,17 +86,25 @@ def test_uv_tool_install_gives_a_trainctl_on_the_path(wheel, tmp_path):
 
 
 def assert_runs(trainctl: Path, cwd: Path) -> None:
-    """`trainctl --help` and `trainctl completion bash`, outside this checkout and without PYTHONPATH: the command
-    imports its modules from where it was installed (the schema files' presence is the wheel test's)."""
+    """`trainctl --help`, `trainctl completion bash` and `local up --help`, outside this checkout and without
+    PYTHONPATH: the command imports its modules from where it was installed (the schema files' presence is the wheel
+    test's), and its local stack lives in the user's state folder."""
+
+    home = cwd / "home"  # the user's, without XDG_STATE_HOME: the installed stack's folder goes under it
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(trainctl), *args], cwd=cwd, env=clean_env(), capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        env = {k: v for k, v in clean_env(HOME=str(home)).items() if k != "XDG_STATE_HOME"}
+        return subprocess.run([str(trainctl), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
     shown = run("--help")
     assert shown.returncode == 0 and "usage: trainctl" in shown.stdout and " init " in shown.stdout, shown.stderr
     completion = run("completion", "bash")
     assert completion.returncode == 0 and "complete -o default" in completion.stdout, completion.stderr
+    # Its local stack's folder is the user's state folder, not the site-packages its code sits in.
+    assert run("local", "up", "--help").returncode == 0
+    down = run("local", "down")
+    folder = home / ".local" / "state" / "trainctl" / "local"
+    assert down.returncode == 0 and down.stdout == f"no local stack is running (its folder: {folder})\n", down
 
 
 def complete(script: str, *words: str) -> list[str]:

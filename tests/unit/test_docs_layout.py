@@ -90,6 +90,9 @@ def test_every_shell_block_is_run_by_a_tour_or_says_why_not():
     unmarked = [f"{b.page}:{b.line}" for page in pages() for b in blocks(page)
                 if b.shell and not (TOUR_MARK.match(b.mark) or NOT_RUN_MARK.match(b.mark))]  # fmt: skip
     assert not unmarked, f"shell blocks with neither a tour mark nor a reason not to run: {unmarked}"
+    prompted = [f"{b.page}:{b.line}" for page in pages() for b in blocks(page)
+                if not b.shell and any(line.startswith("$ ") for line in b.lines)]  # fmt: skip
+    assert not prompted, f"`$ ` commands in a block that says it is not shell ({prompted}): mark it as shell"
     indented = [f"{page.name}: {line.strip()}" for page in pages() for line in prose(page.read_text()).splitlines()
                 if INDENTED_COMMAND.match(line)]  # fmt: skip
     assert not indented, f"commands in indented blocks, which no mark can hold (fence them): {indented}"

@@ -1,5 +1,5 @@
 """The local stack's lasting state (issue 44, point 4): what `trainctl local up` keeps across restarts, in one folder,
-`.trainctl/local/saved/` under the repository (or `$TRAINCTL_LOCAL_DIR/saved/`):
+`saved/` in the stack's folder (local.stack_state.local_dir: `.trainctl/local/saved/` in a checkout):
 
     saved/trainctl-local-state.json   the marker and format file: {"format": N, "written_by": "trainctl X.Y.Z", …}
     saved/buckets/                    fake-gcs-server's filesystem root: every bucket (data, ledger, history, runs)

@@ -3,8 +3,10 @@ the functions got. `trainctl local up` writes it once everything is ready and re
 other commands read it to reach the stack (`trainctl local env` prints it as `export …` lines), and
 `stop_recorded_stack` stops the stack it records. Light to import: `trainctl` reads it on every command.
 
-It lives in `.trainctl/local/state.json` under the repository, or under `$TRAINCTL_LOCAL_DIR` when that is
-set (tests give each stack a folder of its own).
+It lives in the stack's folder, `local_dir()`: `$TRAINCTL_LOCAL_DIR` when set (tests give each stack a folder of
+its own), else `$TRAINCTL_HOME/local`, else `.trainctl/local/` of the source checkout trainctl runs from, else (an
+installed trainctl, whose code sits in site-packages) the user's state folder, `$XDG_STATE_HOME/trainctl/local` or
+`~/.local/state/trainctl/local`.
 """
 
 from __future__ import annotations
@@ -27,13 +29,28 @@ from local.processes import (
 )
 
 LOCAL_DIR_VAR = "TRAINCTL_LOCAL_DIR"
+HOME_VAR = "TRAINCTL_HOME"
 # Every process of a stack carries STACK_MARKER_VAR with the stack's id, so `local down` finds all of them —
 # job nodes included — even when the process that started them has died.
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def trainctl_home(code_root: Path = REPO_ROOT) -> Path:
+    """Where trainctl keeps what it makes on this machine (the local stack, the demo's pictures): `$TRAINCTL_HOME`;
+    else the `.trainctl/` of the source checkout its code runs from (its pyproject.toml beside the packages); else —
+    installed by `uv tool install` or `pipx`, its code in a site-packages no one should write to — the user's state
+    folder (XDG Base Directory: `$XDG_STATE_HOME`, by default `~/.local/state`)."""
+    if home := os.environ.get(HOME_VAR):
+        return Path(home).expanduser().resolve()
+    if (code_root / "pyproject.toml").is_file():
+        return code_root / ".trainctl"
+    state = os.environ.get("XDG_STATE_HOME") or ""
+    base = Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state"  # the spec ignores a relative one
+    return (base / "trainctl").resolve()
+
+
 def local_dir() -> Path:
-    return Path(os.environ.get(LOCAL_DIR_VAR) or REPO_ROOT / ".trainctl" / "local").resolve()
+    return Path(os.environ.get(LOCAL_DIR_VAR) or trainctl_home() / "local").resolve()
 
 
 def state_path(directory: Path | None = None) -> Path:

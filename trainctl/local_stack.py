@@ -435,7 +435,7 @@ def team_topic_rows(teams_setting: str) -> list[tuple[str, str]]:
 def run_down(args: argparse.Namespace) -> int:
     state = read_state()
     if state is None:
-        print("no local stack is running")
+        print(f"no local stack is running (its folder: {local_dir()})")
         return 0
     stop_recorded_stack(state)
     print("local stack stopped")

@@ -421,8 +421,15 @@ class JobRun:
                 return self._preempted()
             elif kind == "shutdown":
                 self._stop_nodes()
-                message = "The local JobService stopped while the job was running; its nodes were stopped."
-                return Outcome(JobState.JOB_STATE_FAILED, code_pb2.ABORTED, message)
+                # The job's machines went away under it, which Vertex reports as an infrastructure failure: code
+                # INTERNAL and the text of its last internal-error attempt (reference/vertex.md §6.3, from
+                # cloud.google.com/vertex-ai/docs/training/understanding-training-service) — never the code's fault,
+                # so the controller resubmits it (reason `internal`) when the stack is back, as after a lost node.
+                message = (
+                    "Internal error occurred for the current attempt: the local JobService stopped while the job "
+                    "was running; its nodes were stopped."
+                )
+                return Outcome(JobState.JOB_STATE_FAILED, code_pb2.INTERNAL, message)
             elif kind == "detach":
                 return None
 

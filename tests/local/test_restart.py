@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 from google.cloud.aiplatform_v1 import JobState
+from google.rpc import code_pb2
 from job_specs import PARENT, custom_job, pool
 
+from functions.cloud.failures import classify_job_failure
 from local.jobservice.client import wait_for_state
 from local.jobservice.standalone import JobServiceProcess
 from local.processes import process_alive, wait_until
@@ -90,3 +92,7 @@ def test_a_clean_stop_fails_running_jobs_and_stops_their_nodes(
     stopped = service.client().get_custom_job(name=running.name)
     assert stopped.state == JobState.JOB_STATE_FAILED
     assert "stopped while the job was running" in stopped.error.message
+    # As Vertex reports a job whose machines went away: an internal error, which the controller retries.
+    assert stopped.error.code == code_pb2.INTERNAL
+    assert stopped.error.message.startswith("Internal error occurred for the current attempt")
+    assert classify_job_failure(stopped.error.code, stopped.error.message, started=True) == "internal"

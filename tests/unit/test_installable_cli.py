@@ -4,7 +4,9 @@ and into a bare venv — with `trainctl completion bash|zsh` built from the pars
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +15,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from trainctl.cli import build_parser
 from trainctl.completion import bash_script, command_words
@@ -85,18 +89,76 @@ def test_uv_tool_install_gives_a_trainctl_on_the_path(wheel, tmp_path):
     assert_runs(tmp_path / "bin" / "trainctl", tmp_path)
 
 
+def installed_closure(requirements: list[str]) -> list[importlib.metadata.Distribution]:
+    """The distributions of this venv that `requirements` need, theirs included (markers evaluated here)."""
+    found: dict[str, importlib.metadata.Distribution] = {}
+    pending = [Requirement(line) for line in requirements]
+    while pending:
+        requirement = pending.pop()
+        name = canonicalize_name(requirement.name)
+        if name in found or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        found[name] = importlib.metadata.distribution(requirement.name)
+        pending += [Requirement(r) for r in found[name].requires or []]
+    return list(found.values())
+
+
+def repack(distribution: importlib.metadata.Distribution, folder: Path) -> Path:
+    """A wheel of an installed distribution, from the files its RECORD lists under site-packages (scripts outside it
+    are left out: an installer writes them again from entry_points.txt)."""
+    info = Path(str(distribution._path))  # type: ignore[attr-defined]  # its .dist-info folder
+    site = info.parent
+    tag = next(line.split(": ", 1)[1] for line in (info / "WHEEL").read_text().splitlines() if line.startswith("Tag:"))
+    name = re.sub(r"[-_.]+", "_", distribution.metadata["Name"])
+    wheel = folder / f"{name}-{distribution.version}-{tag}.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as archive:
+        for file in distribution.files or []:
+            if not str(file).startswith("..") and (site / file).is_file():
+                archive.write(site / file, str(file))
+    return wheel
+
+
+@pytest.mark.slow
+def test_pipx_install_gives_a_trainctl_on_the_path(wheel, tmp_path):
+    """`pipx install` for real (docs/local.md, "trainctl on your PATH"), offline: pip in pipx's venv finds the wheel's
+    dependencies only in a folder of wheels repacked from this venv's installed ones (`--no-index`)."""
+    pipx = VENV_BIN / "pipx" if (VENV_BIN / "pipx").exists() else shutil.which("pipx")
+    if pipx is None:
+        pytest.skip("pipx is not in this venv (requirements-dev.txt installs it)")
+    links = tmp_path / "wheels"
+    links.mkdir()
+    pinned = [line for line in (REPO / "requirements.txt").read_text().splitlines() if line and line[0] != "#"]
+    for distribution in installed_closure(pinned):
+        repack(distribution, links)
+    # No configuration file's index or links either: only the folder above.
+    env = clean_env(PIPX_HOME=str(tmp_path / "pipx"), PIPX_BIN_DIR=str(tmp_path / "bin"),
+                    PIPX_MAN_DIR=str(tmp_path / "man"), PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1",
+                    PIP_FIND_LINKS=str(links))  # fmt: skip
+    done = subprocess.run([str(pipx), "install", str(wheel)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_runs(tmp_path / "bin" / "trainctl", tmp_path)
+
+
 def assert_runs(trainctl: Path, cwd: Path) -> None:
-    """`trainctl --help` and `trainctl completion bash`, outside this checkout and without PYTHONPATH: the command
-    imports its modules from where it was installed (the schema files' presence is the wheel test's)."""
+    """`trainctl --help`, `trainctl completion bash` and `local up --help`, outside this checkout and without
+    PYTHONPATH: the command imports its modules from where it was installed (the schema files' presence is the wheel
+    test's), and its local stack lives in the user's state folder."""
+
+    home = cwd / "home"  # the user's, without XDG_STATE_HOME: the installed stack's folder goes under it
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(trainctl), *args], cwd=cwd, env=clean_env(), capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        env = {k: v for k, v in clean_env(HOME=str(home)).items() if k != "XDG_STATE_HOME"}
+        return subprocess.run([str(trainctl), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
     shown = run("--help")
     assert shown.returncode == 0 and "usage: trainctl" in shown.stdout and " init " in shown.stdout, shown.stderr
     completion = run("completion", "bash")
     assert completion.returncode == 0 and "complete -o default" in completion.stdout, completion.stderr
+    # Its local stack's folder is the user's state folder, not the site-packages its code sits in.
+    assert run("local", "up", "--help").returncode == 0
+    down = run("local", "down")
+    folder = home / ".local" / "state" / "trainctl" / "local"
+    assert down.returncode == 0 and down.stdout == f"no local stack is running (its folder: {folder})\n", down
 
 
 def complete(script: str, *words: str) -> list[str]:

@@ -1,0 +1,149 @@
+"""What the console reads, and only reads: the ledger (active requests, one request's record, the history index), the
+quota pools, the teams' budget records, the run's own metrics files (bounded: a job wrote them) and the Model Registry
+with the models' records, through the same adapters as the controller and the other commands. Nothing here writes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from functions.capacity.quota_pool import Pool, QuotaPools
+from functions.cloud.gcs import Gcs, StorageError, TooLarge
+from functions.ledger.budget_records import BudgetRecords, MonthSpend, month_of
+from functions.ledger.history import MODEL_DECISION_KEY, Outcome
+from functions.ledger.keys import id_namespace
+from functions.ledger.record import Record
+from functions.ledger.requests import Ledger
+from functions.settings import Settings
+
+# The most active requests a page reads records of (each is one object read); the rest are counted, not shown.
+MAX_ACTIVE_SHOWN = 200
+# The history listing of one window is kept this long, so paging through it lists it once, not once a page.
+OUTCOMES_TTL_SECONDS = 30.0
+# metrics.json a job wrote: the same bound as `trainctl curve` (trainctl/curve.py).
+MAX_METRICS_BYTES = 64 * 1024
+
+
+@dataclass
+class Active:
+    records: list[Record]  # at most MAX_ACTIVE_SHOWN, newest first
+    total: int  # every active entry
+
+
+@dataclass
+class Sources:
+    settings: Settings
+    gcs: Gcs
+    ledger: Ledger
+    pools: QuotaPools
+    quota_limit: Callable[[str, str], int | None] | None = None  # (metric, region) → the project's limit
+    log_paths: Callable[[str], dict[str, str]] | None = None  # a job's node logs (the local stack only)
+    _outcomes: dict[tuple[str, str], tuple[float, list[Outcome]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def of_settings(cls, settings: Settings, log_paths: Callable[[str], dict[str, str]] | None = None) -> Sources:
+        from functions.cloud.quotas import GpuQuotas
+
+        gcs = Gcs(settings.project)
+        quotas = GpuQuotas(settings.project, settings.quotas_endpoint)
+        return cls(
+            settings,
+            gcs,
+            Ledger(gcs, settings.control_bucket),
+            QuotaPools(gcs, settings.control_bucket),
+            quota_limit=quotas.limit,
+            log_paths=log_paths,
+        )
+
+    # ---- now -----------------------------------------------------------------------------------------------
+
+    def active(self, limit: int = MAX_ACTIVE_SHOWN) -> Active:
+        """The active requests' records, the newest entries first, at most `limit` read."""
+        hashes = self.ledger.active()
+        records = [found[0] for khash in hashes[:limit] if (found := self.ledger.read(khash))]
+        records.sort(key=lambda r: r.updated, reverse=True)
+        return Active(records, len(hashes))
+
+    def pool_states(self) -> dict[str, Pool]:
+        return {name: self.pools.state(name) for name in self.pools.names()}
+
+    def limit(self, metric: str, region: str) -> int | None:
+        if self.quota_limit is None:
+            return None
+        try:
+            return self.quota_limit(metric, region)
+        except Exception:  # the page shows the queue without the limit rather than fail
+            return None
+
+    def month_spend(self, team: str, now: datetime) -> MonthSpend:
+        """The team's budget record for this month, as written (a month never written reads empty: seeding it would
+        read the month's whole history on every page load)."""
+        return BudgetRecords(self.gcs, self.settings.control_bucket).figures(team, month_of(now))
+
+    # ---- a request -----------------------------------------------------------------------------------------
+
+    def record(self, request_id: str, team: str | None) -> Record | None:
+        teams = self.settings.teams
+        namespace = id_namespace(team, teams.default_team if teams else None) if team else None
+        found = self.ledger.find_by_request_id(request_id, namespace)
+        return found[0] if found else None
+
+    def run_files(self, record: Record) -> tuple[bytes | None, bytes | None, str | None]:
+        """The run's metrics.jsonl and metrics.json, bounded as `trainctl curve` reads them, and why they could not
+        be read (None when they were, or are absent)."""
+        from trainctl.curve import read_run_metrics
+
+        try:
+            return (*read_run_metrics(self.gcs, record.artifacts.model_dir), None)
+        except TooLarge as exc:
+            return None, None, f"{exc.uri} is larger than {exc.limit // 1024:,} KiB: not shown"
+        except (StorageError, ValueError) as exc:
+            return None, None, f"cannot be read: {exc}"
+
+    def node_logs(self, job_name: str | None) -> dict[str, str]:
+        if job_name is None or self.log_paths is None:
+            return {}
+        try:
+            return self.log_paths(job_name)
+        except Exception:  # the stack stopped, or never ran the job: no paths to show
+            return {}
+
+    # ---- history -------------------------------------------------------------------------------------------
+
+    def outcomes(self, since: datetime, key: str = "") -> list[Outcome]:
+        """The history index from `since` (a model decision's with history.MODEL_DECISION_KEY), listed at most once
+        every OUTCOMES_TTL_SECONDS for the same window start (rounded to the minute) and key."""
+        from functions.ledger.history import METADATA_KEY
+
+        key = key or METADATA_KEY
+        start = since.astimezone(UTC).replace(second=0, microsecond=0)
+        cache_key = (start.isoformat(), key)
+        with self._lock:
+            cached = self._outcomes.get(cache_key)
+            if cached and time.monotonic() - cached[0] < OUTCOMES_TTL_SECONDS:
+                return cached[1]
+        found = self.ledger.outcomes(start, key)
+        with self._lock:
+            self._outcomes = {k: v for k, v in self._outcomes.items() if time.monotonic() - v[0] < OUTCOMES_TTL_SECONDS}
+            self._outcomes[cache_key] = (time.monotonic(), found)
+        return found
+
+    def decisions(self, since: datetime) -> list[Outcome]:
+        return self.outcomes(since, MODEL_DECISION_KEY)
+
+    # ---- models --------------------------------------------------------------------------------------------
+
+    def models(self) -> Any:
+        """trainctl/models.py's Models over this deployment (the registry, the models' records)."""
+        from functions.cloud.registry import ModelRegistry
+        from functions.ledger.model_records import ModelCharters, ModelLedger
+        from trainctl.models import Models
+
+        bucket = self.settings.control_bucket
+        registry = ModelRegistry(self.settings.project, self.settings.region, self.settings.vertex_endpoint)
+        return Models(self.settings, registry, ModelLedger(self.gcs, bucket), self.gcs, ModelCharters(self.gcs, bucket))

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from tests.conftest import REPO_ROOT
 
@@ -46,17 +46,21 @@ def browser() -> Iterator[Browser]:
             launched.close()
 
 
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    """A page of its own (a fresh context: no cookies or storage from another test), closed after the test. Every
-    script error on it is kept in `page.script_errors`; the tests check there are none."""
-    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+def watched_page(context: BrowserContext) -> Page:
+    """A new page of `context` whose script errors are kept in `page.script_errors` (the tests check there are none)."""
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
     opened.script_errors = errors  # type: ignore[attr-defined]
+    return opened
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A watched page of its own (a fresh context: no cookies or storage from another test), closed after the test."""
+    context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
     try:
-        yield opened
+        yield watched_page(context)
     finally:
         context.close()
 
@@ -114,10 +118,10 @@ class Console:
             )
 
 
-def screenshot(page: Page, path: Path) -> Path:
-    """The page as the viewport shows it, as a PNG at `path`."""
+def screenshot(page: Page, path: Path, full_page: bool = False) -> Path:
+    """The page as the viewport shows it (or the whole page), as a PNG at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(path))
+    page.screenshot(path=str(path), full_page=full_page)
     return path
 
 

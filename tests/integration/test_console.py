@@ -172,6 +172,8 @@ def test_only_get_and_head_are_answered(settings):
                 assert client.request(method, path).status_code == 405, (method, path)
         assert client.head("/").status_code == 200
         assert client.get("/healthz").text == "ok"
+        policy = client.get("/").headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "default-src 'self'" in policy
 
 
 def test_the_models_page_answers_with_its_tables(settings):

@@ -34,14 +34,23 @@ from functions.ledger.requests import Ledger
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT
 from schemas.events import JobEvent, Rejected, to_pubsub_message
-from tests.integration.deployment import Deployment, fake_node_request, serving
+from tests.integration.deployment import (
+    TRAINER_STAND_IN,
+    Deployment,
+    accuracy,
+    builtin_request,
+    fake_node_request,
+    serving,
+)
 from tests.integration.test_teams import CAPACITY, V100, ask, teams_settings
 from trainctl.console.app import create_app
 from trainctl.console.identity import Viewer
+from trainctl.console.reading import Sources
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+MODEL = "console-model"
 HOSTILE_ID = '<script>alert("id")</script>'
 HOSTILE_METRIC = "<script>alert('metric')</script>"
 
@@ -137,6 +146,16 @@ def test_a_request_page_shows_its_timeline_metrics_escaped_and_its_curve(setting
     assert "console.cloud.google.com/logs/query" in page.text  # not the local stack's process: the cloud's link
 
 
+def test_on_the_local_stack_a_request_page_lists_its_nodes_log_files(settings, jobservice_control):
+    sources = Sources.of_settings(settings, log_paths=jobservice_control.replica_logs)
+    with TestClient(create_app(settings, sources=sources, follow=False, logs_local=True)) as client:
+        page = client.get("/requests/b-done?team=b").text
+    links = page[page.index('<ul id="links">') :]
+    links = links[: links.index("</ul>")]
+    assert "workerpool0-0" in links and ".log</code>" in links and "trainctl local logs b-done" in links
+    assert "console.cloud.google.com" not in links
+
+
 def test_a_hostile_request_id_is_escaped_on_every_page(settings, stack):
     """A rejection names whatever id a document held: the controller files it in the history index and publishes it."""
     event = rejected(HOSTILE_ID, "b", "<img src=x onerror=alert(1)>")
@@ -172,14 +191,38 @@ def test_only_get_and_head_are_answered(settings):
                 assert client.request(method, path).status_code == 405, (method, path)
         assert client.head("/").status_code == 200
         assert client.get("/healthz").text == "ok"
+        policy = client.get("/").headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "default-src 'self'" in policy
 
 
-def test_the_models_page_answers_with_its_tables(settings):
-    with TestClient(create_app(settings, follow=False)) as client:
+@pytest.fixture(scope="module")
+def models_stack(jobservice, tmp_path_factory) -> Iterator[Deployment]:
+    """A deployment whose built-in runs are the trainer stand-in: one model, a version promoted, then one held."""
+    log_dir = tmp_path_factory.mktemp("functions")
+    with serving(jobservice, log_dir, TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN) as deployed:
+        events = deployed.events()
+        for request_id, metrics, decision in [
+            ("m-1", accuracy(0.80), "promoted"),
+            ("m-2", accuracy(0.81, champion=0.80) | {HOSTILE_METRIC: 2.0}, "held"),
+        ]:
+            document = builtin_request(deployed, request_id, "--metrics", json.dumps(metrics), model={"name": MODEL})
+            assert deployed.request(document) == 200
+            events.wait_for(request_id, decision, act=deployed.reconcile, timeout=120)
+        yield deployed
+
+
+def test_the_models_page_shows_versions_each_decision_with_its_figures_and_the_endpoints(models_stack, monkeypatch):
+    for name, value in models_stack.settings_env(TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN).items():
+        monkeypatch.setenv(name, value)
+    with TestClient(create_app(Settings.from_env(), follow=False)) as client:
         page = client.get("/models")
     assert page.status_code == 200
-    for hook in ('<table id="versions">', '<table id="decisions">', 'id="endpoints"'):
-        assert hook in page.text
+    versions = rows(page.text, '<table id="versions">')
+    assert f'data-model="{MODEL}" data-version="1"' in versions and f'data-model="{MODEL}" data-version="2"' in versions
+    decisions = rows(page.text, '<table id="decisions">')
+    assert decisions.count('<tr data-decision="promoted"') == 1 and decisions.count('<tr data-decision="held"') == 1
+    assert "challenger 0.81, champion 0.8" in decisions  # the held decision's figures
+    assert 'id="endpoints"' in page.text and "<script>alert" not in page.text
 
 
 # ---- /live ----------------------------------------------------------------------------------------------------------

@@ -117,6 +117,30 @@ def test_the_live_view_shows_each_event_as_it_is_published_without_a_reload(
     assert page.script_errors == []  # type: ignore[attr-defined]
 
 
+@pytest.mark.xfail(
+    reason="now.html re-fetches its tables on `trainctl-event ... throttle:2s`: htmx's throttle drops every event of a "
+    "burst after the first (no trailing fetch), so accepted → submitted → running within 2 s leaves the row at its "
+    "first state until the next event; a trailing trigger (`delay:500ms`) fixes it. Remove this mark with that fix.",
+    strict=False,
+)
+def test_the_now_pages_tables_follow_the_events_without_a_reload(
+    stack: RunningStack, console: Console, page: Page, tmp_path: Path
+):
+    open_live(page, console.url)
+    request_id = unique("console-tables")
+    release = tmp_path / "release"
+
+    submit(stack, tmp_path, fake_node_request(request_id, "--until-file", str(release)))
+    wait_for_live(page, request_id, "running", EVENT_WAIT_MS)
+    try:
+        page.wait_for_selector(f'table#active tr[data-request-id="{request_id}"][data-state="running"]', timeout=30_000)
+    finally:
+        release.touch()
+    wait_for_live(page, request_id, "succeeded", EVENT_WAIT_MS)
+    page.wait_for_selector(f'table#active tr[data-request-id="{request_id}"]', state="detached", timeout=30_000)
+    assert same_page(page)
+
+
 def test_what_a_requester_or_a_job_wrote_shows_as_text_never_as_markup(
     stack: RunningStack, console: Console, page: Page, tmp_path: Path
 ):
@@ -132,8 +156,8 @@ def test_what_a_requester_or_a_job_wrote_shows_as_text_never_as_markup(
     wait_for_live(page, "unknown", "rejected", EVENT_WAIT_MS)
     wait_for_live(page, named, "succeeded", EVENT_WAIT_MS)
     assert same_page(page)
-    assert any(LEFT_OUT_METRIC in text for text in page.locator("ol#live > li").all_inner_texts())  # shown, as text
     assert_nothing_injected(page)
+    assert any(LEFT_OUT_METRIC in text for text in page.locator("ol#live > li").all_inner_texts())  # shown, as text
     for path in ("", "history?since=1h", "models", f"requests/{named}"):
         page.goto(console.url + path)
         assert_nothing_injected(page)

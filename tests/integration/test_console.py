@@ -135,7 +135,8 @@ def test_a_request_page_shows_its_timeline_metrics_escaped_and_its_curve(setting
     assert page.status_code == 200
     timeline = page.text[page.text.index('<ol id="timeline">') :]
     timeline = timeline[: timeline.index("</ol>")]
-    assert 'data-state="accepted"' in timeline and 'data-state="succeeded"' in timeline
+    states = re.findall(r'<li data-state="(\w+)"', timeline)
+    assert states == ["accepted", "running", "succeeded"], states  # the job's start from the history's outcome
     metrics = page.text[page.text.index('<div id="metrics">') :]
     assert "val_accuracy" in metrics and "0.91" in metrics
     assert "&lt;script&gt;alert(&#39;metric&#39;)&lt;/script&gt;" in metrics

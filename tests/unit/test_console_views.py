@@ -122,6 +122,15 @@ def test_the_timeline_orders_the_events_seen_and_fills_in_what_the_record_keeps(
     ]
 
 
+def test_a_finished_requests_timeline_takes_its_jobs_start_and_its_end_from_the_history():
+    record = make_record(state="succeeded", message="done", updated=NOW + timedelta(minutes=5))
+    ended = Outcome(request_id="r1", state="succeeded", time=NOW, started=NOW - timedelta(minutes=3), attempt=2)
+    steps = views.timeline(record, [], ended)
+    assert [(s.state, s.attempt) for s in steps] == [("accepted", 1), ("running", 2), ("succeeded", 1)]
+    assert steps[1].time == (NOW - timedelta(minutes=3)).isoformat(timespec="seconds")
+    assert steps[2].time == NOW.isoformat(timespec="seconds")  # the final event's time, not the record's last change
+
+
 def test_metrics_keep_only_finite_numbers_and_at_most_so_many():
     content = json.dumps({"val_accuracy": 0.9, "note": "<b>", "nan": float("nan"), "flag": True, "x" * 200: 1})
     rows = views.metric_rows(content.encode())

@@ -138,7 +138,7 @@ def create_app(
             record=record,
             team=views.team_of(record.team, settings.teams),
             info=views.request_view(record),
-            timeline=views.timeline(record, fanout.seen(record.key)),
+            timeline=views.timeline(record, fanout.seen(record.key), sources.final_outcome(record)),
             metrics=views.metric_rows(final),
             curve=curve.as_json() if curve else None,
             unreadable=unreadable,

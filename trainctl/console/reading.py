@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from functions.capacity.quota_pool import Pool, QuotaPools
@@ -26,6 +26,8 @@ MAX_ACTIVE_SHOWN = 200
 OUTCOMES_TTL_SECONDS = 30.0
 # metrics.json a job wrote: the same bound as `trainctl curve` (trainctl/curve.py).
 MAX_METRICS_BYTES = 64 * 1024
+# A request's outcome is looked for on at most this many days back from its record's last change.
+MAX_DAYS_LOOKED_BACK = 3
 
 
 @dataclass
@@ -104,6 +106,32 @@ class Sources:
             return None, None, f"{exc.uri} is larger than {exc.limit // 1024:,} KiB: not shown"
         except (StorageError, ValueError) as exc:
             return None, None, f"cannot be read: {exc}"
+
+    def final_outcome(self, record: Record) -> Outcome | None:
+        """What the history index filed when the request ended (its job's start and end as Vertex reported them):
+        `history/<day>/<key hash>`, on the day its final event happened, between its creation and its record's last
+        change (a few reads at most; None for a request still active)."""
+        from functions.ledger.history import MAX_OUTCOME_BYTES
+        from functions.ledger.requests import HISTORY_PREFIX
+
+        if not record.final:
+            return None
+        day, first = record.updated.astimezone(UTC).date(), record.created.astimezone(UTC).date()
+        for _ in range(MAX_DAYS_LOOKED_BACK):
+            try:
+                found = self.gcs.read(
+                    self.settings.control_bucket,
+                    f"{HISTORY_PREFIX}{day:%Y-%m-%d}/{record.key_hash}",
+                    max_bytes=MAX_OUTCOME_BYTES,
+                )
+                if found is not None:
+                    return Outcome.model_validate_json(found[0])
+            except (TooLarge, StorageError, ValueError):
+                return None
+            if day <= first:
+                return None
+            day -= timedelta(days=1)
+        return None
 
     def node_logs(self, job_name: str | None) -> dict[str, str]:
         if job_name is None or self.log_paths is None:

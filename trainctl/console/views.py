@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from functions.capacity.fair_share import Ask, decide
@@ -268,18 +268,18 @@ class Step:
     text: str
 
 
-def timeline(record: Record, seen: Iterable[JobEvent]) -> list[Step]:
-    """The request's story in order: the lifecycle events this console saw (sequence-ordered, each once), and where it
-    saw none, what the record itself keeps: its acceptance, each rung of the capacity ladder it left and why, its
-    wait in the queue and where it stands now."""
+def timeline(record: Record, seen: Iterable[JobEvent], outcome: Outcome | None = None) -> list[Step]:
+    """The request's story in order: the lifecycle events this console saw (each once, by sequence), and where it saw
+    none, what the ledger keeps: its acceptance (the record's creation), its last job's start (the history's outcome,
+    once it ended), each rung of the capacity ladder it left and why, and where it stands now."""
     events = sorted({e.ce_id: e for e in seen if e.request_key == record.key}.values(), key=_order)
-    steps = [
-        Step(e.time.isoformat(timespec="seconds"), e.state, e.attempt, clipped(e.message, 2 * MAX_TEXT)) for e in events
-    ]
+    steps = [Step(_when(e.time), e.state, e.attempt, clipped(e.message, 2 * MAX_TEXT)) for e in events]
     states = {e.state for e in events}
-    created = record.created.isoformat(timespec="seconds")
     if "accepted" not in states:
-        steps.insert(0, Step(created, "accepted", 1, "accepted (the record's creation)"))
+        steps.append(Step(_when(record.created), "accepted", 1, "accepted (the record's creation)"))
+    if outcome is not None and outcome.started and "running" not in states:
+        steps.append(Step(_when(outcome.started), "running", outcome.attempt, "its last job started running"))
+    steps.sort(key=lambda s: s.time)
     for moved in sorted(record.rung_history, key=lambda o: o.rung):
         steps.append(
             Step(
@@ -290,9 +290,14 @@ def timeline(record: Record, seen: Iterable[JobEvent]) -> list[Step]:
             )
         )
     if record.state not in states:
-        since = in_state_since(record).isoformat(timespec="seconds")
-        steps.append(Step(since, record.state, record.attempt, clipped(record.message, 2 * MAX_TEXT) or record.state))
+        since = outcome.time if outcome is not None else in_state_since(record)
+        text = clipped(record.message, 2 * MAX_TEXT) or record.state
+        steps.append(Step(_when(since), record.state, record.attempt, text))
     return steps
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def _order(event: JobEvent) -> tuple[int, datetime]:

@@ -92,7 +92,10 @@ def rows(html: str, marker: str) -> str:
 def test_the_now_page_lists_active_requests_the_queue_with_why_each_waits_and_the_teams(settings):
     with TestClient(create_app(settings, follow=False)) as client:
         page = client.get("/")
-    assert page.status_code == 200
+        tables = client.get("/now/tables")  # what htmx re-fetches when an event arrives
+    assert page.status_code == tables.status_code == 200
+    assert tables.text.lstrip().startswith("<h2>") and '<table id="active">' in tables.text
+    assert 'hx-get="/now/tables"' in page.text and '<ol id="live"' in page.text
     active = rows(page.text, '<table id="active">')
     for request_id in ("a-v0", "a-v1", "a-v2", "b-run"):
         assert f'data-request-id="{request_id}"' in active

@@ -252,6 +252,7 @@ def live_item(event: JobEvent) -> dict[str, Any]:
     return {
         "state": event.state,
         "request_id": event.request_id,
+        "team": event.team,
         "time": event.time.isoformat(timespec="seconds"),
         "message": clipped(event.message),
     }

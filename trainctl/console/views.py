@@ -375,7 +375,9 @@ def curve_of(history_content: bytes | None, final_content: bytes | None) -> Curv
 
 def cloud_logs_url(project: str, job_name: str) -> str:
     """The job's logs in the Cloud Console's Logs Explorer: Vertex writes them as resource.type="ml_job" with
-    resource.labels.job_id (local/FIDELITY.md, the job logs rows; google-cloud-sdk's log_util.py)."""
+    resource.labels.job_id (local/FIDELITY.md, the job logs rows; google-cloud-sdk's log_util.py). The URL's shape,
+    `logs/query;query=<the query, percent-encoded>?project=P`, is the one vvakame/gcplogurl builds (its example:
+    `https://console.cloud.google.com/logs/query;query=trace%3D%22projects%2F…%22;…?project=test-project`)."""
     from urllib.parse import quote
 
     job_id = job_name.rsplit("/", 1)[-1]

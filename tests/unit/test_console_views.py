@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 from functions.capacity.quota_pool import Pool
@@ -223,3 +224,36 @@ def test_the_feed_remembers_a_bounded_number_of_events_per_request():
     assert len(fanout.seen("request:one")) == 0  # the oldest request forgotten
     assert len(fanout.seen(f"request:r{live.REQUESTS_REMEMBERED}")) == 1
     assert len(fanout.latest()) == live.RECENT_EVENTS
+
+
+class Refusing:
+    """A stream that cannot be opened the first `refusals` times (the account may not subscribe yet)."""
+
+    def __init__(self, refusals: int):
+        self.refusals, self.opened, self.closed = refusals, 0, False
+
+    def __call__(self) -> Refusing:
+        self.opened += 1
+        if self.opened <= self.refusals:
+            raise PermissionError("may not create a subscription")
+        return self
+
+    def poll(self, timeout: float = 5.0) -> list:
+        time.sleep(0.01)
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_feed_that_cannot_subscribe_says_why_and_keeps_trying(monkeypatch):
+    monkeypatch.setattr(live, "RETRY_SECONDS", 0.01)
+    stream = Refusing(refusals=2)
+    feed = live.LiveFeed(stream)
+    feed.start()  # does not raise: the pages work without live events
+    assert feed.problem is not None and "may not create a subscription" in feed.problem
+    deadline = time.monotonic() + 10
+    while stream.opened < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    feed.stop()
+    assert stream.opened == 3 and stream.closed and feed.problem is None

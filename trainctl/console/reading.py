@@ -14,7 +14,7 @@ from typing import Any
 from functions.capacity.quota_pool import Pool, QuotaPools
 from functions.cloud.gcs import Gcs, StorageError, TooLarge
 from functions.ledger.budget_records import BudgetRecords, MonthSpend, month_of
-from functions.ledger.history import MODEL_DECISION_KEY, Outcome
+from functions.ledger.history import METADATA_KEY, MODEL_DECISION_KEY, TRIGGER_POLICY_KEY, Outcome
 from functions.ledger.keys import id_namespace
 from functions.ledger.record import Record
 from functions.ledger.requests import Ledger
@@ -36,6 +36,14 @@ class Active:
     total: int  # every active entry
 
 
+@dataclass(frozen=True)
+class History:
+    since: datetime
+    outcomes: list[Outcome]  # finished requests
+    decisions: list[Outcome]  # model decisions (promoted, held, deployed, rolled back)
+    coalesced: list[Outcome]  # the trigger policies' own filings
+
+
 @dataclass
 class Sources:
     settings: Settings
@@ -44,7 +52,7 @@ class Sources:
     pools: QuotaPools
     quota_limit: Callable[[str, str], int | None] | None = None  # (metric, region) → the project's limit
     log_paths: Callable[[str], dict[str, str]] | None = None  # a job's node logs (the local stack only)
-    _outcomes: dict[tuple[str, str], tuple[float, list[Outcome]]] = field(default_factory=dict)
+    _histories: dict[datetime, tuple[float, History]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -143,26 +151,28 @@ class Sources:
 
     # ---- history -------------------------------------------------------------------------------------------
 
-    def outcomes(self, since: datetime, key: str = "") -> list[Outcome]:
-        """The history index from `since` (a model decision's with history.MODEL_DECISION_KEY), listed at most once
-        every OUTCOMES_TTL_SECONDS for the same window start (rounded to the minute) and key."""
-        from functions.ledger.history import METADATA_KEY
-
-        key = key or METADATA_KEY
+    def history(self, since: datetime) -> History:
+        """The history index from `since`: finished requests, model decisions and the trigger policies' filings, from
+        one listing, kept OUTCOMES_TTL_SECONDS for the same window start (rounded down to the minute), so paging
+        through a window lists it once."""
         start = since.astimezone(UTC).replace(second=0, microsecond=0)
-        cache_key = (start.isoformat(), key)
         with self._lock:
-            cached = self._outcomes.get(cache_key)
+            cached = self._histories.get(start)
             if cached and time.monotonic() - cached[0] < OUTCOMES_TTL_SECONDS:
                 return cached[1]
-        found = self.ledger.outcomes(start, key)
+        found = self.ledger.outcomes_by_key(start, (METADATA_KEY, MODEL_DECISION_KEY, TRIGGER_POLICY_KEY))
+        history = History(start, found[METADATA_KEY], found[MODEL_DECISION_KEY], found[TRIGGER_POLICY_KEY])
         with self._lock:
-            self._outcomes = {k: v for k, v in self._outcomes.items() if time.monotonic() - v[0] < OUTCOMES_TTL_SECONDS}
-            self._outcomes[cache_key] = (time.monotonic(), found)
-        return found
+            now = time.monotonic()
+            self._histories = {k: v for k, v in self._histories.items() if now - v[0] < OUTCOMES_TTL_SECONDS}
+            self._histories[start] = (now, history)
+        return history
 
-    def decisions(self, since: datetime) -> list[Outcome]:
-        return self.outcomes(since, MODEL_DECISION_KEY)
+    def history_if_kept(self, since: datetime) -> History | None:
+        """The listing `history` keeps for this window start, if it still does."""
+        with self._lock:
+            cached = self._histories.get(since)
+        return cached[1] if cached and time.monotonic() - cached[0] < OUTCOMES_TTL_SECONDS else None
 
     # ---- models --------------------------------------------------------------------------------------------
 

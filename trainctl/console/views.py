@@ -401,7 +401,7 @@ def history_page(outcomes: list[Outcome], page: int, size: int = PAGE_SIZE) -> P
     total = len(outcomes)
     pages = max(1, math.ceil(total / size))
     page = min(max(1, page), pages)
-    ordered = sorted(outcomes, key=lambda o: o.time, reverse=True)
+    ordered = sorted(outcomes, key=lambda o: o.time, reverse=True)  # already so, when the app sorted them once
     return Paged(ordered[(page - 1) * size : page * size], page, pages, total)
 
 

@@ -186,6 +186,8 @@ def test_the_history_page_pages_the_window_and_shows_the_figures(settings):
     assert 'data-request-id="b-done"' in page.text
     figures = page.text[page.text.index('<section id="figures">') :]
     assert 'data-figure="succeeded">' in figures
+    by_team = rows(page.text, '<table id="by-team">')
+    assert '<tr data-team="b">' in by_team
 
 
 def test_only_get_and_head_are_answered(settings):

@@ -210,7 +210,8 @@ def create_app(
         seen = views.visible_outcomes(history.outcomes, viewer, teams)
         decisions = views.visible_outcomes(history.decisions, viewer, teams)
         coalesced = views.visible_outcomes(history.coalesced, viewer, teams)
-        report = build_report(seen, history.since, datetime.now(UTC), None, decisions, coalesced)
+        by = "team" if teams is not None else None
+        report = build_report(seen, history.since, datetime.now(UTC), by, decisions, coalesced)
         made = WindowFigures(history, sorted(seen, key=lambda o: o.time, reverse=True), report,
                              views.history_charts(report))  # fmt: skip
         with computed_lock:

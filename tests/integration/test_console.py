@@ -350,8 +350,10 @@ def test_the_command_prints_its_url_first_answers_and_stops_cleanly_on_sigterm(s
             time.sleep(0.2) if answer is None else None
         assert answer.status_code == 200 and answer.text == "ok"
         assert httpx.post(f"{url}", timeout=5).status_code == 405
-        console.send_signal(signal.SIGTERM)
-        assert console.wait(timeout=30) == 0
+        with httpx.stream("GET", f"{url}live", timeout=30) as live:  # a browser tab left open
+            assert next(live.iter_lines()).startswith(":")
+            console.send_signal(signal.SIGTERM)
+            assert console.wait(timeout=30) == 0
     finally:
         if console.poll() is None:
             console.kill()

@@ -116,6 +116,13 @@ def test_the_timeline_orders_the_events_seen_and_fills_in_what_the_record_keeps(
     steps = views.timeline(record, [running, running, other])
     assert [s.state for s in steps] == ["accepted", "running", "ladder"]
     assert steps[2].text.endswith("preempted twice")
+    retried = make_record(state="running", attempt=3, max_attempts=4, rung_preemptions=1)
+    assert [(s.state, s.attempt) for s in views.timeline(retried, [])] == [
+        ("accepted", 1),
+        ("retrying", 3),
+        ("preempted", 3),
+        ("running", 3),
+    ]
     queued = views.timeline(make_record(state="queued", queued_since=NOW, message="waiting for quota"), [])
     assert [(s.state, s.text) for s in queued] == [
         ("accepted", "accepted (the record's creation)"),

@@ -290,6 +290,11 @@ def timeline(record: Record, seen: Iterable[JobEvent], outcome: Outcome | None =
                 f"left rung {moved.rung} ({moved.resources}) after {moved.attempts}: {moved.outcome}",
             )
         )
+    if record.attempt > 1 and "retrying" not in states:
+        text = f"resubmitted: attempt {record.attempt} of at most {record.max_attempts}, into the same output folder"
+        steps.append(Step("", "retrying", record.attempt, text))
+    if record.rung_preemptions and "retrying" not in states:
+        steps.append(Step("", "preempted", record.attempt, f"preempted {record.rung_preemptions} time(s) on this rung"))
     if record.state not in states:
         since = outcome.time if outcome is not None else in_state_since(record)
         text = clipped(record.message, 2 * MAX_TEXT) or record.state

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,6 +27,8 @@ MAX_ACTIVE_SHOWN = 200
 OUTCOMES_TTL_SECONDS = 30.0
 # metrics.json a job wrote: the same bound as `trainctl curve` (trainctl/curve.py).
 MAX_METRICS_BYTES = 64 * 1024
+# The history's days listed at once (each day is a listing of its own).
+LISTING_THREADS = 8
 # A request's outcome is looked for on at most this many days back from its record's last change.
 MAX_DAYS_LOOKED_BACK = 3
 
@@ -160,8 +163,13 @@ class Sources:
             cached = self._histories.get(start)
             if cached and time.monotonic() - cached[0] < OUTCOMES_TTL_SECONDS:
                 return cached[1]
-        found = self.ledger.outcomes_by_key(start, (METADATA_KEY, MODEL_DECISION_KEY, TRIGGER_POLICY_KEY))
-        history = History(start, found[METADATA_KEY], found[MODEL_DECISION_KEY], found[TRIGGER_POLICY_KEY])
+        keys = (METADATA_KEY, MODEL_DECISION_KEY, TRIGGER_POLICY_KEY)
+        # The index is filed by day: the window's days are listed side by side (and tomorrow's, for a clock ahead).
+        first, last = start.date(), datetime.now(UTC).date() + timedelta(days=1)
+        days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
+        with ThreadPoolExecutor(min(LISTING_THREADS, len(days)), thread_name_prefix="console-history") as pool:
+            listed = list(pool.map(lambda day: self.ledger.outcomes_by_key(start, keys, day), days))
+        history = History(start, *([o for found in listed for o in found[key]] for key in keys))
         with self._lock:
             now = time.monotonic()
             self._histories = {k: v for k, v in self._histories.items() if now - v[0] < OUTCOMES_TTL_SECONDS}

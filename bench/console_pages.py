@@ -96,6 +96,8 @@ def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]
                 answer = client.get(path)
                 times.append(time.monotonic() - start)
             assert answer.status_code == 200, (path, answer.status_code)
+            if path.startswith(f"/history?since={window}"):  # every day of the window listed, each outcome once
+                assert f"<small>{args.stored} in the window;" in answer.text, path
         seconds = statistics.median(times)
         figures.append(Figure(name, f"{seconds:.3f} s", f"≤ {PAGE_GOAL_SECONDS:.0f} s", seconds <= PAGE_GOAL_SECONDS))
     notes = [

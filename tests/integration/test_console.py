@@ -92,7 +92,10 @@ def rows(html: str, marker: str) -> str:
 def test_the_now_page_lists_active_requests_the_queue_with_why_each_waits_and_the_teams(settings):
     with TestClient(create_app(settings, follow=False)) as client:
         page = client.get("/")
-    assert page.status_code == 200
+        tables = client.get("/now/tables")  # what htmx re-fetches when an event arrives
+    assert page.status_code == tables.status_code == 200
+    assert tables.text.lstrip().startswith("<h2>") and '<table id="active">' in tables.text
+    assert 'hx-get="/now/tables"' in page.text and '<ol id="live"' in page.text
     active = rows(page.text, '<table id="active">')
     for request_id in ("a-v0", "a-v1", "a-v2", "b-run"):
         assert f'data-request-id="{request_id}"' in active
@@ -135,7 +138,8 @@ def test_a_request_page_shows_its_timeline_metrics_escaped_and_its_curve(setting
     assert page.status_code == 200
     timeline = page.text[page.text.index('<ol id="timeline">') :]
     timeline = timeline[: timeline.index("</ol>")]
-    assert 'data-state="accepted"' in timeline and 'data-state="succeeded"' in timeline
+    states = re.findall(r'<li data-state="(\w+)"', timeline)
+    assert states == ["accepted", "running", "succeeded"], states  # the job's start from the history's outcome
     metrics = page.text[page.text.index('<div id="metrics">') :]
     assert "val_accuracy" in metrics and "0.91" in metrics
     assert "&lt;script&gt;alert(&#39;metric&#39;)&lt;/script&gt;" in metrics
@@ -182,6 +186,8 @@ def test_the_history_page_pages_the_window_and_shows_the_figures(settings):
     assert 'data-request-id="b-done"' in page.text
     figures = page.text[page.text.index('<section id="figures">') :]
     assert 'data-figure="succeeded">' in figures
+    by_team = rows(page.text, '<table id="by-team">')
+    assert '<tr data-team="b">' in by_team
 
 
 def test_only_get_and_head_are_answered(settings):
@@ -344,8 +350,10 @@ def test_the_command_prints_its_url_first_answers_and_stops_cleanly_on_sigterm(s
             time.sleep(0.2) if answer is None else None
         assert answer.status_code == 200 and answer.text == "ok"
         assert httpx.post(f"{url}", timeout=5).status_code == 405
-        console.send_signal(signal.SIGTERM)
-        assert console.wait(timeout=30) == 0
+        with httpx.stream("GET", f"{url}live", timeout=30) as live:  # a browser tab left open
+            assert next(live.iter_lines()).startswith(":")
+            console.send_signal(signal.SIGTERM)
+            assert console.wait(timeout=30) == 0
     finally:
         if console.poll() is None:
             console.kill()

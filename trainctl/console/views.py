@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from functions.capacity.fair_share import Ask, decide
@@ -252,6 +252,7 @@ def live_item(event: JobEvent) -> dict[str, Any]:
     return {
         "state": event.state,
         "request_id": event.request_id,
+        "team": event.team,
         "time": event.time.isoformat(timespec="seconds"),
         "message": clipped(event.message),
     }
@@ -268,18 +269,18 @@ class Step:
     text: str
 
 
-def timeline(record: Record, seen: Iterable[JobEvent]) -> list[Step]:
-    """The request's story in order: the lifecycle events this console saw (sequence-ordered, each once), and where it
-    saw none, what the record itself keeps: its acceptance, each rung of the capacity ladder it left and why, its
-    wait in the queue and where it stands now."""
+def timeline(record: Record, seen: Iterable[JobEvent], outcome: Outcome | None = None) -> list[Step]:
+    """The request's story in order: the lifecycle events this console saw (each once, by sequence), and where it saw
+    none, what the ledger keeps: its acceptance (the record's creation), its last job's start (the history's outcome,
+    once it ended), each rung of the capacity ladder it left and why, and where it stands now."""
     events = sorted({e.ce_id: e for e in seen if e.request_key == record.key}.values(), key=_order)
-    steps = [
-        Step(e.time.isoformat(timespec="seconds"), e.state, e.attempt, clipped(e.message, 2 * MAX_TEXT)) for e in events
-    ]
+    steps = [Step(_when(e.time), e.state, e.attempt, clipped(e.message, 2 * MAX_TEXT)) for e in events]
     states = {e.state for e in events}
-    created = record.created.isoformat(timespec="seconds")
     if "accepted" not in states:
-        steps.insert(0, Step(created, "accepted", 1, "accepted (the record's creation)"))
+        steps.append(Step(_when(record.created), "accepted", 1, "accepted (the record's creation)"))
+    if outcome is not None and outcome.started and "running" not in states:
+        steps.append(Step(_when(outcome.started), "running", outcome.attempt, "its last job started running"))
+    steps.sort(key=lambda s: s.time)
     for moved in sorted(record.rung_history, key=lambda o: o.rung):
         steps.append(
             Step(
@@ -289,10 +290,20 @@ def timeline(record: Record, seen: Iterable[JobEvent]) -> list[Step]:
                 f"left rung {moved.rung} ({moved.resources}) after {moved.attempts}: {moved.outcome}",
             )
         )
+    if record.attempt > 1 and "retrying" not in states:
+        text = f"resubmitted: attempt {record.attempt} of at most {record.max_attempts}, into the same output folder"
+        steps.append(Step("", "retrying", record.attempt, text))
+    if record.rung_preemptions and "retrying" not in states:
+        steps.append(Step("", "preempted", record.attempt, f"preempted {record.rung_preemptions} time(s) on this rung"))
     if record.state not in states:
-        since = in_state_since(record).isoformat(timespec="seconds")
-        steps.append(Step(since, record.state, record.attempt, clipped(record.message, 2 * MAX_TEXT) or record.state))
+        since = outcome.time if outcome is not None else in_state_since(record)
+        text = clipped(record.message, 2 * MAX_TEXT) or record.state
+        steps.append(Step(_when(since), record.state, record.attempt, text))
     return steps
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def _order(event: JobEvent) -> tuple[int, datetime]:
@@ -369,7 +380,9 @@ def curve_of(history_content: bytes | None, final_content: bytes | None) -> Curv
 
 def cloud_logs_url(project: str, job_name: str) -> str:
     """The job's logs in the Cloud Console's Logs Explorer: Vertex writes them as resource.type="ml_job" with
-    resource.labels.job_id (local/FIDELITY.md, the job logs rows; google-cloud-sdk's log_util.py)."""
+    resource.labels.job_id (local/FIDELITY.md, the job logs rows; google-cloud-sdk's log_util.py). The URL's shape,
+    `logs/query;query=<the query, percent-encoded>?project=P`, is the one vvakame/gcplogurl builds (its example:
+    `https://console.cloud.google.com/logs/query;query=trace%3D%22projects%2F…%22;…?project=test-project`)."""
     from urllib.parse import quote
 
     job_id = job_name.rsplit("/", 1)[-1]
@@ -393,7 +406,7 @@ def history_page(outcomes: list[Outcome], page: int, size: int = PAGE_SIZE) -> P
     total = len(outcomes)
     pages = max(1, math.ceil(total / size))
     page = min(max(1, page), pages)
-    ordered = sorted(outcomes, key=lambda o: o.time, reverse=True)
+    ordered = sorted(outcomes, key=lambda o: o.time, reverse=True)  # already so, when the app sorted them once
     return Paged(ordered[(page - 1) * size : page * size], page, pages, total)
 
 

@@ -117,12 +117,6 @@ def test_the_live_view_shows_each_event_as_it_is_published_without_a_reload(
     assert page.script_errors == []  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(
-    reason="now.html re-fetches its tables on `trainctl-event ... throttle:2s`: htmx's throttle drops every event of a "
-    "burst after the first (no trailing fetch), so accepted → submitted → running within 2 s leaves the row at its "
-    "first state until the next event; a trailing trigger (`delay:500ms`) fixes it. Remove this mark with that fix.",
-    strict=False,
-)
 def test_the_now_pages_tables_follow_the_events_without_a_reload(
     stack: RunningStack, console: Console, page: Page, tmp_path: Path
 ):

@@ -143,6 +143,8 @@ def test_the_demo_trains_the_partitions_promotes_the_better_model_and_cleans_up(
         first = next(request_id for request_id, _ in live if request_id.startswith(request_prefix(PARTITIONS[0].day)))
         after.goto(f"{console.url}requests/{first}")
         screenshot(after, shots / "request.png", full_page=True)
+        after.goto(f"{console.url}history?since=1h")
+        screenshot(after, shots / "history.png", full_page=True)
         after.goto(f"{console.url}models")
         screenshot(after, shots / "models.png", full_page=True)
         decisions = after.eval_on_selector_all(

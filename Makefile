@@ -32,12 +32,25 @@ demo: $(STAMP)
 # Two workers, one per core, each with its own emulators; a test file stays on one worker (its module fixtures).
 # The type check runs beside the suite (on a fresh clone it has no cache and takes a core for ~20 s); its
 # report is printed after the tests', and either failing fails the target.
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy > $(VENV)/mypy.out 2>&1 & mypy=$$!; \
 	$(VENV)/bin/pytest -n 2 --dist loadfile; tests=$$?; \
 	wait $$mypy; typed=$$?; cat $(VENV)/mypy.out; \
 	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
+
+# The console's browser tests (tests/browser, issue 45) drive Debian's chromium through Playwright. Installed here
+# where it is missing (as root, as on this project's machines; the package index is fetched only when the install
+# fails without it); otherwise says what to install. Silent when chromium is there.
+.PHONY: chromium
+chromium:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; \
+	  else \
+	    echo "the browser tests need Debian's chromium: run 'apt-get install chromium' as root" >&2; exit 1; \
+	  fi; }
 
 # The performance goals of issue 8 on the emulators and the local JobService; each script appends its figures,
 # with the machine, load and commit, to bench/RESULTS.md. Not part of `make test` (tests never time anything).

@@ -10,6 +10,7 @@ import sys
 
 from trainctl import demo, jobs, local_stack, model_rules, models, plan, replay, report, serving, submit, validate
 from trainctl.completion import register as register_completion
+from trainctl.console import register as register_console
 from trainctl.curve import register as register_curve
 from trainctl.init_request import register as register_init
 from trainctl.problems import EXIT_INTERRUPTED, Problem, explain
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.register(commands)
     demo.register(commands)
     local_stack.register(commands)
+    register_console(commands)
     register_completion(commands)
     return parser
 

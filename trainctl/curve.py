@@ -70,6 +70,18 @@ def parse_final(content: bytes | None) -> dict[str, Any]:
     }
 
 
+def read_run_metrics(gcs: Any, model_dir: str) -> tuple[bytes | None, bytes | None]:
+    """A run's metrics.jsonl and metrics.json from its model folder, each bounded (TooLarge past it); None where
+    absent. `trainctl curve` and the console's request page read them here."""
+    from schemas.rules import split_gs_uri
+
+    bucket, folder = split_gs_uri(model_dir)
+    folder = folder.rstrip("/")
+    history = gcs.read(bucket, f"{folder}/metrics.jsonl", max_bytes=MAX_HISTORY_BYTES)
+    final = gcs.read(bucket, f"{folder}/metrics.json", max_bytes=MAX_FINAL_BYTES)
+    return (history[0] if history else None), (final[0] if final else None)
+
+
 def no_history(request_id: str, state: str, builtin: bool, model_dir: str) -> str:
     """Why the run left no metrics.jsonl, by where it stands."""
     if state in ("rejected", "skipped"):
@@ -111,7 +123,6 @@ def draw(history: list[dict[str, float]], final: dict[str, Any], heading: str, o
 
 def run_curve(args: argparse.Namespace) -> int:
     from functions.cloud.gcs import Gcs, TooLarge
-    from schemas.rules import split_gs_uri
     from trainctl.context import cli_settings
     from trainctl.loss_chart import history_metric
 
@@ -121,23 +132,20 @@ def run_curve(args: argparse.Namespace) -> int:
         return EXIT_NOT_FOUND
     gcs = Gcs(cli_settings().project)
     model_dir = record.artifacts.model_dir
-    bucket, folder = split_gs_uri(model_dir)
-    folder = folder.rstrip("/")
     try:
-        found = gcs.read(bucket, f"{folder}/metrics.jsonl", max_bytes=MAX_HISTORY_BYTES)
-        final = gcs.read(bucket, f"{folder}/metrics.json", max_bytes=MAX_FINAL_BYTES)
+        found, final = read_run_metrics(gcs, model_dir)
     except TooLarge as exc:
         print(f"{exc.uri} is larger than {exc.limit // 1024:,} KiB: too large to draw")
         return EXIT_TOO_LARGE
     builtin = bool((record.request.get("trainer") or {}).get("builtin"))
-    history = parse_history(found[0]) if found else []
+    history = parse_history(found) if found is not None else []
     if not history:
-        if found:
+        if found is not None:
             print(f"{model_dir}metrics.jsonl holds no evaluation with a val_loss: nothing to draw")
         else:
             print(no_history(record.request_id, record.state, builtin, model_dir))
         return EXIT_NOT_FOUND
-    out = draw(history, parse_final(final[0] if final else None), title(record, history_metric(history)),
+    out = draw(history, parse_final(final), title(record, history_metric(history)),
                args.out or Path(f"{args.request_id}-curve.png"))  # fmt: skip
     x_key = "epoch" if "epoch" in history[0] else "step"
     print(f"curve: {out} ({len(history)} evaluation{'s' if len(history) != 1 else ''}, {x_key} "

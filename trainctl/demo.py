@@ -131,6 +131,10 @@ PARTITIONS = (
 # Where the demo's versions serve, and how each rolls out: a short bake, judged on the canary's own answers.
 DEPLOY = {"endpoint": "demo-breast-cancer", "canary_percent": 50, "bake": "15s", "max_error_rate": 0.05,
           "min_requests": 5}  # fmt: skip
+# A folder through which a watcher (the demo's test: a console and a browser page on the demo's stack, issue 45)
+# holds the demo twice: once the stack is up and its state written, the story waits for `<gate>/start`; after the
+# last line, the stack is stopped only once `<gate>/stop` exists. Each wait ends after the partition timeout.
+GATE_VAR = "TRAINCTL_DEMO_GATE"
 
 
 class DemoFailed(Exception):
@@ -171,7 +175,10 @@ def run_demo(args: argparse.Namespace) -> int:
         state = stack.start(os.getpid())
         write_state(state)
         os.environ.update(state.emulator_env())
-        return _flow(state, args.timeout, out_dir, started)
+        _wait_at_gate("start", args.timeout)
+        ended = _flow(state, args.timeout, out_dir, started)
+        _wait_at_gate("stop", args.timeout)
+        return ended
     except DemoFailed as failure:
         say(f"\nthe demo failed at step '{failure.step}': {failure.detail}")
         say(f"logs: {local_dir() / 'run'} (functions/, jobservice/jobs/<job id>/logs/)")
@@ -184,6 +191,20 @@ def run_demo(args: argparse.Namespace) -> int:
         stack.stop()
         if read_state() is not None:
             remove_state()
+
+
+def _wait_at_gate(name: str, timeout: float) -> None:
+    """With TRAINCTL_DEMO_GATE set, wait until the file `name` exists in that folder (see GATE_VAR)."""
+    gate = os.environ.get(GATE_VAR)
+    if not gate:
+        return
+    path = Path(gate) / name
+    say(f"waiting for {path}")
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise DemoFailed("the gate", f"{path} did not appear within {timeout:.0f} s")
+        time.sleep(0.2)
 
 
 def _flow(state: Any, timeout: float, out_dir: Path, started: float) -> int:

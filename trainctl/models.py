@@ -240,6 +240,7 @@ def _decision(entry: Entry) -> dict[str, Any]:
         "version": entry.version,
         "previous": entry.previous,
         "why": entry.message,
+        "figures": entry.decision.model_dump(mode="json") if entry.decision else None,
     }
 
 

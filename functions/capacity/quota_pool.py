@@ -158,6 +158,10 @@ class QuotaPools:
         state = self._read(pool)[0]
         return state.held if team is None else state.held_by(team)
 
+    def state(self, pool: str) -> Pool:
+        """The pool as it stands: its holders, its line and their teams (for people: the console's now page)."""
+        return self._read(pool)[0]
+
     def waiting(self, pool: str) -> list[str]:
         """The requests waiting in the pool, first in line first."""
         return self._read(pool)[0].waiting

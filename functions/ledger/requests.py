@@ -12,7 +12,7 @@ Layout under the control bucket:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from functions import logs
 from functions.cloud.errors import Transient
@@ -157,10 +157,21 @@ class Ledger:
     def outcomes(self, since: datetime, key: str = METADATA_KEY) -> list[Outcome]:
         """Every request that finished at or after `since` (with history.MODEL_DECISION_KEY: every model decision),
         from the listing alone (no object is read), but for the few whose labels did not fit their metadata."""
+        return self.outcomes_by_key(since, (key,))[key]
+
+    def outcomes_by_key(
+        self, since: datetime, keys: tuple[str, ...], day: date | None = None
+    ) -> dict[str, list[Outcome]]:
+        """`outcomes` for several metadata keys (requests, model decisions, trigger policies) from one listing; with
+        `day`, only what was filed under that day (a reader may list the days of a window side by side)."""
         first_day = f"{HISTORY_PREFIX}{since.astimezone(UTC):%Y-%m-%d}"
-        listing = self._gcs.metadata_under(self.bucket, HISTORY_PREFIX, first_day)
-        found = (self._outcome(name, meta, key) for name, meta in listing if key in meta)
-        return [outcome for outcome in found if outcome.time >= since]
+        prefix, start = (f"{HISTORY_PREFIX}{day:%Y-%m-%d}/", "") if day else (HISTORY_PREFIX, first_day)
+        found: dict[str, list[Outcome]] = {key: [] for key in keys}
+        for name, meta in self._gcs.metadata_under(self.bucket, prefix, start):
+            for key in keys:
+                if key in meta and (outcome := self._outcome(name, meta, key)).time >= since:
+                    found[key].append(outcome)
+        return found
 
     def _outcome(self, name: str, metadata: dict[str, str], key: str) -> Outcome:
         """The outcome a listing shows, with its labels read from the content when they did not fit."""

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 from google.cloud import pubsub_v1
 
-from bench import checkpoint_time, cold_start, controller_load, reconcile_scale, reconcile_sweep, report_listing
+from bench import (
+    checkpoint_time,
+    cold_start,
+    console_pages,
+    controller_load,
+    reconcile_scale,
+    reconcile_sweep,
+    report_listing,
+)
 from bench.report import record
 from bench.stack import Stack
 
@@ -76,6 +84,14 @@ def test_report_listing_lists_every_outcome_filed(stack, tmp_path):
         report_listing, stack, tmp_path, "--finished", "300", "--stored", "30", "--days", "3", "--runs", "1"
     )
     assert figures["listing calls at 300 finished requests"] == "1"
+
+
+def test_console_pages_answers_every_page_over_the_stored_history(stack, tmp_path):
+    """Issue 45, point 2: the console's page benchmark still runs (tiny here), every page answering 200."""
+    figures = figures_of(
+        console_pages, stack, tmp_path, "--stored", "120", "--days", "3", "--active", "2", "--runs", "1"
+    )
+    assert {"now page", "history, 3d: last page (3)", "a request", "models"} <= set(figures)
 
 
 def test_checkpoint_time_saves_a_small_state_to_disk_and_to_cloud_storage(fake_gcs, tmp_path):

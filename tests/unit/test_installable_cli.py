@@ -52,6 +52,11 @@ def test_the_wheel_holds_the_cli_its_schemas_and_its_dependencies(wheel):
     for package in PACKAGES:  # every module of every package the CLI imports
         assert {p.relative_to(REPO).as_posix() for p in (REPO / package).rglob("*.py")} <= names, package
     assert {"schemas/training_job.schema.json", "schemas/job_event.schema.json"} <= names
+    console = REPO / "trainctl" / "console"  # the console's pages and files (issue 45)
+    shipped = {
+        p.relative_to(REPO).as_posix() for p in console.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    }
+    assert shipped <= names, sorted(shipped - names)
     info = next(n for n in names if n.endswith(".dist-info/METADATA")).rsplit("/", 1)[0]
     entry_points = zipfile.ZipFile(wheel).read(f"{info}/entry_points.txt").decode()
     assert "trainctl = trainctl.cli:main" in entry_points
@@ -59,6 +64,7 @@ def test_the_wheel_holds_the_cli_its_schemas_and_its_dependencies(wheel):
     pinned = [line for line in (REPO / "requirements.txt").read_text().splitlines() if line and line[0] != "#"]
     assert pinned and all(f"Requires-Dist: {line}\n" in metadata for line in pinned)
     assert "Requires-Dist: torch==" in metadata and 'extra == "trainer"' in metadata
+    assert 'Requires-Dist: starlette==1.10.0; extra == "console"' in metadata
 
 
 @pytest.mark.slow

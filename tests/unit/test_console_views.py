@@ -16,7 +16,7 @@ from functions.teams import parse_teams
 from schemas.events import Rejected, RungOutcome, Running
 from tests.unit.conftest import RECORD_TIME, make_record
 from trainctl.console import live, views
-from trainctl.console.identity import LOCAL_OPERATOR, Viewer
+from trainctl.console.identity import LOCAL_OPERATOR, Viewer, local_viewer
 
 NOW = RECORD_TIME + timedelta(minutes=10)
 V100 = "custom_model_training_nvidia_v100_gpus"
@@ -49,6 +49,18 @@ def test_viewer_sees_every_team_or_only_its_own():
     assert LOCAL_OPERATOR.sees("a") and LOCAL_OPERATOR.sees(None)
     only_a = Viewer("x", frozenset({"a"}))
     assert only_a.sees("a") and not only_a.sees("b") and not only_a.sees(None)
+
+
+def test_the_local_viewer_is_the_operator_or_with_team_only_that_team():
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+
+    app = Starlette()
+    app.state.team = None
+    assert local_viewer(Request({"type": "http", "app": app})) == LOCAL_OPERATOR
+    app.state.team = "b"
+    narrowed = local_viewer(Request({"type": "http", "app": app}))
+    assert narrowed.teams == frozenset({"b"}) and narrowed.sees("b") and not narrowed.sees("a")
 
 
 def test_an_active_row_shows_state_rung_team_gpus_time_in_state_and_cost_so_far():

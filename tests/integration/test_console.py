@@ -228,6 +228,7 @@ def test_the_models_page_shows_versions_each_decision_with_its_figures_and_the_e
     decisions = rows(page.text, '<table id="decisions">')
     assert decisions.count('<tr data-decision="promoted"') == 1 and decisions.count('<tr data-decision="held"') == 1
     assert "challenger 0.81, champion 0.8" in decisions  # the held decision's figures
+    assert "val_accuracy 0.81" in versions  # the headline metric, as `trainctl models show` prints it
     assert 'id="endpoints"' in page.text and "<script>alert" not in page.text
 
 

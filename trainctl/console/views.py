@@ -20,6 +20,7 @@ from functions.teams import NO_TEAMS, Teams, everyone_shares
 from schemas.events import JobEvent, Timestamps
 from trainctl.console.identity import Viewer
 from trainctl.curve import parse_final, parse_history
+from trainctl.eventstream import headline_metrics
 from trainctl.jobs import summary
 from trainctl.loss_chart import history_metric
 
@@ -455,7 +456,7 @@ def models_view(described: list[dict[str, Any]]) -> dict[str, Any]:
         for alias, held in model["aliases"].items():
             champions.append({"model": name, "alias": alias, **held})
         for v in reversed(model["versions"]):
-            versions.append({"model": name, **v})
+            versions.append({"model": name, "headline": headline_metrics(v["metrics"], limit=4) or "-", **v})
         for d in model["decisions"]:
             decisions.append({"model": name, **d})
         if model.get("serving"):

@@ -13,7 +13,7 @@ from functions.capacity.quota_pool import Pool
 from functions.ledger.history import Outcome
 from functions.ledger.record import LadderRung
 from functions.teams import parse_teams
-from schemas.events import Rejected, RungOutcome, Running
+from schemas.events import Rejected, RungOutcome, Running, Timestamps
 from tests.unit.conftest import RECORD_TIME, make_record
 from trainctl.console import live, views
 from trainctl.console.identity import LOCAL_OPERATOR, Viewer, local_viewer
@@ -71,6 +71,18 @@ def test_an_active_row_shows_state_rung_team_gpus_time_in_state_and_cost_so_far(
     assert (row.request_id, row.state, row.team, row.gpus) == ("r1", "running", "a", 2)
     assert row.rung.startswith("0: 1 × n1-standard-16") and row.in_state == "60.0m"
     assert row.cost == "$4.60"  # $1 before, then an hour at $3.60
+    event = Running(
+        request_id="r1",
+        request_key="request:r1",
+        time=NOW - timedelta(minutes=30),
+        message="running",
+        timestamps=Timestamps(started=NOW - timedelta(hours=2)),
+    )
+    started = views.running_since(running, [event])
+    assert started == NOW - timedelta(hours=2)  # Vertex's start time, not the record's last change
+    (row,) = views.active_rows([running], NOW, LOCAL_OPERATOR, TEAMS, {running.key_hash: started})
+    assert row.cost == "$8.20"
+    assert views.running_since(running, [event.model_copy(update={"attempt": 2})]) is None  # another attempt's
 
 
 def test_a_queued_request_counts_its_time_in_state_from_when_it_began_to_wait():

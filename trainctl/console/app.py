@@ -115,8 +115,9 @@ def create_app(
                 if viewer.sees(name):
                     month = sources.month_spend(name, now)
                     spends[name] = (month.spent_usd(), month.reserved_usd())
+        started = {r.key_hash: found for r in active.records if (found := views.running_since(r, fanout.seen(r.key)))}
         return {
-            "active": views.active_rows(active.records, now, viewer, teams),
+            "active": views.active_rows(active.records, now, viewer, teams, started),
             "active_total": active.total,
             "active_shown": len(active.records),
             "queue": views.queue_rows(pools, records, limits, viewer, teams, now),

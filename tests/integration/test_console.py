@@ -117,9 +117,10 @@ def test_a_viewer_of_one_team_sees_only_that_teams_requests_queue_and_row(settin
         page = client.get("/").text
         other = client.get("/requests/a-v0?team=a")
         own = client.get("/requests/b-run?team=b")
+        unknown = client.get("/requests/b-run?team=../b")
     assert 'data-request-id="b-run"' in page and "a-v0" not in page and "a-v2" not in page
     assert 'data-team="b"' in page and 'data-team="a"' not in page
-    assert other.status_code == 404 and own.status_code == 200
+    assert other.status_code == 404 and own.status_code == 200 and unknown.status_code == 404
 
 
 def test_a_request_page_shows_its_timeline_metrics_escaped_and_its_curve(settings, stack):

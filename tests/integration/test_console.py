@@ -197,6 +197,7 @@ def test_only_get_and_head_are_answered(settings):
             for method in ("POST", "PUT", "DELETE", "PATCH"):
                 assert client.request(method, path).status_code == 405, (method, path)
         assert client.head("/").status_code == 200
+        assert client.head("/live").headers["content-type"].startswith("text/event-stream")  # and it ends
         assert client.get("/healthz").text == "ok"
         policy = client.get("/").headers["content-security-policy"]
     assert "script-src 'self'" in policy and "default-src 'self'" in policy

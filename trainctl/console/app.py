@@ -225,6 +225,8 @@ def create_app(
         return views.team_of(event.team, settings.teams)
 
     async def live(request: Request) -> Response:
+        if request.method == "HEAD":  # the headers alone: a stream that never ends has no body to leave out
+            return Response(media_type="text/event-stream", headers={"Cache-Control": "no-store"})
         viewer = viewer_of(request)
 
         def sees(event: JobEvent) -> bool:

@@ -374,3 +374,21 @@ def test_the_command_warns_when_told_to_listen_beyond_this_machine(stack):
     finally:
         console.send_signal(signal.SIGTERM)
         assert console.wait(timeout=30) == 0
+
+
+def test_a_long_running_stream_remembers_a_bounded_number_of_event_ids(settings, stack, monkeypatch):
+    """The console follows the events for days: the ids it drops copies by are the latest MAX_SEEN, not every one."""
+    from trainctl import eventstream
+
+    monkeypatch.setattr(eventstream, "MAX_SEEN", 2)
+    with eventstream.EventStream(settings.project, settings.events_topic) as stream:
+        publish(stack, *(rejected(f"bounded-{i}", "b") for i in range(3)))
+        seen: list[str] = []
+
+        def all_three() -> bool:
+            seen.extend(event.request_id for event in stream.poll(timeout=2))
+            return len(seen) >= 3
+
+        wait_until(all_three)
+        assert sorted(seen) == ["bounded-0", "bounded-1", "bounded-2"]
+        assert len(stream._seen) == 2

@@ -117,9 +117,10 @@ def test_a_viewer_of_one_team_sees_only_that_teams_requests_queue_and_row(settin
         page = client.get("/").text
         other = client.get("/requests/a-v0?team=a")
         own = client.get("/requests/b-run?team=b")
+        unknown = client.get("/requests/b-run?team=../b")
     assert 'data-request-id="b-run"' in page and "a-v0" not in page and "a-v2" not in page
     assert 'data-team="b"' in page and 'data-team="a"' not in page
-    assert other.status_code == 404 and own.status_code == 200
+    assert other.status_code == 404 and own.status_code == 200 and unknown.status_code == 404
 
 
 def test_a_request_page_shows_its_timeline_metrics_escaped_and_its_curve(settings, stack):
@@ -196,6 +197,7 @@ def test_only_get_and_head_are_answered(settings):
             for method in ("POST", "PUT", "DELETE", "PATCH"):
                 assert client.request(method, path).status_code == 405, (method, path)
         assert client.head("/").status_code == 200
+        assert client.head("/live").headers["content-type"].startswith("text/event-stream")  # and it ends
         assert client.get("/healthz").text == "ok"
         policy = client.get("/").headers["content-security-policy"]
     assert "script-src 'self'" in policy and "default-src 'self'" in policy
@@ -228,6 +230,7 @@ def test_the_models_page_shows_versions_each_decision_with_its_figures_and_the_e
     decisions = rows(page.text, '<table id="decisions">')
     assert decisions.count('<tr data-decision="promoted"') == 1 and decisions.count('<tr data-decision="held"') == 1
     assert "challenger 0.81, champion 0.8" in decisions  # the held decision's figures
+    assert "val_accuracy 0.81" in versions  # the headline metric, as `trainctl models show` prints it
     assert 'id="endpoints"' in page.text and "<script>alert" not in page.text
 
 
@@ -371,3 +374,21 @@ def test_the_command_warns_when_told_to_listen_beyond_this_machine(stack):
     finally:
         console.send_signal(signal.SIGTERM)
         assert console.wait(timeout=30) == 0
+
+
+def test_a_long_running_stream_remembers_a_bounded_number_of_event_ids(settings, stack, monkeypatch):
+    """The console follows the events for days: the ids it drops copies by are the latest MAX_SEEN, not every one."""
+    from trainctl import eventstream
+
+    monkeypatch.setattr(eventstream, "MAX_SEEN", 2)
+    with eventstream.EventStream(settings.project, settings.events_topic) as stream:
+        publish(stack, *(rejected(f"bounded-{i}", "b") for i in range(3)))
+        seen: list[str] = []
+
+        def all_three() -> bool:
+            seen.extend(event.request_id for event in stream.poll(timeout=2))
+            return len(seen) >= 3
+
+        wait_until(all_three)
+        assert sorted(seen) == ["bounded-0", "bounded-1", "bounded-2"]
+        assert len(stream._seen) == 2

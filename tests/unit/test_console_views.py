@@ -13,10 +13,10 @@ from functions.capacity.quota_pool import Pool
 from functions.ledger.history import Outcome
 from functions.ledger.record import LadderRung
 from functions.teams import parse_teams
-from schemas.events import Rejected, RungOutcome, Running
+from schemas.events import Rejected, RungOutcome, Running, Timestamps
 from tests.unit.conftest import RECORD_TIME, make_record
 from trainctl.console import live, views
-from trainctl.console.identity import LOCAL_OPERATOR, Viewer
+from trainctl.console.identity import LOCAL_OPERATOR, Viewer, local_viewer
 
 NOW = RECORD_TIME + timedelta(minutes=10)
 V100 = "custom_model_training_nvidia_v100_gpus"
@@ -51,6 +51,18 @@ def test_viewer_sees_every_team_or_only_its_own():
     assert only_a.sees("a") and not only_a.sees("b") and not only_a.sees(None)
 
 
+def test_the_local_viewer_is_the_operator_or_with_team_only_that_team():
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+
+    app = Starlette()
+    app.state.team = None
+    assert local_viewer(Request({"type": "http", "app": app})) == LOCAL_OPERATOR
+    app.state.team = "b"
+    narrowed = local_viewer(Request({"type": "http", "app": app}))
+    assert narrowed.teams == frozenset({"b"}) and narrowed.sees("b") and not narrowed.sees("a")
+
+
 def test_an_active_row_shows_state_rung_team_gpus_time_in_state_and_cost_so_far():
     running = make_record(
         state="running", team="a", ladder=[rung()], updated=NOW - timedelta(hours=1), earlier_cost_usd=1.0
@@ -59,6 +71,18 @@ def test_an_active_row_shows_state_rung_team_gpus_time_in_state_and_cost_so_far(
     assert (row.request_id, row.state, row.team, row.gpus) == ("r1", "running", "a", 2)
     assert row.rung.startswith("0: 1 × n1-standard-16") and row.in_state == "60.0m"
     assert row.cost == "$4.60"  # $1 before, then an hour at $3.60
+    event = Running(
+        request_id="r1",
+        request_key="request:r1",
+        time=NOW - timedelta(minutes=30),
+        message="running",
+        timestamps=Timestamps(started=NOW - timedelta(hours=2)),
+    )
+    started = views.running_since(running, [event])
+    assert started == NOW - timedelta(hours=2)  # Vertex's start time, not the record's last change
+    (row,) = views.active_rows([running], NOW, LOCAL_OPERATOR, TEAMS, {running.key_hash: started})
+    assert row.cost == "$8.20"
+    assert views.running_since(running, [event.model_copy(update={"attempt": 2})]) is None  # another attempt's
 
 
 def test_a_queued_request_counts_its_time_in_state_from_when_it_began_to_wait():

@@ -115,8 +115,9 @@ def create_app(
                 if viewer.sees(name):
                     month = sources.month_spend(name, now)
                     spends[name] = (month.spent_usd(), month.reserved_usd())
+        started = {r.key_hash: found for r in active.records if (found := views.running_since(r, fanout.seen(r.key)))}
         return {
-            "active": views.active_rows(active.records, now, viewer, teams),
+            "active": views.active_rows(active.records, now, viewer, teams, started),
             "active_total": active.total,
             "active_shown": len(active.records),
             "queue": views.queue_rows(pools, records, limits, viewer, teams, now),
@@ -224,6 +225,8 @@ def create_app(
         return views.team_of(event.team, settings.teams)
 
     async def live(request: Request) -> Response:
+        if request.method == "HEAD":  # the headers alone: a stream that never ends has no body to leave out
+            return Response(media_type="text/event-stream", headers={"Cache-Control": "no-store"})
         viewer = viewer_of(request)
 
         def sees(event: JobEvent) -> bool:

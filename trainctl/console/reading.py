@@ -102,6 +102,8 @@ class Sources:
 
     def record(self, request_id: str, team: str | None) -> Record | None:
         teams = self.settings.teams
+        if team is not None and (teams is None or team not in teams.teams):
+            return None  # not one of this deployment's teams: no namespace to look in
         namespace = id_namespace(team, teams.default_team if teams else None) if team else None
         found = self.ledger.find_by_request_id(request_id, namespace)
         return found[0] if found else None

@@ -20,6 +20,7 @@ from functions.teams import NO_TEAMS, Teams, everyone_shares
 from schemas.events import JobEvent, Timestamps
 from trainctl.console.identity import Viewer
 from trainctl.curve import parse_final, parse_history
+from trainctl.eventstream import headline_metrics
 from trainctl.jobs import summary
 from trainctl.loss_chart import history_metric
 
@@ -78,10 +79,11 @@ def rung_in_words(record: Record) -> str:
     return f"{record.rung}: {rung.resources}" if rung else str(record.rung)
 
 
-def cost_so_far(record: Record, now: datetime) -> float:
+def cost_so_far(record: Record, now: datetime, running_since: datetime | None = None) -> float:
     """What the request has run so far, at its rungs' prices: the attempts before this one (the record's), and the
-    current attempt from when it started running (the record's last change, while running) to now."""
-    started = record.updated if record.state == "running" else None
+    current attempt from when its job started running (`running_since`: its `running` event's start, when the
+    console saw it; else the record's last change) to now."""
+    started = (running_since or record.updated) if record.state == "running" else None
     return record.spent(Timestamps(started=started, ended=now) if started else None).estimated_cost_usd
 
 
@@ -99,7 +101,22 @@ class ActiveRow:
     job_state: str | None
 
 
-def active_rows(records: Iterable[Record], now: datetime, viewer: Viewer, teams: Teams | None) -> list[ActiveRow]:
+def running_since(record: Record, seen: Iterable[JobEvent]) -> datetime | None:
+    """When the current attempt's job started running, from its `running` event (Vertex's start time)."""
+    for event in seen:
+        if event.state == "running" and event.attempt == record.attempt and event.request_key == record.key:
+            return event.timestamps.started if event.timestamps and event.timestamps.started else event.time
+    return None
+
+
+def active_rows(
+    records: Iterable[Record],
+    now: datetime,
+    viewer: Viewer,
+    teams: Teams | None,
+    started: dict[str, datetime] | None = None,
+) -> list[ActiveRow]:
+    """`started`: when each request's current job started running (by key hash), where the console knows it."""
     rows = []
     for record in records:
         team = team_of(record.team, teams)
@@ -115,7 +132,7 @@ def active_rows(records: Iterable[Record], now: datetime, viewer: Viewer, teams:
                 gpus=record.attempt_price[0],
                 since=since.isoformat(timespec="seconds"),
                 in_state=duration((now - since).total_seconds()),
-                cost=money(cost_so_far(record, now)),
+                cost=money(cost_so_far(record, now, (started or {}).get(record.key_hash))),
                 message=clipped(record.message),
                 job_state=record.job_state,
             )
@@ -455,7 +472,7 @@ def models_view(described: list[dict[str, Any]]) -> dict[str, Any]:
         for alias, held in model["aliases"].items():
             champions.append({"model": name, "alias": alias, **held})
         for v in reversed(model["versions"]):
-            versions.append({"model": name, **v})
+            versions.append({"model": name, "headline": headline_metrics(v["metrics"], limit=4) or "-", **v})
         for d in model["decisions"]:
             decisions.append({"model": name, **d})
         if model.get("serving"):

@@ -128,7 +128,6 @@ resource "google_project_iam_member" "console_reads_vertex" {
 }
 
 resource "google_cloud_run_v2_service" "console" {
-  # checkov:skip=CKV_GCP_102: IAP guards the service (iap_enabled); ingress must stay open to all for IAP on Cloud Run itself.
   count    = local.console_enabled ? 1 : 0
   provider = google-beta
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 from google.cloud import pubsub_v1
 
-from bench import checkpoint_time, cold_start, controller_load, reconcile_scale, reconcile_sweep, report_listing
+from bench import (
+    checkpoint_time,
+    cold_start,
+    console_pages,
+    controller_load,
+    reconcile_scale,
+    reconcile_sweep,
+    report_listing,
+)
 from bench.report import record
 from bench.stack import Stack
 
@@ -76,6 +84,22 @@ def test_report_listing_lists_every_outcome_filed(stack, tmp_path):
         report_listing, stack, tmp_path, "--finished", "300", "--stored", "30", "--days", "3", "--runs", "1"
     )
     assert figures["listing calls at 300 finished requests"] == "1"
+
+
+def test_console_pages_fetches_every_page_of_the_real_console(stack, tmp_path):
+    """Guards issue 45 point 2: the benchmark of the console's pages with a history still runs (tiny here): the
+    console starts as a user starts it and answers each page, the history's middle page included."""
+    figures = figures_of(
+        console_pages, stack, tmp_path, "--requests", "260", "--active", "2", "--days", "2", "--runs", "1"
+    )
+    pages = {name.rsplit(", ", 1)[0] for name in figures}
+    assert pages == {
+        "now (/)",
+        "a request (/requests/<id>)",
+        "models (/models)",
+        "history, 2d, first page",
+        "history, 2d, page 3 (middle)",
+    }
 
 
 def test_checkpoint_time_saves_a_small_state_to_disk_and_to_cloud_storage(fake_gcs, tmp_path):

@@ -9,9 +9,10 @@ stay active. The history is `--requests` finished outcomes filed as the controll
 fetch (cold: nothing cached in the app) and the median of `--runs` more (warm):
 
 - now (`/`), a request (`/requests/<id>` of an active one), models (`/models`);
-- history over the whole window (`/history?since=<days>d`): its first page and a middle one (50 a page).
+- history over the whole window (`/history?since=<days>d`): its first page, a middle one and the last (50 a page),
+  then over the last 24 hours (the console's default window).
 
-    python bench/console_pages.py [--requests 10000] [--active 20] [--days 7] [--runs 5]
+    python bench/console_pages.py [--requests 10000] [--active 20] [--days 30] [--runs 5]
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=10_000, help="finished requests in history (default 10000)")
     parser.add_argument("--active", type=int, default=20, help="active requests (default 20)")
-    parser.add_argument("--days", type=int, default=7, help="days the history is spread over (default 7)")
+    parser.add_argument("--days", type=int, default=30, help="days the history is spread over (default 30)")
     parser.add_argument("--runs", type=int, default=5, help="warm fetches per page after the first (default 5)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="file the figures are appended to")
     return parser.parse_args(argv)

@@ -99,6 +99,8 @@ def test_console_pages_fetches_every_page_of_the_real_console(stack, tmp_path):
         "models (/models)",
         "history, 2d, first page",
         "history, 2d, page 3 (middle)",
+        "history, 2d, page 6 (last)",
+        "history, 24h, first page",
     }
 
 

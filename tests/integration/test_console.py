@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -35,6 +41,7 @@ from trainctl.console.identity import Viewer
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[2]
 HOSTILE_ID = '<script>alert("id")</script>'
 HOSTILE_METRIC = "<script>alert('metric')</script>"
 
@@ -165,6 +172,8 @@ def test_only_get_and_head_are_answered(settings):
                 assert client.request(method, path).status_code == 405, (method, path)
         assert client.head("/").status_code == 200
         assert client.get("/healthz").text == "ok"
+        policy = client.get("/").headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "default-src 'self'" in policy
 
 
 def test_the_models_page_answers_with_its_tables(settings):
@@ -261,3 +270,55 @@ def test_live_sends_each_viewer_only_their_teams_events(settings, stack):
         publish(stack, rejected("last-for-b", "b"))
         seen = [e["request_id"] for e in read_events(response, until="last-for-b")]
     assert "for-b" in seen and "for-a" not in seen
+
+
+# ---- the command ----------------------------------------------------------------------------------------------------
+
+
+def start_console(stack: Deployment, *args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCTL_")}
+    env |= stack.settings_env(**teams_settings(stack)) | {"PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainctl", "console", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_the_command_prints_its_url_first_answers_and_stops_cleanly_on_sigterm(stack):
+    console = start_console(stack, "--port", "0")
+    try:
+        assert console.stdout is not None
+        first = console.stdout.readline()
+        assert re.fullmatch(r"console: http://127\.0\.0\.1:\d+/\n", first), first
+        url = first.removeprefix("console: ").strip()
+        answer = None
+        deadline = time.monotonic() + 60
+        while answer is None:
+            with contextlib.suppress(httpx.TransportError):
+                answer = httpx.get(f"{url}healthz", timeout=5)
+            assert time.monotonic() < deadline and console.poll() is None, console.stderr and console.stderr.read()
+            time.sleep(0.2) if answer is None else None
+        assert answer.status_code == 200 and answer.text == "ok"
+        assert httpx.post(f"{url}", timeout=5).status_code == 405
+        console.send_signal(signal.SIGTERM)
+        assert console.wait(timeout=30) == 0
+    finally:
+        if console.poll() is None:
+            console.kill()
+            console.wait()
+    assert "Traceback" not in (console.stderr.read() if console.stderr else "")
+
+
+def test_the_command_warns_when_told_to_listen_beyond_this_machine(stack):
+    console = start_console(stack, "--port", "0", "--host", "0.0.0.0")
+    try:
+        assert console.stdout is not None and console.stderr is not None
+        assert console.stdout.readline().startswith("console: http://0.0.0.0:")
+        warning = console.stderr.readline()
+        assert "unauthenticated" in warning and "0.0.0.0" in warning
+    finally:
+        console.send_signal(signal.SIGTERM)
+        assert console.wait(timeout=30) == 0

@@ -34,7 +34,26 @@ def register(commands: argparse._SubParsersAction) -> None:
     cmd.set_defaults(run=run_console)
 
 
+class _Stopped(Exception):
+    """Ctrl-C or SIGTERM before the server took over its signals."""
+
+
+def _stop_now(signum: int, frame: Any) -> None:
+    raise _Stopped
+
+
 def run_console(args: argparse.Namespace) -> int:
+    previous = {s: signal.signal(s, _stop_now) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _run_console(args)
+    except _Stopped:
+        return 0
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _run_console(args: argparse.Namespace) -> int:
     from trainctl.console.app import create_app
     from trainctl.context import cli_settings, cli_team, events_subscription
     from trainctl.problems import Problem

@@ -1,0 +1,216 @@
+"""The console's page data (trainctl/console/views.py) and its live fan-out (live.py), pure: what each table shows of
+the records, pools and outcomes; who sees what; and a client that does not read is dropped without holding up
+the others."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+from functions.capacity.quota_pool import Pool
+from functions.ledger.history import Outcome
+from functions.ledger.record import LadderRung
+from functions.teams import parse_teams
+from schemas.events import Rejected, RungOutcome, Running
+from tests.unit.conftest import RECORD_TIME, make_record
+from trainctl.console import live, views
+from trainctl.console.identity import LOCAL_OPERATOR, Viewer
+
+NOW = RECORD_TIME + timedelta(minutes=10)
+V100 = "custom_model_training_nvidia_v100_gpus"
+POOL = f"us-central1/{V100}"
+TEAMS = parse_teams(
+    {
+        "default_team": "shared",
+        "teams": {
+            "shared": {},
+            "a": {"quota": {V100: 2}, "borrow_limit": 2, "monthly_budget_usd": 100},
+            "b": {"quota": {V100: 6}},
+        },
+    }
+)
+
+
+def rung(gpus: int = 2, hourly: float = 3.6) -> LadderRung:
+    return LadderRung(
+        resources="1 × n1-standard-16 with 2 × NVIDIA_TESLA_V100",
+        region="us-central1",
+        quota_metric=f"aiplatform.googleapis.com/{V100}",
+        gpus=gpus,
+        max_pending=600,
+        max_preemptions=3,
+        hourly_usd=hourly,
+    )
+
+
+def test_viewer_sees_every_team_or_only_its_own():
+    assert LOCAL_OPERATOR.sees("a") and LOCAL_OPERATOR.sees(None)
+    only_a = Viewer("x", frozenset({"a"}))
+    assert only_a.sees("a") and not only_a.sees("b") and not only_a.sees(None)
+
+
+def test_an_active_row_shows_state_rung_team_gpus_time_in_state_and_cost_so_far():
+    running = make_record(
+        state="running", team="a", ladder=[rung()], updated=NOW - timedelta(hours=1), earlier_cost_usd=1.0
+    )
+    (row,) = views.active_rows([running], NOW, LOCAL_OPERATOR, TEAMS)
+    assert (row.request_id, row.state, row.team, row.gpus) == ("r1", "running", "a", 2)
+    assert row.rung.startswith("0: 1 × n1-standard-16") and row.in_state == "60.0m"
+    assert row.cost == "$4.60"  # $1 before, then an hour at $3.60
+
+
+def test_a_queued_request_counts_its_time_in_state_from_when_it_began_to_wait():
+    queued = make_record(state="queued", queued_since=NOW - timedelta(seconds=90), updated=NOW - timedelta(seconds=5))
+    (row,) = views.active_rows([queued], NOW, LOCAL_OPERATOR, None)
+    assert row.in_state == "90s" and row.cost == "$0.00"
+
+
+def test_the_default_team_owns_a_record_without_a_team_and_a_viewer_sees_only_its_teams_rows():
+    records = [make_record(team=None), make_record(key_hash="b1", request_id="r2", team="b")]
+    assert [r.team for r in views.active_rows(records, NOW, LOCAL_OPERATOR, TEAMS)] == ["shared", "b"]
+    assert [r.request_id for r in views.active_rows(records, NOW, Viewer("b", frozenset({"b"})), TEAMS)] == ["r2"]
+
+
+def test_the_queue_says_what_holds_each_waiter_by_fair_shares_verdict():
+    """a holds 4 of 8 (its cap: 2 + 2 borrowed): its next waits on its team's share; b's waits on the quota only
+    when the quota is full."""
+    pool = Pool(
+        holders={"a1": 4, "b1": 4},
+        waiting=["a2", "b2"],
+        teams={"a1": "a", "a2": "a", "b1": "b", "b2": "b"},
+        wants={"a2": 2, "b2": 2},
+    )
+    records = {
+        "a2": make_record(key_hash="a2", request_id="a-2", team="a", state="queued", queued_since=NOW),
+        "b2": make_record(key_hash="b2", request_id="b-2", team="b", state="queued", queued_since=NOW),
+    }
+    found = views.queue_rows({POOL: pool}, records, {POOL: 8}, LOCAL_OPERATOR, TEAMS, NOW)
+    assert [(r.request_id, r.held_by) for r in found] == [("b-2", "project_quota"), ("a-2", "team_share")]
+    assert [r.place for r in found] == [1, 2]
+    unknown = views.queue_rows({POOL: pool}, records, {POOL: None}, LOCAL_OPERATOR, TEAMS, NOW)
+    assert {r.held_by for r in unknown} == {"unknown"}
+    seen_by_a = views.queue_rows({POOL: pool}, records, {POOL: 8}, Viewer("a", frozenset({"a"})), TEAMS, NOW)
+    assert [r.request_id for r in seen_by_a] == ["a-2"]
+
+
+def test_a_teams_row_shows_gpus_held_against_its_nominal_share_what_it_borrows_and_its_month():
+    pool = Pool(holders={"a1": 2, "a2": 2, "b1": 2}, teams={"a1": "a", "a2": "a", "b1": "b"})
+    found = {r.team: r for r in views.team_rows(TEAMS, {POOL: pool}, {"a": (12.5, 3.0)}, LOCAL_OPERATOR)}
+    assert (found["a"].held, found["a"].nominal, found["a"].borrowed) == (4, 2, 2)
+    assert (found["a"].spent, found["a"].reserved, found["a"].budget) == ("$12.50", "$3.00", "$100.00")
+    assert (found["b"].held, found["b"].nominal, found["b"].borrowed, found["b"].budget) == (2, 6, 0, "none")
+    assert [r.team for r in views.team_rows(None, {POOL: pool}, {}, LOCAL_OPERATOR)] == ["default"]
+
+
+def test_the_timeline_orders_the_events_seen_and_fills_in_what_the_record_keeps():
+    record = make_record(
+        state="running",
+        rung=1,
+        ladder=[rung(), rung()],
+        rung_history=[RungOutcome(rung=0, resources="2 × V100 spot", attempts=2, outcome="preempted twice")],
+    )
+    running = Running(request_id="r1", request_key="request:r1", time=NOW, message="running", attempt=3, sequence=5)
+    other = Running(request_id="r9", request_key="request:r9", time=NOW, message="not this one", sequence=1)
+    steps = views.timeline(record, [running, running, other])
+    assert [s.state for s in steps] == ["accepted", "running", "ladder"]
+    assert steps[2].text.endswith("preempted twice")
+    queued = views.timeline(make_record(state="queued", queued_since=NOW, message="waiting for quota"), [])
+    assert [(s.state, s.text) for s in queued] == [
+        ("accepted", "accepted (the record's creation)"),
+        ("queued", "waiting for quota"),
+    ]
+
+
+def test_metrics_keep_only_finite_numbers_and_at_most_so_many():
+    content = json.dumps({"val_accuracy": 0.9, "note": "<b>", "nan": float("nan"), "flag": True, "x" * 200: 1})
+    rows = views.metric_rows(content.encode())
+    assert [name for name, _ in rows] == ["val_accuracy", "x" * 79 + "…"]
+    many = json.dumps({f"m{i}": i for i in range(500)}).encode()
+    assert len(views.metric_rows(many)) == views.MAX_METRICS_SHOWN
+    assert views.metric_rows(b"[1, 2]") == views.metric_rows(b"not json") == []
+
+
+def test_the_curve_is_curve_pys_parse_as_chart_series():
+    lines = [{"epoch": e, "train_loss": 1 / e, "val_loss": 2 / e, "val_rmse": 3 / e} for e in (2, 1)] + ["junk"]
+    history = "\n".join(json.dumps(line) if isinstance(line, dict) else line for line in lines).encode()
+    curve = views.curve_of(history, b'{"best_epoch": 1, "stopped_early": true}')
+    assert curve is not None
+    assert (curve.x_name, curve.x, curve.best_epoch, curve.stopped_early) == ("epoch", [1, 2], 1, True)
+    assert curve.series == {"train_loss": [1.0, 0.5], "val_loss": [2.0, 1.0], "val_rmse": [3.0, 1.5]}
+    assert views.curve_of(None, None) is None and views.curve_of(b"{}", None) is None
+
+
+def outcome(index: int, team: str | None = None) -> Outcome:
+    return Outcome(request_id=f"r{index}", state="succeeded", time=NOW - timedelta(seconds=index), team=team)
+
+
+def test_the_history_is_paged_on_the_server_latest_first():
+    outcomes = [outcome(i) for i in range(120)]
+    first, last = views.history_page(outcomes, 1), views.history_page(outcomes, 99)
+    assert (first.page, first.pages, first.total, len(first.rows)) == (1, 3, 120, 50)
+    assert first.rows[0].request_id == "r0" and (last.page, len(last.rows)) == (3, 20)
+    assert views.history_page([], 1).pages == 1
+    mixed = [outcome(1, "a"), outcome(2, "b"), outcome(3)]
+    assert [o.request_id for o in views.visible_outcomes(mixed, Viewer("a", frozenset({"a"})), TEAMS)] == ["r1"]
+
+
+def test_the_logs_link_names_the_jobs_ml_job_entries():
+    url = views.cloud_logs_url("proj", "projects/1/locations/us-central1/customJobs/42")
+    assert url.startswith("https://console.cloud.google.com/logs/query;query=resource.type%3D%22ml_job%22")
+    assert "resource.labels.job_id%3D%2242%22" in url and url.endswith("?project=proj")
+
+
+def rejected(request_id: str, team: str | None = None) -> Rejected:
+    return Rejected(request_id=request_id, request_key=f"request:{request_id}", time=datetime.now(UTC),
+                    message="no", reason="invalid", errors=[], team=team)  # fmt: skip
+
+
+def test_a_client_that_does_not_read_is_dropped_and_the_others_get_every_event():
+    async def scenario() -> tuple[list[str], bool, int]:
+        fanout = live.Fanout()
+        reader = fanout.connect(lambda event: True)
+        stalled = fanout.connect(lambda event: True)
+        got: list[str] = []
+        for batch in range(3):
+            fanout.deliver([rejected(f"e{batch}-{i}") for i in range(live.CLIENT_QUEUE)])
+            await asyncio.sleep(0)  # the loop runs the offers
+            while not reader.queue.empty():
+                event = reader.queue.get_nowait()
+                assert event is not None
+                got.append(event.request_id)
+        fanout.deliver([rejected("after")])  # the stalled client is let go here
+        await asyncio.sleep(0)
+        return got, stalled.dropped, fanout.clients
+
+    got, dropped, clients = asyncio.run(scenario())
+    assert len(got) == 3 * live.CLIENT_QUEUE and dropped and clients == 1
+
+
+def test_a_stream_sends_only_what_its_viewer_sees_and_ends_when_dropped():
+    async def scenario() -> list[str]:
+        fanout = live.Fanout()
+        body = live.stream_to(fanout, lambda event: event.team == "b")
+        chunks = [await anext(body)]  # the opening comment: connected
+        fanout.deliver([rejected("for-a", "a"), rejected("for-b", "b")])
+        chunks.append(await anext(body))
+        (client,) = fanout._clients
+        client.loop.call_soon(client.queue.put_nowait, None)  # as a drop does
+        chunks += [chunk async for chunk in body]
+        assert fanout.clients == 0
+        return chunks
+
+    opening, message = asyncio.run(scenario())
+    assert opening.startswith(":")
+    kind, data, blank, _ = message.split("\n")
+    assert kind == "event: trainctl" and blank == ""
+    assert json.loads(data.removeprefix("data: "))["request_id"] == "for-b"
+
+
+def test_the_feed_remembers_a_bounded_number_of_events_per_request():
+    fanout = live.Fanout()
+    fanout.deliver([rejected("one") for _ in range(live.EVENTS_PER_REQUEST + 5)])
+    fanout.deliver([rejected(f"r{i}") for i in range(live.REQUESTS_REMEMBERED + 1)])
+    assert len(fanout.seen("request:one")) == 0  # the oldest request forgotten
+    assert len(fanout.seen(f"request:r{live.REQUESTS_REMEMBERED}")) == 1
+    assert len(fanout.latest()) == live.RECENT_EVENTS

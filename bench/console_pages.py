@@ -116,8 +116,11 @@ def run(stack: Stack, args: argparse.Namespace) -> tuple[list[Figure], list[str]
                 "models (/models)": f"{base}/models",
                 f"history, {args.days}d, first page": f"{base}/history?since={args.days}d&page=1",
             }
-            middle = max(1, math.ceil(args.requests / PAGE_SIZE) // 2)
+            last = max(1, math.ceil(args.requests / PAGE_SIZE))
+            middle = max(1, last // 2)
             pages[f"history, {args.days}d, page {middle} (middle)"] = f"{base}/history?since={args.days}d&page={middle}"
+            pages[f"history, {args.days}d, page {last} (last)"] = f"{base}/history?since={args.days}d&page={last}"
+            pages["history, 24h, first page"] = f"{base}/history?since=24h"
             timed = {name: time_page(url, args.runs) for name, url in pages.items()}
     finally:
         deployment.stop()

@@ -12,6 +12,7 @@ Layout under the control bucket:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from functions import logs
@@ -157,10 +158,19 @@ class Ledger:
     def outcomes(self, since: datetime, key: str = METADATA_KEY) -> list[Outcome]:
         """Every request that finished at or after `since` (with history.MODEL_DECISION_KEY: every model decision),
         from the listing alone (no object is read), but for the few whose labels did not fit their metadata."""
+        return self.outcomes_by_key(since, (key,))[key]
+
+    def outcomes_by_key(self, since: datetime, keys: Sequence[str]) -> dict[str, list[Outcome]]:
+        """`outcomes(since, key)` for each of `keys`, from one listing of the index: a report of finished requests,
+        model decisions and coalesced triggers lists it once rather than once for each (with 10,000 requests in
+        history a listing is 10 calls; bench/RESULTS.md, console_pages)."""
         first_day = f"{HISTORY_PREFIX}{since.astimezone(UTC):%Y-%m-%d}"
-        listing = self._gcs.metadata_under(self.bucket, HISTORY_PREFIX, first_day)
-        found = (self._outcome(name, meta, key) for name, meta in listing if key in meta)
-        return [outcome for outcome in found if outcome.time >= since]
+        found: dict[str, list[Outcome]] = {key: [] for key in keys}
+        for name, meta in self._gcs.metadata_under(self.bucket, HISTORY_PREFIX, first_day):
+            for key in keys:
+                if key in meta and (outcome := self._outcome(name, meta, key)).time >= since:
+                    found[key].append(outcome)
+        return found
 
     def _outcome(self, name: str, metadata: dict[str, str], key: str) -> Outcome:
         """The outcome a listing shows, with its labels read from the content when they did not fit."""

@@ -241,3 +241,17 @@ def test_keys_are_fetched_once_and_again_for_a_new_key_id_at_most_once_a_minute(
     now[0] += identity.KEYS_MAX_AGE_SECONDS + 1
     keys.for_key_id(KEY_ID)  # known, but the hour is up
     assert len(fetches) == 3
+
+
+def test_the_local_viewer_gives_way_to_iap_where_the_service_runs_behind_it(monkeypatch):
+    """Fails closed: on the console's Cloud Run service (its environment names an IAP audience) a console started with
+    the local viewer still answers only to IAP's signed header."""
+    from types import SimpleNamespace
+
+    request = _request({"x-goog-authenticated-user-email": "accounts.google.com:ana@example.com"})
+    request.scope["app"] = SimpleNamespace(state=SimpleNamespace(team=None))
+    assert identity.local_viewer(request) == identity.LOCAL_OPERATOR  # on this machine: the operator
+    monkeypatch.setenv(identity.AUDIENCE_ENV, AUDIENCE)
+    monkeypatch.setenv("TRAINCTL_TEAMS", TEAMS.model_dump_json())
+    with pytest.raises(Refused):
+        identity.local_viewer(request)

@@ -35,7 +35,11 @@ LOCAL_OPERATOR = Viewer("local operator", None)
 
 def local_viewer(request: Request) -> Viewer:
     """The person at this machine: `trainctl console` binds to 127.0.0.1, so whoever reaches it runs it (or shares
-    the machine), and sees what their own credentials already read. `--team T` narrows the view to one team."""
+    the machine), and sees what their own credentials already read. `--team T` narrows the view to one team.
+    Where the environment names an IAP audience (the console's Cloud Run service) there is no local operator: the
+    signed header decides, whichever viewer function the app was given (fails closed)."""
+    if (cloud := _environment_viewer()) is not None:
+        return cloud(request)
     team = getattr(request.app.state, "team", None)
     return LOCAL_OPERATOR if team is None else Viewer(f"local operator (team {team})", frozenset({team}))
 
@@ -267,3 +271,20 @@ def cloud_viewer_from_env(
     if not audience:
         return None
     return iap_viewer_of(audience, ConsoleAccess.from_env(teams, env))
+
+
+_cloud_viewers: dict[tuple[str, ...], Callable[[Request], Viewer] | None] = {}
+
+
+def _environment_viewer() -> Callable[[Request], Viewer] | None:
+    """cloud_viewer_from_env for this process's environment and teams (TRAINCTL_TEAMS), made once per setting."""
+    names = (AUDIENCE_ENV, ADMINS_ENV, VIEWERS_ENV, "TRAINCTL_TEAMS")
+    setting = tuple(os.environ.get(name, "") for name in names)
+    if not setting[0]:
+        return None
+    if setting not in _cloud_viewers:
+        from functions.teams import parse_teams
+
+        teams = parse_teams(setting[3]) if setting[3] else None
+        _cloud_viewers[setting] = cloud_viewer_from_env(teams)
+    return _cloud_viewers[setting]

@@ -73,6 +73,11 @@ output "trainer_image" {
   value       = local.trainer_image
 }
 
+output "console_url" {
+  description = "The web console's address (var.console.enabled): open it in a browser; IAP asks who you are, and the console shows the teams you may watch. null while the console is off."
+  value       = local.console_enabled ? google_cloud_run_v2_service.console[0].uri : null
+}
+
 output "controller_environment" {
   description = "The TRAINCTL_* settings every function runs with."
   value       = local.controller_env

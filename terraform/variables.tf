@@ -525,6 +525,29 @@ variable "event_watchers" {
   }
 }
 
+# ---- the web console (console.tf) ---------------------------------------------------------------------
+
+variable "console" {
+  description = "The web console (`trainctl console`, issue 45) as a Cloud Run service behind IAP: off unless enabled. image: the console image (trainctl/console/Dockerfile), default <trainer repository>/console:latest. Who sees what: admins (IAM members) see every team; viewers maps an IAM member to the teams it may watch; each team's watchers (var.teams) see their own team. Members are user:EMAIL, serviceAccount:EMAIL or domain:DOMAIN: a group: member cannot be resolved from IAP's signed header, which names a person (docs/deploying.md, \"Console in the cloud\")."
+  type = object({
+    enabled = optional(bool, false)
+    image   = optional(string)
+    admins  = optional(list(string), [])
+    viewers = optional(map(list(string)), {})
+  })
+  default = {}
+
+  validation {
+    condition     = alltrue([for m in concat(var.console.admins, keys(var.console.viewers)) : can(regex("^(user|serviceAccount):[^@]+@[^@]+$|^domain:[^@]+$", m))])
+    error_message = "console: admins and the keys of viewers must be user:EMAIL, serviceAccount:EMAIL or domain:DOMAIN; a group: member cannot be resolved from IAP's signed header, so list its people."
+  }
+
+  validation {
+    condition     = alltrue([for teams in values(var.console.viewers) : alltrue([for t in teams : contains(var.teams == null ? ["default"] : keys(var.teams.teams), t)])])
+    error_message = "console: each viewer's teams must be teams of var.teams (\"default\" without teams)."
+  }
+}
+
 # ---- tearing down -------------------------------------------------------------------------------------
 
 variable "force_destroy" {

@@ -7,6 +7,11 @@ terraform {
       source  = "hashicorp/google"
       version = ">= 6.0, < 8.0"
     }
+    # The console's Cloud Run service with IAP (console.tf): iap_enabled and the IAP grants on a Cloud Run service.
+    google-beta = {
+      source  = "hashicorp/google-beta"
+      version = ">= 6.36, < 8.0"
+    }
     archive = {
       source  = "hashicorp/archive"
       version = ">= 2.4, < 3.0"
@@ -19,6 +24,11 @@ terraform {
 }
 
 provider "google" {
+  project = var.project
+  region  = var.region
+}
+
+provider "google-beta" {
   project = var.project
   region  = var.region
 }

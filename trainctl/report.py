@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from functions.ledger.budget_records import MonthSpend, month_of
-from functions.ledger.history import MODEL_DECISION_KEY, TRIGGER_POLICY_KEY, Outcome
+from functions.ledger.history import METADATA_KEY, MODEL_DECISION_KEY, TRIGGER_POLICY_KEY, Outcome
 from functions.teams import Teams
 from schemas.rules import parse_duration
 
@@ -423,14 +423,8 @@ def report_from_ledger(since: timedelta, by: str | None = None) -> dict[str, Any
     start = until - since
     gcs = Gcs(settings.project)
     ledger = Ledger(gcs, settings.control_bucket)
-    report = build_report(
-        ledger.outcomes(start),
-        start,
-        until,
-        by,
-        ledger.outcomes(start, MODEL_DECISION_KEY),
-        ledger.outcomes(start, TRIGGER_POLICY_KEY),
-    )
+    found = ledger.outcomes_by_key(start, (METADATA_KEY, MODEL_DECISION_KEY, TRIGGER_POLICY_KEY))
+    report = build_report(found[METADATA_KEY], start, until, by, found[MODEL_DECISION_KEY], found[TRIGGER_POLICY_KEY])
     if by == "team" and settings.teams is not None:
         from functions.capacity.budgets import seed_month
         from functions.ledger.budget_records import BudgetRecords

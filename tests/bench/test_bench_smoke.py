@@ -86,12 +86,22 @@ def test_report_listing_lists_every_outcome_filed(stack, tmp_path):
     assert figures["listing calls at 300 finished requests"] == "1"
 
 
-def test_console_pages_answers_every_page_over_the_stored_history(stack, tmp_path):
-    """Issue 45, point 2: the console's page benchmark still runs (tiny here), every page answering 200."""
+def test_console_pages_fetches_every_page_of_the_real_console(stack, tmp_path):
+    """Guards issue 45 point 2: the benchmark of the console's pages with a history still runs (tiny here): the
+    console starts as a user starts it and answers each page, the history's middle page included."""
     figures = figures_of(
-        console_pages, stack, tmp_path, "--stored", "120", "--days", "3", "--active", "2", "--runs", "1"
+        console_pages, stack, tmp_path, "--requests", "260", "--active", "2", "--days", "2", "--runs", "1"
     )
-    assert {"now page", "history, 3d: last page (3)", "a request", "models"} <= set(figures)
+    pages = {name.rsplit(", ", 1)[0] for name in figures}
+    assert pages == {
+        "now (/)",
+        "a request (/requests/<id>)",
+        "models (/models)",
+        "history, 2d, first page",
+        "history, 2d, page 3 (middle)",
+        "history, 2d, page 6 (last)",
+        "history, 24h, first page",
+    }
 
 
 def test_checkpoint_time_saves_a_small_state_to_disk_and_to_cloud_storage(fake_gcs, tmp_path):

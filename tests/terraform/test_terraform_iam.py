@@ -23,6 +23,7 @@ IAM_MEMBER_KINDS = (
     "google_pubsub_subscription_iam_member",
     "google_artifact_registry_repository_iam_member",
     "google_cloud_run_v2_service_iam_member",
+    "google_iap_web_cloud_run_service_iam_member",
     "google_bigquery_table_iam_member",
     "google_secret_manager_secret_iam_member",
 )

@@ -17,6 +17,9 @@ from typing import Any
 from schemas.events import JobEvent, parse_event
 from trainctl.terminal import printable
 
+# The event ids a stream remembers to drop copies by: a copy comes within minutes (a redelivery, an outbox's second
+# publication), never after this many other events.
+MAX_SEEN = 100_000
 # `submit --wait` and `watch` exit with this when the events cannot be followed from this account.
 EXIT_CANNOT_FOLLOW = 4
 # A watcher's own subscription keeps what was published while nobody pulled; what was published before the
@@ -46,7 +49,7 @@ class EventStream:
         from google.api_core import exceptions as gexc
 
         self._subscriber = pubsub_v1.SubscriberClient()
-        self._seen: set[str] = set()
+        self._seen: dict[str, None] = {}  # the ce-ids seen, oldest first, at most MAX_SEEN (a console runs for days)
         self._own = subscription is None
         self.started = datetime.now(UTC)
         self._unanswered_since: float | None = None  # when Pub/Sub began refusing or dropping our pulls
@@ -133,7 +136,9 @@ class EventStream:
             ce_id = received.message.attributes.get("ce-id", "")
             if ce_id in self._seen:
                 continue
-            self._seen.add(ce_id)
+            self._seen[ce_id] = None
+            if len(self._seen) > MAX_SEEN:
+                del self._seen[next(iter(self._seen))]
             try:
                 events.append(parse_event(received.message.data))
             except ValueError:

@@ -12,8 +12,7 @@ Layout under the control bucket:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from functions import logs
 from functions.cloud.errors import Transient
@@ -160,13 +159,15 @@ class Ledger:
         from the listing alone (no object is read), but for the few whose labels did not fit their metadata."""
         return self.outcomes_by_key(since, (key,))[key]
 
-    def outcomes_by_key(self, since: datetime, keys: Sequence[str]) -> dict[str, list[Outcome]]:
-        """`outcomes(since, key)` for each of `keys`, from one listing of the index: a report of finished requests,
-        model decisions and coalesced triggers lists it once rather than once for each (with 10,000 requests in
-        history a listing is 10 calls; bench/RESULTS.md, console_pages)."""
+    def outcomes_by_key(
+        self, since: datetime, keys: tuple[str, ...], day: date | None = None
+    ) -> dict[str, list[Outcome]]:
+        """`outcomes` for several metadata keys (requests, model decisions, trigger policies) from one listing; with
+        `day`, only what was filed under that day (a reader may list the days of a window side by side)."""
         first_day = f"{HISTORY_PREFIX}{since.astimezone(UTC):%Y-%m-%d}"
+        prefix, start = (f"{HISTORY_PREFIX}{day:%Y-%m-%d}/", "") if day else (HISTORY_PREFIX, first_day)
         found: dict[str, list[Outcome]] = {key: [] for key in keys}
-        for name, meta in self._gcs.metadata_under(self.bucket, HISTORY_PREFIX, first_day):
+        for name, meta in self._gcs.metadata_under(self.bucket, prefix, start):
             for key in keys:
                 if key in meta and (outcome := self._outcome(name, meta, key)).time >= since:
                     found[key].append(outcome)

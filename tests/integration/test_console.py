@@ -34,14 +34,23 @@ from functions.ledger.requests import Ledger
 from functions.settings import Settings
 from local.names import LOCAL_PROJECT
 from schemas.events import JobEvent, Rejected, to_pubsub_message
-from tests.integration.deployment import Deployment, fake_node_request, serving
+from tests.integration.deployment import (
+    TRAINER_STAND_IN,
+    Deployment,
+    accuracy,
+    builtin_request,
+    fake_node_request,
+    serving,
+)
 from tests.integration.test_teams import CAPACITY, V100, ask, teams_settings
 from trainctl.console.app import create_app
 from trainctl.console.identity import Viewer
+from trainctl.console.reading import Sources
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+MODEL = "console-model"
 HOSTILE_ID = '<script>alert("id")</script>'
 HOSTILE_METRIC = "<script>alert('metric')</script>"
 
@@ -83,7 +92,10 @@ def rows(html: str, marker: str) -> str:
 def test_the_now_page_lists_active_requests_the_queue_with_why_each_waits_and_the_teams(settings):
     with TestClient(create_app(settings, follow=False)) as client:
         page = client.get("/")
-    assert page.status_code == 200
+        tables = client.get("/now/tables")  # what htmx re-fetches when an event arrives
+    assert page.status_code == tables.status_code == 200
+    assert tables.text.lstrip().startswith("<h2>") and '<table id="active">' in tables.text
+    assert 'hx-get="/now/tables"' in page.text and '<ol id="live"' in page.text
     active = rows(page.text, '<table id="active">')
     for request_id in ("a-v0", "a-v1", "a-v2", "b-run"):
         assert f'data-request-id="{request_id}"' in active
@@ -105,9 +117,10 @@ def test_a_viewer_of_one_team_sees_only_that_teams_requests_queue_and_row(settin
         page = client.get("/").text
         other = client.get("/requests/a-v0?team=a")
         own = client.get("/requests/b-run?team=b")
+        unknown = client.get("/requests/b-run?team=../b")
     assert 'data-request-id="b-run"' in page and "a-v0" not in page and "a-v2" not in page
     assert 'data-team="b"' in page and 'data-team="a"' not in page
-    assert other.status_code == 404 and own.status_code == 200
+    assert other.status_code == 404 and own.status_code == 200 and unknown.status_code == 404
 
 
 def test_a_request_page_shows_its_timeline_metrics_escaped_and_its_curve(settings, stack):
@@ -126,7 +139,8 @@ def test_a_request_page_shows_its_timeline_metrics_escaped_and_its_curve(setting
     assert page.status_code == 200
     timeline = page.text[page.text.index('<ol id="timeline">') :]
     timeline = timeline[: timeline.index("</ol>")]
-    assert 'data-state="accepted"' in timeline and 'data-state="succeeded"' in timeline
+    states = re.findall(r'<li data-state="(\w+)"', timeline)
+    assert states == ["accepted", "running", "succeeded"], states  # the job's start from the history's outcome
     metrics = page.text[page.text.index('<div id="metrics">') :]
     assert "val_accuracy" in metrics and "0.91" in metrics
     assert "&lt;script&gt;alert(&#39;metric&#39;)&lt;/script&gt;" in metrics
@@ -135,6 +149,16 @@ def test_a_request_page_shows_its_timeline_metrics_escaped_and_its_curve(setting
     data = json.loads(curve[curve.index(">") + 1 : curve.index("</script>")])
     assert data["x"] == [1, 2, 3] and set(data["series"]) == {"train_loss", "val_loss", "val_accuracy"}
     assert "console.cloud.google.com/logs/query" in page.text  # not the local stack's process: the cloud's link
+
+
+def test_on_the_local_stack_a_request_page_lists_its_nodes_log_files(settings, jobservice_control):
+    sources = Sources.of_settings(settings, log_paths=jobservice_control.replica_logs)
+    with TestClient(create_app(settings, sources=sources, follow=False, logs_local=True)) as client:
+        page = client.get("/requests/b-done?team=b").text
+    links = page[page.index('<ul id="links">') :]
+    links = links[: links.index("</ul>")]
+    assert "workerpool0-0" in links and ".log</code>" in links and "trainctl local logs b-done" in links
+    assert "console.cloud.google.com" not in links
 
 
 def test_a_hostile_request_id_is_escaped_on_every_page(settings, stack):
@@ -163,6 +187,8 @@ def test_the_history_page_pages_the_window_and_shows_the_figures(settings):
     assert 'data-request-id="b-done"' in page.text
     figures = page.text[page.text.index('<section id="figures">') :]
     assert 'data-figure="succeeded">' in figures
+    by_team = rows(page.text, '<table id="by-team">')
+    assert '<tr data-team="b">' in by_team
 
 
 def test_only_get_and_head_are_answered(settings):
@@ -171,17 +197,41 @@ def test_only_get_and_head_are_answered(settings):
             for method in ("POST", "PUT", "DELETE", "PATCH"):
                 assert client.request(method, path).status_code == 405, (method, path)
         assert client.head("/").status_code == 200
+        assert client.head("/live").headers["content-type"].startswith("text/event-stream")  # and it ends
         assert client.get("/healthz").text == "ok"
         policy = client.get("/").headers["content-security-policy"]
     assert "script-src 'self'" in policy and "default-src 'self'" in policy
 
 
-def test_the_models_page_answers_with_its_tables(settings):
-    with TestClient(create_app(settings, follow=False)) as client:
+@pytest.fixture(scope="module")
+def models_stack(jobservice, tmp_path_factory) -> Iterator[Deployment]:
+    """A deployment whose built-in runs are the trainer stand-in: one model, a version promoted, then one held."""
+    log_dir = tmp_path_factory.mktemp("functions")
+    with serving(jobservice, log_dir, TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN) as deployed:
+        events = deployed.events()
+        for request_id, metrics, decision in [
+            ("m-1", accuracy(0.80), "promoted"),
+            ("m-2", accuracy(0.81, champion=0.80) | {HOSTILE_METRIC: 2.0}, "held"),
+        ]:
+            document = builtin_request(deployed, request_id, "--metrics", json.dumps(metrics), model={"name": MODEL})
+            assert deployed.request(document) == 200
+            events.wait_for(request_id, decision, act=deployed.reconcile, timeout=120)
+        yield deployed
+
+
+def test_the_models_page_shows_versions_each_decision_with_its_figures_and_the_endpoints(models_stack, monkeypatch):
+    for name, value in models_stack.settings_env(TRAINCTL_TRAINER_IMAGE=TRAINER_STAND_IN).items():
+        monkeypatch.setenv(name, value)
+    with TestClient(create_app(Settings.from_env(), follow=False)) as client:
         page = client.get("/models")
     assert page.status_code == 200
-    for hook in ('<table id="versions">', '<table id="decisions">', 'id="endpoints"'):
-        assert hook in page.text
+    versions = rows(page.text, '<table id="versions">')
+    assert f'data-model="{MODEL}" data-version="1"' in versions and f'data-model="{MODEL}" data-version="2"' in versions
+    decisions = rows(page.text, '<table id="decisions">')
+    assert decisions.count('<tr data-decision="promoted"') == 1 and decisions.count('<tr data-decision="held"') == 1
+    assert "challenger 0.81, champion 0.8" in decisions  # the held decision's figures
+    assert "val_accuracy 0.81" in versions  # the headline metric, as `trainctl models show` prints it
+    assert 'id="endpoints"' in page.text and "<script>alert" not in page.text
 
 
 # ---- /live ----------------------------------------------------------------------------------------------------------
@@ -303,8 +353,10 @@ def test_the_command_prints_its_url_first_answers_and_stops_cleanly_on_sigterm(s
             time.sleep(0.2) if answer is None else None
         assert answer.status_code == 200 and answer.text == "ok"
         assert httpx.post(f"{url}", timeout=5).status_code == 405
-        console.send_signal(signal.SIGTERM)
-        assert console.wait(timeout=30) == 0
+        with httpx.stream("GET", f"{url}live", timeout=30) as live:  # a browser tab left open
+            assert next(live.iter_lines()).startswith(":")
+            console.send_signal(signal.SIGTERM)
+            assert console.wait(timeout=30) == 0
     finally:
         if console.poll() is None:
             console.kill()
@@ -322,3 +374,21 @@ def test_the_command_warns_when_told_to_listen_beyond_this_machine(stack):
     finally:
         console.send_signal(signal.SIGTERM)
         assert console.wait(timeout=30) == 0
+
+
+def test_a_long_running_stream_remembers_a_bounded_number_of_event_ids(settings, stack, monkeypatch):
+    """The console follows the events for days: the ids it drops copies by are the latest MAX_SEEN, not every one."""
+    from trainctl import eventstream
+
+    monkeypatch.setattr(eventstream, "MAX_SEEN", 2)
+    with eventstream.EventStream(settings.project, settings.events_topic) as stream:
+        publish(stack, *(rejected(f"bounded-{i}", "b") for i in range(3)))
+        seen: list[str] = []
+
+        def all_three() -> bool:
+            seen.extend(event.request_id for event in stream.poll(timeout=2))
+            return len(seen) >= 3
+
+        wait_until(all_three)
+        assert sorted(seen) == ["bounded-0", "bounded-1", "bounded-2"]
+        assert len(stream._seen) == 2

@@ -40,6 +40,7 @@ NEEDS_A_DEPLOYMENT = [
     ["replay", EVENT],
     ["plan", REQUEST, "--quota"],
     ["init", "gs://my-data-bucket/churn/"],
+    ["console", "--port", "0"],
 ]
 NEEDS_THE_LOCAL_STACK = [["local", "logs", "hello-local-1"], ["local", "env"]]
 OFFLINE = [["validate", REQUEST], ["schema"], ["plan", REQUEST], ["replay", EVENT, "--dry-run"], ["local", "down"]]

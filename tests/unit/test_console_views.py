@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 from functions.capacity.quota_pool import Pool
 from functions.ledger.history import Outcome
 from functions.ledger.record import LadderRung
 from functions.teams import parse_teams
-from schemas.events import Rejected, RungOutcome, Running
+from schemas.events import Rejected, RungOutcome, Running, Timestamps
 from tests.unit.conftest import RECORD_TIME, make_record
 from trainctl.console import live, views
-from trainctl.console.identity import LOCAL_OPERATOR, Viewer
+from trainctl.console.identity import LOCAL_OPERATOR, Viewer, local_viewer
 
 NOW = RECORD_TIME + timedelta(minutes=10)
 V100 = "custom_model_training_nvidia_v100_gpus"
@@ -50,6 +51,18 @@ def test_viewer_sees_every_team_or_only_its_own():
     assert only_a.sees("a") and not only_a.sees("b") and not only_a.sees(None)
 
 
+def test_the_local_viewer_is_the_operator_or_with_team_only_that_team():
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+
+    app = Starlette()
+    app.state.team = None
+    assert local_viewer(Request({"type": "http", "app": app})) == LOCAL_OPERATOR
+    app.state.team = "b"
+    narrowed = local_viewer(Request({"type": "http", "app": app}))
+    assert narrowed.teams == frozenset({"b"}) and narrowed.sees("b") and not narrowed.sees("a")
+
+
 def test_an_active_row_shows_state_rung_team_gpus_time_in_state_and_cost_so_far():
     running = make_record(
         state="running", team="a", ladder=[rung()], updated=NOW - timedelta(hours=1), earlier_cost_usd=1.0
@@ -58,6 +71,18 @@ def test_an_active_row_shows_state_rung_team_gpus_time_in_state_and_cost_so_far(
     assert (row.request_id, row.state, row.team, row.gpus) == ("r1", "running", "a", 2)
     assert row.rung.startswith("0: 1 × n1-standard-16") and row.in_state == "60.0m"
     assert row.cost == "$4.60"  # $1 before, then an hour at $3.60
+    event = Running(
+        request_id="r1",
+        request_key="request:r1",
+        time=NOW - timedelta(minutes=30),
+        message="running",
+        timestamps=Timestamps(started=NOW - timedelta(hours=2)),
+    )
+    started = views.running_since(running, [event])
+    assert started == NOW - timedelta(hours=2)  # Vertex's start time, not the record's last change
+    (row,) = views.active_rows([running], NOW, LOCAL_OPERATOR, TEAMS, {running.key_hash: started})
+    assert row.cost == "$8.20"
+    assert views.running_since(running, [event.model_copy(update={"attempt": 2})]) is None  # another attempt's
 
 
 def test_a_queued_request_counts_its_time_in_state_from_when_it_began_to_wait():
@@ -115,11 +140,27 @@ def test_the_timeline_orders_the_events_seen_and_fills_in_what_the_record_keeps(
     steps = views.timeline(record, [running, running, other])
     assert [s.state for s in steps] == ["accepted", "running", "ladder"]
     assert steps[2].text.endswith("preempted twice")
+    retried = make_record(state="running", attempt=3, max_attempts=4, rung_preemptions=1)
+    assert [(s.state, s.attempt) for s in views.timeline(retried, [])] == [
+        ("accepted", 1),
+        ("retrying", 3),
+        ("preempted", 3),
+        ("running", 3),
+    ]
     queued = views.timeline(make_record(state="queued", queued_since=NOW, message="waiting for quota"), [])
     assert [(s.state, s.text) for s in queued] == [
         ("accepted", "accepted (the record's creation)"),
         ("queued", "waiting for quota"),
     ]
+
+
+def test_a_finished_requests_timeline_takes_its_jobs_start_and_its_end_from_the_history():
+    record = make_record(state="succeeded", message="done", updated=NOW + timedelta(minutes=5))
+    ended = Outcome(request_id="r1", state="succeeded", time=NOW, started=NOW - timedelta(minutes=3), attempt=2)
+    steps = views.timeline(record, [], ended)
+    assert [(s.state, s.attempt) for s in steps] == [("accepted", 1), ("running", 2), ("succeeded", 1)]
+    assert steps[1].time == (NOW - timedelta(minutes=3)).isoformat(timespec="seconds")
+    assert steps[2].time == NOW.isoformat(timespec="seconds")  # the final event's time, not the record's last change
 
 
 def test_metrics_keep_only_finite_numbers_and_at_most_so_many():
@@ -214,3 +255,36 @@ def test_the_feed_remembers_a_bounded_number_of_events_per_request():
     assert len(fanout.seen("request:one")) == 0  # the oldest request forgotten
     assert len(fanout.seen(f"request:r{live.REQUESTS_REMEMBERED}")) == 1
     assert len(fanout.latest()) == live.RECENT_EVENTS
+
+
+class Refusing:
+    """A stream that cannot be opened the first `refusals` times (the account may not subscribe yet)."""
+
+    def __init__(self, refusals: int):
+        self.refusals, self.opened, self.closed = refusals, 0, False
+
+    def __call__(self) -> Refusing:
+        self.opened += 1
+        if self.opened <= self.refusals:
+            raise PermissionError("may not create a subscription")
+        return self
+
+    def poll(self, timeout: float = 5.0) -> list:
+        time.sleep(0.01)
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_feed_that_cannot_subscribe_says_why_and_keeps_trying(monkeypatch):
+    monkeypatch.setattr(live, "RETRY_SECONDS", 0.01)
+    stream = Refusing(refusals=2)
+    feed = live.LiveFeed(stream)
+    feed.start()  # does not raise: the pages work without live events
+    assert feed.problem is not None and "may not create a subscription" in feed.problem
+    deadline = time.monotonic() + 10
+    while stream.opened < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    feed.stop()
+    assert stream.opened == 3 and stream.closed and feed.problem is None

@@ -6,7 +6,9 @@ arrives, and static/live.js adds each event to the live list with textContent. O
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,14 +24,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from functions.ledger.history import TRIGGER_POLICY_KEY
+from functions.ledger.history import Outcome
 from functions.settings import Settings
 from schemas.events import JobEvent
 from schemas.rules import parse_duration
 from trainctl.console import views
 from trainctl.console.identity import Viewer, local_viewer
 from trainctl.console.live import Fanout, LiveFeed, stream_to
-from trainctl.console.reading import Sources
+from trainctl.console.reading import History, Sources
 from trainctl.report import build_report
 
 HERE = Path(__file__).parent
@@ -42,6 +44,14 @@ CONTENT_SECURITY_POLICY = (
 )
 
 ViewerOf = Callable[[Request], Viewer]
+
+
+@dataclass(frozen=True)
+class WindowFigures:
+    history: History  # the listing these were made from
+    outcomes: list[Outcome]  # what the viewer may see, the latest first
+    report: dict[str, Any]
+    charts: dict[str, Any]
 
 
 def create_app(
@@ -66,6 +76,8 @@ def create_app(
         feed = LiveFeed(lambda: EventStream(settings.project, settings.events_topic, subscription))
     fanout = feed.fanout if feed else Fanout()
     templates = Jinja2Templates(env=_environment())
+    computed: dict[tuple[datetime, frozenset[str] | None], WindowFigures] = {}
+    computed_lock = threading.Lock()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -103,8 +115,9 @@ def create_app(
                 if viewer.sees(name):
                     month = sources.month_spend(name, now)
                     spends[name] = (month.spent_usd(), month.reserved_usd())
+        started = {r.key_hash: found for r in active.records if (found := views.running_since(r, fanout.seen(r.key)))}
         return {
-            "active": views.active_rows(active.records, now, viewer, teams),
+            "active": views.active_rows(active.records, now, viewer, teams, started),
             "active_total": active.total,
             "active_shown": len(active.records),
             "queue": views.queue_rows(pools, records, limits, viewer, teams, now),
@@ -138,7 +151,7 @@ def create_app(
             record=record,
             team=views.team_of(record.team, settings.teams),
             info=views.request_view(record),
-            timeline=views.timeline(record, fanout.seen(record.key)),
+            timeline=views.timeline(record, fanout.seen(record.key), sources.final_outcome(record)),
             metrics=views.metric_rows(final),
             curve=curve.as_json() if curve else None,
             unreadable=unreadable,
@@ -175,25 +188,45 @@ def create_app(
             page_number = int(request.query_params.get("page") or 1)
         except ValueError:
             page_number = 1
-        viewer, until = viewer_of(request), datetime.now(UTC)
-        start = until - window
-        seen = views.visible_outcomes(sources.outcomes(start), viewer, settings.teams)
-        decisions = views.visible_outcomes(sources.decisions(start), viewer, settings.teams)
-        coalesced = views.visible_outcomes(sources.outcomes(start, TRIGGER_POLICY_KEY), viewer, settings.teams)
-        report = build_report(seen, start, until, None, decisions, coalesced)
+        viewer = viewer_of(request)
+        figures = window_figures(sources.history(datetime.now(UTC) - window), viewer)
         return page(
             request,
             "history.html",
             since=since_text,
-            report=report,
-            charts=views.history_charts(report),
-            paged=views.history_page(seen, page_number),
+            report=figures.report,
+            charts=figures.charts,
+            paged=views.history_page(figures.outcomes, page_number),
         )
+
+    def window_figures(history: History, viewer: Viewer) -> WindowFigures:
+        """The report over one listing of the history, as this viewer may see it: made once per listing and viewer,
+        so that each further page of the window is a slice."""
+        key = (history.since, viewer.teams)
+        with computed_lock:
+            found = computed.get(key)
+            if found is not None and found.history is history:
+                return found
+        teams = settings.teams
+        seen = views.visible_outcomes(history.outcomes, viewer, teams)
+        decisions = views.visible_outcomes(history.decisions, viewer, teams)
+        coalesced = views.visible_outcomes(history.coalesced, viewer, teams)
+        by = "team" if teams is not None else None
+        report = build_report(seen, history.since, datetime.now(UTC), by, decisions, coalesced)
+        made = WindowFigures(history, sorted(seen, key=lambda o: o.time, reverse=True), report,
+                             views.history_charts(report))  # fmt: skip
+        with computed_lock:
+            for stale in [k for k, v in computed.items() if v.history is not sources.history_if_kept(k[0])]:
+                del computed[stale]
+            computed[key] = made
+        return made
 
     def _team(event: JobEvent) -> str | None:
         return views.team_of(event.team, settings.teams)
 
     async def live(request: Request) -> Response:
+        if request.method == "HEAD":  # the headers alone: a stream that never ends has no body to leave out
+            return Response(media_type="text/event-stream", headers={"Cache-Control": "no-store"})
         viewer = viewer_of(request)
 
         def sees(event: JobEvent) -> bool:

@@ -122,13 +122,28 @@ class LiveFeed:
         self.problem: str | None = None  # why the feed cannot follow the topic now, for the pages
 
     def start(self) -> None:
-        self._stream = self._open()
+        """Open the stream now (so that nothing published after start-up is missed), then pull in a thread. A stream
+        that cannot be opened (the account may not subscribe, the topic is missing) leaves the pages working without
+        live events, saying why, and is tried again in the thread."""
+        self._open_stream()
         self._thread = threading.Thread(target=self._pull, name="console-live", daemon=True)
         self._thread.start()
 
+    def _open_stream(self) -> None:
+        try:
+            self._stream = self._open()
+            self.problem = None
+        except Exception as exc:
+            self.problem = f"{type(exc).__name__}: {exc}"
+            print(f"console: cannot follow the events: {self.problem}", file=sys.stderr, flush=True)
+
     def _pull(self) -> None:
-        assert self._stream is not None
         while not self._stop.is_set():
+            if self._stream is None:
+                self._stop.wait(RETRY_SECONDS)
+                if not self._stop.is_set():
+                    self._open_stream()
+                continue
             try:
                 events = self._stream.poll(timeout=1.0)
                 self.problem = None

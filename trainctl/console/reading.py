@@ -7,14 +7,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from functions.capacity.quota_pool import Pool, QuotaPools
 from functions.cloud.gcs import Gcs, StorageError, TooLarge
 from functions.ledger.budget_records import BudgetRecords, MonthSpend, month_of
-from functions.ledger.history import MODEL_DECISION_KEY, Outcome
+from functions.ledger.history import METADATA_KEY, MODEL_DECISION_KEY, TRIGGER_POLICY_KEY, Outcome
 from functions.ledger.keys import id_namespace
 from functions.ledger.record import Record
 from functions.ledger.requests import Ledger
@@ -26,12 +27,24 @@ MAX_ACTIVE_SHOWN = 200
 OUTCOMES_TTL_SECONDS = 30.0
 # metrics.json a job wrote: the same bound as `trainctl curve` (trainctl/curve.py).
 MAX_METRICS_BYTES = 64 * 1024
+# The history's days listed at once (each day is a listing of its own).
+LISTING_THREADS = 8
+# A request's outcome is looked for on at most this many days back from its record's last change.
+MAX_DAYS_LOOKED_BACK = 3
 
 
 @dataclass
 class Active:
     records: list[Record]  # at most MAX_ACTIVE_SHOWN, newest first
     total: int  # every active entry
+
+
+@dataclass(frozen=True)
+class History:
+    since: datetime
+    outcomes: list[Outcome]  # finished requests
+    decisions: list[Outcome]  # model decisions (promoted, held, deployed, rolled back)
+    coalesced: list[Outcome]  # the trigger policies' own filings
 
 
 @dataclass
@@ -42,7 +55,7 @@ class Sources:
     pools: QuotaPools
     quota_limit: Callable[[str, str], int | None] | None = None  # (metric, region) → the project's limit
     log_paths: Callable[[str], dict[str, str]] | None = None  # a job's node logs (the local stack only)
-    _outcomes: dict[tuple[str, str], tuple[float, list[Outcome]]] = field(default_factory=dict)
+    _histories: dict[datetime, tuple[float, History]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -89,6 +102,8 @@ class Sources:
 
     def record(self, request_id: str, team: str | None) -> Record | None:
         teams = self.settings.teams
+        if team is not None and (teams is None or team not in teams.teams):
+            return None  # not one of this deployment's teams: no namespace to look in
         namespace = id_namespace(team, teams.default_team if teams else None) if team else None
         found = self.ledger.find_by_request_id(request_id, namespace)
         return found[0] if found else None
@@ -105,6 +120,32 @@ class Sources:
         except (StorageError, ValueError) as exc:
             return None, None, f"cannot be read: {exc}"
 
+    def final_outcome(self, record: Record) -> Outcome | None:
+        """What the history index filed when the request ended (its job's start and end as Vertex reported them):
+        `history/<day>/<key hash>`, on the day its final event happened, between its creation and its record's last
+        change (a few reads at most; None for a request still active)."""
+        from functions.ledger.history import MAX_OUTCOME_BYTES
+        from functions.ledger.requests import HISTORY_PREFIX
+
+        if not record.final:
+            return None
+        day, first = record.updated.astimezone(UTC).date(), record.created.astimezone(UTC).date()
+        for _ in range(MAX_DAYS_LOOKED_BACK):
+            try:
+                found = self.gcs.read(
+                    self.settings.control_bucket,
+                    f"{HISTORY_PREFIX}{day:%Y-%m-%d}/{record.key_hash}",
+                    max_bytes=MAX_OUTCOME_BYTES,
+                )
+                if found is not None:
+                    return Outcome.model_validate_json(found[0])
+            except (TooLarge, StorageError, ValueError):
+                return None
+            if day <= first:
+                return None
+            day -= timedelta(days=1)
+        return None
+
     def node_logs(self, job_name: str | None) -> dict[str, str]:
         if job_name is None or self.log_paths is None:
             return {}
@@ -115,26 +156,33 @@ class Sources:
 
     # ---- history -------------------------------------------------------------------------------------------
 
-    def outcomes(self, since: datetime, key: str = "") -> list[Outcome]:
-        """The history index from `since` (a model decision's with history.MODEL_DECISION_KEY), listed at most once
-        every OUTCOMES_TTL_SECONDS for the same window start (rounded to the minute) and key."""
-        from functions.ledger.history import METADATA_KEY
-
-        key = key or METADATA_KEY
+    def history(self, since: datetime) -> History:
+        """The history index from `since`: finished requests, model decisions and the trigger policies' filings, from
+        one listing, kept OUTCOMES_TTL_SECONDS for the same window start (rounded down to the minute), so paging
+        through a window lists it once."""
         start = since.astimezone(UTC).replace(second=0, microsecond=0)
-        cache_key = (start.isoformat(), key)
         with self._lock:
-            cached = self._outcomes.get(cache_key)
+            cached = self._histories.get(start)
             if cached and time.monotonic() - cached[0] < OUTCOMES_TTL_SECONDS:
                 return cached[1]
-        found = self.ledger.outcomes(start, key)
+        keys = (METADATA_KEY, MODEL_DECISION_KEY, TRIGGER_POLICY_KEY)
+        # The index is filed by day: the window's days are listed side by side (and tomorrow's, for a clock ahead).
+        first, last = start.date(), datetime.now(UTC).date() + timedelta(days=1)
+        days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
+        with ThreadPoolExecutor(min(LISTING_THREADS, len(days)), thread_name_prefix="console-history") as pool:
+            listed = list(pool.map(lambda day: self.ledger.outcomes_by_key(start, keys, day), days))
+        history = History(start, *([o for found in listed for o in found[key]] for key in keys))
         with self._lock:
-            self._outcomes = {k: v for k, v in self._outcomes.items() if time.monotonic() - v[0] < OUTCOMES_TTL_SECONDS}
-            self._outcomes[cache_key] = (time.monotonic(), found)
-        return found
+            now = time.monotonic()
+            self._histories = {k: v for k, v in self._histories.items() if now - v[0] < OUTCOMES_TTL_SECONDS}
+            self._histories[start] = (now, history)
+        return history
 
-    def decisions(self, since: datetime) -> list[Outcome]:
-        return self.outcomes(since, MODEL_DECISION_KEY)
+    def history_if_kept(self, since: datetime) -> History | None:
+        """The listing `history` keeps for this window start, if it still does."""
+        with self._lock:
+            cached = self._histories.get(since)
+        return cached[1] if cached and time.monotonic() - cached[0] < OUTCOMES_TTL_SECONDS else None
 
     # ---- models --------------------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from functions.capacity.fair_share import Ask, decide
@@ -20,6 +20,7 @@ from functions.teams import NO_TEAMS, Teams, everyone_shares
 from schemas.events import JobEvent, Timestamps
 from trainctl.console.identity import Viewer
 from trainctl.curve import parse_final, parse_history
+from trainctl.eventstream import headline_metrics
 from trainctl.jobs import summary
 from trainctl.loss_chart import history_metric
 
@@ -78,10 +79,11 @@ def rung_in_words(record: Record) -> str:
     return f"{record.rung}: {rung.resources}" if rung else str(record.rung)
 
 
-def cost_so_far(record: Record, now: datetime) -> float:
+def cost_so_far(record: Record, now: datetime, running_since: datetime | None = None) -> float:
     """What the request has run so far, at its rungs' prices: the attempts before this one (the record's), and the
-    current attempt from when it started running (the record's last change, while running) to now."""
-    started = record.updated if record.state == "running" else None
+    current attempt from when its job started running (`running_since`: its `running` event's start, when the
+    console saw it; else the record's last change) to now."""
+    started = (running_since or record.updated) if record.state == "running" else None
     return record.spent(Timestamps(started=started, ended=now) if started else None).estimated_cost_usd
 
 
@@ -99,7 +101,22 @@ class ActiveRow:
     job_state: str | None
 
 
-def active_rows(records: Iterable[Record], now: datetime, viewer: Viewer, teams: Teams | None) -> list[ActiveRow]:
+def running_since(record: Record, seen: Iterable[JobEvent]) -> datetime | None:
+    """When the current attempt's job started running, from its `running` event (Vertex's start time)."""
+    for event in seen:
+        if event.state == "running" and event.attempt == record.attempt and event.request_key == record.key:
+            return event.timestamps.started if event.timestamps and event.timestamps.started else event.time
+    return None
+
+
+def active_rows(
+    records: Iterable[Record],
+    now: datetime,
+    viewer: Viewer,
+    teams: Teams | None,
+    started: dict[str, datetime] | None = None,
+) -> list[ActiveRow]:
+    """`started`: when each request's current job started running (by key hash), where the console knows it."""
     rows = []
     for record in records:
         team = team_of(record.team, teams)
@@ -115,7 +132,7 @@ def active_rows(records: Iterable[Record], now: datetime, viewer: Viewer, teams:
                 gpus=record.attempt_price[0],
                 since=since.isoformat(timespec="seconds"),
                 in_state=duration((now - since).total_seconds()),
-                cost=money(cost_so_far(record, now)),
+                cost=money(cost_so_far(record, now, (started or {}).get(record.key_hash))),
                 message=clipped(record.message),
                 job_state=record.job_state,
             )
@@ -252,6 +269,7 @@ def live_item(event: JobEvent) -> dict[str, Any]:
     return {
         "state": event.state,
         "request_id": event.request_id,
+        "team": event.team,
         "time": event.time.isoformat(timespec="seconds"),
         "message": clipped(event.message),
     }
@@ -268,18 +286,18 @@ class Step:
     text: str
 
 
-def timeline(record: Record, seen: Iterable[JobEvent]) -> list[Step]:
-    """The request's story in order: the lifecycle events this console saw (sequence-ordered, each once), and where it
-    saw none, what the record itself keeps: its acceptance, each rung of the capacity ladder it left and why, its
-    wait in the queue and where it stands now."""
+def timeline(record: Record, seen: Iterable[JobEvent], outcome: Outcome | None = None) -> list[Step]:
+    """The request's story in order: the lifecycle events this console saw (each once, by sequence), and where it saw
+    none, what the ledger keeps: its acceptance (the record's creation), its last job's start (the history's outcome,
+    once it ended), each rung of the capacity ladder it left and why, and where it stands now."""
     events = sorted({e.ce_id: e for e in seen if e.request_key == record.key}.values(), key=_order)
-    steps = [
-        Step(e.time.isoformat(timespec="seconds"), e.state, e.attempt, clipped(e.message, 2 * MAX_TEXT)) for e in events
-    ]
+    steps = [Step(_when(e.time), e.state, e.attempt, clipped(e.message, 2 * MAX_TEXT)) for e in events]
     states = {e.state for e in events}
-    created = record.created.isoformat(timespec="seconds")
     if "accepted" not in states:
-        steps.insert(0, Step(created, "accepted", 1, "accepted (the record's creation)"))
+        steps.append(Step(_when(record.created), "accepted", 1, "accepted (the record's creation)"))
+    if outcome is not None and outcome.started and "running" not in states:
+        steps.append(Step(_when(outcome.started), "running", outcome.attempt, "its last job started running"))
+    steps.sort(key=lambda s: s.time)
     for moved in sorted(record.rung_history, key=lambda o: o.rung):
         steps.append(
             Step(
@@ -289,10 +307,20 @@ def timeline(record: Record, seen: Iterable[JobEvent]) -> list[Step]:
                 f"left rung {moved.rung} ({moved.resources}) after {moved.attempts}: {moved.outcome}",
             )
         )
+    if record.attempt > 1 and "retrying" not in states:
+        text = f"resubmitted: attempt {record.attempt} of at most {record.max_attempts}, into the same output folder"
+        steps.append(Step("", "retrying", record.attempt, text))
+    if record.rung_preemptions and "retrying" not in states:
+        steps.append(Step("", "preempted", record.attempt, f"preempted {record.rung_preemptions} time(s) on this rung"))
     if record.state not in states:
-        since = in_state_since(record).isoformat(timespec="seconds")
-        steps.append(Step(since, record.state, record.attempt, clipped(record.message, 2 * MAX_TEXT) or record.state))
+        since = outcome.time if outcome is not None else in_state_since(record)
+        text = clipped(record.message, 2 * MAX_TEXT) or record.state
+        steps.append(Step(_when(since), record.state, record.attempt, text))
     return steps
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def _order(event: JobEvent) -> tuple[int, datetime]:
@@ -369,7 +397,9 @@ def curve_of(history_content: bytes | None, final_content: bytes | None) -> Curv
 
 def cloud_logs_url(project: str, job_name: str) -> str:
     """The job's logs in the Cloud Console's Logs Explorer: Vertex writes them as resource.type="ml_job" with
-    resource.labels.job_id (local/FIDELITY.md, the job logs rows; google-cloud-sdk's log_util.py)."""
+    resource.labels.job_id (local/FIDELITY.md, the job logs rows; google-cloud-sdk's log_util.py). The URL's shape,
+    `logs/query;query=<the query, percent-encoded>?project=P`, is the one vvakame/gcplogurl builds (its example:
+    `https://console.cloud.google.com/logs/query;query=trace%3D%22projects%2F…%22;…?project=test-project`)."""
     from urllib.parse import quote
 
     job_id = job_name.rsplit("/", 1)[-1]
@@ -393,7 +423,7 @@ def history_page(outcomes: list[Outcome], page: int, size: int = PAGE_SIZE) -> P
     total = len(outcomes)
     pages = max(1, math.ceil(total / size))
     page = min(max(1, page), pages)
-    ordered = sorted(outcomes, key=lambda o: o.time, reverse=True)
+    ordered = sorted(outcomes, key=lambda o: o.time, reverse=True)  # already so, when the app sorted them once
     return Paged(ordered[(page - 1) * size : page * size], page, pages, total)
 
 
@@ -442,7 +472,7 @@ def models_view(described: list[dict[str, Any]]) -> dict[str, Any]:
         for alias, held in model["aliases"].items():
             champions.append({"model": name, "alias": alias, **held})
         for v in reversed(model["versions"]):
-            versions.append({"model": name, **v})
+            versions.append({"model": name, "headline": headline_metrics(v["metrics"], limit=4) or "-", **v})
         for d in model["decisions"]:
             decisions.append({"model": name, **d})
         if model.get("serving"):

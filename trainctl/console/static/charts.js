@@ -3,6 +3,11 @@
 (function () {
   "use strict";
   var COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#7f7f7f"];
+  // A state keeps its colour on every chart (the tables' colours, console.css).
+  var NAMED = {
+    succeeded: "#137333", failed: "#b3261e", cancelled: "#7f7f7f", rejected: "#e37400", skipped: "#9467bd",
+    promoted: "#137333", held: "#a05a00", "data rejections": "#e37400",
+  };
 
   function data(id) {
     var node = document.getElementById(id);
@@ -31,7 +36,7 @@
     };
     var columns = [x];
     Object.keys(series).forEach(function (name, i) {
-      opts.series.push({ label: name, stroke: COLOURS[i % COLOURS.length], width: 2, spanGaps: true });
+      opts.series.push({ label: name, stroke: NAMED[name] || COLOURS[i % COLOURS.length], width: 2, spanGaps: true });
       columns.push(series[name]);
     });
     return new uPlot(opts, columns, node);

@@ -125,7 +125,28 @@ def test_a_teams_row_shows_gpus_held_against_its_nominal_share_what_it_borrows_a
     assert (found["a"].held, found["a"].nominal, found["a"].borrowed) == (4, 2, 2)
     assert (found["a"].spent, found["a"].reserved, found["a"].budget) == ("$12.50", "$3.00", "$100.00")
     assert (found["b"].held, found["b"].nominal, found["b"].borrowed, found["b"].budget) == (2, 6, 0, "none")
+    assert (found["b"].spent, found["b"].reserved) == ("-", "-")  # no budget: its month is not kept, not $0.00
     assert [r.team for r in views.team_rows(None, {POOL: pool}, {}, LOCAL_OPERATOR)] == ["default"]
+
+
+def test_a_teams_row_counts_the_gpus_of_its_requests_jobs_with_or_without_teams():
+    records = [
+        make_record(state="running", team="a", cost=make_record().cost.model_copy(update={"gpus": 4})),
+        make_record(state="submitted", team=None, key_hash="s"),  # the default team's: "shared"
+        make_record(state="queued", team="a", key_hash="q"),  # no job yet
+        make_record(state="claimed", team="b", key_hash="c"),
+    ]
+    found = {r.team: r for r in views.team_rows(TEAMS, {}, {}, LOCAL_OPERATOR, records)}
+    assert {name: row.in_jobs for name, row in found.items()} == {"a": 4, "b": 0, "shared": 2}
+    # Without teams, one row for everyone: the 4-GPU job and the submitted one, whose months no budget keeps.
+    (everyone,) = views.team_rows(None, {}, {}, LOCAL_OPERATOR, [r.model_copy(update={"team": None}) for r in records])
+    assert (everyone.team, everyone.in_jobs, everyone.held, everyone.spent, everyone.reserved) == (
+        "default",
+        6,
+        0,
+        "-",
+        "-",
+    )
 
 
 def test_the_timeline_orders_the_events_seen_and_fills_in_what_the_record_keeps():

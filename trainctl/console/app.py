@@ -121,7 +121,7 @@ def create_app(
             "active_total": active.total,
             "active_shown": len(active.records),
             "queue": views.queue_rows(pools, records, limits, viewer, teams, now),
-            "teams": views.team_rows(teams, pools, spends, viewer),
+            "teams": views.team_rows(teams, pools, spends, viewer, active.records),
             "has_teams": teams is not None,
             "month": now.strftime("%Y-%m"),
         }

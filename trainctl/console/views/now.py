@@ -173,7 +173,8 @@ def pool_limits_wanted(pools: dict[str, Pool], records: dict[str, Record]) -> di
 @dataclass(frozen=True)
 class TeamRow:
     team: str
-    held: int
+    in_jobs: int  # the GPUs of its requests with a job (submitted or running), from their records
+    held: int  # what trainctl's count of the quota pools holds for it (requests on a rung gated by a quota metric)
     nominal: int | None
     borrowed: int
     spent: str
@@ -181,13 +182,29 @@ class TeamRow:
     budget: str
 
 
+# The states in which a request's GPUs are in a job of its own (asked for, or running).
+JOB_STATES = frozenset({"submitted", "running"})
+
+
 def team_rows(
-    teams: Teams | None, pools: dict[str, Pool], spends: dict[str, tuple[float, float]], viewer: Viewer
+    teams: Teams | None,
+    pools: dict[str, Pool],
+    spends: dict[str, tuple[float, float]],
+    viewer: Viewer,
+    records: Iterable[Record] = (),
 ) -> list[TeamRow]:
-    """Per team: the GPUs it holds in every pool, its nominal share of those pools' metrics, what it borrows beyond
-    them; and this month's spend and reservation against its budget (`spends`: team → (spent, reserved) USD).
+    """Per team: the GPUs of its active requests that have a job (`records`: the active records the page read), the
+    GPUs trainctl's quota pools hold for it, its nominal share of those pools' metrics, what it borrows beyond them;
+    and this month's spend and reservation against its budget (`spends`: team → (spent, reserved) USD). The budget
+    records keep a month only for a team with a monthly budget (functions/capacity/budgets.py): a team without one,
+    and a deployment without teams, show "-" there, not $0.00 (the history page estimates every request's cost).
     Without teams, one row: everyone."""
     names = sorted(teams.teams) if teams else [NO_TEAMS]
+    in_jobs: dict[str, int] = {}
+    for record in records:
+        if record.state in JOB_STATES:
+            owner = team_of(record.team, teams) or NO_TEAMS
+            in_jobs[owner] = in_jobs.get(owner, 0) + record.attempt_price[0]
     rows = []
     for name in names:
         if not viewer.sees(name if teams else None):
@@ -200,15 +217,17 @@ def team_rows(
             nominal += share.nominal or 0
             borrowed += max(0, mine - share.nominal) if share.nominal is not None else 0
         team = teams.teams[name] if teams else None
+        budgeted = team is not None and team.monthly_budget_usd is not None
         spent, reserved = spends.get(name, (0.0, 0.0))
         rows.append(
             TeamRow(
                 team=name,
+                in_jobs=in_jobs.get(name, 0),
                 held=held,
                 nominal=nominal if teams else None,
                 borrowed=borrowed,
-                spent=money(spent),
-                reserved=money(reserved),
+                spent=money(spent) if budgeted else "-",
+                reserved=money(reserved) if budgeted else "-",
                 budget=money(team.monthly_budget_usd) if team and team.monthly_budget_usd is not None else "none",
             )
         )

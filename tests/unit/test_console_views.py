@@ -309,3 +309,17 @@ def test_a_feed_that_cannot_subscribe_says_why_and_keeps_trying(monkeypatch):
         time.sleep(0.01)
     feed.stop()
     assert stream.opened == 3 and stream.closed and feed.problem is None
+
+
+def test_a_long_message_is_cut_at_a_word_with_an_ellipsis_and_given_whole_in_the_title():
+    text = "the job wrote " + "quite a long sentence " * 30
+    shown = views.clipped(text)
+    assert len(shown) <= views.MAX_TEXT and shown.endswith("…")
+    assert text.startswith(shown[:-1]) and text[len(shown) - 1] == " "  # at a word's end, not inside one
+    assert views.clipped("x" * 400).endswith("x…") and len(views.clipped("x" * 400)) == views.MAX_TEXT  # one word
+    assert views.clipped("short") == "short" and views.title_of("short") == ""
+    item = views.live_item(Running(request_id="r1", request_key="request:r1", time=NOW, message=text))
+    assert (item["message"], item["title"]) == (shown, text)
+    (row,) = views.active_rows([make_record(state="running", message=text)], NOW, LOCAL_OPERATOR, None)
+    assert (row.message, row.title) == (shown, text)
+    assert len(views.title_of("y" * 5000)) == views.MAX_TITLE  # the title is bounded too

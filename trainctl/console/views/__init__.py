@@ -5,7 +5,7 @@ nothing here reads or writes anything. Every text a requester or job wrote passe
 escape it. One module per page (now, request, history, models) and what they share (common); the names are
 gathered here, so that the app and the tests say `views.<name>`."""
 
-from trainctl.console.views.common import MAX_TEXT, clipped, duration, figure_text, money, team_of
+from trainctl.console.views.common import MAX_TEXT, MAX_TITLE, clipped, duration, figure_text, money, team_of, title_of
 from trainctl.console.views.history import PAGE_SIZE, Paged, history_charts, history_page, visible_outcomes
 from trainctl.console.views.models import model_visible, models_view
 from trainctl.console.views.now import (
@@ -40,6 +40,7 @@ __all__ = [
     "HELD_BY_WORDS",
     "MAX_METRICS_SHOWN",
     "MAX_TEXT",
+    "MAX_TITLE",
     "PAGE_SIZE",
     "ActiveRow",
     "Curve",
@@ -70,5 +71,6 @@ __all__ = [
     "team_of",
     "team_rows",
     "timeline",
+    "title_of",
     "visible_outcomes",
 ]

@@ -19,10 +19,27 @@ def team_of(team: str | None, teams: Teams | None) -> str | None:
     return team or teams.default_team
 
 
+# The longest text a cell's title (its tooltip) gives in full of a text the cell shows cut.
+MAX_TITLE = 2000
+# A cut falls back to the last space when one is this near the limit (else a long word is cut inside).
+WORD_BACK = 40
+
+
 def clipped(text: str | None, limit: int = MAX_TEXT) -> str:
+    """The text cut to at most `limit` characters, at a word's end where one is near, with an ellipsis; static/
+    live.js clips the live list's later lines the same way."""
     if not text:
         return ""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ", limit - 1 - WORD_BACK)
+    return (cut[:space] if space > 0 else cut).rstrip() + "…"
+
+
+def title_of(text: str | None, limit: int = MAX_TEXT) -> str:
+    """The full text for the title of a cell that shows it clipped (bounded by MAX_TITLE), "" when it is not cut."""
+    return clipped(text, MAX_TITLE) if text and len(text) > limit else ""
 
 
 def duration(seconds: float | None) -> str:

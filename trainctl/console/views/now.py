@@ -14,7 +14,7 @@ from functions.ledger.record import Record
 from functions.teams import NO_TEAMS, Teams, everyone_shares
 from schemas.events import JobEvent, Timestamps
 from trainctl.console.identity import Viewer
-from trainctl.console.views.common import clipped, duration, money, team_of
+from trainctl.console.views.common import clipped, duration, money, team_of, title_of
 
 
 def in_state_since(record: Record) -> datetime:
@@ -50,6 +50,7 @@ class ActiveRow:
     cost: str
     message: str
     job_state: str | None
+    title: str = ""  # the whole message, where `message` is cut
 
 
 def running_since(record: Record, seen: Iterable[JobEvent]) -> datetime | None:
@@ -86,6 +87,7 @@ def active_rows(
                 cost=money(cost_so_far(record, now, (started or {}).get(record.key_hash))),
                 message=clipped(record.message),
                 job_state=record.job_state,
+                title=title_of(record.message),
             )
         )
     return rows
@@ -242,4 +244,5 @@ def live_item(event: JobEvent) -> dict[str, Any]:
         "team": event.team,
         "time": event.time.isoformat(timespec="seconds"),
         "message": clipped(event.message),
+        "title": title_of(event.message),
     }

@@ -323,3 +323,39 @@ def test_a_long_message_is_cut_at_a_word_with_an_ellipsis_and_given_whole_in_the
     (row,) = views.active_rows([make_record(state="running", message=text)], NOW, LOCAL_OPERATOR, None)
     assert (row.message, row.title) == (shown, text)
     assert len(views.title_of("y" * 5000)) == views.MAX_TITLE  # the title is bounded too
+
+
+def described_model(rule_metric: str | None) -> dict:
+    """trainctl/models.py describe()'s shape, the parts the models page reads."""
+    figures = {"metric": "acc", "challenger": 1.0, "champion": 2.0}
+    return {
+        "model": "projects/p/locations/us-central1/models/churn",
+        "charter": {"owner": "a", "rule": {"metric": rule_metric}, "rule_in_words": "…"},
+        "aliases": {},
+        "versions": [
+            {"version": v, "metrics": {"aaa": 1, "abc": 2, "acc": 3, "ada": 4, "val_loss": 0.5, "val_rmse": r}}
+            for v, r in (("1", 0.31), ("2", 0.27))
+        ],
+        "decisions": [{"time": "2026-11-28T00:00:00+00:00", "action": "held", "figures": figures}],
+        "serving": {
+            "traffic_split": {"3224587611": 90, "77": 10, "5": 0},
+            "deployed": [
+                {"id": "3224587611", "model": "m", "version": "2"},
+                {"id": "77", "model": "m", "version": "3"},
+            ],
+            "rollouts": [],
+        },
+    }
+
+
+def test_the_models_page_shows_the_models_own_metric_first_and_traffic_by_version():
+    view = views.models_view([described_model("val_loss")])
+    assert [v["headline"].split(",")[0] for v in view["versions"]] == ["val_loss 0.5", "val_loss 0.5"]
+    assert "val_rmse 0.27" in view["versions"][0]["headline"]  # the headline's own, next
+    # A rule that leaves the metric to the built-in trainer: the one its decisions were made on.
+    view = views.models_view([described_model(None)])
+    assert [v["headline"].split(",")[0] for v in view["versions"]] == ["acc 3", "acc 3"]
+    assert len(view["versions"][0]["headline"].split(", ")) == views.models.METRICS_SHOWN
+    (endpoint,) = view["endpoints"]
+    assert endpoint["traffic"] == [("version 2", 90), ("version 3", 10), ("deployed model 5", 0)]
+    assert views.traffic_of({"traffic_split": None}) is None

@@ -7,7 +7,7 @@ gathered here, so that the app and the tests say `views.<name>`."""
 
 from trainctl.console.views.common import MAX_TEXT, MAX_TITLE, clipped, duration, figure_text, money, team_of, title_of
 from trainctl.console.views.history import PAGE_SIZE, Paged, history_charts, history_page, visible_outcomes
-from trainctl.console.views.models import model_visible, models_view
+from trainctl.console.views.models import model_metric, model_visible, models_view, traffic_of, version_metrics
 from trainctl.console.views.now import (
     HELD_BY_WORDS,
     ActiveRow,
@@ -60,6 +60,7 @@ __all__ = [
     "in_state_since",
     "live_item",
     "metric_rows",
+    "model_metric",
     "model_visible",
     "models_view",
     "money",
@@ -72,5 +73,7 @@ __all__ = [
     "team_rows",
     "timeline",
     "title_of",
+    "traffic_of",
+    "version_metrics",
     "visible_outcomes",
 ]

@@ -193,6 +193,17 @@ def test_metrics_keep_only_finite_numbers_and_at_most_so_many():
     assert views.metric_rows(b"[1, 2]") == views.metric_rows(b"not json") == []
 
 
+def test_metrics_show_unix_times_as_utc_times_and_durations_as_durations():
+    started = datetime(2026, 11, 28, 5, 1, 2, tzinfo=UTC).timestamp()
+    content = {"process_started": started, "first_step": started + 90.5, "elapsed_seconds": 450.0, "steps_run": 14000}
+    rows = dict(views.metric_rows(json.dumps(content | {"first_step_x": started}).encode()))
+    assert rows["process_started"] == "2026-11-28 05:01:02 UTC"
+    assert rows["first_step"] == "2026-11-28 05:02:32 UTC"
+    assert rows["elapsed_seconds"].startswith("7.5m (")
+    assert "UTC" not in rows["first_step_x"]  # only the names it knows
+    assert dict(views.metric_rows(b'{"first_step": 12}'))["first_step"] == "12"  # not a Unix time: as it is
+
+
 def test_the_curve_is_curve_pys_parse_as_chart_series():
     lines = [{"epoch": e, "train_loss": 1 / e, "val_loss": 2 / e, "val_rmse": 3 / e} for e in (2, 1)] + ["junk"]
     history = "\n".join(json.dumps(line) if isinstance(line, dict) else line for line in lines).encode()

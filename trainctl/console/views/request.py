@@ -11,7 +11,7 @@ from typing import Any
 from functions.ledger.history import Outcome
 from functions.ledger.record import Record
 from schemas.events import JobEvent
-from trainctl.console.views.common import MAX_TEXT, clipped
+from trainctl.console.views.common import MAX_TEXT, clipped, duration
 from trainctl.console.views.now import in_state_since
 from trainctl.curve import parse_final, parse_history
 from trainctl.jobs import summary
@@ -75,12 +75,30 @@ def request_view(record: Record) -> dict[str, Any]:
     return summary(record)
 
 
+# The figures of metrics.json that are Unix times (trainer/outputs/progress.py: when the process started, when the
+# job's first step ended), shown as UTC times; and a name's ending that says it is a duration in seconds.
+UNIX_TIMES = frozenset({"process_started", "first_step"})
+SECONDS_SUFFIX = "_seconds"
+# A Unix time shown as one: from 2001-09-09 to 5138-11-16 (a smaller number is not one: shown as it is).
+UNIX_TIME_RANGE = (1e9, 1e11)
+
+
+def figure_in_words(name: str, value: float) -> str:
+    """A metrics.json figure as a person reads it: a Unix time as a UTC time, a duration as one (with its seconds),
+    any other number rounded."""
+    from trainctl.eventstream import readable
+
+    if name in UNIX_TIMES and UNIX_TIME_RANGE[0] <= value < UNIX_TIME_RANGE[1]:
+        return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if name.endswith(SECONDS_SUFFIX) and value >= 0:
+        return f"{duration(value)} ({readable(value)} s)"
+    return readable(value)
+
+
 def metric_rows(content: bytes | None) -> list[tuple[str, str]]:
     """The scalar numbers of the run's metrics.json (a job wrote it: only finite numbers, at most MAX_METRICS_SHOWN,
-    names cut), as (name, value) rows."""
+    names cut), as (name, value) rows: each value as figure_in_words says."""
     import json
-
-    from trainctl.eventstream import readable
 
     try:
         found = json.loads(content) if content else {}
@@ -91,7 +109,7 @@ def metric_rows(content: bytes | None) -> list[tuple[str, str]]:
     rows = []
     for name, value in found.items():
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            rows.append((clipped(str(name), 80), readable(value)))
+            rows.append((clipped(str(name), 80), figure_in_words(str(name), value)))
         if len(rows) >= MAX_METRICS_SHOWN:
             break
     return rows

@@ -228,6 +228,17 @@ def test_the_history_is_paged_on_the_server_latest_first():
     assert [o.request_id for o in views.visible_outcomes(mixed, Viewer("a", frozenset({"a"})), TEAMS)] == ["r1"]
 
 
+def test_latest_first_orders_as_the_times_do_across_offsets_ties_kept():
+    from datetime import timezone
+
+    base = outcome(0)
+    east = timezone(timedelta(hours=5))
+    times = [NOW, NOW.astimezone(east) + timedelta(seconds=1), NOW - timedelta(days=2), NOW.astimezone(east)]
+    found = [base.model_copy(update={"request_id": f"t{i}", "time": t}) for i, t in enumerate(times)]
+    assert [o.request_id for o in views.latest_first(found)] == ["t1", "t0", "t3", "t2"]  # t0 and t3: one instant
+    assert [o.request_id for o in views.history_page(found, 1).rows] == ["t1", "t0", "t3", "t2"]
+
+
 def test_the_logs_link_names_the_jobs_ml_job_entries():
     url = views.cloud_logs_url("proj", "projects/1/locations/us-central1/customJobs/42")
     assert url.startswith("https://console.cloud.google.com/logs/query;query=resource.type%3D%22ml_job%22")

@@ -213,7 +213,7 @@ def create_app(
         coalesced = views.visible_outcomes(history.coalesced, viewer, teams)
         by = "team" if teams is not None else None
         report = build_report(seen, history.since, datetime.now(UTC), by, decisions, coalesced)
-        made = WindowFigures(history, sorted(seen, key=lambda o: o.time, reverse=True), report,
+        made = WindowFigures(history, views.latest_first(seen), report,
                              views.history_charts(report))  # fmt: skip
         with computed_lock:
             for stale in [k for k, v in computed.items() if v.history is not sources.history_if_kept(k[0])]:

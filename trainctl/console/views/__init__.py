@@ -6,7 +6,14 @@ escape it. One module per page (now, request, history, models) and what they sha
 gathered here, so that the app and the tests say `views.<name>`."""
 
 from trainctl.console.views.common import MAX_TEXT, MAX_TITLE, clipped, duration, figure_text, money, team_of, title_of
-from trainctl.console.views.history import PAGE_SIZE, Paged, history_charts, history_page, visible_outcomes
+from trainctl.console.views.history import (
+    PAGE_SIZE,
+    Paged,
+    history_charts,
+    history_page,
+    latest_first,
+    visible_outcomes,
+)
 from trainctl.console.views.models import model_metric, model_visible, models_view, traffic_of, version_metrics
 from trainctl.console.views.now import (
     HELD_BY_WORDS,
@@ -58,6 +65,7 @@ __all__ = [
     "history_charts",
     "history_page",
     "in_state_since",
+    "latest_first",
     "live_item",
     "metric_rows",
     "model_metric",

@@ -69,11 +69,14 @@ def move_by_hand(
     stale_after: timedelta,
     aliases: list[str] | None = None,
     trigger: Literal["controller", "cli"] = "cli",
+    request_id: str | None = None,
 ) -> Entry:
     """`trainctl models promote` (to `version`) or `rollback` (to the version the alias held before): the move,
     recorded in the model's history with trigger `cli`; `aliases`: what it sets (the model's rule: the alias, and
     `default` when the rule says so). MoveRefused for a move that cannot be made (ModelNotFound: no such model), said
-    at once: a move the registry refuses is taken back from the record before MoveRefused names Vertex's reason."""
+    at once: a move the registry refuses is taken back from the record before MoveRefused names Vertex's reason.
+    `request_id`: the request whose rollout makes the move (the controller's rollback), recorded as the entry's;
+    else the request that registered the target version, when the controller decided on it."""
     if refusal := alias_refusal(model_id, alias):
         raise MoveRefused(refusal)
     if registry.get(registry.model_name(model_id)) is None:
@@ -100,7 +103,7 @@ def move_by_hand(
             trigger=trigger,
             version=target,
             previous=held,
-            request_id=_registered_by(record, target),
+            request_id=request_id or _registered_by(record, target),
             message=f"`{alias}` moved from version {held or 'none'} to {target} by "
             + (f"`trainctl models {action}`" if trigger == "cli" else f"the controller ({owner})"),
         )
@@ -163,5 +166,14 @@ def _target(
 
 
 def _registered_by(record: ModelRecord, version: str) -> str | None:
-    """The request whose run the version is, when the controller decided on it."""
-    return next((e.request_id for e in reversed(record.history) if e.version == version and e.request_id), None)
+    """The request whose run the version is, when the controller decided on it (a rollout's rollback names its own
+    request, not the version's: it is passed over)."""
+    rollout = ("rollback", "controller")
+    return next(
+        (
+            e.request_id
+            for e in reversed(record.history)
+            if e.version == version and e.request_id and (e.action, e.trigger) != rollout
+        ),
+        None,
+    )

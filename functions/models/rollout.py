@@ -283,7 +283,7 @@ class Rollouts:
             entry = move_by_hand(
                 registry, self.models, rollout.model_id, rollout.alias, "rollback", None, f"rollout:{rollout.owner}",
                 self.clock, timedelta(seconds=max(self.settings.lease, self.settings.function_timeout)),
-                charter.rule.aliases(), trigger="controller",
+                charter.rule.aliases(), trigger="controller", request_id=rollout.request_id,
             )  # fmt: skip
         except MoveRefused as exc:
             logs.warning(f"rollout of {rollout.model_id}: the alias stays on version {rollout.version}: {exc}")

@@ -157,3 +157,25 @@ def test_what_a_requester_or_a_job_wrote_shows_as_text_never_as_markup(
         assert_nothing_injected(page)
     assert "<b onmouseover=" in page.locator("#metrics").inner_text()  # the request page shows it, as text
     assert page.script_errors == []  # type: ignore[attr-defined]
+
+
+LIVE_JS = Path(__file__).resolve().parents[2] / "trainctl" / "console" / "static" / "live.js"
+# An EventSource the test drives: live.js's listener is called with the event as /live would send it.
+FAKE_EVENT_SOURCE = """window.EventSource = function (url) { window.liveSource = this; this.listeners = {}; };
+window.EventSource.prototype.addEventListener = function (name, listener) { this.listeners[name] = listener; };"""
+
+
+def test_a_long_live_message_is_cut_at_a_word_with_an_ellipsis_and_whole_in_its_title(page: Page):
+    """live.js on its own (no stack): the line it adds for an event with a long message (it cut at 300 characters,
+    mid-word, with no ellipsis)."""
+    long = "the job wrote <b>this</b> " + "a rather long sentence here " * 20
+    page.set_content("<html><body><ol id='live'></ol></body></html>")
+    page.add_script_tag(content=FAKE_EVENT_SOURCE)
+    page.add_script_tag(content=LIVE_JS.read_text())
+    event = {"state": "running", "request_id": "r1", "team": None, "time": "2026-11-28T05:00:00+00:00", "message": long}
+    page.evaluate("event => window.liveSource.listeners.trainctl({data: JSON.stringify(event)})", event)
+    message = page.locator("ol#live > li[data-request-id='r1'] span.message")
+    shown = message.text_content() or ""
+    assert len(shown) <= 300 and shown.endswith("…") and long[len(shown) - 1] == " "  # at a word's end
+    assert long.startswith(shown[:-1]) and message.get_attribute("title") == long
+    assert page.locator("ol#live b").count() == 0  # text, never markup

@@ -108,8 +108,8 @@ def test_the_now_page_lists_active_requests_the_queue_with_why_each_waits_and_th
     for team in ("shared", "a", "b", "c"):
         assert f'data-team="{team}"' in teams
     a_row = teams[teams.index('data-team="a"') : teams.index("</tr>", teams.index('data-team="a"'))]
-    # a holds 4 V100s (two requests of 2) against a nominal 2: it borrows 2.
-    assert [cell.split(">")[-1] for cell in a_row.split("</td>")[1:4]] == ["4", "2", "2"]
+    # a's two jobs of 2 V100s: 4 GPUs in jobs, 4 held in the quota pool against a nominal 2: it borrows 2.
+    assert [cell.split(">")[-1] for cell in a_row.split("</td>")[1:5]] == ["4", "4", "2", "2"]
 
 
 def test_a_viewer_of_one_team_sees_only_that_teams_requests_queue_and_row(settings):

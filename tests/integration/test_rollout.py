@@ -21,6 +21,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud.aiplatform_v1 import EndpointServiceClient, PredictionServiceClient
 
 from functions.cloud.endpoints import Endpoints
+from functions.cloud.gcs import Gcs
+from functions.ledger.model_records import ModelLedger
 from local.names import LOCAL_PROJECT, LOCAL_REGION
 from schemas.events import Canary, Deployed, Deploying, RolledBack
 from tests.integration.deployment import (
@@ -137,6 +139,10 @@ def test_a_better_version_goes_canary_then_deployed_and_one_failing_on_live_traf
     assert isinstance(rolled, RolledBack) and rolled.reason == "errors" and rolled.alias_version == "2"
     assert rolled.figures is not None and rolled.figures.errors >= 1 and "max_error_rate" in rolled.message
     assert champion(registry, model).version_id == "2", "the alias is back where it was"
+    moved_back = ModelLedger(Gcs(LOCAL_PROJECT), deployment.control_bucket).read(model, "champion")[0].history[-1]
+    assert (moved_back.action, moved_back.trigger, moved_back.request_id) == ("rollback", "controller", "roll-3"), (
+        "the rollback is the rollout's request's, not the one that registered version 2"
+    )
     live = endpoint_of(deployment, third)
     assert dict(live.traffic_split) == {second.deployed_model_id: 100}
     assert [d.id for d in live.deployed_models] == [second.deployed_model_id]

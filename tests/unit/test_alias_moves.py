@@ -138,3 +138,28 @@ def test_models_list_skips_a_record_left_by_a_refused_alias(deployment, capsys, 
     assert cli_models.run_list(argparse.Namespace(json=True)) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert (row["default_version"], row["aliases"]) == ("1", {})
+
+
+def test_a_rollouts_rollback_names_the_rollouts_request_not_the_one_that_registered_the_version(ledger):
+    """The models page said a rollback was partition 1's request's (which registered the version rolled back to),
+    when partition 2's rollout made it."""
+    from functions.ledger.model_records import Entry
+
+    registry = MemoryRegistry(aliases={"default": "2", "champion": "2"})
+    record, generation = ledger.read("churn", "champion")
+    for version, request in (("1", "part-1"), ("2", "part-2")):
+        record.record(Entry(time=NOW, action="promoted", trigger="controller", version=version, request_id=request))
+        record.champions.append(version)
+    ledger.write(record, generation)
+
+    def rollback(request_id: str | None):
+        return move_by_hand(
+            registry, ledger, "churn", "champion", "rollback", None, "rollout:abc", lambda: NOW,
+            timedelta(minutes=15), ["champion", "default"], trigger="controller", request_id=request_id,
+        )  # fmt: skip
+
+    entry = rollback("part-2")
+    assert (entry.version, entry.request_id) == ("1", "part-2")
+    # Moving to version 1 again by hand still names the request that registered it, not the rollout's.
+    by_hand = move(registry, ledger, "champion", "1")
+    assert by_hand.request_id == "part-1"

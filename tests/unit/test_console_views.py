@@ -125,7 +125,28 @@ def test_a_teams_row_shows_gpus_held_against_its_nominal_share_what_it_borrows_a
     assert (found["a"].held, found["a"].nominal, found["a"].borrowed) == (4, 2, 2)
     assert (found["a"].spent, found["a"].reserved, found["a"].budget) == ("$12.50", "$3.00", "$100.00")
     assert (found["b"].held, found["b"].nominal, found["b"].borrowed, found["b"].budget) == (2, 6, 0, "none")
+    assert (found["b"].spent, found["b"].reserved) == ("-", "-")  # no budget: its month is not kept, not $0.00
     assert [r.team for r in views.team_rows(None, {POOL: pool}, {}, LOCAL_OPERATOR)] == ["default"]
+
+
+def test_a_teams_row_counts_the_gpus_of_its_requests_jobs_with_or_without_teams():
+    records = [
+        make_record(state="running", team="a", cost=make_record().cost.model_copy(update={"gpus": 4})),
+        make_record(state="submitted", team=None, key_hash="s"),  # the default team's: "shared"
+        make_record(state="queued", team="a", key_hash="q"),  # no job yet
+        make_record(state="claimed", team="b", key_hash="c"),
+    ]
+    found = {r.team: r for r in views.team_rows(TEAMS, {}, {}, LOCAL_OPERATOR, records)}
+    assert {name: row.in_jobs for name, row in found.items()} == {"a": 4, "b": 0, "shared": 2}
+    # Without teams, one row for everyone: the 4-GPU job and the submitted one, whose months no budget keeps.
+    (everyone,) = views.team_rows(None, {}, {}, LOCAL_OPERATOR, [r.model_copy(update={"team": None}) for r in records])
+    assert (everyone.team, everyone.in_jobs, everyone.held, everyone.spent, everyone.reserved) == (
+        "default",
+        6,
+        0,
+        "-",
+        "-",
+    )
 
 
 def test_the_timeline_orders_the_events_seen_and_fills_in_what_the_record_keeps():
@@ -172,6 +193,17 @@ def test_metrics_keep_only_finite_numbers_and_at_most_so_many():
     assert views.metric_rows(b"[1, 2]") == views.metric_rows(b"not json") == []
 
 
+def test_metrics_show_unix_times_as_utc_times_and_durations_as_durations():
+    started = datetime(2026, 11, 28, 5, 1, 2, tzinfo=UTC).timestamp()
+    content = {"process_started": started, "first_step": started + 90.5, "elapsed_seconds": 450.0, "steps_run": 14000}
+    rows = dict(views.metric_rows(json.dumps(content | {"first_step_x": started}).encode()))
+    assert rows["process_started"] == "2026-11-28 05:01:02 UTC"
+    assert rows["first_step"] == "2026-11-28 05:02:32 UTC"
+    assert rows["elapsed_seconds"].startswith("7.5m (")
+    assert "UTC" not in rows["first_step_x"]  # only the names it knows
+    assert dict(views.metric_rows(b'{"first_step": 12}'))["first_step"] == "12"  # not a Unix time: as it is
+
+
 def test_the_curve_is_curve_pys_parse_as_chart_series():
     lines = [{"epoch": e, "train_loss": 1 / e, "val_loss": 2 / e, "val_rmse": 3 / e} for e in (2, 1)] + ["junk"]
     history = "\n".join(json.dumps(line) if isinstance(line, dict) else line for line in lines).encode()
@@ -194,6 +226,17 @@ def test_the_history_is_paged_on_the_server_latest_first():
     assert views.history_page([], 1).pages == 1
     mixed = [outcome(1, "a"), outcome(2, "b"), outcome(3)]
     assert [o.request_id for o in views.visible_outcomes(mixed, Viewer("a", frozenset({"a"})), TEAMS)] == ["r1"]
+
+
+def test_latest_first_orders_as_the_times_do_across_offsets_ties_kept():
+    from datetime import timezone
+
+    base = outcome(0)
+    east = timezone(timedelta(hours=5))
+    times = [NOW, NOW.astimezone(east) + timedelta(seconds=1), NOW - timedelta(days=2), NOW.astimezone(east)]
+    found = [base.model_copy(update={"request_id": f"t{i}", "time": t}) for i, t in enumerate(times)]
+    assert [o.request_id for o in views.latest_first(found)] == ["t1", "t0", "t3", "t2"]  # t0 and t3: one instant
+    assert [o.request_id for o in views.history_page(found, 1).rows] == ["t1", "t0", "t3", "t2"]
 
 
 def test_the_logs_link_names_the_jobs_ml_job_entries():
@@ -288,3 +331,53 @@ def test_a_feed_that_cannot_subscribe_says_why_and_keeps_trying(monkeypatch):
         time.sleep(0.01)
     feed.stop()
     assert stream.opened == 3 and stream.closed and feed.problem is None
+
+
+def test_a_long_message_is_cut_at_a_word_with_an_ellipsis_and_given_whole_in_the_title():
+    text = "the job wrote " + "quite a long sentence " * 30
+    shown = views.clipped(text)
+    assert len(shown) <= views.MAX_TEXT and shown.endswith("…")
+    assert text.startswith(shown[:-1]) and text[len(shown) - 1] == " "  # at a word's end, not inside one
+    assert views.clipped("x" * 400).endswith("x…") and len(views.clipped("x" * 400)) == views.MAX_TEXT  # one word
+    assert views.clipped("short") == "short" and views.title_of("short") == ""
+    item = views.live_item(Running(request_id="r1", request_key="request:r1", time=NOW, message=text))
+    assert (item["message"], item["title"]) == (shown, text)
+    (row,) = views.active_rows([make_record(state="running", message=text)], NOW, LOCAL_OPERATOR, None)
+    assert (row.message, row.title) == (shown, text)
+    assert len(views.title_of("y" * 5000)) == views.MAX_TITLE  # the title is bounded too
+
+
+def described_model(rule_metric: str | None) -> dict:
+    """trainctl/models.py describe()'s shape, the parts the models page reads."""
+    figures = {"metric": "acc", "challenger": 1.0, "champion": 2.0}
+    return {
+        "model": "projects/p/locations/us-central1/models/churn",
+        "charter": {"owner": "a", "rule": {"metric": rule_metric}, "rule_in_words": "…"},
+        "aliases": {},
+        "versions": [
+            {"version": v, "metrics": {"aaa": 1, "abc": 2, "acc": 3, "ada": 4, "val_loss": 0.5, "val_rmse": r}}
+            for v, r in (("1", 0.31), ("2", 0.27))
+        ],
+        "decisions": [{"time": "2026-11-28T00:00:00+00:00", "action": "held", "figures": figures}],
+        "serving": {
+            "traffic_split": {"3224587611": 90, "77": 10, "5": 0},
+            "deployed": [
+                {"id": "3224587611", "model": "m", "version": "2"},
+                {"id": "77", "model": "m", "version": "3"},
+            ],
+            "rollouts": [],
+        },
+    }
+
+
+def test_the_models_page_shows_the_models_own_metric_first_and_traffic_by_version():
+    view = views.models_view([described_model("val_loss")])
+    assert [v["headline"].split(",")[0] for v in view["versions"]] == ["val_loss 0.5", "val_loss 0.5"]
+    assert "val_rmse 0.27" in view["versions"][0]["headline"]  # the headline's own, next
+    # A rule that leaves the metric to the built-in trainer: the one its decisions were made on.
+    view = views.models_view([described_model(None)])
+    assert [v["headline"].split(",")[0] for v in view["versions"]] == ["acc 3", "acc 3"]
+    assert len(view["versions"][0]["headline"].split(", ")) == views.models.METRICS_SHOWN
+    (endpoint,) = view["endpoints"]
+    assert endpoint["traffic"] == [("version 2", 90), ("version 3", 10), ("deployed model 5", 0)]
+    assert views.traffic_of({"traffic_split": None}) is None

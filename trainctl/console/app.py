@@ -121,7 +121,7 @@ def create_app(
             "active_total": active.total,
             "active_shown": len(active.records),
             "queue": views.queue_rows(pools, records, limits, viewer, teams, now),
-            "teams": views.team_rows(teams, pools, spends, viewer),
+            "teams": views.team_rows(teams, pools, spends, viewer, active.records),
             "has_teams": teams is not None,
             "month": now.strftime("%Y-%m"),
         }
@@ -213,7 +213,7 @@ def create_app(
         coalesced = views.visible_outcomes(history.coalesced, viewer, teams)
         by = "team" if teams is not None else None
         report = build_report(seen, history.since, datetime.now(UTC), by, decisions, coalesced)
-        made = WindowFigures(history, sorted(seen, key=lambda o: o.time, reverse=True), report,
+        made = WindowFigures(history, views.latest_first(seen), report,
                              views.history_charts(report))  # fmt: skip
         with computed_lock:
             for stale in [k for k, v in computed.items() if v.history is not sources.history_if_kept(k[0])]:

@@ -6,8 +6,49 @@
   // A state keeps its colour on every chart (the tables' colours, console.css).
   var NAMED = {
     succeeded: "#137333", failed: "#b3261e", cancelled: "#7f7f7f", rejected: "#e37400", skipped: "#9467bd",
-    promoted: "#137333", held: "#a05a00", "data rejections": "#e37400",
+    // On the decisions chart: green, brown and purple, told apart at a glance (held and data rejections were two
+    // oranges).
+    promoted: "#137333", held: "#a05a00", "data rejections": "#6a3d9a",
   };
+  // Every time on the charts is UTC with a 24-hour clock, as the tables write it (uPlot's default is the browser's
+  // local time with am/pm): its tzDate option shifts the dates it formats, and the axis and legend formats are ours.
+  function utc(seconds) {
+    return uPlot.tzDate(new Date(seconds * 1e3), "Etc/UTC");
+  }
+  var DAY = 86400;
+
+  function timeAxis() {
+    var day = uPlot.fmtDate("{YYYY}-{MM}-{DD}");
+    var minute = uPlot.fmtDate("{HH}:{mm}\n{MM}-{DD}");
+    return {
+      values: function (u, splits, axis, space, incr) {
+        return splits.map(function (t) {
+          return t === null || t === undefined ? "" : (incr >= DAY ? day : minute)(utc(t));
+        });
+      },
+    };
+  }
+
+  function timeLegend() {
+    var full = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm} UTC");
+    return function (u, t) {
+      return t === null || t === undefined ? "-" : full(utc(t));
+    };
+  }
+
+  // A count's axis (epochs, steps): whole numbers only, never 2.5.
+  var WHOLE = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
+
+  function countAxis() {
+    return {
+      incrs: WHOLE,
+      values: function (u, splits) {
+        return splits.map(function (v) {
+          return Number.isInteger(v) ? String(v) : "";
+        });
+      },
+    };
+  }
 
   function data(id) {
     var node = document.getElementById(id);
@@ -21,19 +62,27 @@
     }
   }
 
+  // The chart's box's whole inner width (its padding left out), 320 px at least.
   function width(node) {
-    return Math.max(320, Math.min(900, node.clientWidth || 640));
+    var style = window.getComputedStyle(node);
+    var padding = parseFloat(style.paddingLeft || "0") + parseFloat(style.paddingRight || "0");
+    return Math.max(320, Math.floor((node.clientWidth || 640) - padding));
   }
 
   function plot(node, title, x, series, options) {
+    var time = !!(options && options.time);
     var opts = {
       title: title,
       width: width(node),
       height: 240,
-      scales: { x: { time: !!(options && options.time) } },
+      scales: { x: { time: time } },
       series: [{ label: (options && options.xLabel) || "x" }],
-      axes: [{}, {}],
+      axes: [time ? timeAxis() : countAxis(), {}],
     };
+    if (time) {
+      opts.tzDate = utc;
+      opts.series[0].value = timeLegend();
+    }
     var columns = [x];
     Object.keys(series).forEach(function (name, i) {
       opts.series.push({ label: name, stroke: NAMED[name] || COLOURS[i % COLOURS.length], width: 2, spanGaps: true });

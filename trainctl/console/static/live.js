@@ -4,6 +4,23 @@
 (function () {
   "use strict";
   var MAX_ITEMS = 100;
+  // As views/common.py clipped(): at most MAX_TEXT characters, cut at a word's end where one is within WORD_BACK,
+  // with an ellipsis; the title (the tooltip) has the text in full, up to MAX_TITLE.
+  var MAX_TEXT = 300;
+  var MAX_TITLE = 2000;
+  var WORD_BACK = 40;
+
+  function clipped(text, limit) {
+    if (text.length <= limit) {
+      return text;
+    }
+    var cut = text.slice(0, limit - 1);
+    var space = cut.lastIndexOf(" ");
+    if (space >= limit - 1 - WORD_BACK && space > 0) {
+      cut = cut.slice(0, space);
+    }
+    return cut.replace(/\s+$/, "") + "\u2026";
+  }
 
   function item(event) {
     var li = document.createElement("li");
@@ -21,7 +38,11 @@
     link.textContent = String(event.request_id);
     var message = document.createElement("span");
     message.className = "message";
-    message.textContent = String(event.message || "").slice(0, 300);
+    var text = String(event.message || "");
+    message.textContent = clipped(text, MAX_TEXT);
+    if (text.length > MAX_TEXT) {
+      message.title = clipped(text, MAX_TITLE);
+    }
     li.append(time, " ", state, " ", link, " ", message);
     return li;
   }

@@ -325,9 +325,9 @@ def test_live_sends_each_viewer_only_their_teams_events(settings, stack):
 # ---- the command ----------------------------------------------------------------------------------------------------
 
 
-def start_console(stack: Deployment, *args: str) -> subprocess.Popen:
+def start_console(stack: Deployment, *args: str, **extra_env: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCTL_")}
-    env |= stack.settings_env(**teams_settings(stack)) | {"PYTHONPATH": str(REPO)}
+    env |= stack.settings_env(**teams_settings(stack)) | {"PYTHONPATH": str(REPO)} | extra_env
     return subprocess.Popen(
         [sys.executable, "-m", "trainctl", "console", *args],
         env=env,
@@ -374,6 +374,31 @@ def test_the_command_warns_when_told_to_listen_beyond_this_machine(stack):
     finally:
         console.send_signal(signal.SIGTERM)
         assert console.wait(timeout=30) == 0
+
+
+def test_the_command_behind_iap_lets_no_one_in_without_iaps_signed_header(stack):
+    """The Cloud Run service's command (trainctl/console/Dockerfile): the environment names IAP's audience, so the
+    console uses the IAP viewer, not the local operator, and does not call itself unauthenticated."""
+    audience = "/projects/123/locations/us-central1/services/trainctl-console"
+    console = start_console(stack, "--port", "0", "--host", "0.0.0.0", TRAINCTL_CONSOLE_IAP_AUDIENCE=audience)
+    try:
+        assert console.stdout is not None
+        url = console.stdout.readline().removeprefix("console: ").strip()
+        assert "Identity-Aware Proxy" in console.stdout.readline()
+        answer = None
+        deadline = time.monotonic() + 60
+        while answer is None:
+            with contextlib.suppress(httpx.TransportError):
+                answer = httpx.get(url, timeout=5)
+            assert time.monotonic() < deadline and console.poll() is None
+            time.sleep(0.2) if answer is None else None
+        assert answer.status_code == 403
+        forged = httpx.get(url, headers={"x-goog-authenticated-user-email": "accounts.google.com:a@x.test"}, timeout=5)
+        assert forged.status_code == 403
+    finally:
+        console.send_signal(signal.SIGTERM)
+        assert console.wait(timeout=30) == 0
+    assert "unauthenticated" not in (console.stderr.read() if console.stderr else "")
 
 
 def test_a_long_running_stream_remembers_a_bounded_number_of_event_ids(settings, stack, monkeypatch):

@@ -55,6 +55,7 @@ def run_console(args: argparse.Namespace) -> int:
 
 def _run_console(args: argparse.Namespace) -> int:
     from trainctl.console.app import create_app
+    from trainctl.console.identity import cloud_viewer_from_env, local_viewer
     from trainctl.context import cli_settings, cli_team, events_subscription
     from trainctl.problems import Problem
 
@@ -64,8 +65,11 @@ def _run_console(args: argparse.Namespace) -> int:
     team = cli_team(settings, args.team) if args.team else None
     listener = _listen(args.host, args.port)
     host, port = listener.getsockname()[:2]
+    # The console's Cloud Run service names IAP's audience: each viewer is who IAP's signed header says.
+    behind_iap = cloud_viewer_from_env(settings.teams)
     app = create_app(
         settings,
+        behind_iap or local_viewer,
         subscription=args.subscription or events_subscription(),
         team=team,
         logs_local=_local_logs() is not None,
@@ -73,7 +77,9 @@ def _run_console(args: argparse.Namespace) -> int:
     )
     shown = f"[{host}]" if ":" in host else host
     print(f"console: http://{shown}:{port}/", flush=True)
-    if args.host not in LOOPBACK:
+    if behind_iap is not None:
+        print("console: behind Identity-Aware Proxy: each viewer sees the teams IAP's signed header allows", flush=True)
+    elif args.host not in LOOPBACK:
         print(
             f"console: listening on {args.host}: anyone who can reach it sees every request, unauthenticated",
             file=sys.stderr,

@@ -5,14 +5,11 @@ never a traceback (trainctl/problems.py)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+from collections.abc import Callable
 
-from trainctl import demo, jobs, local_stack, model_rules, models, plan, replay, report, serving, submit, validate
-from trainctl.completion import register as register_completion
-from trainctl.console import register as register_console
-from trainctl.curve import register as register_curve
-from trainctl.init_request import register as register_init
 from trainctl.problems import EXIT_INTERRUPTED, Problem, explain
 from trainctl.terminal import escaped_output
 
@@ -20,12 +17,23 @@ from trainctl.terminal import escaped_output
 EXIT_BROKEN_PIPE = 141
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _empty_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     parser = argparse.ArgumentParser(
         prog="trainctl",
         description="Event-driven multi-GPU training on Vertex AI: validate, plan and submit training jobs.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    return parser, parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command's parser (help, completion, and any command the table below does not name)."""
+    from trainctl import demo, jobs, local_stack, plan, replay, report, serving, submit, validate
+    from trainctl.completion import register as register_completion
+    from trainctl.console import register as register_console
+    from trainctl.curve import register as register_curve
+    from trainctl.init_request import register as register_init
+
+    parser, commands = _empty_parser()
     validate.register(commands)
     register_init(commands)
     plan.register(commands)
@@ -33,15 +41,55 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.register(commands)
     report.register(commands)
     register_curve(commands)
-    verbs = models.register(commands)
-    model_rules.register(verbs)
-    serving.register(verbs)
+    _register_models(commands)
     serving.register_predict(commands)
     replay.register(commands)
     demo.register(commands)
     local_stack.register(commands)
     register_console(commands)
     register_completion(commands)
+    return parser
+
+
+def _register_models(commands: argparse._SubParsersAction) -> None:
+    from trainctl import model_rules, models, serving
+
+    verbs = models.register(commands)
+    model_rules.register(verbs)
+    serving.register(verbs)
+
+
+def _module_register(module: str, function: str = "register") -> Callable[[argparse._SubParsersAction], object]:
+    return lambda commands: getattr(importlib.import_module(module), function)(commands)
+
+
+# The module that registers (and runs) each command. A command named here imports that module alone: every
+# command's dependencies (pydantic schemas, Cloud clients, the controller) cost ~1.2 CPU-s at each start, and a
+# `trainctl local env` in a shell's start-up or a `trainctl status` in a loop needs few of them.
+_COMMANDS: dict[str, Callable[[argparse._SubParsersAction], object]] = {
+    "validate": _module_register("trainctl.validate"),
+    "schema": _module_register("trainctl.validate"),
+    "init": _module_register("trainctl.init_request"),
+    "plan": _module_register("trainctl.plan"),
+    "submit": _module_register("trainctl.submit"),
+    **dict.fromkeys(("status", "list", "cancel", "watch"), _module_register("trainctl.jobs")),
+    "report": _module_register("trainctl.report"),
+    "curve": _module_register("trainctl.curve"),
+    "models": _register_models,
+    "predict": _module_register("trainctl.serving", "register_predict"),
+    "replay": _module_register("trainctl.replay"),
+    "demo": _module_register("trainctl.demo"),
+    "local": _module_register("trainctl.local_stack"),
+    "console": _module_register("trainctl.console"),
+}
+
+
+def parser_for(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the command `argv` names, with that command alone; the whole parser otherwise."""
+    if not argv or argv[0] not in _COMMANDS:
+        return build_parser()
+    parser, commands = _empty_parser()
+    _COMMANDS[argv[0]](commands)
     return parser
 
 
@@ -53,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser_for(argv).parse_args(argv)
     try:
         return args.run(args)
     except BrokenPipeError:

@@ -161,20 +161,44 @@ def worker_pid(launcher_pid: int, rank: int) -> int | None:
     return None
 
 
-def test_sigterm_to_one_worker_stops_every_rank_at_the_same_step(tmp_path, data, env, uninterrupted):
-    """Only rank 1 is told; rank 0 must stop at the same step. torchrun then restarts the group, which resumes."""
-    with started("trainer.launch", launch_args(data, tmp_path, max_restarts=1), env,
-                 tmp_path / "run.log") as r:  # fmt: skip
+def test_a_sigterm_to_one_worker_then_a_sigkill_each_restart_the_group_which_resumes_bitwise(
+    tmp_path, data, env, uninterrupted
+):
+    """One run, two interruptions (one launch instead of two: each costs three processes importing torch).
+    First only rank 1 is told to stop (SIGTERM): rank 0 must stop at the same step, and torchrun restarts the
+    group, which resumes. Then rank 1 of the restarted group dies abruptly (SIGKILL: the OOM killer, a lost host),
+    so no signal handler runs: torchrun restarts the group again, and the ranks resume from the last committed
+    checkpoint. The run ends bitwise identical to one that never stopped."""
+    # A slower pace than the other runs' leaves the second kill time to land (the weights do not depend on it).
+    args = launch_args(data, tmp_path, max_restarts=2, seconds_per_batch=0.015)
+    with started("trainer.launch", args, env, tmp_path / "run.log") as r:
         wait_for(lambda: committed_steps(tmp_path), "the first committed checkpoint", running=r)
         os.kill(worker_pid(r.pid, rank=1), signal.SIGTERM)
+
+        def stopped() -> list[dict]:
+            return Finished(0, r.output()).messages("stopped by SIGTERM after a committed checkpoint")
+
+        wait_for(lambda: len(stopped()) == 2, "both ranks to stop", running=r)
+        stopped_at = max(e["step"] for e in stopped())
+        wait_for(lambda: max(committed_steps(tmp_path)) > stopped_at, "the restarted group's checkpoint", running=r)
+        workers = descendants(r.pid)
+        assert len(workers) == 2
+        rank_one = next(pid for pid in workers if b"\0RANK=1\0" in b"\0" + Path(f"/proc/{pid}/environ").read_bytes())
+        committed_before_the_kill = max(committed_steps(tmp_path))
+        os.kill(rank_one, signal.SIGKILL)
         finished = r.wait()
 
     assert finished.returncode == 0, finished.output[-4000:]
     stops = finished.messages("stopped by SIGTERM after a committed checkpoint")
     assert sorted(e["rank"] for e in stops) == [0, 1]
     assert len({e["step"] for e in stops}) == 1
+    # The first attempt, the group restarted after the SIGTERM, and the one restarted after the SIGKILL.
+    assert len(finished.messages("training starts")) == 3
+    [after_sigterm, after_sigkill] = [e["step"] for e in finished.messages("resumed from checkpoint") if e["rank"] == 0]
+    assert after_sigterm == stops[0]["step"]
+    assert after_sigkill >= committed_before_the_kill and after_sigkill % CHECKPOINT_EVERY_STEPS == 0
     metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
-    assert metrics["resumed_from_step"] == stops[0]["step"]
+    assert metrics["resumed_from_step"] == after_sigkill
     assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
 
 
@@ -201,27 +225,10 @@ def test_crashed_worker_group_is_restarted_and_resumes_bitwise(tmp_path, data, e
     )
 
 
-def test_a_rank_killed_with_sigkill_restarts_the_group_and_resumes_bitwise(tmp_path, data, env, uninterrupted):
-    """An abrupt worker death (the OOM killer, a lost host): no signal handler runs, torchrun restarts the worker
-    group, and the ranks resume from the last committed checkpoint, ending bitwise identical."""
-    with started("trainer.launch", launch_args(data, tmp_path, max_restarts=1), env, tmp_path / "run.log") as r:
-        wait_for(lambda: committed_steps(tmp_path), "the first committed checkpoint", running=r)
-        workers = descendants(r.pid)
-        assert len(workers) == 2
-        rank_one = next(pid for pid in workers if b"\0RANK=1\0" in b"\0" + Path(f"/proc/{pid}/environ").read_bytes())
-        committed_before_the_kill = max(committed_steps(tmp_path))
-        os.kill(rank_one, signal.SIGKILL)
-        finished = r.wait()
-
-    assert finished.returncode == 0, finished.output[-4000:]
-    assert len(finished.messages("training starts")) == 2  # the first attempt and the restarted group
-    resumed_from = json.loads((tmp_path / "model" / "metrics.json").read_text())["resumed_from_step"]
-    assert resumed_from >= committed_before_the_kill and resumed_from % CHECKPOINT_EVERY_STEPS == 0
-    assert_bitwise_equal(model_weights(tmp_path / "model"), uninterrupted)
-
-
 def test_restarts_are_bounded(tmp_path, data, env):
-    args = launch_args(data, tmp_path, max_restarts=1, crash_at_batch=5, crash_every_attempt=True)
+    # One process per node is enough to count the group's restarts (and starts half as many processes).
+    args = ["--nproc-per-node", "1", "--max-restarts", "1",
+            *training_args(data, tmp_path, crash_at_batch=5, crash_on_rank=0, crash_every_attempt=True)]  # fmt: skip
     finished = run("trainer.launch", args, env, tmp_path / "run.log")
 
     assert finished.returncode == 1
